@@ -1,0 +1,156 @@
+"""The benchmark's axis vocabularies: closed ``StrEnum`` sets.
+
+Every axis is a closed vocabulary. An unknown value fails at the edge with a
+message that lists the allowed values (``ValueError`` from the enum
+constructor, ``pydantic.ValidationError`` inside a model).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class _ClosedEnum(StrEnum):
+    """A ``StrEnum`` whose unknown-value error lists the allowed values."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        allowed = ", ".join(repr(m.value) for m in cls)
+        raise ValueError(f"{value!r} is not a valid {cls.__name__}; allowed: {allowed}")
+
+
+class ContextBucket(_ClosedEnum):
+    """Prompt-length bucket: prompts of up to ``max_prompt_tokens`` tokens."""
+
+    k1 = "1k"
+    k8 = "8k"
+    k32 = "32k"
+    k128 = "128k"
+    m1 = "1m"
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """Upper bound of the bucket, in prompt tokens (1,024 … 1,048,576)."""
+        return _CONTEXT_BOUNDS[self.value]
+
+
+_CONTEXT_BOUNDS: dict[str, int] = {
+    "1k": 1_024,
+    "8k": 8_192,
+    "32k": 32_768,
+    "128k": 131_072,
+    "1m": 1_048_576,
+}
+
+
+class OutputTarget(_ClosedEnum):
+    """The request's ``max_tokens``: ``max_output_tokens`` output tokens."""
+
+    t256 = "256"
+    k1 = "1k"
+    k8 = "8k"
+    k32 = "32k"
+
+    @property
+    def max_output_tokens(self) -> int:
+        """The request's max output tokens (256 … 32,768 tokens)."""
+        return _OUTPUT_BOUNDS[self.value]
+
+
+_OUTPUT_BOUNDS: dict[str, int] = {"256": 256, "1k": 1_024, "8k": 8_192, "32k": 32_768}
+
+
+class ReasoningMode(_ClosedEnum):
+    """DeepSeek V4's three reasoning-effort modes.
+
+    ``non_think``: thinking disabled; ``think_high``: thinking with reasoning
+    effort ``high``; ``think_max``: thinking with reasoning effort ``max``.
+    How each engine dialect is told is documented in ``docs/measurement.md``.
+    """
+
+    non_think = "non_think"
+    think_high = "think_high"
+    think_max = "think_max"
+
+
+class Speculative(_ClosedEnum):
+    """The speculative-decoding method a route serves; ``off`` is the baseline.
+
+    ``mtp``: Multi-Token Prediction heads (DeepSeek V3/V4 NextN layers);
+    ``dspark``: DSpark drafting; ``eagle3``: EAGLE-3 draft head;
+    ``draft``: a separate small draft model; ``ngram``: prompt n-gram lookup.
+    """
+
+    off = "off"
+    mtp = "mtp"
+    dspark = "dspark"
+    eagle3 = "eagle3"
+    draft = "draft"
+    ngram = "ngram"
+
+
+class QualityParity(_ClosedEnum):
+    """Whether a row's outputs were shown equal to plain decoding.
+
+    ``verified``: shown (exact acceptance and task parity for a speculative row;
+    a passing determinism control with complete references for ``off``);
+    ``differs``: a mismatch was seen; ``unknown``: not established.
+    """
+
+    unknown = "unknown"
+    verified = "verified"
+    differs = "differs"
+
+
+class Hosting(_ClosedEnum):
+    """Where the engine runs.
+
+    ``embedded``: this library's loopback reference engine; ``self_hosted``: an
+    engine the user runs (vLLM, SGLang, llama.cpp); ``managed_api``: a
+    provider's hosted API, reached only through an open ``LiveGate``.
+    """
+
+    embedded = "embedded"
+    self_hosted = "self_hosted"
+    managed_api = "managed_api"
+
+
+class Dialect(_ClosedEnum):
+    """Which engine's wire extras a route speaks (see ``docs/measurement.md``).
+
+    ``auto`` reads every known place for acceptance counts.
+    """
+
+    auto = "auto"
+    vllm = "vllm"
+    sglang = "sglang"
+    llamacpp = "llamacpp"
+    openai = "openai"
+    deepseek = "deepseek"
+
+
+class AcceptanceScope(_ClosedEnum):
+    """Where acceptance figures came from.
+
+    ``per_request``: the engine reported them on each response (usage block or
+    the fields beside it); ``server_wide``: a delta of the engine's Prometheus
+    counters over the run, covering every request the server saw in that window.
+    """
+
+    per_request = "per_request"
+    server_wide = "server_wide"
+
+
+KEY_AXES: tuple[str, ...] = (
+    "model_id",
+    "provider_route",
+    "engine_route",
+    "hosting",
+    "context_bucket",
+    "output_target",
+    "reasoning_mode",
+    "stream",
+    "speculative",
+)
+"""The fields that key a ``Row``: a cell of the benchmark grid."""

@@ -1,0 +1,259 @@
+"""``LiveGate``: the one door through which this library opens connections.
+
+Every HTTP request the library makes goes through an ``httpx`` transport wrapped
+by :meth:`LiveGate.wrap` (or a client made by :meth:`LiveGate.client`). The gate
+looks at each request *before* the inner transport is called, so no socket is
+opened for a refused request, and retries and redirects (which httpx sends
+through the same transport) pass the gate too.
+
+Rules:
+
+* Loopback hosts (``127.0.0.0/8``, ``::1``, ``localhost``) are allowed by default.
+* Any other host needs an API key (the gate's own, or an ``Authorization``
+  header already on the request) **and** ``spend=True``.
+* Optional budgets: ``max_requests`` (requests admitted, every host counted)
+  and ``max_output_tokens`` (tokens charged with :meth:`charge_output_tokens`);
+  once spent, every further request is refused.
+
+A refusal raises :class:`~deepseekbench.LiveGateError` naming the host and what
+is missing. The key is held as a :class:`pydantic.SecretStr` and appears in no
+repr, log or exception.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from deepseekbench._errors import LiveGateError
+
+ENV_API_KEY = "DEEPSEEKBENCH_API_KEY"
+"""Environment variable :meth:`LiveGate.from_env` reads the API key from."""
+ENV_SPEND = "DEEPSEEKBENCH_SPEND"
+"""Environment variable; ``1`` (or ``true``/``yes``) opens the gate for spending."""
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def is_loopback_host(host: str) -> bool:
+    """Return True for ``localhost``, ``127.0.0.0/8`` and ``::1`` (no DNS lookup).
+
+    A name that merely resolves to loopback is *not* loopback: the gate never
+    resolves names, so a DNS answer cannot open it.
+    """
+    name = host.strip().lower().rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if name == "localhost":
+        return True
+    try:
+        addr = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped.is_loopback
+    return addr.is_loopback
+
+
+class LiveGate:
+    """Checks every request before a connection is opened.
+
+    Args:
+        api_key: key for non-loopback hosts (``str`` or ``SecretStr``); sent as
+            ``Authorization: Bearer`` to a non-loopback host when the request
+            carries none. Never shown in ``repr``.
+        spend: must be True for any non-loopback request (CLIs map ``--spend``).
+        max_requests: refuse after this many admitted requests (``None`` = no limit).
+        max_output_tokens: refuse once this many output tokens were charged
+            (``None`` = no limit).
+
+    Raises:
+        ValueError: a budget is negative.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: SecretStr | str | None = None,
+        spend: bool = False,
+        max_requests: int | None = None,
+        max_output_tokens: int | None = None,
+    ) -> None:
+        if max_requests is not None and max_requests < 0:
+            raise ValueError("max_requests must be >= 0")
+        if max_output_tokens is not None and max_output_tokens < 0:
+            raise ValueError("max_output_tokens must be >= 0")
+        if isinstance(api_key, str):
+            api_key = SecretStr(api_key) if api_key else None
+        self._api_key: SecretStr | None = api_key
+        self._spend = bool(spend)
+        self._max_requests = max_requests
+        self._max_output_tokens = max_output_tokens
+        self._requests = 0
+        self._output_tokens = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        spend: bool | None = None,
+        max_requests: int | None = None,
+        max_output_tokens: int | None = None,
+    ) -> LiveGate:
+        """Build a gate from ``DEEPSEEKBENCH_API_KEY`` and ``DEEPSEEKBENCH_SPEND=1``.
+
+        ``spend``, when given (a CLI's ``--spend``), overrides the variable.
+        """
+        env = os.environ if environ is None else environ
+        key = env.get(ENV_API_KEY) or None
+        env_spend = env.get(ENV_SPEND, "").strip().lower() in _TRUE
+        return cls(
+            api_key=key,
+            spend=env_spend if spend is None else spend,
+            max_requests=max_requests,
+            max_output_tokens=max_output_tokens,
+        )
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def api_key(self) -> SecretStr | None:
+        """The gate's key, as a ``SecretStr`` (``None`` when unset)."""
+        return self._api_key
+
+    @property
+    def spend(self) -> bool:
+        """Whether non-loopback requests may be sent at all."""
+        return self._spend
+
+    @property
+    def requests_admitted(self) -> int:
+        """Requests this gate has let through (every host counted)."""
+        return self._requests
+
+    @property
+    def output_tokens_charged(self) -> int:
+        """Output tokens charged with :meth:`charge_output_tokens`, in tokens."""
+        return self._output_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"LiveGate(spend={self._spend}, api_key={'set' if self._api_key else 'unset'}, "
+            f"max_requests={self._max_requests}, max_output_tokens={self._max_output_tokens}, "
+            f"requests_admitted={self._requests}, output_tokens_charged={self._output_tokens})"
+        )
+
+    # -- checks --------------------------------------------------------------
+    def refusal(
+        self, url: httpx.URL | str, *, has_auth_header: bool = False
+    ) -> LiveGateError | None:
+        """Return the error a request to ``url`` would raise now, or ``None`` if admitted.
+
+        Consumes nothing; a dry run uses it to say what would be refused.
+        """
+        u = httpx.URL(url) if isinstance(url, str) else url
+        host = u.host or ""
+        missing: list[str] = []
+        if u.scheme not in ("http", "https"):
+            missing.append(f"a supported scheme (got {u.scheme!r})")
+        if not is_loopback_host(host):
+            if self._api_key is None and not has_auth_header:
+                missing.append("an API key")
+            if not self._spend:
+                missing.append("spend=True (--spend or DEEPSEEKBENCH_SPEND=1)")
+        if self._max_requests is not None and self._requests >= self._max_requests:
+            missing.append(f"request budget (max_requests={self._max_requests} spent)")
+        if (
+            self._max_output_tokens is not None
+            and self._output_tokens >= self._max_output_tokens
+        ):
+            missing.append(
+                f"output-token budget (max_output_tokens={self._max_output_tokens} spent)"
+            )
+        if not missing:
+            return None
+        return LiveGateError(
+            f"LiveGate refused a request to host {host!r}: missing {', '.join(missing)}",
+            host=host,
+            missing=tuple(missing),
+        )
+
+    def check_url(self, url: httpx.URL | str) -> None:
+        """Raise :class:`LiveGateError` if a request to ``url`` would be refused now."""
+        err = self.refusal(url)
+        if err is not None:
+            raise err
+
+    def admit(self, request: httpx.Request) -> None:
+        """Admit ``request`` (counting it against ``max_requests``) or raise.
+
+        Adds the gate's key as a Bearer header for an admitted non-loopback
+        request that carries no ``Authorization`` header.
+
+        Raises:
+            LiveGateError: the request is refused; nothing was sent.
+        """
+        has_auth = "authorization" in request.headers
+        with self._lock:
+            err = self.refusal(request.url, has_auth_header=has_auth)
+            if err is not None:
+                raise err
+            self._requests += 1
+        if not has_auth and self._api_key is not None and not is_loopback_host(request.url.host):
+            request.headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+
+    def charge_output_tokens(self, n_tokens: int) -> None:
+        """Charge ``n_tokens`` generated output tokens against ``max_output_tokens``.
+
+        Raises:
+            ValueError: ``n_tokens`` is negative.
+        """
+        if n_tokens < 0:
+            raise ValueError("n_tokens must be >= 0")
+        with self._lock:
+            self._output_tokens += n_tokens
+
+    # -- seams ---------------------------------------------------------------
+    def wrap(self, transport: httpx.AsyncBaseTransport) -> GatedTransport:
+        """Wrap an async transport so each request passes :meth:`admit` first."""
+        return GatedTransport(self, transport)
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """Return an ``httpx.AsyncClient`` whose every request passes this gate.
+
+        Accepts ``httpx.AsyncClient`` keyword arguments; a given ``transport`` is
+        wrapped. ``trust_env`` is off (no environment proxies or netrc).
+
+        Raises:
+            TypeError: ``mounts`` or ``proxy`` is given (they would bypass the gate).
+        """
+        for banned in ("mounts", "proxy", "proxies"):
+            if banned in kwargs:
+                raise TypeError(
+                    f"LiveGate.client() does not accept {banned!r}: it would bypass the gate"
+                )
+        inner = kwargs.pop("transport", None) or httpx.AsyncHTTPTransport()
+        kwargs.setdefault("trust_env", False)
+        return httpx.AsyncClient(transport=self.wrap(inner), **kwargs)
+
+
+class GatedTransport(httpx.AsyncBaseTransport):
+    """An ``httpx`` async transport that asks a :class:`LiveGate` before every request."""
+
+    def __init__(self, gate: LiveGate, inner: httpx.AsyncBaseTransport) -> None:
+        self.gate = gate
+        self.inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.gate.admit(request)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,279 @@
+"""``Row``: one cell of the benchmark grid for one speculative value.
+
+A row is keyed by :data:`~deepseekbench.KEY_AXES` and carries the cell's
+medians, their dispersion, acceptance and quality parity. Rows are frozen,
+reject unknown fields, and round-trip exactly through JSONL (orjson).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from deepseekbench._axes import (
+    AcceptanceScope,
+    ContextBucket,
+    Hosting,
+    OutputTarget,
+    QualityParity,
+    ReasoningMode,
+    Speculative,
+)
+from deepseekbench._errors import RowFormatError
+
+SCHEMA_VERSION = 1
+"""Version of the ``Row`` JSON contract; bumped on any incompatible change."""
+
+REQUIRED_FIELDS: tuple[str, ...] = (
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "output_toks_per_s",
+    "n_requests",
+)
+"""Fields a complete row carries: the four timing medians (not ``None``) and
+``n_requests >= 1``. Acceptance fields are not required: an ``off`` row has none."""
+
+_MODEL_CONFIG = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class Percentiles(BaseModel):
+    """Percentiles of one metric over a cell's requests (numpy's linear interpolation).
+
+    Same unit as the metric they describe; ``None`` where no request gave a value.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    p50: float | None = Field(default=None, description="50th percentile (median), metric's unit")
+    p90: float | None = Field(default=None, description="90th percentile, metric's unit")
+    p99: float | None = Field(default=None, description="99th percentile, metric's unit")
+
+
+class Dispersion(BaseModel):
+    """p50/p90/p99 per timing field, so a reader can judge noise."""
+
+    model_config = _MODEL_CONFIG
+
+    ttft_ms: Percentiles | None = Field(default=None, description="TTFT percentiles, ms")
+    tpot_ms: Percentiles | None = Field(default=None, description="TPOT percentiles, ms/token")
+    e2e_ms: Percentiles | None = Field(default=None, description="E2E latency percentiles, ms")
+    itl_ms: Percentiles | None = Field(
+        default=None, description="inter-chunk latency percentiles over all chunks, ms"
+    )
+    output_toks_per_s: Percentiles | None = Field(
+        default=None, description="per-request output throughput percentiles, tokens/s"
+    )
+
+
+class Row(BaseModel):
+    """One benchmark cell for one speculative value.
+
+    Keys (:data:`~deepseekbench.KEY_AXES`): ``model_id``, ``provider_route``,
+    ``engine_route``, ``hosting``, ``context_bucket``, ``output_target``,
+    ``reasoning_mode``, ``stream``, ``speculative``. Scalar timing fields are
+    medians over the cell's successful requests. ``route_label`` names the
+    endpoint when two routes share a key (for example a correct and a mis-tuned
+    ``mtp`` server); it is not a key axis.
+
+    Raises:
+        pydantic.ValidationError: an unknown field, an unknown axis value (the
+            message lists the allowed ones), a ratio outside 0..1, an acceptance
+            length below 1, a negative time, a non-finite float, or
+            ``n_errors > n_requests``.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Row contract version")
+    # --- key axes ---------------------------------------------------------
+    model_id: str = Field(min_length=1, description="model served, as the engine names it")
+    provider_route: str = Field(
+        min_length=1, description="who serves it, e.g. 'local', 'deepseek-api'"
+    )
+    engine_route: str = Field(
+        min_length=1, description="engine family, e.g. 'vllm', 'sglang', 'llamacpp', 'embedded'"
+    )
+    hosting: Hosting = Field(description="where the engine runs")
+    context_bucket: ContextBucket = Field(description="prompt-length bucket, tokens")
+    output_target: OutputTarget = Field(description="request max_tokens, tokens")
+    reasoning_mode: ReasoningMode = Field(description="DeepSeek V4 reasoning-effort mode")
+    stream: bool = Field(description="whether responses were streamed (SSE)")
+    speculative: Speculative = Field(description="speculative method; 'off' is the baseline")
+    # --- identity beyond the key -----------------------------------------
+    route_label: str | None = Field(
+        default=None, description="endpoint name when routes share a key (not a key axis)"
+    )
+    # --- measurements (medians) ------------------------------------------
+    ttft_ms: float | None = Field(default=None, ge=0, description="median TTFT, ms")
+    tpot_ms: float | None = Field(
+        default=None, ge=0, description="median TPOT = (E2E - TTFT)/(completion_tokens - 1), ms"
+    )
+    e2e_ms: float | None = Field(default=None, ge=0, description="median E2E latency, ms")
+    output_toks_per_s: float | None = Field(
+        default=None, ge=0, description="median completion_tokens / E2E, tokens/s"
+    )
+    accepted_token_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="accepted draft tokens / drafted tokens over the cell (None = unknown)",
+    )
+    acceptance_length: float | None = Field(
+        default=None,
+        ge=1,
+        description="1 + accepted draft tokens / verify steps, tokens per step (None = unknown)",
+    )
+    acceptance_scope: AcceptanceScope | None = Field(
+        default=None, description="per_request or server_wide (Prometheus delta); None = unknown"
+    )
+    draft_tokens: int | None = Field(
+        default=None, ge=0, description="drafted tokens summed, tokens"
+    )
+    accepted_tokens: int | None = Field(
+        default=None, ge=0, description="accepted draft tokens summed, tokens"
+    )
+    tokens_estimated: bool = Field(
+        default=False, description="True when any request's completion_tokens was estimated"
+    )
+    # --- quality ----------------------------------------------------------
+    quality_parity: QualityParity = Field(
+        default=QualityParity.unknown, description="parity with plain decoding"
+    )
+    parity_detail: str | None = Field(
+        default=None, description="why parity is what it is, e.g. the first divergence"
+    )
+    # --- counts and dispersion -------------------------------------------
+    n_requests: int = Field(default=0, ge=0, description="measured requests (warm-up excluded)")
+    n_errors: int = Field(default=0, ge=0, description="measured requests that ended in error")
+    dispersion: Dispersion = Field(
+        default_factory=Dispersion, description="p50/p90/p99 per timing field"
+    )
+
+    @model_validator(mode="after")
+    def _check_counts(self) -> Row:
+        if self.n_errors > self.n_requests:
+            raise ValueError(f"n_errors ({self.n_errors}) exceeds n_requests ({self.n_requests})")
+        return self
+
+    # --- completeness -----------------------------------------------------
+    def missing_fields(self) -> tuple[str, ...]:
+        """Names from :data:`REQUIRED_FIELDS` this row lacks (empty when complete)."""
+        missing: list[str] = []
+        for name in REQUIRED_FIELDS:
+            value = getattr(self, name)
+            if value is None or (name == "n_requests" and value < 1):
+                missing.append(name)
+        return tuple(missing)
+
+    @property
+    def is_complete(self) -> bool:
+        """True when every field of :data:`REQUIRED_FIELDS` is present."""
+        return not self.missing_fields()
+
+    def key(self) -> tuple[Any, ...]:
+        """The row's key-axis values, in :data:`KEY_AXES` order."""
+        from deepseekbench._axes import KEY_AXES
+
+        return tuple(getattr(self, name) for name in KEY_AXES)
+
+    def __repr_args__(self) -> Any:
+        yield from super().__repr_args__()
+        if not self.is_complete:
+            yield "incomplete", self.missing_fields()
+
+    # --- JSONL ------------------------------------------------------------
+    def to_json_line(self) -> bytes:
+        """The row as one JSON line (UTF-8, newline-terminated)."""
+        return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_APPEND_NEWLINE)
+
+    @classmethod
+    def from_json_line(cls, line: bytes | str) -> Row:
+        """Parse one JSON line written by :meth:`to_json_line`.
+
+        Raises:
+            orjson.JSONDecodeError: not JSON.
+            pydantic.ValidationError: JSON that is not a valid row.
+        """
+        return cls.model_validate(orjson.loads(line))
+
+    def _repr_html_(self) -> str:
+        return rows_html([self])
+
+
+def write_rows(path: str | Path, rows: Iterable[Row], *, append: bool = True) -> Path:
+    """Write rows as JSONL (one row a line), flushing after each; returns the path."""
+    p = Path(path)
+    with p.open("ab" if append else "wb") as fh:
+        for row in rows:
+            fh.write(row.to_json_line())
+            fh.flush()
+    return p
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """Read every row of a JSONL file (blank lines skipped).
+
+    Raises:
+        RowFormatError: a line is not a valid row; carries its 1-based line number.
+    """
+    rows: list[Row] = []
+    with Path(path).open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(Row.from_json_line(line))
+            except (orjson.JSONDecodeError, ValidationError) as exc:
+                raise RowFormatError(
+                    f"line {number} of {path} is not a valid Row: {exc}", line_number=number
+                ) from exc
+    return rows
+
+
+_HTML_COLUMNS: tuple[str, ...] = (
+    "model_id",
+    "engine_route",
+    "route_label",
+    "context_bucket",
+    "output_target",
+    "reasoning_mode",
+    "speculative",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "output_toks_per_s",
+    "accepted_token_ratio",
+    "acceptance_length",
+    "quality_parity",
+    "n_requests",
+    "n_errors",
+)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
+    return html.escape(str(value))
+
+
+def rows_html(rows: Iterable[Row]) -> str:
+    """An HTML table of rows (what Jupyter shows for a ``Row``)."""
+    head = "".join(f"<th>{c}</th>" for c in _HTML_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_cell(getattr(r, c))}</td>" for c in _HTML_COLUMNS) + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def row_json_schema() -> dict[str, Any]:
+    """The JSON Schema of :class:`Row` (pydantic's export, serialization mode)."""
+    return Row.model_json_schema(mode="serialization")

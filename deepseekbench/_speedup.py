@@ -1,0 +1,193 @@
+"""``compare_speedup``: the only place a speedup figure is made.
+
+A speedup is printed only when every condition holds (see
+:func:`compare_speedup`); otherwise the verdict carries the reasons and no
+figure. A refused verdict's ``str``, ``repr`` and JSON contain no number at
+all (only names such as ``e2e_ms``), so no speedup can leak through a rendering.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from deepseekbench._axes import KEY_AXES, QualityParity, Speculative
+from deepseekbench._row import Row
+
+MIN_REQUESTS_FOR_SPEEDUP = 5
+"""Fewest measured requests (``Row.n_requests``) each row needs before a speedup
+is printed: a median of fewer is too noisy to credit."""
+
+
+class SpeedupMetric(StrEnum):
+    """What a speedup is computed from.
+
+    ``tpot_ms``: decode speed, ``baseline.tpot_ms / candidate.tpot_ms`` (default);
+    ``e2e_ms``: ``baseline.e2e_ms / candidate.e2e_ms``;
+    ``output_toks_per_s``: ``candidate.output_toks_per_s / baseline.output_toks_per_s``.
+    All are "times faster": above 1 means the candidate is faster.
+    """
+
+    tpot_ms = "tpot_ms"
+    e2e_ms = "e2e_ms"
+    output_toks_per_s = "output_toks_per_s"
+
+
+class RefusalReason(StrEnum):
+    """Why a speedup was not printed; a verdict lists every reason that applies."""
+
+    baseline_parity_not_verified = "baseline_parity_not_verified"
+    candidate_parity_not_verified = "candidate_parity_not_verified"
+    baseline_not_off = "baseline_not_off"
+    candidate_is_off = "candidate_is_off"
+    key_axis_mismatch = "key_axis_mismatch"
+    baseline_incomplete = "baseline_incomplete"
+    candidate_incomplete = "candidate_incomplete"
+    baseline_too_few_requests = "baseline_too_few_requests"
+    candidate_too_few_requests = "candidate_too_few_requests"
+    baseline_metric_missing = "baseline_metric_missing"
+    candidate_metric_missing = "candidate_metric_missing"
+    baseline_metric_not_positive = "baseline_metric_not_positive"
+    candidate_metric_not_positive = "candidate_metric_not_positive"
+    speedup_not_finite = "speedup_not_finite"
+
+
+class SpeedupVerdict(BaseModel):
+    """The outcome of :func:`compare_speedup`.
+
+    Invariant (checked on construction): ``printed`` ⇔ ``speedup is not None`` ⇔
+    ``reasons == ()``; a confidence interval exists only on a printed verdict.
+
+    Attributes:
+        metric: the metric compared.
+        printed: True only when a speedup was earned.
+        speedup: times faster (dimensionless, > 0), or ``None`` when refused.
+        reasons: every :class:`RefusalReason` that applies (empty when printed).
+        mismatched_axes: key axes other than ``speculative`` that differ.
+        ci_low, ci_high: optional 95 % bootstrap interval of the speedup,
+            attached by the scorecard when per-request samples exist.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    metric: SpeedupMetric
+    printed: bool
+    speedup: float | None = Field(default=None, gt=0, description="times faster, dimensionless")
+    reasons: tuple[RefusalReason, ...] = ()
+    mismatched_axes: tuple[str, ...] = ()
+    ci_low: float | None = Field(default=None, gt=0, description="bootstrap 95% CI low")
+    ci_high: float | None = Field(default=None, gt=0, description="bootstrap 95% CI high")
+
+    @model_validator(mode="after")
+    def _check_invariant(self) -> SpeedupVerdict:
+        if self.printed != (self.speedup is not None) or self.printed == bool(self.reasons):
+            raise ValueError("printed must hold exactly when a speedup exists and no reason does")
+        if not self.printed and (self.ci_low is not None or self.ci_high is not None):
+            raise ValueError("a refused verdict carries no interval")
+        return self
+
+    def with_interval(self, low: float, high: float) -> SpeedupVerdict:
+        """A copy carrying a 95 % interval; a refused verdict is returned unchanged."""
+        if not self.printed:
+            return self
+        return self.model_copy(update={"ci_low": low, "ci_high": high})
+
+    def __str__(self) -> str:
+        if self.printed and self.speedup is not None:
+            ci = ""
+            if self.ci_low is not None and self.ci_high is not None:
+                ci = f" (95% CI {self.ci_low:.2f}–{self.ci_high:.2f})"
+            return f"{self.speedup:.2f}× by {self.metric.value}{ci}"
+        text = "refused: " + ", ".join(r.value for r in self.reasons)
+        if self.mismatched_axes:
+            text += " [" + ", ".join(self.mismatched_axes) + "]"
+        return text
+
+
+def _metric_value(row: Row, metric: SpeedupMetric) -> float | None:
+    value: Any = getattr(row, metric.value)
+    return None if value is None else float(value)
+
+
+def compare_speedup(
+    baseline: Row,
+    candidate: Row,
+    *,
+    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+    min_requests: int = MIN_REQUESTS_FOR_SPEEDUP,
+) -> SpeedupVerdict:
+    """Credit ``candidate`` with a speedup over ``baseline`` only when it is earned.
+
+    A speedup is printed only when all hold: both rows have
+    ``quality_parity == verified``; ``baseline.speculative == off`` and
+    ``candidate.speculative != off``; every other key axis is equal; both rows
+    are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
+    ``n_requests >= min_requests``; the metric is present and positive on both.
+
+    Args:
+        baseline: the ``speculative=off`` row.
+        candidate: the speculative row.
+        metric: :class:`SpeedupMetric` (or its value); default decode speed (TPOT).
+        min_requests: the minimum ``n_requests`` per row
+            (default :data:`MIN_REQUESTS_FOR_SPEEDUP`).
+
+    Returns:
+        A :class:`SpeedupVerdict`; ``speedup`` is dimensionless ("times faster").
+
+    Raises:
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value, or
+            ``min_requests < 1``.
+    """
+    metric = SpeedupMetric(metric)
+    if min_requests < 1:
+        raise ValueError("min_requests must be >= 1")
+    reasons: list[RefusalReason] = []
+    R = RefusalReason
+    if baseline.quality_parity is not QualityParity.verified:
+        reasons.append(R.baseline_parity_not_verified)
+    if candidate.quality_parity is not QualityParity.verified:
+        reasons.append(R.candidate_parity_not_verified)
+    if baseline.speculative is not Speculative.off:
+        reasons.append(R.baseline_not_off)
+    if candidate.speculative is Speculative.off:
+        reasons.append(R.candidate_is_off)
+    mismatched = tuple(
+        axis
+        for axis in KEY_AXES
+        if axis != "speculative" and getattr(baseline, axis) != getattr(candidate, axis)
+    )
+    if mismatched:
+        reasons.append(R.key_axis_mismatch)
+    if not baseline.is_complete:
+        reasons.append(R.baseline_incomplete)
+    if not candidate.is_complete:
+        reasons.append(R.candidate_incomplete)
+    if baseline.n_requests < min_requests:
+        reasons.append(R.baseline_too_few_requests)
+    if candidate.n_requests < min_requests:
+        reasons.append(R.candidate_too_few_requests)
+    b = _metric_value(baseline, metric)
+    c = _metric_value(candidate, metric)
+    for value, missing, not_positive in (
+        (b, R.baseline_metric_missing, R.baseline_metric_not_positive),
+        (c, R.candidate_metric_missing, R.candidate_metric_not_positive),
+    ):
+        if value is None:
+            reasons.append(missing)
+        elif not value > 0:
+            reasons.append(not_positive)
+    if reasons or b is None or c is None:
+        return SpeedupVerdict(
+            metric=metric, printed=False, reasons=tuple(reasons), mismatched_axes=mismatched
+        )
+    speedup = c / b if metric is SpeedupMetric.output_toks_per_s else b / c
+    if not (math.isfinite(speedup) and speedup > 0):
+        return SpeedupVerdict(metric=metric, printed=False, reasons=(R.speedup_not_finite,))
+    return SpeedupVerdict(metric=metric, printed=True, speedup=speedup)
+
+
+CompareSpeedup = compare_speedup
+"""The design card's CamelCase name for :func:`compare_speedup`."""
