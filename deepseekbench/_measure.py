@@ -1,0 +1,603 @@
+"""``measure_streamed``: time one streamed chat completion and read its acceptance.
+
+Layers, kept apart: bytes (httpx ``aiter_bytes``, each read stamped with
+``time.perf_counter_ns()`` before any parsing) -> events (:class:`SSEDecoder`)
+-> timed deltas (:class:`_Accumulator`) -> :class:`StreamMeasurement`.
+
+Timing (all in ms from ``start``, taken just before the request is sent):
+
+* TTFT: arrival of the first chunk carrying a token (non-empty ``content``,
+  ``reasoning_content``/``reasoning`` or ``tool_calls``); role-only and empty
+  frames are not tokens.
+* E2E: arrival of the last token-bearing chunk; a trailing usage chunk does
+  not extend it.
+* TPOT = (E2E - TTFT) / (completion_tokens - 1), ``None`` below 2 tokens.
+* ITL: gaps between consecutive token-bearing chunks.
+* output_toks_per_s = completion_tokens / (E2E / 1000).
+
+Faults never raise: they are recorded as a :class:`StreamError` with everything
+received so far. Caller mistakes raise (see :func:`measure_streamed`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from deepseekbench._acceptance import AcceptanceRecord, read_acceptance
+from deepseekbench._axes import Dialect, Speculative
+from deepseekbench._errors import LiveGateError
+from deepseekbench._gate import GatedTransport, LiveGate
+from deepseekbench._request import ChatRequest, coerce_request
+from deepseekbench._route import EngineRoute
+from deepseekbench._sse import SSEDecoder, SSEEvent
+
+__all__ = [
+    "ErrorKind",
+    "MeasureStreamed",
+    "StreamError",
+    "StreamMeasurement",
+    "Timeouts",
+    "measure_streamed",
+]
+
+_ERROR_BODY_LIMIT = 64 * 1024
+_MESSAGE_LIMIT = 500
+
+
+class ErrorKind(StrEnum):
+    """What went wrong with a stream (server side or network; never a caller mistake).
+
+    ``http_status``: non-2xx response; ``server_error_event``: an error object
+    (or ``event: error``) inside the stream; ``truncated``: the stream ended
+    without ``[DONE]`` and without a finish reason, or mid-event, or the
+    connection broke mid-body; ``invalid_event``: an event that is not a JSON
+    chunk object (reading goes on); ``timeout``: a connect, first-token or
+    total deadline passed; ``connect``: no connection / no response head.
+    """
+
+    http_status = "http_status"
+    server_error_event = "server_error_event"
+    truncated = "truncated"
+    invalid_event = "invalid_event"
+    timeout = "timeout"
+    connect = "connect"
+
+
+# The measurement's ``error`` is the most severe one recorded (first of its rank).
+_SEVERITY: dict[ErrorKind, int] = {
+    ErrorKind.timeout: 0,
+    ErrorKind.connect: 1,
+    ErrorKind.http_status: 2,
+    ErrorKind.server_error_event: 3,
+    ErrorKind.truncated: 4,
+    ErrorKind.invalid_event: 5,
+}
+
+
+class StreamError(BaseModel):
+    """One recorded fault: its ``kind`` and a short ``message`` (never an API key)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ErrorKind
+    message: str
+
+
+class Timeouts(BaseModel):
+    """Deadlines for one measurement, in seconds (``None`` = no deadline).
+
+    ``connect_s``: TCP/TLS connect (httpx connect timeout); ``first_token_s``:
+    from start to the first token-bearing chunk (an ``anyio`` cancel scope,
+    lifted once a token arrives); ``total_s``: the whole measurement
+    (``anyio.move_on_after``). A passed deadline is recorded as
+    ``ErrorKind.timeout`` with the partial data kept.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    connect_s: float | None = Field(default=10.0, gt=0)
+    first_token_s: float | None = Field(default=600.0, gt=0)
+    total_s: float | None = Field(default=3600.0, gt=0)
+
+
+class StreamMeasurement(BaseModel):
+    """What one streamed chat completion produced and how fast.
+
+    Times are ms from the moment just before the request was sent; token counts
+    in tokens; ``None`` = unknown (never 0 for unknown). Definitions and
+    sources: ``docs/measurement.md``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = Field(default="", description="Concatenated delta.content (choice 0).")
+    reasoning_text: str | None = Field(
+        default=None, description="Concatenated delta.reasoning_content; None if none streamed."
+    )
+    completion_tokens: int | None = Field(
+        default=None, description="From the last usage block seen (tokens); None without usage."
+    )
+    prompt_tokens: int | None = Field(default=None, description="From usage (tokens).")
+    reasoning_tokens: int | None = Field(
+        default=None, description="usage.completion_tokens_details.reasoning_tokens (tokens)."
+    )
+    tokens_estimated: bool = Field(
+        default=True, description="True when no usage gave completion_tokens."
+    )
+    estimated_completion_tokens: int | None = Field(
+        default=None,
+        description="When tokens_estimated: token ids streamed if exposed, else token-bearing "
+        "chunks (a lower bound under multi-token chunks). Used for tpot/throughput then.",
+    )
+    ttft_ms: float | None = Field(default=None, description="Time to first token (ms).")
+    e2e_ms: float | None = Field(default=None, description="Time to last token (ms).")
+    tpot_ms: float | None = Field(
+        default=None, description="(e2e - ttft) / (tokens - 1) (ms/token)."
+    )
+    itl_ms: list[float] = Field(
+        default_factory=list, description="Gaps between token-bearing chunks (ms)."
+    )
+    tokens_per_chunk: list[int] | None = Field(
+        default=None, description="Tokens in each token-bearing chunk, from continuous usage."
+    )
+    itl_per_token_ms: list[float] | None = Field(
+        default=None,
+        description="Each chunk gap divided evenly over the chunk's tokens (ms/token); "
+        "needs tokens_per_chunk.",
+    )
+    chunk_arrival_ms: list[float] = Field(
+        default_factory=list, description="Arrival of each token-bearing chunk (ms from start)."
+    )
+    output_toks_per_s: float | None = Field(
+        default=None, description="tokens / (e2e / 1000) (tokens/s)."
+    )
+    finish_reason: str | None = None
+    http_status: int | None = Field(
+        default=None, description="The status of a non-2xx response; None for 2xx or none."
+    )
+    status_code: int | None = Field(default=None, description="The response status, any value.")
+    error: StreamError | None = Field(default=None, description="The most severe fault.")
+    errors: list[StreamError] = Field(default_factory=list, description="Every fault, in order.")
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    accepted_token_ratio: float | None = Field(
+        default=None, description="accepted draft tokens / drafted tokens (ratio)."
+    )
+    acceptance_length: float | None = Field(
+        default=None, description="1 + accepted / verify steps (tokens per step)."
+    )
+    acceptance: AcceptanceRecord | None = None
+    accepted_prediction_tokens: int | None = Field(
+        default=None, description="OpenAI Predicted Outputs count; not speculative acceptance."
+    )
+    rejected_prediction_tokens: int | None = Field(
+        default=None, description="OpenAI Predicted Outputs count; not speculative acceptance."
+    )
+    usage: dict[str, Any] | None = Field(default=None, description="The last raw usage block.")
+    token_ids: list[int] | None = Field(
+        default=None, description="Output token ids, where the engine streams them."
+    )
+    events: int = Field(default=0, description="Data events received (incl. [DONE]).")
+    done: bool = Field(default=False, description="Whether data: [DONE] was received.")
+    dialect: Dialect = Dialect.auto
+    speculative: Speculative = Speculative.off
+    route_label: str | None = None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if value >= 0 else None
+
+
+class _Accumulator:
+    """Folds timed events into running totals. One per measurement."""
+
+    def __init__(self, dialect: Dialect, start_ns: int) -> None:
+        self.dialect = dialect
+        self.start_ns = start_ns
+        self.text: list[str] = []
+        self.reasoning: list[str] | None = None
+        self.token_times: list[int] = []
+        self.usage_at_token: list[int | None] = []
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.acceptance: AcceptanceRecord | None = None
+        self.token_ids: list[int] | None = None
+        self.errors: list[StreamError] = []
+        self.events = 0
+        self.done = False
+        self.status_code: int | None = None
+        self.http_status: int | None = None
+
+    def fail(self, kind: ErrorKind, message: str) -> None:
+        self.errors.append(StreamError(kind=kind, message=message[:_MESSAGE_LIMIT]))
+
+    def on_event(self, event: SSEEvent) -> bool:
+        """Fold one event; return True when it carried a token."""
+        data = event.data
+        if data == "[DONE]":
+            self.events += 1
+            self.done = True
+            return False
+        if not data.strip():
+            return False  # an empty data frame is a keep-alive, not an event to parse
+        self.events += 1
+        if event.event == "error":
+            self.fail(ErrorKind.server_error_event, _error_text(data))
+            return False
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            self.fail(ErrorKind.invalid_event, f"not JSON ({exc}): {data[:80]!r}")
+            return False
+        if not isinstance(chunk, dict):
+            self.fail(ErrorKind.invalid_event, f"not a JSON object: {data[:80]!r}")
+            return False
+        return self.on_chunk(chunk, event.arrival_ns)
+
+    def on_chunk(self, chunk: dict[str, Any], arrival_ns: int) -> bool:
+        err = chunk.get("error")
+        if err and "choices" not in chunk:
+            self.fail(ErrorKind.server_error_event, _error_text(err))
+            return False
+        if chunk.get("object") == "error":  # older vLLM ErrorResponse shape
+            self.fail(ErrorKind.server_error_event, _error_text(chunk))
+            return False
+        choices = chunk.get("choices", [])
+        if not isinstance(choices, list):
+            self.fail(ErrorKind.invalid_event, "'choices' is not a list")
+            choices = []
+        has_token = False
+        # acceptance adapters run only where a chunk can carry acceptance figures
+        spec = "metrics" in chunk or "meta_info" in chunk or "timings" in chunk
+        for choice in choices:
+            if not isinstance(choice, dict):
+                self.fail(ErrorKind.invalid_event, "a choice is not an object")
+                continue
+            spec = spec or "meta_info" in choice or "speculative_decoding_stats" in choice
+            if choice.get("index", 0) != 0:
+                continue
+            has_token = self._on_choice(choice) or has_token
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        if spec:
+            record = read_acceptance(chunk, self.dialect)
+            if record is not None:
+                self.acceptance = record
+        if has_token:
+            self.token_times.append(arrival_ns)
+            ct = _int_or_none(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+            self.usage_at_token.append(ct)
+        return has_token
+
+    def _on_choice(self, choice: dict[str, Any]) -> bool:
+        has_token = False
+        delta = choice.get("delta")
+        if delta is None:
+            delta = {}
+        if not isinstance(delta, dict):
+            self.fail(ErrorKind.invalid_event, "'delta' is not an object")
+            delta = {}
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.text.append(content)
+            has_token = True
+        reasoning = delta.get("reasoning_content")
+        if reasoning is None:
+            reasoning = delta.get("reasoning")  # newer vLLM name
+        if isinstance(reasoning, str) and reasoning:
+            if self.reasoning is None:
+                self.reasoning = []
+            self.reasoning.append(reasoning)
+            has_token = True
+        tool_calls = delta.get("tool_calls")
+        if isinstance(tool_calls, list) and tool_calls:
+            has_token = True
+        ids = choice.get("token_ids")
+        if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+            if self.token_ids is None:
+                self.token_ids = []
+            self.token_ids.extend(ids)
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str) and finish:
+            self.finish_reason = finish
+        return has_token
+
+    # -- results ----------------------------------------------------------------
+    def measurement(self, route: EngineRoute) -> StreamMeasurement:
+        usage = self.usage
+        completion = _int_or_none(usage.get("completion_tokens")) if usage else None
+        prompt = _int_or_none(usage.get("prompt_tokens")) if usage else None
+        details = usage.get("completion_tokens_details") if usage else None
+        details = details if isinstance(details, dict) else {}
+        estimated: int | None = None
+        if completion is None:
+            estimated = len(self.token_ids) if self.token_ids else len(self.token_times)
+        n_tokens = completion if completion is not None else estimated
+        ms = [(t - self.start_ns) / 1e6 for t in self.token_times]
+        ttft = ms[0] if ms else None
+        e2e = ms[-1] if ms else None
+        tpot = None
+        if ttft is not None and e2e is not None and n_tokens is not None and n_tokens >= 2:
+            tpot = (e2e - ttft) / (n_tokens - 1)
+        tps = None
+        if e2e is not None and e2e > 0 and n_tokens:
+            tps = n_tokens / (e2e / 1000.0)
+        itl = [b - a for a, b in itertools.pairwise(ms)]
+        per_chunk = self._tokens_per_chunk()
+        per_token: list[float] | None = None
+        if per_chunk is not None:
+            per_token = []
+            for gap, k in zip(itl, per_chunk[1:], strict=True):
+                per_token.extend([gap / k] * k)
+        acc = self.acceptance
+        error = min(self.errors, key=lambda e: _SEVERITY[e.kind]) if self.errors else None
+        return StreamMeasurement(
+            text="".join(self.text),
+            reasoning_text="".join(self.reasoning) if self.reasoning is not None else None,
+            completion_tokens=completion,
+            prompt_tokens=prompt,
+            reasoning_tokens=_int_or_none(details.get("reasoning_tokens")),
+            tokens_estimated=completion is None,
+            estimated_completion_tokens=estimated,
+            ttft_ms=ttft,
+            e2e_ms=e2e,
+            tpot_ms=tpot,
+            itl_ms=itl,
+            tokens_per_chunk=per_chunk,
+            itl_per_token_ms=per_token,
+            chunk_arrival_ms=ms,
+            output_toks_per_s=tps,
+            finish_reason=self.finish_reason,
+            http_status=self.http_status,
+            status_code=self.status_code,
+            error=error,
+            errors=list(self.errors),
+            draft_tokens=acc.draft_tokens if acc else None,
+            accepted_tokens=acc.accepted_tokens if acc else None,
+            accepted_token_ratio=acc.accepted_token_ratio if acc else None,
+            acceptance_length=acc.acceptance_length if acc else None,
+            acceptance=acc,
+            accepted_prediction_tokens=_int_or_none(details.get("accepted_prediction_tokens")),
+            rejected_prediction_tokens=_int_or_none(details.get("rejected_prediction_tokens")),
+            usage=usage,
+            token_ids=self.token_ids,
+            events=self.events,
+            done=self.done,
+            dialect=route.dialect,
+            speculative=route.speculative,
+            route_label=route.label,
+        )
+
+    def _tokens_per_chunk(self) -> list[int] | None:
+        """Tokens per token-bearing chunk from cumulative usage on each, else None."""
+        counts = self.usage_at_token
+        if not counts or any(c is None for c in counts):
+            return None
+        out: list[int] = []
+        prev = 0
+        for c in counts:
+            assert c is not None
+            k = c - prev
+            if k <= 0:
+                return None  # a token-bearing chunk that did not raise the count: unusable
+            out.append(k)
+            prev = c
+        return out
+
+
+def _error_text(err: Any) -> str:
+    """A short message from an OpenAI-style error object or raw text."""
+    if isinstance(err, str):
+        raw: str = err
+        try:
+            err = json.loads(raw)
+        except ValueError:
+            return raw[:_MESSAGE_LIMIT]
+    if isinstance(err, Mapping) and "error" in err:
+        err = err["error"]
+    if isinstance(err, Mapping):
+        parts = [str(err[k]) for k in ("message", "type", "code") if err.get(k) is not None]
+        if parts:
+            return " | ".join(parts)[:_MESSAGE_LIMIT]
+        detail = err.get("detail")
+        if detail is not None:
+            return str(detail)[:_MESSAGE_LIMIT]
+    return str(err)[:_MESSAGE_LIMIT]
+
+
+def _check_gated(client: httpx.AsyncClient, gate: LiveGate, url: str) -> None:
+    """Raise unless requests to ``url`` from ``client`` pass through ``gate``."""
+    transport = client._transport_for_url(httpx.URL(url))
+    host = httpx.URL(url).host
+    if not isinstance(transport, GatedTransport):
+        raise LiveGateError(
+            "measure_streamed needs a client made by gate.client() (or a transport "
+            "wrapped by gate.wrap()); this client's transport is not gated",
+            host=host,
+            missing=("a gated client",),
+        )
+    if transport.gate is not gate:
+        raise LiveGateError(
+            "the client is gated by a different LiveGate than the one passed",
+            host=host,
+            missing=("a client gated by this gate",),
+        )
+
+
+async def measure_streamed(
+    request: ChatRequest | Mapping[str, Any],
+    *,
+    route: EngineRoute,
+    gate: LiveGate,
+    client: httpx.AsyncClient | None = None,
+    timeouts: Timeouts | None = None,
+) -> StreamMeasurement:
+    """Stream ``POST {route.base_url}/chat/completions`` once and measure it.
+
+    Args:
+        request: a :class:`ChatRequest` or a dict of OpenAI body fields.
+        route: where to send it, the dialect and engine-scoped extras.
+        gate: the :class:`LiveGate` every request passes; charged with the
+            output tokens (usage count, else the estimate) afterwards.
+        client: a shared ``httpx.AsyncClient`` made by ``gate.client()``; when
+            ``None`` a gated client is made and closed here. Safe to share
+            between concurrent calls.
+        timeouts: connect / first-token / total deadlines (s).
+
+    Returns:
+        A :class:`StreamMeasurement`. Server faults (HTTP errors, error events,
+        truncation, invalid events, timeouts, refused connections) are recorded
+        in ``error``/``errors`` with everything received so far; they never raise.
+
+    Raises:
+        pydantic.ValidationError: ``request`` is invalid.
+        LiveGateError: the gate refuses the URL (before any connection) or
+            ``client`` is not gated by ``gate``.
+    """
+    req = coerce_request(request)
+    timeouts = timeouts or Timeouts()
+    url = route.chat_url
+    headers = route.request_headers()
+    refusal = gate.refusal(url, has_auth_header="authorization" in headers)
+    if refusal is not None:
+        raise refusal
+    if client is not None:
+        _check_gated(client, gate, url)
+    body = orjson.dumps(route.build_body(req))
+    if client is None:
+        async with gate.client() as own:
+            result = await _measure(own, url, headers, body, route, timeouts)
+    else:
+        result = await _measure(client, url, headers, body, route, timeouts)
+    charge = result.completion_tokens
+    if charge is None:
+        charge = result.estimated_completion_tokens or 0
+    gate.charge_output_tokens(charge)
+    return result
+
+
+MeasureStreamed = measure_streamed
+"""Alias of :func:`measure_streamed`."""
+
+
+async def _measure(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    route: EngineRoute,
+    timeouts: Timeouts,
+) -> StreamMeasurement:
+    http_timeout = httpx.Timeout(None, connect=timeouts.connect_s)
+    http_request = client.build_request(
+        "POST", url, content=body, headers=headers, timeout=http_timeout
+    )
+    acc = _Accumulator(route.dialect, 0)
+    with anyio.move_on_after(math.inf if timeouts.total_s is None else timeouts.total_s) as total:
+        first = math.inf if timeouts.first_token_s is None else timeouts.first_token_s
+        with anyio.move_on_after(first) as first_token:
+            acc.start_ns = time.perf_counter_ns()
+            await _exchange(client, http_request, acc, first_token)
+        if first_token.cancelled_caught:
+            acc.fail(ErrorKind.timeout, f"no token within first_token_s={timeouts.first_token_s}")
+    if total.cancelled_caught:
+        acc.fail(ErrorKind.timeout, f"stream not finished within total_s={timeouts.total_s}")
+    result = acc.measurement(route)
+    secret = route.api_key.get_secret_value() if route.api_key is not None else None
+    if secret and result.errors and any(secret in e.message for e in result.errors):
+        result = _redacted(result, secret)
+    return result
+
+
+def _redacted(m: StreamMeasurement, secret: str) -> StreamMeasurement:
+    def clean(e: StreamError) -> StreamError:
+        return StreamError(kind=e.kind, message=e.message.replace(secret, "***"))
+
+    errors = [clean(e) for e in m.errors]
+    return m.model_copy(
+        update={"errors": errors, "error": clean(m.error) if m.error is not None else None}
+    )
+
+
+async def _exchange(
+    client: httpx.AsyncClient,
+    http_request: httpx.Request,
+    acc: _Accumulator,
+    first_token: anyio.CancelScope,
+) -> None:
+    try:
+        response = await client.send(http_request, stream=True)
+    except httpx.TimeoutException as exc:
+        acc.fail(ErrorKind.timeout, f"connect: {type(exc).__name__}: {exc}")
+        return
+    except httpx.TransportError as exc:
+        acc.fail(ErrorKind.connect, f"{type(exc).__name__}: {exc}")
+        return
+    try:
+        acc.status_code = response.status_code
+        if not response.is_success:
+            acc.http_status = response.status_code
+            acc.fail(ErrorKind.http_status, await _error_body(response))
+            return
+        ctype = response.headers.get("content-type", "")
+        if ctype and "text/event-stream" not in ctype.lower():
+            acc.fail(ErrorKind.invalid_event, f"content-type is {ctype!r}, not text/event-stream")
+        await _read_stream(response, acc, first_token)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+
+
+async def _read_stream(
+    response: httpx.Response, acc: _Accumulator, first_token: anyio.CancelScope
+) -> None:
+    decoder = SSEDecoder()
+    waiting_first = True
+    try:
+        async for raw in response.aiter_bytes():
+            arrival = time.perf_counter_ns()  # stamped before any parsing
+            for event in decoder.feed(raw, arrival):
+                if acc.on_event(event) and waiting_first:
+                    waiting_first = False
+                    first_token.deadline = math.inf
+                if acc.done:
+                    return
+    except httpx.TimeoutException as exc:
+        acc.fail(ErrorKind.timeout, f"read: {type(exc).__name__}: {exc}")
+        return
+    except httpx.TransportError as exc:
+        acc.fail(ErrorKind.truncated, f"connection broke mid-stream: {type(exc).__name__}: {exc}")
+        return
+    if decoder.pending:
+        acc.fail(ErrorKind.truncated, "stream ended inside an event")
+    elif acc.finish_reason is None:
+        acc.fail(ErrorKind.truncated, "stream ended without [DONE] or a finish_reason")
+
+
+async def _error_body(response: httpx.Response) -> str:
+    """``HTTP <status>: <message>`` from a (JSON) error body, read up to 64 KiB."""
+    raw = b""
+    try:
+        async for part in response.aiter_bytes():
+            raw += part
+            if len(raw) >= _ERROR_BODY_LIMIT:
+                break
+    except httpx.HTTPError:
+        pass
+    text = raw[:_ERROR_BODY_LIMIT].decode("utf-8", errors="replace").strip()
+    detail = _error_text(text) if text else response.reason_phrase
+    return f"HTTP {response.status_code}: {detail}"

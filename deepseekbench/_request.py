@@ -1,0 +1,186 @@
+"""``ChatRequest``: a provider-neutral chat request.
+
+A request says *what* to ask (messages, sampling, reasoning mode). It never says
+*how* an engine should speculate: engine-specific speculative settings belong on
+:class:`~deepseekbench.EngineRoute` (``request_extras``), so the same request can
+be replayed unchanged against a baseline route and a speculative one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from deepseekbench._axes import ReasoningMode
+
+__all__ = ["ChatRequest", "coerce_request"]
+
+# Keys (at any depth of ``extra_body``) that configure speculative decoding or ask
+# an engine for its speculation side channel. Matched case-insensitively.
+_SPECULATIVE_KEY = re.compile(
+    r"^(speculative.*|spec_.*|num_speculative_tokens|n_draft|draft_.*|"
+    r"return_meta_info|lookahead.*|ngram_.*|prompt_lookup.*|mtp.*|eagle.*|dspark.*)$",
+    re.IGNORECASE,
+)
+
+# Body fields ChatRequest models itself, or that the route owns; they may not be
+# smuggled in through ``extra_body``.
+_OWNED_FIELDS = frozenset(
+    {
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "stop",
+        "reasoning_mode",
+        "model",
+        "stream",
+        "stream_options",
+        "chat_template_kwargs",
+        "thinking",
+        "reasoning_effort",
+        "reasoning_format",
+        "enable_thinking",
+    }
+)
+
+
+def _find_speculative_keys(value: Any, path: str = "") -> list[str]:
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        for key, sub in value.items():
+            here = f"{path}.{key}" if path else str(key)
+            if _SPECULATIVE_KEY.match(str(key)):
+                found.append(here)
+            found.extend(_find_speculative_keys(sub, here))
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            found.extend(_find_speculative_keys(sub, f"{path}[{i}]"))
+    return found
+
+
+class ChatRequest(BaseModel):
+    """One chat request, independent of engine and speculative method.
+
+    Fields map to the OpenAI Chat Completions body; ``reasoning_mode`` is turned
+    into each dialect's DeepSeek V4 controls by the route (see
+    ``docs/measurement.md``). ``stream`` and ``stream_options`` are always set by
+    the route and are not fields here.
+
+    Raises:
+        pydantic.ValidationError: an unknown field, a value out of range, or an
+            engine-specific speculative setting (e.g. ``speculative_config``,
+            ``num_speculative_tokens``, ``return_meta_info``, ``n_draft``,
+            ``spec_*``) in ``extra_body``; those belong on
+            ``EngineRoute.request_extras``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    messages: tuple[dict[str, Any], ...] = Field(
+        min_length=1, description="OpenAI chat messages, each with at least a 'role'."
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Upper bound on generated tokens (tokens)."
+    )
+    temperature: float | None = Field(
+        default=None, ge=0.0, le=2.0, description="Sampling temperature."
+    )
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    seed: int | None = Field(
+        default=None, description="Sampling seed, where the engine honours it."
+    )
+    reasoning_mode: ReasoningMode = Field(
+        default=ReasoningMode.non_think, description="DeepSeek V4 reasoning mode."
+    )
+    stop: tuple[str, ...] | None = Field(default=None, description="Stop strings.")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Other standard OpenAI body fields (e.g. 'tools', 'logprobs', "
+        "'prediction'); never engine speculative settings.",
+    )
+
+    @field_validator("messages")
+    @classmethod
+    def _messages_have_roles(cls, v: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        for i, msg in enumerate(v):
+            if not isinstance(msg.get("role"), str):
+                raise ValueError(f"messages[{i}] has no string 'role'")
+        return v
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_tuple(cls, v: Any) -> Any:
+        return (v,) if isinstance(v, str) else v
+
+    @field_validator("extra_body")
+    @classmethod
+    def _no_speculative_or_owned(cls, v: dict[str, Any]) -> dict[str, Any]:
+        spec = _find_speculative_keys(v)
+        if spec:
+            raise ValueError(
+                f"engine-specific speculative settings {sorted(spec)} do not belong on a "
+                "ChatRequest; put them on EngineRoute.request_extras"
+            )
+        owned = sorted(k for k in v if k in _OWNED_FIELDS)
+        if owned:
+            raise ValueError(
+                f"extra_body may not set {owned}: use the ChatRequest field "
+                "(reasoning_mode for thinking controls) or EngineRoute.request_extras"
+            )
+        return v
+
+    def body_fields(self) -> dict[str, Any]:
+        """Return the OpenAI body fields this request sets (no model/stream/reasoning).
+
+        Shape: ``{"messages": [...], "max_tokens": int, ...}`` plus ``extra_body``
+        merged at the top level. ``None`` fields are omitted.
+        """
+        body: dict[str, Any] = {"messages": [dict(m) for m in self.messages]}
+        for name in ("max_tokens", "temperature", "top_p", "seed"):
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = value
+        if self.stop is not None:
+            body["stop"] = list(self.stop)
+        body.update(self.extra_body)
+        return body
+
+
+_DICT_FIELDS = frozenset(ChatRequest.model_fields) - {"extra_body"}
+
+
+def coerce_request(request: ChatRequest | Mapping[str, Any]) -> ChatRequest:
+    """Return ``request`` as a validated :class:`ChatRequest`.
+
+    A plain dict of OpenAI body fields is accepted: the fields ChatRequest models
+    are taken as such and every other key goes to ``extra_body`` (validated the
+    same way). ``model``, ``stream`` and ``stream_options`` keys are ignored: the
+    route owns them.
+
+    Raises:
+        pydantic.ValidationError: the dict is not a valid request.
+        TypeError: ``request`` is neither a ChatRequest nor a mapping.
+    """
+    if isinstance(request, ChatRequest):
+        return request
+    if not isinstance(request, Mapping):
+        raise TypeError(f"request must be a ChatRequest or a dict, not {type(request).__name__}")
+    known: dict[str, Any] = {}
+    extra: dict[str, Any] = dict(request.get("extra_body") or {})
+    for key, value in request.items():
+        if key in ("model", "stream", "stream_options", "extra_body"):
+            continue
+        if key == "max_completion_tokens" and "max_tokens" not in request:
+            known["max_tokens"] = value
+        elif key in _DICT_FIELDS:
+            known[key] = value
+        else:
+            extra[key] = value
+    return ChatRequest.model_validate({**known, "extra_body": extra})
+
