@@ -1,0 +1,330 @@
+"""``python -m deepseekbench``: a thin argparse wrapper over the library.
+
+Subcommands::
+
+    demo                 three embedded engines on loopback (off, mtp, mis-tuned mtp),
+                         a plan run through run_plan, the scorecard printed
+    run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
+    report RESULTS       re-render the scorecard of a results file  [--format ...]
+    serve                the embedded reference engine as a server
+
+Exit codes (also in ``docs/plan.md``):
+
+* ``0`` — finished; refused speedups are results, not failures.
+* ``1`` — finished, but some measured requests ended in an error (see ``n (err)``).
+* ``2`` — usage error: bad arguments, an invalid plan, an unreadable results file.
+* ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent), or a
+  dry run found a route the gate would refuse.
+* ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
+  file, and rerunning the same command resumes.
+
+Progress (done, errors, elapsed, rate) goes to stderr only when stderr is a
+terminal; the scorecard goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+from pydantic import ValidationError
+
+from deepseekbench._errors import LiveGateError, PlanError
+from deepseekbench._gate import LiveGate
+from deepseekbench._plan import BenchmarkPlan, ParityPlan
+from deepseekbench._runner import (
+    ProgressEvent,
+    ResultsFormatError,
+    RunResult,
+    dry_run,
+    run_plan,
+)
+from deepseekbench._scorecard import Scorecard
+
+__all__ = [
+    "EXIT_ERRORS",
+    "EXIT_GATE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "demo_plan",
+    "main",
+]
+
+EXIT_OK = 0
+"""Finished (refused speedups included)."""
+EXIT_ERRORS = 1
+"""Finished with measured requests that errored."""
+EXIT_USAGE = 2
+"""Bad arguments, invalid plan or unreadable results file."""
+EXIT_GATE = 3
+"""The LiveGate refused (or would refuse, in a dry run)."""
+EXIT_INTERRUPTED = 130
+"""Interrupted; results so far kept, a rerun resumes."""
+
+FORMATS = ("text", "markdown", "json", "csv")
+
+
+class _StderrProgress:
+    """One self-overwriting stderr line; silent unless ``stream`` is a TTY."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self._last = 0.0
+        self._shown = False
+
+    def __call__(self, ev: ProgressEvent) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and ev.done < ev.total and ev.phase != "done":
+            return
+        self._last = now
+        line = (
+            f"{ev.phase[:40]:<40} {ev.done}/{ev.total} done  {ev.errors} errors  "
+            f"{ev.elapsed_s:5.1f}s  {ev.rate_per_s:5.1f} req/s"
+        )
+        self.stream.write("\r" + line[:118].ljust(118))
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``deepseekbench`` argument parser (subcommands demo, run, report, serve)."""
+    parser = argparse.ArgumentParser(
+        prog="deepseekbench",
+        description="Benchmark speculative decoding with speed and quality parity in one run.",
+        epilog="exit codes: 0 ok, 1 finished with request errors, 2 usage/plan error, "
+        "3 LiveGate refusal, 130 interrupted (rerun resumes)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser(
+        "demo",
+        help="run off, mtp and mis-tuned mtp on embedded loopback engines; print the scorecard",
+    )
+    demo.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="results JSONL (default ./deepseekbench-demo-<time>.jsonl)",
+    )
+    demo.add_argument("--requests", type=int, default=10, help="measured requests per route")
+    demo.add_argument("--format", choices=FORMATS, default="text")
+
+    run = sub.add_parser("run", help="run a benchmark plan (TOML or JSON)")
+    run.add_argument("plan", type=Path, help="plan file (.toml or .json)")
+    run.add_argument(
+        "--spend",
+        action="store_true",
+        help="allow non-loopback hosts (also needs DEEPSEEKBENCH_API_KEY or a route key)",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate, list the rows it would measure and what the gate would refuse; "
+        "open no connection",
+    )
+    run.add_argument("--results", type=Path, default=None, help="results JSONL path")
+    run.add_argument("--format", choices=FORMATS, default="text")
+
+    report = sub.add_parser("report", help="re-render the scorecard of a results file")
+    report.add_argument("results", type=Path)
+    report.add_argument("--format", choices=FORMATS, default="text")
+
+    serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
+    from deepseekbench._engine import add_serve_arguments
+
+    add_serve_arguments(serve)
+    return parser
+
+
+def demo_plan(
+    base_urls: Sequence[str], *, requests: int = 10, results: str | None = None
+) -> BenchmarkPlan:
+    """The demo's plan for three engines at ``base_urls`` (off, mtp, mis-tuned mtp).
+
+    One cell (1k prompts, 256 output tokens, non-think), ``requests`` measured
+    requests per route after one warm-up, the built-in smoke tasks as the parity
+    set (4 parity requests in flight).
+
+    Raises:
+        ValueError: not exactly three base URLs.
+    """
+    if len(base_urls) != 3:
+        raise ValueError("demo_plan needs three base URLs (off, mtp, mis-tuned mtp)")
+    off, mtp, bad = base_urls
+    return BenchmarkPlan.model_validate(
+        {
+            "model": "deepseekbench-ref",
+            "provider_route": "local",
+            "engine_route": "embedded",
+            "hosting": "embedded",
+            "routes": [
+                {"label": "off", "speculative": "off", "base_url": off, "dialect": "vllm"},
+                {"label": "mtp", "speculative": "mtp", "base_url": mtp, "dialect": "vllm"},
+                {
+                    "label": "mtp-mistuned",
+                    "speculative": "mtp",
+                    "base_url": bad,
+                    "dialect": "vllm",
+                },
+            ],
+            "requests_per_cell": requests,
+            "warmup_per_cell": 1,
+            "parity": ParityPlan(concurrency=4, max_tokens=96).model_dump(),
+            "results": results,
+        }
+    )
+
+
+def _progress(stderr: TextIO) -> _StderrProgress:
+    return _StderrProgress(stderr)
+
+
+def _exit_for(result: RunResult) -> int:
+    return EXIT_ERRORS if result.n_errors else EXIT_OK
+
+
+async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from deepseekbench._axes import Speculative
+    from deepseekbench._engine import EmbeddedEngine, EngineConfig
+
+    t0 = time.perf_counter()
+    path: Path = args.results
+    configs = (
+        EngineConfig(speculative=Speculative.off),
+        EngineConfig(speculative=Speculative.mtp),
+        EngineConfig(speculative=Speculative.mtp, mistuned_draft=True),
+    )
+    prog = _progress(err)
+    async with (
+        EmbeddedEngine(configs[0]) as e_off,
+        EmbeddedEngine(configs[1]) as e_mtp,
+        EmbeddedEngine(configs[2]) as e_bad,
+    ):
+        plan = demo_plan([e_off.base_url, e_mtp.base_url, e_bad.base_url], requests=args.requests)
+        try:
+            result = await run_plan(plan, gate=LiveGate(), results_path=path, progress=prog)
+        finally:
+            prog.close()
+    card = Scorecard.from_run(result)
+    out.write(card.render(args.format))
+    if args.format == "text":
+        out.write(f"\nresults: {path}\n")
+        out.write(f"re-render: python -m deepseekbench report {path}\n")
+        out.write(f"demo wall time: {time.perf_counter() - t0:.1f} s\n")
+    else:
+        err.write(f"results: {path}\n")
+    return _exit_for(result)
+
+
+async def _run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
+    gate = LiveGate.from_env(spend=True if args.spend else None)
+    path: Path = args.results
+    prog = _progress(err)
+    try:
+        result = await run_plan(plan, gate=gate, results_path=path, progress=prog)
+    finally:
+        prog.close()
+    out.write(Scorecard.from_run(result).render(args.format))
+    err.write(f"results: {path}\n")
+    return _exit_for(result)
+
+
+def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
+    gate = LiveGate.from_env(spend=True if args.spend else None)
+    result = dry_run(plan, gate=gate)
+    if args.results is not None:
+        from deepseekbench._row import write_rows
+
+        write_rows(args.results, result.rows, append=False)
+        err.write(f"rows written to {args.results}\n")
+    else:
+        for row in result.rows:
+            out.write(row.to_json_line().decode())
+    err.write(
+        f"dry run: plan {result.plan_hash}, {len(result.rows)} rows, "
+        f"{result.n_requests} requests would be sent; no connection opened\n"
+    )
+    for label, refusal in result.refusals.items():
+        verdict = f"gate would refuse: {refusal}" if refusal else "admitted"
+        err.write(f"  route {label}: {verdict}\n")
+    return EXIT_GATE if result.refused else EXIT_OK
+
+
+def main(
+    argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Run the CLI; returns the exit code (see the module docstring)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        if args.command == "demo":
+            if args.requests < 1:
+                err.write("deepseekbench: --requests must be >= 1\n")
+                return EXIT_USAGE
+            if args.results is None:
+                stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+                args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
+            args.results = args.results.resolve()
+            return anyio.run(_demo, args, out, err)
+        if args.command == "run":
+            plan = BenchmarkPlan.load(args.plan)
+            if args.dry_run:
+                return _dry_run(args, plan, out, err)
+            if args.results is None:
+                args.results = plan.results_path() or (
+                    Path.cwd() / f"deepseekbench-results-{plan.plan_hash()}.jsonl"
+                )
+            args.results = args.results.resolve()
+            return anyio.run(_run, args, plan, out, err)
+        if args.command == "report":
+            card = Scorecard.from_results(args.results)
+            out.write(card.render(args.format))
+            return EXIT_OK
+        if args.command == "serve":
+            from deepseekbench._engine import config_from_args, serve
+
+            config = config_from_args(args)
+            try:
+                anyio.run(lambda: serve(config, args.host, args.port))
+            except KeyboardInterrupt:
+                return EXIT_OK
+            return EXIT_OK
+        parser.print_help(err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        err.write(
+            "\ninterrupted: finished measurements are kept in the results file; "
+            "rerun the same command to resume\n"
+        )
+        return EXIT_INTERRUPTED
+    except LiveGateError as exc:
+        err.write(f"deepseekbench: {exc}\n")
+        return EXIT_GATE
+    except (PlanError, ResultsFormatError, ValidationError) as exc:
+        err.write(f"deepseekbench: {exc}\n")
+        return EXIT_USAGE
+    except OSError as exc:
+        err.write(f"deepseekbench: {exc}\n")
+        return EXIT_USAGE

@@ -1,0 +1,458 @@
+"""``BenchmarkPlan``: what a run measures, loadable from TOML or JSON.
+
+A plan names the model, one route per speculative endpoint (speculative
+decoding is configured per server on vLLM and SGLang, so each value is its own
+endpoint; two routes may share a value when their labels differ, e.g. a correct
+and a mis-tuned ``mtp`` server), exactly one ``off`` route (the baseline), the
+axis cells, requests and warm-up requests per cell, the load (a fixed
+concurrency, or a request rate with Poisson or gamma arrivals), and the parity
+prompt and task sets. The format is documented in ``docs/plan.md``.
+
+Every model here is ``extra="forbid"``; a bad plan fails before any request
+with ``pydantic.ValidationError`` (direct construction) or :class:`PlanError`
+(:meth:`BenchmarkPlan.load` and friends, the message naming the file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from deepseekbench._axes import (
+    ContextBucket,
+    Dialect,
+    Hosting,
+    OutputTarget,
+    ReasoningMode,
+    Speculative,
+)
+from deepseekbench._errors import PlanError
+from deepseekbench._route import EngineRoute
+from deepseekbench._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
+
+__all__ = [
+    "ArrivalPlan",
+    "BenchmarkPlan",
+    "CellPlan",
+    "ParityPlan",
+    "RoutePlan",
+    "WorkloadPlan",
+]
+
+_CONFIG = ConfigDict(frozen=True, extra="forbid")
+
+
+class RoutePlan(BaseModel):
+    """One serving endpoint in a plan.
+
+    Attributes:
+        label: unique name of the route in this plan (also the scorecard's name).
+        speculative: the speculative method the endpoint serves (``off`` = baseline).
+        base_url: OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1``.
+        model: the ``model`` body field; default the plan's ``model``.
+        dialect: the wire extras the engine speaks (``auto`` reads every place).
+        api_key_env: name of an environment variable holding the key (the key
+            itself never appears in a plan, a row or a report).
+        request_extras: engine-scoped body fields for every request.
+        continuous_usage: ask for usage on every chunk (vLLM/SGLang).
+    """
+
+    model_config = _CONFIG
+
+    label: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:+-]+$")
+    speculative: Speculative
+    base_url: str
+    model: str | None = None
+    dialect: Dialect = Dialect.auto
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    request_extras: dict[str, Any] = Field(default_factory=dict)
+    continuous_usage: bool = False
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        url = httpx.URL(v)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"base_url must be an http(s) URL with a host, got {v!r}")
+        return v.rstrip("/")
+
+    def engine_route(
+        self, default_model: str, environ: Mapping[str, str] | None = None
+    ) -> EngineRoute:
+        """The :class:`~deepseekbench.EngineRoute` to measure with (key read from the env).
+
+        Raises:
+            PlanError: ``api_key_env`` names an unset variable.
+        """
+        key: SecretStr | None = None
+        if self.api_key_env is not None:
+            env = os.environ if environ is None else environ
+            value = env.get(self.api_key_env)
+            if not value:
+                raise PlanError(
+                    f"route {self.label!r}: environment variable {self.api_key_env} is not set"
+                )
+            key = SecretStr(value)
+        return EngineRoute(
+            base_url=self.base_url,
+            model=self.model or default_model,
+            api_key=key,
+            dialect=self.dialect,
+            speculative=self.speculative,
+            label=self.label,
+            request_extras=self.request_extras,
+            continuous_usage=self.continuous_usage,
+        )
+
+
+class CellPlan(BaseModel):
+    """One axis cell: prompt bucket, output target and reasoning mode (streamed).
+
+    ``max_tokens`` overrides the output target's bound (tokens) when set; it may
+    not exceed it.
+    """
+
+    model_config = _CONFIG
+
+    context_bucket: ContextBucket = ContextBucket.k1
+    output_target: OutputTarget = OutputTarget.t256
+    reasoning_mode: ReasoningMode = ReasoningMode.non_think
+    max_tokens: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _bound(self) -> CellPlan:
+        if self.max_tokens is not None and self.max_tokens > self.output_target.max_output_tokens:
+            raise ValueError(
+                f"max_tokens {self.max_tokens} exceeds output_target "
+                f"{self.output_target.value} ({self.output_target.max_output_tokens} tokens)"
+            )
+        return self
+
+    @property
+    def cell_id(self) -> str:
+        """``<context>/<output>/<reasoning>``, e.g. ``1k/256/non_think``."""
+        return f"{self.context_bucket.value}/{self.output_target.value}/{self.reasoning_mode.value}"
+
+    @property
+    def request_max_tokens(self) -> int:
+        """The ``max_tokens`` sent for this cell (tokens)."""
+        return self.max_tokens or self.output_target.max_output_tokens
+
+
+class ArrivalPlan(BaseModel):
+    """How requests are offered within a cell.
+
+    ``mode="concurrency"``: a closed loop of ``concurrency`` workers.
+    ``mode="rate"``: an open loop at ``rate_per_s`` requests/s with
+    ``distribution`` ``poisson`` (exponential gaps) or ``gamma`` (gaps of shape
+    ``gamma_shape``, mean ``1/rate_per_s``; shape < 1 is burstier), drawn from
+    ``numpy.random.default_rng(seed)``; ``concurrency`` then caps requests in flight.
+    """
+
+    model_config = _CONFIG
+
+    mode: Literal["concurrency", "rate"] = "concurrency"
+    concurrency: int = Field(default=1, ge=1, le=4096)
+    rate_per_s: float | None = Field(default=None, gt=0)
+    distribution: Literal["poisson", "gamma"] = "poisson"
+    gamma_shape: float = Field(default=1.0, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _rate(self) -> ArrivalPlan:
+        if self.mode == "rate" and self.rate_per_s is None:
+            raise ValueError("mode='rate' needs rate_per_s")
+        if self.mode == "concurrency" and self.rate_per_s is not None:
+            raise ValueError("rate_per_s is only used with mode='rate'")
+        return self
+
+    def offsets_s(self, n: int, *, salt: int = 0) -> list[float] | None:
+        """Send times of ``n`` requests in seconds from the cell start (``None`` = closed loop).
+
+        Gaps: exponential with mean ``1/rate_per_s`` (Poisson process) or
+        gamma(shape ``k``, scale ``1/(k·rate_per_s)``); the first request at 0.
+        ``salt`` varies the stream per cell reproducibly.
+        """
+        if self.mode != "rate" or self.rate_per_s is None:
+            return None
+        import numpy as np
+
+        rng = np.random.default_rng([self.seed, salt])
+        mean = 1.0 / self.rate_per_s
+        if self.distribution == "poisson":
+            gaps = rng.exponential(mean, size=n)
+        else:
+            gaps = rng.gamma(self.gamma_shape, mean / self.gamma_shape, size=n)
+        gaps[0] = 0.0
+        return [float(x) for x in np.cumsum(gaps)]
+
+
+class WorkloadPlan(BaseModel):
+    """The prompts measured for speed, cycled over each cell's requests.
+
+    ``prompts``: user messages inline; ``prompts_file``: a JSONL file of
+    ``{"prompt": "..."}`` lines (relative to the plan file). With neither, the
+    built-in smoke tasks' prompts are used.
+    """
+
+    model_config = _CONFIG
+
+    prompts: tuple[str, ...] = ()
+    prompts_file: str | None = None
+
+
+class ParityPlan(BaseModel):
+    """The deterministic parity set run on every route.
+
+    Attributes:
+        prompts: extra parity prompts (exact acceptance only).
+        tasks: ``"smoke"`` (built-in set), ``"none"``, or a JSONL task file path.
+        task_mode: ``strict`` or ``lenient`` (see :func:`~deepseekbench.task_parity`).
+        tolerance: lenient bound on the pass → fail rate (fraction of tasks).
+        alpha: lenient McNemar level.
+        max_tokens: output bound for parity requests (tokens).
+        seed: the fixed ``seed`` sent with every parity request.
+        task_temperature: 0 (default) makes task prompts deterministic and part
+            of exact acceptance; above 0 they are sampled and judged by task
+            parity alone.
+        determinism_control: run ``off`` twice (needed for a verified ``off`` row).
+        concurrency: parity requests in flight per route.
+    """
+
+    model_config = _CONFIG
+
+    prompts: tuple[str, ...] = ()
+    tasks: str = "smoke"
+    task_mode: Literal["strict", "lenient"] = "strict"
+    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0, lt=1)
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    max_tokens: int = Field(default=128, ge=1)
+    seed: int = 1234
+    task_temperature: float = Field(default=0.0, ge=0, le=2)
+    determinism_control: bool = True
+    concurrency: int = Field(default=1, ge=1, le=256)
+
+
+class BenchmarkPlan(BaseModel):
+    """A full benchmark: routes × cells, with the parity set, and where results go.
+
+    Attributes:
+        model: the model id (rows' ``model_id``; routes' default ``model`` field).
+        provider_route, engine_route, hosting: the rows' other key axes.
+        routes: at least two; exactly one ``off``; unique labels.
+        cells: at least one; unique.
+        requests_per_cell: measured requests per route and cell (>= 1).
+        warmup_per_cell: unmeasured requests first (>= 0).
+        temperature, seed: sampling for measured requests (default greedy, seed 0).
+        arrival: :class:`ArrivalPlan`. workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
+        results: JSONL results path (relative to the plan file when loaded), or ``None``.
+        timeout_s: total deadline per request (s).
+
+    Raises:
+        pydantic.ValidationError: any invalid field (direct construction).
+    """
+
+    model_config = _CONFIG
+
+    model: str = Field(min_length=1)
+    provider_route: str = Field(default="local", min_length=1)
+    engine_route: str = Field(default="embedded", min_length=1)
+    hosting: Hosting = Hosting.embedded
+    routes: tuple[RoutePlan, ...] = Field(min_length=2)
+    cells: tuple[CellPlan, ...] = Field(default=(CellPlan(),), min_length=1)
+    requests_per_cell: int = Field(default=8, ge=1, le=100_000)
+    warmup_per_cell: int = Field(default=1, ge=0, le=10_000)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    seed: int = 0
+    arrival: ArrivalPlan = ArrivalPlan()
+    workload: WorkloadPlan = WorkloadPlan()
+    parity: ParityPlan = ParityPlan()
+    results: str | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+    base_dir: str | None = Field(
+        default=None, description="directory relative paths resolve against (set by load)"
+    )
+
+    @model_validator(mode="after")
+    def _check_routes(self) -> BenchmarkPlan:
+        labels = [r.label for r in self.routes]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"route labels must be unique; repeated: {dup}")
+        offs = [r.label for r in self.routes if r.speculative is Speculative.off]
+        if len(offs) != 1:
+            raise ValueError(f"a plan needs exactly one speculative='off' route, got {offs}")
+        cells = [c.cell_id for c in self.cells]
+        dup_cells = sorted({x for x in cells if cells.count(x) > 1})
+        if dup_cells:
+            raise ValueError(f"cells must be unique; repeated: {dup_cells}")
+        return self
+
+    # ---------------------------------------------------------------- access
+    @property
+    def off_route(self) -> RoutePlan:
+        """The baseline route (``speculative == off``)."""
+        return next(r for r in self.routes if r.speculative is Speculative.off)
+
+    @property
+    def speculative_routes(self) -> tuple[RoutePlan, ...]:
+        """Every route other than the baseline, in plan order."""
+        return tuple(r for r in self.routes if r.speculative is not Speculative.off)
+
+    def resolve(self, path: str) -> Path:
+        """``path`` made absolute against ``base_dir`` (or the working directory)."""
+        p = Path(path).expanduser()
+        if p.is_absolute() or self.base_dir is None:
+            return p
+        return Path(self.base_dir) / p
+
+    def results_path(self) -> Path | None:
+        """Where results go (``results`` resolved), or ``None``."""
+        return self.resolve(self.results) if self.results else None
+
+    def tasks(self) -> tuple[Task, ...]:
+        """The parity task set (``()`` for ``"none"``).
+
+        Raises:
+            PlanError: the task file cannot be read or is invalid.
+        """
+        spec = self.parity.tasks
+        if spec == "none":
+            return ()
+        if spec == "smoke":
+            return smoke_tasks()
+        return load_tasks(self.resolve(spec))
+
+    def workload_prompts(self) -> tuple[str, ...]:
+        """The speed-workload prompts (inline, from file, or the smoke tasks' prompts).
+
+        Raises:
+            PlanError: the prompts file is unreadable or malformed.
+        """
+        if self.workload.prompts:
+            return self.workload.prompts
+        if self.workload.prompts_file:
+            p = self.resolve(self.workload.prompts_file)
+            out: list[str] = []
+            try:
+                lines = p.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise PlanError(f"cannot read prompts file {p}: {exc}") from exc
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise PlanError(f"{p}: line {number} is not JSON") from exc
+                if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+                    raise PlanError(f"{p}: line {number} needs a string 'prompt'")
+                out.append(obj["prompt"])
+            if not out:
+                raise PlanError(f"{p}: no prompts")
+            return tuple(out)
+        return tuple(t.prompt for t in smoke_tasks())
+
+    def plan_hash(self) -> str:
+        """A 16-hex-digit digest of the plan's content (``base_dir`` and ``results``
+        excluded): a results file resumes only records with the same hash."""
+        data = self.model_dump(mode="json", exclude={"base_dir", "results"})
+        return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+    def validate_sources(self) -> None:
+        """Read the task set and prompts now so a bad file fails before any request.
+
+        Raises:
+            PlanError: a referenced file is missing or invalid, or every cell's
+                parity set would be empty.
+        """
+        tasks = self.tasks()
+        self.workload_prompts()
+        if not tasks and not self.parity.prompts:
+            raise PlanError(
+                "the plan has no parity prompts and no tasks: parity could never be verified"
+            )
+
+    # ---------------------------------------------------------------- loading
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], *, base_dir: str | Path | None = None
+    ) -> BenchmarkPlan:
+        """Validate a plan from a mapping.
+
+        Raises:
+            PlanError: the mapping is not a valid plan (wraps the validation error).
+        """
+        payload = dict(data)
+        if base_dir is not None:
+            payload.setdefault("base_dir", str(Path(base_dir).resolve()))
+        try:
+            return cls.model_validate(payload)
+        except ValidationError as exc:
+            raise PlanError(f"invalid plan: {exc}") from exc
+
+    @classmethod
+    def from_toml(cls, text: str, *, base_dir: str | Path | None = None) -> BenchmarkPlan:
+        """Parse a TOML plan.
+
+        Raises:
+            PlanError: not TOML, or not a valid plan.
+        """
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PlanError(f"plan is not valid TOML: {exc}") from exc
+        return cls.from_mapping(data, base_dir=base_dir)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, base_dir: str | Path | None = None) -> BenchmarkPlan:
+        """Parse a JSON plan.
+
+        Raises:
+            PlanError: not a JSON object, or not a valid plan.
+        """
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise PlanError(f"plan is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise PlanError("a JSON plan must be an object")
+        return cls.from_mapping(data, base_dir=base_dir)
+
+    @classmethod
+    def load(cls, path: str | Path) -> BenchmarkPlan:
+        """Load ``*.toml`` or ``*.json``; relative paths inside resolve against its folder.
+
+        Raises:
+            PlanError: unreadable file, unknown suffix, or an invalid plan (the
+                message names the file).
+        """
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PlanError(f"cannot read plan {p}: {exc}") from exc
+        try:
+            if p.suffix.lower() == ".toml":
+                return cls.from_toml(text, base_dir=p.parent)
+            if p.suffix.lower() == ".json":
+                return cls.from_json(text, base_dir=p.parent)
+        except PlanError as exc:
+            raise PlanError(f"{p}: {exc}") from exc
+        raise PlanError(f"{p}: a plan must be a .toml or .json file")

@@ -1,0 +1,517 @@
+"""The scorecard: one line per cell and route, a speedup only where it was earned.
+
+Each speculative row is paired with the ``off`` row of the same cell (every key
+axis but ``speculative`` equal) and judged by
+:func:`~deepseekbench.compare_speedup`. The speedup column shows a number only
+when that verdict is printed; otherwise it shows the refusal reasons. With
+per-request samples a printed speedup carries a 95 % bootstrap interval
+(``scipy.stats.bootstrap``, percentile method, each route's requests resampled
+independently; Efron & Tibshirani 1993, *An Introduction to the Bootstrap*).
+Refused lines list their first divergence and every task flip.
+
+Renderings: :meth:`Scorecard.to_text` (terminal), :meth:`~Scorecard.to_markdown`,
+:meth:`~Scorecard.to_json`, :meth:`~Scorecard.to_csv`, ``_repr_html_`` (Jupyter)
+and :meth:`~Scorecard.to_pandas` (needs the ``pandas`` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from deepseekbench._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
+from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._row import Row
+from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
+
+if TYPE_CHECKING:
+    from deepseekbench._runner import RunResult
+
+__all__ = [
+    "MissingExtraError",
+    "ParityDetail",
+    "Scorecard",
+    "ScorecardLine",
+    "bootstrap_speedup_ci",
+    "cell_id",
+    "line_key",
+]
+
+
+class MissingExtraError(DeepseekBenchError, ImportError):
+    """An optional dependency is not installed (the message names the extra to install)."""
+
+
+def cell_id(row: Row) -> str:
+    """``<context>/<output>/<reasoning>`` of a row, e.g. ``1k/256/non_think``."""
+    return f"{row.context_bucket.value}/{row.output_target.value}/{row.reasoning_mode.value}"
+
+
+def line_key(row: Row) -> str:
+    """The key of a row's samples and details: ``<route label or speculative>@<cell id>``."""
+    return f"{row.route_label or row.speculative.value}@{cell_id(row)}"
+
+
+class ParityDetail(BaseModel):
+    """What a refused line shows: the first divergence and every task flip (one line each)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_divergence: str | None = None
+    task_flips: tuple[str, ...] = ()
+
+
+class ScorecardLine(BaseModel):
+    """One scorecard line: a row, its parity and acceptance, and its speedup verdict.
+
+    ``verdict`` is ``None`` on ``off`` lines and where the cell has no ``off`` row
+    (``baseline`` is then ``None``). Times in ms, throughput in tokens/s.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cell: str
+    route: str
+    speculative: Speculative
+    baseline: str | None
+    quality_parity: QualityParity
+    parity_detail: str | None
+    accepted_token_ratio: float | None
+    acceptance_length: float | None
+    acceptance_scope: AcceptanceScope | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    output_toks_per_s: float | None
+    n_requests: int
+    n_errors: int
+    verdict: SpeedupVerdict | None
+    first_divergence: str | None = None
+    task_flips: tuple[str, ...] = ()
+
+    @property
+    def credited(self) -> bool:
+        """True when a speedup figure is shown on this line."""
+        return self.verdict is not None and self.verdict.printed
+
+    @property
+    def speedup_text(self) -> str:
+        """The speedup column: the figure (and interval) only when printed, else why not."""
+        if self.speculative is Speculative.off:
+            return "baseline"
+        if self.verdict is None:
+            return "refused: no off baseline in this cell"
+        return str(self.verdict)
+
+
+def bootstrap_speedup_ci(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """95 % percentile-bootstrap interval of the speedup's ratio of medians.
+
+    ``baseline``/``candidate``: per-request values of ``metric`` (ms, or tokens/s
+    for ``output_toks_per_s``). Returns ``(low, high)`` (dimensionless), or
+    ``None`` with fewer than 2 samples a side or a degenerate interval. Uses
+    ``scipy.stats.bootstrap`` with a seeded generator, so it is reproducible.
+    """
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    b = np.asarray([x for x in baseline if math.isfinite(x) and x > 0], dtype=float)
+    c = np.asarray([x for x in candidate if math.isfinite(x) and x > 0], dtype=float)
+    if len(b) < 2 or len(c) < 2:
+        return None
+    invert = SpeedupMetric(metric) is SpeedupMetric.output_toks_per_s
+
+    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
+        mx, my = np.median(x, axis=axis), np.median(y, axis=axis)
+        return my / mx if invert else mx / my
+
+    kwargs: dict[str, Any] = {
+        "vectorized": True,
+        "paired": False,
+        "n_resamples": n_resamples,
+        "confidence_level": 0.95,
+        "method": "percentile",
+    }
+    try:  # scipy >= 1.15 takes ``rng``; older releases ``random_state``
+        res = bootstrap((b, c), ratio, rng=np.random.default_rng(seed), **kwargs)
+    except TypeError:
+        res = bootstrap((b, c), ratio, random_state=np.random.default_rng(seed), **kwargs)
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
+        return None
+    return low, high
+
+
+def _pair_key(row: Row) -> tuple[Any, ...]:
+    return tuple(getattr(row, a) for a in KEY_AXES if a != "speculative")
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.{digits}f}"
+
+
+_COLUMNS: tuple[str, ...] = (
+    "cell",
+    "route",
+    "spec",
+    "parity",
+    "accept",
+    "acc.len",
+    "TPOT ms",
+    "TTFT ms",
+    "tok/s",
+    "n (err)",
+    "speedup",
+)
+
+
+class Scorecard:
+    """Scorecard lines in row order, with renderings.
+
+    Build with :meth:`from_rows`, :meth:`from_run` or :meth:`from_results`.
+    """
+
+    def __init__(self, lines: Sequence[ScorecardLine], *, metric: SpeedupMetric) -> None:
+        self.lines: tuple[ScorecardLine, ...] = tuple(lines)
+        self.metric = metric
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def from_rows(
+        cls,
+        rows: Sequence[Row],
+        *,
+        samples: Mapping[str, Sequence[float]] | None = None,
+        details: Mapping[str, ParityDetail] | None = None,
+        metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+        n_resamples: int = 2000,
+        seed: int = 0,
+    ) -> Scorecard:
+        """Judge every speculative row against its cell's ``off`` row.
+
+        Args:
+            rows: rows of any cells and routes.
+            samples: per-request values of ``metric`` keyed by :func:`line_key`;
+                where both sides have them, a printed speedup gets a 95 % interval.
+            details: first divergence and task flips keyed by :func:`line_key`.
+            metric: the speedup metric (default TPOT).
+
+        Raises:
+            ValueError: ``metric`` is unknown.
+        """
+        m = SpeedupMetric(metric)
+        offs: dict[tuple[Any, ...], Row] = {}
+        for r in rows:
+            if r.speculative is Speculative.off:
+                offs.setdefault(_pair_key(r), r)
+        lines: list[ScorecardLine] = []
+        for r in rows:
+            key = line_key(r)
+            base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))
+            verdict: SpeedupVerdict | None = None
+            if base is not None:
+                verdict = compare_speedup(base, r, metric=m)
+                if verdict.printed and samples is not None:
+                    bs, cs = samples.get(line_key(base)), samples.get(key)
+                    if bs and cs:
+                        ci = bootstrap_speedup_ci(
+                            bs, cs, metric=m, n_resamples=n_resamples, seed=seed
+                        )
+                        if ci is not None:
+                            verdict = verdict.with_interval(*ci)
+            d = details.get(key) if details is not None else None
+            lines.append(
+                ScorecardLine(
+                    cell=cell_id(r),
+                    route=r.route_label or r.speculative.value,
+                    speculative=r.speculative,
+                    baseline=(base.route_label or base.speculative.value) if base else None,
+                    quality_parity=r.quality_parity,
+                    parity_detail=r.parity_detail,
+                    accepted_token_ratio=r.accepted_token_ratio,
+                    acceptance_length=r.acceptance_length,
+                    acceptance_scope=r.acceptance_scope,
+                    ttft_ms=r.ttft_ms,
+                    tpot_ms=r.tpot_ms,
+                    e2e_ms=r.e2e_ms,
+                    output_toks_per_s=r.output_toks_per_s,
+                    n_requests=r.n_requests,
+                    n_errors=r.n_errors,
+                    verdict=verdict,
+                    first_divergence=d.first_divergence if d else None,
+                    task_flips=d.task_flips if d else (),
+                )
+            )
+        return cls(lines, metric=m)
+
+    @classmethod
+    def from_run(
+        cls, result: RunResult, *, metric: SpeedupMetric | str = SpeedupMetric.tpot_ms
+    ) -> Scorecard:
+        """The scorecard of a :class:`~deepseekbench.RunResult` (samples and details included)."""
+        m = SpeedupMetric(metric)
+        samples: dict[str, list[float]] = {}
+        details: dict[str, ParityDetail] = {}
+        for row, (route, cell) in zip(result.rows, result.row_cells, strict=True):
+            key = line_key(row)
+            samples[key] = result.samples(route, cell, m.value)
+            rp = result.parity.get((route, row.reasoning_mode))
+            if rp is not None:
+                details[key] = ParityDetail(
+                    first_divergence=rp.first_divergence, task_flips=rp.task_flips
+                )
+        return cls.from_rows(result.rows, samples=samples, details=details, metric=m)
+
+    @classmethod
+    def from_results(
+        cls, path: str | Path, *, metric: SpeedupMetric | str = SpeedupMetric.tpot_ms
+    ) -> Scorecard:
+        """Rebuild the scorecard from a results JSONL file written by ``run_plan``.
+
+        Raises:
+            ResultsFormatError: the file cannot be read back.
+        """
+        from deepseekbench._runner import load_results
+
+        return cls.from_run(load_results(path), metric=metric)
+
+    # ------------------------------------------------------------ queries
+    @property
+    def credited(self) -> tuple[ScorecardLine, ...]:
+        """Lines showing a speedup figure."""
+        return tuple(ln for ln in self.lines if ln.credited)
+
+    @property
+    def refused(self) -> tuple[ScorecardLine, ...]:
+        """Speculative lines with no speedup figure."""
+        return tuple(
+            ln for ln in self.lines if ln.speculative is not Speculative.off and not ln.credited
+        )
+
+    # ------------------------------------------------------------ cells
+    def _cells(self, ln: ScorecardLine) -> list[str]:
+        scope = "*" if ln.acceptance_scope is AcceptanceScope.server_wide else ""
+        ratio = (
+            f"{ln.accepted_token_ratio:.2f}{scope}" if ln.accepted_token_ratio is not None else "—"
+        )
+        length = f"{ln.acceptance_length:.2f}{scope}" if ln.acceptance_length is not None else "—"
+        return [
+            ln.cell,
+            ln.route,
+            ln.speculative.value,
+            ln.quality_parity.value,
+            ratio,
+            length,
+            _fmt(ln.tpot_ms, 2),
+            _fmt(ln.ttft_ms, 1),
+            _fmt(ln.output_toks_per_s, 1),
+            f"{ln.n_requests} ({ln.n_errors})",
+            ln.speedup_text,
+        ]
+
+    def _notes(self) -> list[str]:
+        notes: list[str] = []
+        for ln in self.lines:
+            if ln.credited:
+                continue
+            if ln.speculative is Speculative.off:
+                if ln.quality_parity is not QualityParity.verified:
+                    notes.append(
+                        f"{ln.route} @ {ln.cell}: baseline parity "
+                        f"{ln.quality_parity.value} — {ln.parity_detail or 'no detail'}"
+                    )
+                continue
+            notes.append(
+                f"{ln.route} @ {ln.cell}: no speedup credited; parity "
+                f"{ln.quality_parity.value} — {ln.parity_detail or 'no detail'}"
+            )
+            if ln.first_divergence:
+                notes.append(f"  first divergence: {ln.first_divergence}")
+            if ln.task_flips:
+                notes.append(f"  task flips ({len(ln.task_flips)}):")
+                notes.extend(f"    {f}" for f in ln.task_flips)
+        if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
+            notes.append("* acceptance is a server-wide /metrics delta, not per request")
+        return notes
+
+    # ------------------------------------------------------------ renderings
+    def to_text(self) -> str:
+        """A fixed-width terminal table plus notes on every refused line."""
+        table = [list(_COLUMNS)] + [self._cells(ln) for ln in self.lines]
+        widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
+        out = [
+            f"Scorecard (speedup by {self.metric.value}; credited only with parity verified "
+            "on both sides)"
+        ]
+        for i, r in enumerate(table):
+            out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+            if i == 0:
+                out.append("  ".join("-" * w for w in widths))
+        notes = self._notes()
+        if notes:
+            out.append("")
+            out.extend(notes)
+        return "\n".join(out) + "\n"
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return (
+            f"Scorecard(lines={len(self.lines)}, credited={len(self.credited)}, "
+            f"refused={len(self.refused)}, metric={self.metric.value!r})"
+        )
+
+    def to_markdown(self) -> str:
+        """A GitHub-flavoured Markdown table plus a bullet list of notes."""
+
+        def esc(s: str) -> str:
+            return s.replace("|", "\\|").replace("\n", " ")
+
+        out = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+        out += ["| " + " | ".join(esc(c) for c in self._cells(ln)) + " |" for ln in self.lines]
+        notes = self._notes()
+        if notes:
+            out.append("")
+            out += [f"- {esc(n.strip())}" for n in notes]
+        return "\n".join(out) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"metric", "lines": [...]}``; each line's ``speedup`` is ``null`` unless credited."""
+        lines = []
+        for ln in self.lines:
+            d = ln.model_dump(mode="json")
+            d["speedup"] = ln.verdict.speedup if ln.verdict is not None else None
+            d["speedup_text"] = ln.speedup_text
+            lines.append(d)
+        return {"metric": self.metric.value, "lines": lines}
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as indented JSON text."""
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2).decode()
+
+    _CSV_FIELDS: tuple[str, ...] = (
+        "cell",
+        "route",
+        "speculative",
+        "baseline",
+        "quality_parity",
+        "accepted_token_ratio",
+        "acceptance_length",
+        "acceptance_scope",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "output_toks_per_s",
+        "n_requests",
+        "n_errors",
+        "speedup",
+        "ci95_low",
+        "ci95_high",
+        "refusal_reasons",
+        "parity_detail",
+        "first_divergence",
+        "task_flips",
+    )
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One flat dict per line (the CSV and DataFrame columns)."""
+        recs = []
+        for ln in self.lines:
+            v = ln.verdict
+            recs.append(
+                {
+                    "cell": ln.cell,
+                    "route": ln.route,
+                    "speculative": ln.speculative.value,
+                    "baseline": ln.baseline,
+                    "quality_parity": ln.quality_parity.value,
+                    "accepted_token_ratio": ln.accepted_token_ratio,
+                    "acceptance_length": ln.acceptance_length,
+                    "acceptance_scope": ln.acceptance_scope.value if ln.acceptance_scope else None,
+                    "ttft_ms": ln.ttft_ms,
+                    "tpot_ms": ln.tpot_ms,
+                    "e2e_ms": ln.e2e_ms,
+                    "output_toks_per_s": ln.output_toks_per_s,
+                    "n_requests": ln.n_requests,
+                    "n_errors": ln.n_errors,
+                    "speedup": v.speedup if v is not None else None,
+                    "ci95_low": v.ci_low if v is not None else None,
+                    "ci95_high": v.ci_high if v is not None else None,
+                    "refusal_reasons": (
+                        " ".join(r.value for r in v.reasons)
+                        if v is not None
+                        else ("no_off_baseline" if ln.speculative is not Speculative.off else "")
+                    ),
+                    "parity_detail": ln.parity_detail,
+                    "first_divergence": ln.first_divergence,
+                    "task_flips": " | ".join(ln.task_flips),
+                }
+            )
+        return recs
+
+    def to_csv(self) -> str:
+        """CSV with a header row; ``speedup`` is empty unless credited."""
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=self._CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        for rec in self.to_records():
+            w.writerow({k: "" if v is None else v for k, v in rec.items()})
+        return buf.getvalue()
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in _COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(ln)) + "</tr>"
+            for ln in self.lines
+        )
+        notes = "".join(f"<li>{html.escape(n.strip())}</li>" for n in self._notes())
+        tail = f"<ul>{notes}</ul>" if notes else ""
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{tail}"
+
+    def to_pandas(self) -> Any:
+        """A ``pandas.DataFrame`` of :meth:`to_records`.
+
+        Raises:
+            MissingExtraError: pandas is not installed (``pip install 'deepseekbench[pandas]'``).
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise MissingExtraError(
+                "Scorecard.to_pandas() needs pandas: pip install 'deepseekbench[pandas]'"
+            ) from exc
+        return pd.DataFrame.from_records(self.to_records(), columns=list(self._CSV_FIELDS))
+
+    def render(self, fmt: str = "text") -> str:
+        """Render as ``text``, ``markdown``, ``json`` or ``csv``.
+
+        Raises:
+            ValueError: unknown format.
+        """
+        renderers = {
+            "text": self.to_text,
+            "markdown": self.to_markdown,
+            "json": self.to_json,
+            "csv": self.to_csv,
+        }
+        if fmt not in renderers:
+            raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(renderers)}")
+        return renderers[fmt]()

@@ -1,0 +1,251 @@
+"""The CLI: demo, run (dry run, gate refusal, errors, interrupt), report, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from deepseekbench._cli import (
+    EXIT_ERRORS,
+    EXIT_GATE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    main,
+)
+from deepseekbench._row import Row
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DEEPSEEKBENCH_API_KEY", None)
+    env.pop("DEEPSEEKBENCH_SPEND", None)
+    return subprocess.run(
+        [sys.executable, "-m", "deepseekbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _table(text: str) -> str:
+    return text.split("\nresults:")[0]
+
+
+def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(tmp_path: Path) -> None:
+    proc = _cli("demo", cwd=tmp_path)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    out = proc.stdout
+    mtp = next(ln for ln in out.splitlines() if re.search(r"\smtp\s+mtp\s", ln))
+    bad = next(ln for ln in out.splitlines() if re.search(r"\smtp-mistuned\s+mtp\s", ln))
+    assert re.search(r"\d\.\d\d× by tpot_ms \(95% CI", mtp)
+    assert "refused: candidate_parity_not_verified" in bad and "×" not in bad
+    assert "first divergence:" in out and "task flips (" in out
+    written = list(tmp_path.glob("deepseekbench-demo-*.jsonl"))
+    assert len(written) == 1 and f"results: {written[0]}" in out
+    report = _cli("report", str(written[0]), cwd=tmp_path)
+    assert report.returncode == EXIT_OK
+    assert report.stdout == _table(out)
+    as_json = _cli("report", str(written[0]), "--format", "json", cwd=tmp_path)
+    lines = {ln["route"]: ln for ln in json.loads(as_json.stdout)["lines"]}
+    assert lines["mtp"]["speedup"] > 0 and lines["mtp-mistuned"]["speedup"] is None
+
+
+def _plan_file(tmp_path: Path, urls: list[str], **extra: Any) -> Path:
+    routes = [
+        {"label": f"r{i}", "speculative": "off" if i == 0 else "mtp", "base_url": u}
+        for i, u in enumerate(urls)
+    ]
+    data: dict[str, Any] = {"model": "deepseekbench-ref", "routes": routes, **extra}
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(data), encoding="utf-8")
+    return p
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def no_connections(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records (and blocks) any attempt to open a connection."""
+    calls: list[str] = []
+
+    async def transport(self: Any, request: httpx.Request) -> httpx.Response:
+        calls.append(str(request.url))
+        raise AssertionError("a connection was attempted")
+
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> None:
+        calls.append(repr(address))
+        real_connect(self, address)
+
+    monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", transport)
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.delenv("DEEPSEEKBENCH_API_KEY", raising=False)
+    monkeypatch.delenv("DEEPSEEKBENCH_SPEND", raising=False)
+    return calls
+
+
+def test_dry_run_opens_no_connection_and_reports_gate_refusals(
+    tmp_path: Path, no_connections: list[str]
+) -> None:
+    port = _free_port()  # nothing listens here
+    plan = _plan_file(tmp_path, [f"http://127.0.0.1:{port}/v1", "https://api.example.com/v1"])
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["run", str(plan), "--dry-run"], stdout=out, stderr=err)
+    assert rc == EXIT_GATE
+    rows = [Row.from_json_line(line) for line in out.getvalue().splitlines()]
+    assert len(rows) == 2
+    assert all(r.quality_parity.value == "unknown" and r.n_requests == 0 for r in rows)
+    assert all(r.tpot_ms is None and not r.is_complete for r in rows)
+    assert "api.example.com" in err.getvalue() and "no connection opened" in err.getvalue()
+    assert no_connections == []
+    loopback = _plan_file(tmp_path, [f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port}/v1"])
+    rows_out = tmp_path / "rows.jsonl"
+    rc = main(
+        ["run", str(loopback), "--dry-run", "--results", str(rows_out)],
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+    assert rc == EXIT_OK and len(rows_out.read_text().splitlines()) == 2
+    assert no_connections == []
+
+
+def test_gate_refusal_sends_nothing(tmp_path: Path, no_connections: list[str]) -> None:
+    plan = _plan_file(tmp_path, ["http://127.0.0.1:9/v1", "https://api.example.com/v1"])
+    results = tmp_path / "r.jsonl"
+    err = io.StringIO()
+    rc = main(["run", str(plan), "--results", str(results)], stdout=io.StringIO(), stderr=err)
+    assert rc == EXIT_GATE and "api.example.com" in err.getvalue()
+    assert no_connections == [] and not results.exists()
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('model = "m"\nroutes = []\n', encoding="utf-8")
+    quiet = {"stdout": io.StringIO(), "stderr": io.StringIO()}
+    assert main(["run", str(bad)], **quiet) == EXIT_USAGE
+    assert main(["run", str(tmp_path / "absent.toml")], **quiet) == EXIT_USAGE
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text('{"not": "a record"}\n', encoding="utf-8")
+    assert main(["report", str(junk)], **quiet) == EXIT_USAGE
+    assert main(["report", str(tmp_path / "absent.jsonl")], **quiet) == EXIT_USAGE
+    assert main([], **quiet) == EXIT_USAGE
+    assert main(["bogus"], **quiet) == EXIT_USAGE
+
+
+@contextmanager
+def served(*args: str) -> Iterator[str]:
+    """``python -m deepseekbench serve --port 0 ARGS``; yields its base URL."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deepseekbench", "serve", "--port", "0", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        match = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line)
+        assert match, line
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_run_with_request_errors_exits_1_and_interrupt_exits_130(tmp_path: Path) -> None:
+    with (
+        served("--target-step-ms", "1") as off,
+        served("--speculative", "mtp", "--fault", "http_503", "--target-step-ms", "1") as bad,
+    ):
+        plan = _plan_file(
+            tmp_path,
+            [off, bad],
+            requests_per_cell=5,
+            warmup_per_cell=0,
+            parity={"tasks": "none", "prompts": ["What is 7 × 8?"]},
+        )
+        proc = _cli("run", str(plan), "--results", str(tmp_path / "e.jsonl"), cwd=tmp_path)
+        assert proc.returncode == EXIT_ERRORS, proc.stderr
+        assert "5 (5)" in proc.stdout  # five requests, five errors on the faulty route
+        assert "r1" in proc.stdout and "refused" in proc.stdout
+
+    with served("--target-step-ms", "40") as off, served("--speculative", "mtp") as mtp:
+        plan = _plan_file(
+            tmp_path,
+            [off, mtp],
+            requests_per_cell=40,
+            warmup_per_cell=0,
+            parity={"tasks": "none", "prompts": ["Count from 5 to 12."]},
+        )
+        results = tmp_path / "i.jsonl"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc2 = subprocess.Popen(
+            [sys.executable, "-m", "deepseekbench", "run", str(plan), "--results", str(results)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if results.exists() and b'"measurement"' in results.read_bytes():
+                break
+            time.sleep(0.05)
+        proc2.send_signal(signal.SIGINT)
+        _, err = proc2.communicate(timeout=30)
+        assert proc2.returncode == EXIT_INTERRUPTED, err
+        assert "rerun" in err
+        kept = [orjson.loads(x) for x in results.read_bytes().splitlines() if x.strip()]
+        assert any(r["record"] == "measurement" for r in kept)
+        assert not any(r["record"] == "run_end" for r in kept)
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_only_on_a_terminal() -> None:
+    from deepseekbench._cli import _StderrProgress
+    from deepseekbench._runner import ProgressEvent
+
+    ev = ProgressEvent(
+        phase="measure mtp 1k/256/non_think", done=4, total=4, errors=1, elapsed_s=2.0
+    )
+    tty, pipe = _Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        p = _StderrProgress(stream)
+        p(ev)
+        p.close()
+    assert "4/4 done" in tty.getvalue() and "1 errors" in tty.getvalue()
+    assert "2.0 req/s" in tty.getvalue()
+    assert pipe.getvalue() == ""

@@ -1,0 +1,170 @@
+"""BenchmarkPlan: loading, validation, arrivals, hashing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from deepseekbench._axes import Speculative
+from deepseekbench._errors import PlanError
+from deepseekbench._plan import ArrivalPlan, BenchmarkPlan, CellPlan
+from deepseekbench._tasks import smoke_tasks
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "plan.toml"
+
+
+def minimal(**over: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "model": "m",
+        "routes": [
+            {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
+        ],
+    }
+    data.update(over)
+    return data
+
+
+def test_example_plan_loads() -> None:
+    plan = BenchmarkPlan.load(EXAMPLE)
+    assert plan.off_route.label == "off"
+    assert [r.speculative for r in plan.speculative_routes] == [Speculative.mtp] * 2
+    assert plan.arrival.mode == "rate" and plan.arrival.distribution == "poisson"
+    assert plan.results_path() == EXAMPLE.parent / "plan-results.jsonl"
+    assert plan.tasks() == smoke_tasks()
+    plan.validate_sources()
+    assert plan.cells[0].cell_id == "1k/256/non_think"
+
+
+def test_json_plan_and_defaults(tmp_path: Path) -> None:
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(minimal()), encoding="utf-8")
+    plan = BenchmarkPlan.load(p)
+    assert plan.cells == (CellPlan(),) and plan.requests_per_cell == 8
+    assert plan.arrival.offsets_s(3) is None  # closed loop by default
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"bogus": 1}, "bogus"),
+        (
+            {
+                "routes": [
+                    {"label": "a", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+                    {"label": "b", "speculative": "off", "base_url": "http://127.0.0.1:2/v1"},
+                ]
+            },
+            "exactly one",
+        ),
+        (
+            {
+                "routes": [
+                    {"label": "a", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+                    {"label": "a", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
+                ]
+            },
+            "unique",
+        ),
+        ({"cells": [{"context_bucket": "2k"}]}, "'1k', '8k'"),
+        ({"cells": [{"output_target": "256", "max_tokens": 300}]}, "exceeds"),
+        ({"cells": [{}, {}]}, "unique"),
+        ({"arrival": {"mode": "rate"}}, "rate_per_s"),
+        ({"requests_per_cell": 0}, "requests_per_cell"),
+        (
+            {
+                "routes": [
+                    {"label": "off", "speculative": "off", "base_url": "ftp://x/v1"},
+                    {"label": "b", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
+                ]
+            },
+            "http",
+        ),
+    ],
+)
+def test_invalid_plans_fail_before_any_request(over: dict[str, Any], needle: str) -> None:
+    with pytest.raises(PlanError, match=needle):
+        BenchmarkPlan.from_mapping(minimal(**over))
+    with pytest.raises(ValidationError):
+        BenchmarkPlan.model_validate(minimal(**over))
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="TOML"):
+        BenchmarkPlan.from_toml("model = ")
+    with pytest.raises(PlanError, match="object"):
+        BenchmarkPlan.from_json("[1]")
+    y = tmp_path / "plan.yaml"
+    y.write_text("model: m", encoding="utf-8")
+    with pytest.raises(PlanError, match=r"toml or \.json"):
+        BenchmarkPlan.load(y)
+    with pytest.raises(PlanError, match="cannot read"):
+        BenchmarkPlan.load(tmp_path / "absent.toml")
+
+
+def test_task_and_prompt_files_resolve_against_the_plan(tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text(
+        '{"id": "a", "prompt": "p", "grader": "exact", "expected": "x"}\n', encoding="utf-8"
+    )
+    (tmp_path / "w.jsonl").write_text('{"prompt": "hello"}\n', encoding="utf-8")
+    data = minimal(parity={"tasks": "t.jsonl"}, workload={"prompts_file": "w.jsonl"})
+    (tmp_path / "plan.json").write_text(json.dumps(data), encoding="utf-8")
+    plan = BenchmarkPlan.load(tmp_path / "plan.json")
+    assert [t.id for t in plan.tasks()] == ["a"]
+    assert plan.workload_prompts() == ("hello",)
+    broken = BenchmarkPlan.from_mapping(
+        minimal(parity={"tasks": "missing.jsonl"}), base_dir=tmp_path
+    )
+    with pytest.raises(PlanError):
+        broken.validate_sources()
+    empty = BenchmarkPlan.from_mapping(minimal(parity={"tasks": "none"}))
+    with pytest.raises(PlanError, match="no parity prompts"):
+        empty.validate_sources()
+
+
+def test_api_key_comes_from_the_environment_and_never_shows() -> None:
+    plan = BenchmarkPlan.from_mapping(
+        minimal(
+            routes=[
+                {
+                    "label": "off",
+                    "speculative": "off",
+                    "base_url": "https://api.example.com/v1",
+                    "api_key_env": "MY_KEY",
+                },
+                {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
+            ]
+        )
+    )
+    with pytest.raises(PlanError, match="MY_KEY"):
+        plan.off_route.engine_route("m", environ={})
+    route = plan.off_route.engine_route("m", environ={"MY_KEY": "sk-secret-123"})
+    assert route.has_api_key
+    assert "sk-secret-123" not in repr(route) + repr(plan) + plan.model_dump_json()
+
+
+def test_poisson_and_gamma_arrivals_are_seeded_with_the_right_mean() -> None:
+    poisson = ArrivalPlan(mode="rate", rate_per_s=10.0, seed=3)
+    a, b = poisson.offsets_s(2000), poisson.offsets_s(2000)
+    assert a == b and a is not None and a[0] == 0.0
+    assert np.mean(np.diff(a)) == pytest.approx(0.1, rel=0.1)
+    assert poisson.offsets_s(50, salt=1) != poisson.offsets_s(50, salt=2)
+    gamma = ArrivalPlan(mode="rate", rate_per_s=10.0, distribution="gamma", gamma_shape=0.5)
+    g = gamma.offsets_s(4000)
+    assert g is not None
+    gaps = np.diff(g)
+    assert np.mean(gaps) == pytest.approx(0.1, rel=0.1)
+    # shape 0.5 is burstier than Poisson: coefficient of variation sqrt(1/k) ≈ 1.41
+    assert np.std(gaps) / np.mean(gaps) == pytest.approx(2**0.5, rel=0.15)
+
+
+def test_plan_hash_tracks_content_not_the_results_path() -> None:
+    p1 = BenchmarkPlan.from_mapping(minimal(results="a.jsonl"))
+    p2 = BenchmarkPlan.from_mapping(minimal(results="b.jsonl"))
+    p3 = BenchmarkPlan.from_mapping(minimal(requests_per_cell=9))
+    assert p1.plan_hash() == p2.plan_hash() != p3.plan_hash()

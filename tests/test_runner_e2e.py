@@ -1,0 +1,183 @@
+"""End to end: a small plan against the embedded engine over loopback."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from deepseekbench._axes import AcceptanceScope, Dialect, QualityParity, Speculative
+from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench._gate import LiveGate
+from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._runner import ProgressEvent, load_results, run_plan
+from deepseekbench._scorecard import Scorecard
+from deepseekbench._speedup import RefusalReason
+
+# cheaper steps than the defaults, still costlier target than draft
+COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
+
+
+def _plan(routes: list[tuple[str, str, str, Dialect]], **over: Any) -> BenchmarkPlan:
+    data: dict[str, Any] = {
+        "model": "deepseekbench-ref",
+        "routes": [
+            {"label": label, "speculative": spec, "base_url": url, "dialect": dialect.value}
+            for label, spec, url, dialect in routes
+        ],
+        "requests_per_cell": 5,
+        "warmup_per_cell": 0,
+        "arrival": {"mode": "concurrency", "concurrency": 2},
+        "parity": {"concurrency": 8, "max_tokens": 64},
+    }
+    data.update(over)
+    return BenchmarkPlan.model_validate(data)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def test_verdicts_credit_correct_mtp_and_refuse_the_mistuned_one(tmp_path: Path) -> None:
+    results = tmp_path / "run.jsonl"
+
+    async def main() -> Any:
+        async with (
+            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
+            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
+            EmbeddedEngine(
+                EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, cost=COSTS)
+            ) as bad,
+            EmbeddedEngine(
+                EngineConfig(speculative=Speculative.mtp, dialect=Dialect.openai, cost=COSTS)
+            ) as quiet,
+        ):
+            plan = _plan(
+                [
+                    ("off", "off", off.base_url, Dialect.vllm),
+                    ("mtp", "mtp", mtp.base_url, Dialect.vllm),
+                    ("mtp-mistuned", "mtp", bad.base_url, Dialect.vllm),
+                    ("mtp-openai", "mtp", quiet.base_url, Dialect.openai),
+                ]
+            )
+            return await run_plan(plan, gate=LiveGate(), results_path=results)
+
+    result = anyio.run(main)
+    rows = {r.route_label: r for r in result.rows}
+    assert rows["off"].quality_parity is QualityParity.verified
+    assert rows["mtp"].quality_parity is QualityParity.verified
+    assert rows["mtp-mistuned"].quality_parity is QualityParity.differs
+    assert all(r.is_complete and r.n_errors == 0 for r in rows.values())
+    # per-request acceptance where the dialect reports it, server-wide otherwise
+    assert rows["mtp"].acceptance_scope is AcceptanceScope.per_request
+    assert rows["mtp"].accepted_token_ratio is not None
+    assert 0 < rows["mtp"].accepted_token_ratio < 1
+    assert rows["mtp-openai"].acceptance_scope is AcceptanceScope.server_wide
+    assert rows["mtp-openai"].accepted_token_ratio is not None
+    assert len(result.measurements) == 4 * 5
+
+    card = Scorecard.from_run(result)
+    lines = {ln.route: ln for ln in card.lines}
+    assert lines["mtp"].credited and lines["mtp-openai"].credited
+    bad_line = lines["mtp-mistuned"]
+    assert not bad_line.credited and bad_line.verdict is not None
+    assert RefusalReason.candidate_parity_not_verified in bad_line.verdict.reasons
+    assert bad_line.first_divergence is not None and bad_line.task_flips
+    rp = result.parity[("mtp-mistuned", rows["off"].reasoning_mode)]
+    assert rp.tasks is not None and rp.tasks.flips and rp.exact is not None
+    assert rp.exact.n_diverged >= len(rp.tasks.flips)
+
+    # the file holds every measurement, the parity outputs and the final rows
+    kinds = Counter(r["record"] for r in _records(results))
+    assert kinds["measurement"] == 20 and kinds["row"] == 4 and kinds["run_end"] == 1
+    assert kinds["parity_output"] == 16 * 5  # 16 smoke tasks x (4 routes + off control)
+    # and report rebuilds the same rows and the same scorecard from it
+    again = load_results(results)
+    assert again.rows == result.rows
+    assert Scorecard.from_run(again).to_text() == card.to_text()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_cancelled_run_keeps_its_measurements_and_a_rerun_resumes(
+    tmp_path: Path, backend: str
+) -> None:
+    results = tmp_path / "resume.jsonl"
+    stop_after = 12
+
+    async def main() -> tuple[int, Any, list[ProgressEvent]]:
+        async with (
+            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
+            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
+        ):
+            plan = _plan(
+                [
+                    ("off", "off", off.base_url, Dialect.vllm),
+                    ("mtp", "mtp", mtp.base_url, Dialect.vllm),
+                ],
+                requests_per_cell=6,
+                parity={"tasks": "none", "prompts": ["Count from 5 to 12.", "What is 7 × 8?"]},
+            )
+            with anyio.CancelScope() as scope:
+
+                def stop(ev: ProgressEvent) -> None:
+                    if ev.done >= stop_after:
+                        scope.cancel()
+
+                await run_plan(plan, gate=LiveGate(), results_path=results, progress=stop)
+            assert scope.cancelled_caught
+            kept = len(_records(results))
+            events: list[ProgressEvent] = []
+            result = await run_plan(
+                plan, gate=LiveGate(), results_path=results, progress=events.append
+            )
+            return kept, result, events
+
+    kept, result, events = anyio.run(main, backend=backend)
+    # full work: 2 routes x 6 measured + 2 prompts x (2 routes + control) = 18 requests
+    assert kept >= 1 + stop_after  # run_start + everything finished before the cancel
+    assert result.resumed >= stop_after
+    assert events[0].total == 18 - result.resumed
+    records = _records(results)
+    measured = [
+        (r["route"], r["cell"], r["index"]) for r in records if r["record"] == "measurement"
+    ]
+    assert len(measured) == len(set(measured)) == 12  # nothing measured twice
+    outputs = [
+        (r["route"], r["pass"], r["prompt_id"]) for r in records if r["record"] == "parity_output"
+    ]
+    assert len(outputs) == len(set(outputs)) == 6
+    assert result.complete and len(result.measurements) == 12
+    assert {r.route_label: r.quality_parity for r in result.rows} == {
+        "off": QualityParity.verified,
+        "mtp": QualityParity.verified,
+    }
+
+
+def test_torn_last_line_is_dropped_on_resume(tmp_path: Path) -> None:
+    results = tmp_path / "torn.jsonl"
+
+    async def main() -> Any:
+        async with (
+            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
+            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
+        ):
+            plan = _plan(
+                [
+                    ("off", "off", off.base_url, Dialect.vllm),
+                    ("mtp", "mtp", mtp.base_url, Dialect.vllm),
+                ],
+                parity={"tasks": "none", "prompts": ["What is 7 × 8?"]},
+            )
+            await run_plan(plan, gate=LiveGate(), results_path=results)
+            with results.open("ab") as fh:
+                fh.write(b'{"record": "measurement", "plan_ha')  # a crash mid-write
+            return await run_plan(plan, gate=LiveGate(), results_path=results)
+
+    result = anyio.run(main)
+    assert result.resumed == 10 + 3 and result.complete
+    records = _records(results)  # every line parses again
+    assert sum(r["record"] == "run_end" for r in records) == 2

@@ -1,0 +1,232 @@
+"""The scorecard never shows an unearned speedup, in any rendering."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import sys
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+import deepseekbench._scorecard as scorecard_mod
+from deepseekbench._axes import AcceptanceScope, QualityParity, Speculative
+from deepseekbench._row import Row
+from deepseekbench._scorecard import (
+    MissingExtraError,
+    ParityDetail,
+    Scorecard,
+    bootstrap_speedup_ci,
+    line_key,
+)
+from deepseekbench._speedup import compare_speedup
+from tests.strategies import creditable_pairs
+
+FIGURE = re.compile(r"\d(?:\.\d+)?×")
+
+
+@st.composite
+def judged_pairs(draw: st.DrawFn) -> tuple[Row, Row, dict[str, list[float]]]:
+    """An off/speculative pair of one cell, any parity on each side, optional samples."""
+    base, cand = draw(creditable_pairs())
+    base = base.model_copy(
+        update={
+            "route_label": "base",
+            "parity_detail": None,
+            "quality_parity": draw(st.sampled_from(QualityParity)),
+        }
+    )
+    cand = cand.model_copy(
+        update={
+            "route_label": "cand",
+            "parity_detail": None,
+            "quality_parity": draw(st.sampled_from(QualityParity)),
+        }
+    )
+    samples: dict[str, list[float]] = {}
+    if draw(st.booleans()):
+        x = st.floats(min_value=0.1, max_value=100.0)
+        samples[line_key(base)] = draw(st.lists(x, min_size=2, max_size=6))
+        samples[line_key(cand)] = draw(st.lists(x, min_size=2, max_size=6))
+    return base, cand, samples
+
+
+def renderings(card: Scorecard) -> dict[str, str]:
+    return {
+        "text": card.to_text(),
+        "markdown": card.to_markdown(),
+        "json": card.to_json(),
+        "csv": card.to_csv(),
+        "html": card._repr_html_(),
+        "str": str(card),
+        "repr": repr(card),
+    }
+
+
+def unearned_speedup_shown(pair: tuple[Row, Row, dict[str, list[float]]]) -> bool:
+    """True when any rendering shows a speedup for a pair not verified on both sides."""
+    base, cand, samples = pair
+    card = Scorecard.from_rows([base, cand], samples=samples, n_resamples=50)
+    both = (base.quality_parity, cand.quality_parity) == (QualityParity.verified,) * 2
+    if both:
+        return False
+    out = renderings(card)
+    line = card.lines[1]
+    if line.credited or re.search(r"\d", line.speedup_text):
+        return True
+    if any(FIGURE.search(out[k]) for k in ("text", "markdown", "html", "str")):
+        return True
+    js = orjson.loads(out["json"])["lines"][1]
+    if js["speedup"] is not None or (js["verdict"] or {}).get("speedup") is not None:
+        return True
+    rec = list(csv.DictReader(io.StringIO(out["csv"])))[1]
+    return any(rec[k] for k in ("speedup", "ci95_low", "ci95_high"))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(judged_pairs())
+def test_no_rendering_shows_a_speedup_without_parity_on_both_sides(
+    pair: tuple[Row, Row, dict[str, list[float]]],
+) -> None:
+    assert not unearned_speedup_shown(pair)
+    base, cand, samples = pair
+    if (base.quality_parity, cand.quality_parity) == (QualityParity.verified,) * 2:
+        # the control: an earned speedup is shown, so the check above can see one
+        card = Scorecard.from_rows([base, cand], samples=samples, n_resamples=50)
+        assert card.lines[1].credited and FIGURE.search(card.to_text())
+
+
+def test_the_property_fails_against_a_scorecard_that_ignores_parity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def ignores_parity(baseline: Row, candidate: Row, **kw: Any) -> Any:
+        v = QualityParity.verified
+        return compare_speedup(
+            baseline.model_copy(update={"quality_parity": v}),
+            candidate.model_copy(update={"quality_parity": v}),
+            **kw,
+        )
+
+    monkeypatch.setattr(scorecard_mod, "compare_speedup", ignores_parity)
+    counterexample = find(
+        judged_pairs(), unearned_speedup_shown, settings=settings(max_examples=500, deadline=None)
+    )
+    assert (counterexample[0].quality_parity, counterexample[1].quality_parity) != (
+        QualityParity.verified,
+        QualityParity.verified,
+    )
+
+
+def _row(**kw: Any) -> Row:
+    base: dict[str, Any] = {
+        "model_id": "m",
+        "provider_route": "local",
+        "engine_route": "embedded",
+        "hosting": "embedded",
+        "context_bucket": "1k",
+        "output_target": "256",
+        "reasoning_mode": "non_think",
+        "stream": True,
+        "speculative": "off",
+        "route_label": "off",
+        "ttft_ms": 10.0,
+        "tpot_ms": 10.0,
+        "e2e_ms": 100.0,
+        "output_toks_per_s": 100.0,
+        "n_requests": 8,
+        "quality_parity": "verified",
+    }
+    base.update(kw)
+    return Row.model_validate(base)
+
+
+def test_pairs_within_a_cell_shows_interval_notes_and_missing_baselines() -> None:
+    off = _row()
+    good = _row(
+        speculative="mtp",
+        route_label="mtp",
+        tpot_ms=5.0,
+        accepted_token_ratio=0.8,
+        acceptance_length=1.8,
+        acceptance_scope="server_wide",
+    )
+    bad = _row(
+        speculative="mtp",
+        route_label="bad",
+        tpot_ms=4.0,
+        quality_parity="differs",
+        parity_detail="exact: 1 of 2 prompts diverge",
+    )
+    orphan = _row(speculative="mtp", route_label="orphan", reasoning_mode="think_high")
+    samples = {
+        line_key(off): [9.0, 10.0, 11.0, 10.0, 10.5],
+        line_key(good): [5.0, 4.8, 5.2, 5.0, 5.1],
+    }
+    details = {
+        line_key(bad): ParityDetail(
+            first_divergence="p1: text differs at char 3", task_flips=("t1: pass→fail",)
+        )
+    }
+    card = Scorecard.from_rows([off, good, bad, orphan], samples=samples, details=details)
+    lines = {ln.route: ln for ln in card.lines}
+    v = lines["mtp"].verdict
+    assert v is not None and v.printed and v.speedup == pytest.approx(2.0)
+    assert v.ci_low is not None and v.ci_high is not None and v.ci_low <= 2.0 <= v.ci_high
+    assert (
+        not lines["bad"].credited and "candidate_parity_not_verified" in lines["bad"].speedup_text
+    )
+    assert lines["orphan"].verdict is None and "no off baseline" in lines["orphan"].speedup_text
+    assert [ln.route for ln in card.credited] == ["mtp"]
+    text = card.to_text()
+    assert "first divergence: p1: text differs at char 3" in text and "t1: pass→fail" in text
+    assert "0.80*" in text and "server-wide" in text
+    md = card.to_markdown()
+    assert md.count("\n|") >= 5 and "2.00×" in md
+    recs = list(csv.DictReader(io.StringIO(card.to_csv())))
+    assert (
+        recs[1]["speedup"]
+        and not recs[2]["speedup"]
+        and recs[3]["refusal_reasons"] == "no_off_baseline"
+    )
+    assert orjson.loads(card.to_json())["lines"][2]["speedup"] is None
+    assert card.render("csv") == card.to_csv()
+    with pytest.raises(ValueError):
+        card.render("yaml")
+    assert "<table>" in card._repr_html_()
+    assert lines["mtp"].acceptance_scope is AcceptanceScope.server_wide
+
+
+def test_bootstrap_is_reproducible_and_needs_samples() -> None:
+    b, c = [10.0, 11.0, 9.0, 10.5], [5.0, 5.5, 4.5, 5.2]
+    assert bootstrap_speedup_ci(b, c) == bootstrap_speedup_ci(b, c)
+    assert bootstrap_speedup_ci([1.0], c) is None
+    low_high = bootstrap_speedup_ci([100.0, 90.0], [150.0, 160.0], metric="output_toks_per_s")
+    assert low_high is not None and low_high[0] > 1
+
+
+def test_to_pandas_without_pandas_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(MissingExtraError, match=r"deepseekbench\[pandas\]"):
+        Scorecard.from_rows([_row()]).to_pandas()
+
+
+def test_off_line_is_the_baseline() -> None:
+    card = Scorecard.from_rows(
+        [_row(quality_parity="unknown", parity_detail="baseline nondeterministic")]
+    )
+    assert card.lines[0].speculative is Speculative.off and card.lines[0].speedup_text == "baseline"
+    assert "baseline nondeterministic" in card.to_text()
+
+
+def test_docs_explain_every_refusal_reason() -> None:
+    from pathlib import Path
+
+    from deepseekbench._speedup import RefusalReason
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "scorecard.md").read_text("utf-8")
+    missing = [r.value for r in RefusalReason if r.value not in doc]
+    assert not missing
