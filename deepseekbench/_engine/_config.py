@@ -1,0 +1,64 @@
+"""The embedded engine's start-up configuration."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from deepseekbench._axes import Dialect, Speculative
+from deepseekbench._engine._costs import CostModel
+from deepseekbench._engine._faults import FaultConfig
+from deepseekbench._engine._speculative import DEFAULT_DEPTH
+
+SERVED_DIALECTS: frozenset[Dialect] = frozenset(
+    {Dialect.vllm, Dialect.sglang, Dialect.llamacpp, Dialect.openai}
+)
+"""Dialects the embedded engine can speak (``auto`` and ``deepseek`` are client-side)."""
+
+
+class EngineConfig(BaseModel):
+    """How the embedded reference engine decodes, reports and misbehaves.
+
+    ``speculative``: decoding method (``eagle3`` uses an EAGLE-style draft head).
+    ``draft_depth``: draft tokens per verify step ``k`` (tokens); ``None`` picks
+    the method's default (mtp 1 as in DeepSeek V4 Pro, dspark 4, eagle3/draft/
+    ngram 3, off 0). ``dialect``: how per-request acceptance is reported.
+    ``mistuned_draft``: the lossy-verify fault. ``cost``: step costs (ms).
+    ``faults``: injected faults. ``seed``: sampling and fault draws.
+    ``max_context_tokens``: prompt + output limit (tokens).
+    ``default_max_tokens``: output cap when a request gives none (tokens).
+    ``record_send_times``: keep the server-side send time of every chunk.
+    Raises ``pydantic.ValidationError`` on unknown fields, a dialect the engine
+    cannot speak, or a draft depth on ``off``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    speculative: Speculative = Speculative.off
+    draft_depth: int | None = Field(default=None, ge=1, le=16, description="Draft tokens per step.")
+    dialect: Dialect = Dialect.vllm
+    mistuned_draft: bool = False
+    cost: CostModel = CostModel()
+    faults: FaultConfig = FaultConfig()
+    seed: int = 0
+    model_name: str = Field(default="deepseekbench-ref", min_length=1)
+    max_context_tokens: int = Field(default=8192, ge=16, description="Context window (tokens).")
+    default_max_tokens: int = Field(
+        default=512, ge=1, description="Output cap if none given (tokens)."
+    )
+    record_send_times: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if self.dialect not in SERVED_DIALECTS:
+            allowed = ", ".join(sorted(d.value for d in SERVED_DIALECTS))
+            raise ValueError(f"the engine cannot serve dialect {self.dialect.value!r}; {allowed}")
+        if self.speculative is Speculative.off and self.draft_depth is not None:
+            raise ValueError("draft_depth is meaningless with speculative='off'")
+        return self
+
+    @property
+    def effective_draft_depth(self) -> int:
+        """The draft depth ``k`` in use (tokens; 0 for ``off``)."""
+        if self.draft_depth is not None:
+            return self.draft_depth
+        return DEFAULT_DEPTH[self.speculative]

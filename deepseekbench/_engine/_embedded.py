@@ -1,0 +1,223 @@
+"""Starting the reference engine: in-process (``EmbeddedEngine``) or as a server.
+
+``async with EmbeddedEngine(config) as engine:`` binds ``127.0.0.1`` on a free
+port (``port=0``), trains the model (once per process), starts the step loop
+and serves until the block ends. ``serve`` does the same until cancelled, for
+``python -m deepseekbench serve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from types import TracebackType
+
+import anyio
+from anyio.abc import SocketAttribute, TaskGroup
+
+from deepseekbench._axes import Dialect, Speculative
+from deepseekbench._engine._config import SERVED_DIALECTS, EngineConfig
+from deepseekbench._engine._costs import CostModel
+from deepseekbench._engine._faults import FaultConfig, FaultKind
+from deepseekbench._engine._http import serve_connection
+from deepseekbench._engine._metrics import EngineCounters
+from deepseekbench._engine._model import reference_lm
+from deepseekbench._engine._server import ChunkSend, EngineState
+
+
+class EmbeddedEngine:
+    """The loopback reference engine as an async context manager.
+
+    ``host`` defaults to ``127.0.0.1``; ``port=0`` picks a free port. Inside the
+    block: ``base_url`` (``http://HOST:PORT/v1``), ``counters`` (engine totals),
+    ``send_times`` (per completion id, when ``record_send_times``). Works under
+    asyncio and trio. Raises ``OSError`` when the address cannot be bound and
+    ``RuntimeError`` when used outside its block.
+    """
+
+    def __init__(
+        self, config: EngineConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.config = config if config is not None else EngineConfig()
+        self._host = host
+        self._port = port
+        self._state: EngineState | None = None
+        self._bound_port: int | None = None
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> EmbeddedEngine:
+        lm = await anyio.to_thread.run_sync(reference_lm)
+        self._state = EngineState(self.config, lm)
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            listener = await anyio.create_tcp_listener(local_host=self._host, local_port=self._port)
+            await stack.enter_async_context(listener)
+            self._bound_port = int(listener.extra(SocketAttribute.local_port))
+            tg: TaskGroup = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)
+            tg.start_soon(self._state.scheduler.run)
+            tg.start_soon(listener.serve, lambda s: serve_connection(s, self._handle), tg)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    async def _handle(self, request: object, responder: object) -> None:
+        assert self._state is not None
+        await self._state.handle(request, responder)  # type: ignore[arg-type]
+
+    def _require(self) -> EngineState:
+        if self._state is None or self._bound_port is None:
+            raise RuntimeError("the engine is not running; use `async with EmbeddedEngine(...)`")
+        return self._state
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port."""
+        self._require()
+        assert self._bound_port is not None
+        return self._bound_port
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI-style base URL, ``http://HOST:PORT/v1``."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def counters(self) -> EngineCounters:
+        """Engine-wide totals since start-up (a snapshot)."""
+        return self._require().metrics.snapshot()
+
+    @property
+    def send_times(self) -> Mapping[str, list[ChunkSend]]:
+        """Server-side send time of every write, per completion id (empty unless recorded)."""
+        return self._require().send_times
+
+    def metrics_text(self) -> str:
+        """The ``/metrics`` exposition, read in-process."""
+        return self._require().metrics.exposition().decode()
+
+
+async def serve(
+    config: EngineConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``config`` on ``host:port`` until cancelled.
+
+    ``on_ready(base_url)`` is called once listening (default: one line on stderr).
+    Raises ``OSError`` when the address cannot be bound.
+    """
+    async with EmbeddedEngine(config, host=host, port=port) as engine:
+        if on_ready is None:
+            print(
+                f"deepseekbench reference engine at {engine.base_url} "
+                f"(speculative={config.speculative.value}, k={config.effective_draft_depth}, "
+                f"dialect={config.dialect.value})",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            on_ready(engine.base_url)
+        await anyio.sleep_forever()
+
+
+_FAULT_FLAGS = {
+    FaultKind.keepalive: "keepalive_comments",
+    FaultKind.split_writes: "split_writes",
+    FaultKind.split_utf8: "split_utf8",
+    FaultKind.error_event: "error_mid_stream",
+    FaultKind.drop: "drop_connection",
+    FaultKind.no_usage: "missing_usage",
+    FaultKind.stall: "stall",
+}
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``serve`` options (host, port, decoding, dialect, costs, faults) to ``parser``."""
+    cost = CostModel()
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (0 = any free)")
+    parser.add_argument("--speculative", choices=[s.value for s in Speculative], default="off")
+    parser.add_argument(
+        "--draft-depth",
+        type=int,
+        default=None,
+        help="draft tokens per verify step (default: the method's)",
+    )
+    parser.add_argument(
+        "--dialect", default="vllm", choices=sorted(d.value for d in SERVED_DIALECTS)
+    )
+    parser.add_argument(
+        "--mistuned-draft", action="store_true", help="turn on the lossy-verify fault"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model-name", default="deepseekbench-ref")
+    parser.add_argument("--max-context-tokens", type=int, default=8192)
+    parser.add_argument("--record-send-times", action="store_true")
+    for name, field in CostModel.model_fields.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=float,
+            default=getattr(cost, name),
+            help=field.description,
+        )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        choices=[k.value for k in FaultKind],
+        help="enable a fault for every request (repeatable)",
+    )
+    parser.add_argument("--fault-probability", type=float, default=1.0)
+    parser.add_argument("--stall-ms", type=float, default=1000.0)
+    parser.add_argument("--fault-after-chunks", type=int, default=2)
+
+
+def config_from_args(ns: argparse.Namespace) -> EngineConfig:
+    """Build the :class:`EngineConfig` from parsed ``serve`` options.
+
+    Raises ``pydantic.ValidationError`` for invalid combinations.
+    """
+    kinds = {FaultKind(v) for v in ns.fault}
+    fault_kwargs: dict[str, object] = {flag: kind in kinds for kind, flag in _FAULT_FLAGS.items()}
+    status = 429 if FaultKind.http_429 in kinds else 503 if FaultKind.http_503 in kinds else None
+    faults = FaultConfig.model_validate(
+        {
+            **fault_kwargs,
+            "http_status": status,
+            "probability": ns.fault_probability,
+            "stall_ms": ns.stall_ms,
+            "after_chunks": ns.fault_after_chunks,
+        }
+    )
+    cost = CostModel.model_validate({n: getattr(ns, n) for n in CostModel.model_fields})
+    return EngineConfig(
+        speculative=Speculative(ns.speculative),
+        draft_depth=ns.draft_depth,
+        dialect=Dialect(ns.dialect),
+        mistuned_draft=ns.mistuned_draft,
+        cost=cost,
+        faults=faults,
+        seed=ns.seed,
+        model_name=ns.model_name,
+        max_context_tokens=ns.max_context_tokens,
+        record_send_times=ns.record_send_times,
+    )

@@ -1,0 +1,177 @@
+"""Continuous batching: one step loop shared by every running sequence.
+
+A single task runs steps while any sequence is waiting or running. A step
+admits the sequences that arrived since the last one (their prefill is paid in
+this step and yields their first token, as in chunked prefill), advances every
+running sequence by one verify step, then waits out the step's modelled cost
+(:class:`~deepseekbench._engine._costs.CostModel`) minus the real compute it
+took, and only then hands each sequence its tokens — so tokens become visible
+at the end of the step that produced them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from deepseekbench._engine._costs import CostModel
+from deepseekbench._engine._metrics import EngineMetrics
+from deepseekbench._engine._model import EOS_CH
+from deepseekbench._engine._speculative import Decoder, StepOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class Emission:
+    """What one step delivered to one sequence.
+
+    ``reasoning`` / ``content``: text produced in the step; ``tokens``: tokens
+    produced (EOS not counted); ``drafted`` / ``accepted``: draft tokens checked
+    / kept by the step's verify; ``finish_reason``: ``"stop"``, ``"length"`` or
+    ``None`` while running; ``step_ms``: the step's modelled cost (ms).
+    """
+
+    reasoning: str
+    content: str
+    tokens: int
+    drafted: int
+    accepted: int
+    finish_reason: str | None
+    step_ms: float
+
+
+@dataclass(slots=True)
+class Sequence:
+    """One request's decoding state inside the scheduler."""
+
+    ctx: str
+    decoder: Decoder
+    prompt_tokens: int
+    reasoning: str
+    max_tokens: int
+    send: MemoryObjectSendStream[Emission]
+    generated: int = 0
+    prefilled: bool = False
+    cancelled: bool = False
+    finish_reason: str | None = field(default=None)
+
+    def cancel(self) -> None:
+        """Stop decoding this sequence at the next step (client gone, stop string)."""
+        self.cancelled = True
+
+
+class Scheduler:
+    """Runs the shared step loop; ``submit`` adds a sequence to the next step."""
+
+    def __init__(self, cost: CostModel, metrics: EngineMetrics, *, model_draft: bool) -> None:
+        self._cost = cost
+        self._metrics = metrics
+        self._model_draft = model_draft
+        self._pending: list[Sequence] = []
+        self._running: list[Sequence] = []
+        self._wakeup = anyio.Event()
+
+    def submit(
+        self,
+        ctx: str,
+        decoder: Decoder,
+        *,
+        prompt_tokens: int,
+        reasoning: str,
+        max_tokens: int,
+    ) -> tuple[Sequence, MemoryObjectReceiveStream[Emission]]:
+        """Queue a sequence; returns it (for ``cancel``) and the stream of its emissions.
+
+        ``ctx``: model context; ``reasoning``: forced reasoning text emitted first
+        (one token per step); ``max_tokens``: output cap (tokens, ≥ 1).
+        """
+        send, receive = anyio.create_memory_object_stream[Emission](math.inf)
+        seq = Sequence(ctx, decoder, prompt_tokens, reasoning, max_tokens, send)
+        self._metrics.admitted(prompt_tokens)
+        self._pending.append(seq)
+        self._wakeup.set()
+        return seq, receive
+
+    async def run(self) -> None:
+        """Step forever (until cancelled); idles without cost while nothing runs."""
+        while True:
+            if not self._pending and not self._running:
+                self._wakeup = anyio.Event()
+                await self._wakeup.wait()
+            await self._step()
+
+    async def _step(self) -> None:
+        started = time.perf_counter()
+        new, self._pending = self._pending, []
+        batch: list[Sequence] = []
+        for seq in (*self._running, *new):
+            if seq.cancelled:
+                self._metrics.finished("abort")
+                seq.send.close()
+            else:
+                batch.append(seq)
+        self._running = batch
+        self._metrics.running(len(batch))
+        if not batch:
+            return
+        prefill = sum(s.prompt_tokens for s in batch if not s.prefilled)
+        results = [(s, self._advance(s)) for s in batch]
+        draft_tokens = max((out.drafted for _, (out, _) in results), default=0)
+        cost_ms = self._cost.step_ms(
+            len(batch), draft_tokens, prefill, model_draft=self._model_draft
+        )
+        spent = time.perf_counter() - started
+        await anyio.sleep(max(0.0, cost_ms / 1000.0 - spent))
+        still: list[Sequence] = []
+        for seq, (out, reasoning_text) in results:
+            emission = self._account(seq, out, reasoning_text, cost_ms)
+            if seq.cancelled:
+                self._metrics.finished("abort")
+                seq.send.close()
+                continue
+            try:
+                seq.send.send_nowait(emission)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                seq.cancel()
+                self._metrics.finished("abort")
+                continue
+            if emission.finish_reason is not None:
+                self._metrics.finished(emission.finish_reason)
+                seq.send.close()
+            else:
+                still.append(seq)
+        # sequences submitted during the sleep stay in _pending for the next step
+        self._running = still
+
+    def _advance(self, seq: Sequence) -> tuple[StepOutcome, str]:
+        """Run one step of ``seq``: forced reasoning, the prefill's token, or a verify."""
+        if seq.reasoning:
+            text, seq.reasoning = seq.reasoning[0], seq.reasoning[1:]
+            return StepOutcome((), 0, 0), text
+        budget = seq.max_tokens - seq.generated
+        if not seq.prefilled:
+            return seq.decoder.step(seq.ctx, 1), ""
+        return seq.decoder.step(seq.ctx, budget), ""
+
+    def _account(
+        self, seq: Sequence, out: StepOutcome, reasoning_text: str, cost_ms: float
+    ) -> Emission:
+        seq.prefilled = True
+        tokens = [t for t in out.tokens if t != EOS_CH]
+        content = "".join(tokens)
+        seq.ctx += content
+        produced = len(tokens) + (1 if reasoning_text else 0)
+        seq.generated += produced
+        self._metrics.generated(produced)
+        self._metrics.verified(out.drafted, out.accepted)
+        finish: str | None = None
+        if EOS_CH in out.tokens:
+            finish = "stop"
+        elif seq.generated >= seq.max_tokens:
+            finish = "length"
+        return Emission(
+            reasoning_text, content, produced, out.drafted, out.accepted, finish, cost_ms
+        )

@@ -1,0 +1,527 @@
+"""The reference engine's HTTP routes: OpenAI-compatible chat completions and friends.
+
+Routes: ``POST /v1/chat/completions`` (stream and non-stream), ``GET /v1/models``,
+``GET /health``, ``GET /metrics`` (Prometheus text). Streaming follows vLLM's
+layout: a role-only first frame at the first output, one content chunk per
+verify step (all tokens the step accepted), a finish chunk, a usage chunk with
+``choices: []`` when ``stream_options.include_usage`` is true, then ``[DONE]``.
+Bad requests get OpenAI-style ``{"error": {...}}`` bodies: 400 (invalid JSON or
+fields, prompt over the context), 404 (unknown model or route), 405, 413.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from deepseekbench._engine._config import EngineConfig
+from deepseekbench._engine._dialects import (
+    RequestStats,
+    choice_extras,
+    tail_extras,
+    usage_block,
+)
+from deepseekbench._engine._faults import FAULT_HEADER, ActiveFaults, FaultKind, faults_for_request
+from deepseekbench._engine._http import Headers, HttpRequest, Responder
+from deepseekbench._engine._metrics import EngineMetrics
+from deepseekbench._engine._model import ReferenceLM, context_of
+from deepseekbench._engine._scheduler import Emission, Scheduler
+from deepseekbench._engine._speculative import Decoder
+
+_JSON: Headers = [("content-type", "application/json")]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSend:
+    """Ground truth for one write: when the server finished sending it.
+
+    ``index``: 0-based write number in the response; ``kind``: ``role``,
+    ``reasoning``, ``content``, ``finish``, ``usage``, ``done``, ``comment`` or
+    ``error``; ``t_s``: ``time.perf_counter()`` after the write returned
+    (seconds, same clock as an in-process client); ``tokens``: tokens it carried.
+    """
+
+    index: int
+    kind: str
+    t_s: float
+    tokens: int
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class _StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class ChatRequest(BaseModel):
+    """The fields of a chat completion request the engine reads (others ignored)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[_Message] = Field(min_length=1)
+    stream: bool = False
+    stream_options: _StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = Field(default=1, ge=1, le=1)
+    return_meta_info: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    thinking: dict[str, Any] | bool | None = None
+
+
+class ApiError(Exception):
+    """An OpenAI-style error response: HTTP ``status`` and the error object fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _text_of(content: str | list[dict[str, Any]] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+
+
+def render_prompt(messages: list[_Message]) -> str:
+    """The chat template: ``<|role|>content`` lines then ``<|assistant|>`` (chars = tokens)."""
+    return "".join(f"<|{m.role}|>{_text_of(m.content)}\n" for m in messages) + "<|assistant|>"
+
+
+_CATEGORY_PATTERNS = (
+    (re.compile(r"^What is \d+ [+×] \d+\?$"), "arithmetic"),
+    (re.compile(r"^Count from \d+ to \d+\.$"), "counting"),
+    (re.compile(r"^Reverse the word \w+\.$"), "reversal"),
+    (re.compile(r"^Complete the Python function "), "code"),
+)
+
+
+def reasoning_text(question: str, effort: str) -> str:
+    """The deterministic reasoning the engine streams when thinking is on."""
+    category = next((c for p, c in _CATEGORY_PATTERNS if p.match(question)), "general")
+    text = f"Task type: {category}. Answer in the trained format."
+    if effort == "max":
+        text += " Check each character before answering."
+    return text
+
+
+def thinking_effort(req: ChatRequest) -> str | None:
+    """``None`` when thinking is off, else the effort (``high`` or ``max``)."""
+    kwargs = req.chat_template_kwargs or {}
+    enabled: bool | None = None
+    for key in ("thinking", "enable_thinking"):
+        if isinstance(kwargs.get(key), bool):
+            enabled = bool(kwargs[key])
+    if isinstance(req.thinking, bool):
+        enabled = req.thinking
+    elif isinstance(req.thinking, dict) and req.thinking.get("type") in ("enabled", "disabled"):
+        enabled = req.thinking["type"] == "enabled"
+    effort = req.reasoning_effort
+    if effort is not None and effort not in ("none", "minimal") and enabled is None:
+        enabled = True
+    if not enabled:
+        return None
+    return "max" if effort in ("max", "xhigh") else "high"
+
+
+class EngineState:
+    """Everything the routes share: config, model, scheduler, metrics, ground truth."""
+
+    def __init__(self, config: EngineConfig, lm: ReferenceLM) -> None:
+        self.config = config
+        self.lm = lm
+        depth = config.effective_draft_depth
+        self.metrics = EngineMetrics(config.model_name, depth)
+        model_draft = config.speculative.value not in ("off", "ngram")
+        self.scheduler = Scheduler(config.cost, self.metrics, model_draft=model_draft)
+        self.send_times: dict[str, list[ChunkSend]] = {}
+        self._fault_rng = random.Random(config.seed)
+        self._request_rng = random.Random(config.seed ^ 0x5EED)
+        self._next_id = 0
+
+    def new_id(self) -> str:
+        """A fresh completion id (``chatcmpl-<n>``)."""
+        self._next_id += 1
+        return f"chatcmpl-{self._next_id:08d}"
+
+    async def handle(self, request: HttpRequest, responder: Responder) -> None:
+        """Route one request; API errors become JSON error responses."""
+        try:
+            await self._route(request, responder)
+        except ApiError as err:
+            if not responder.started:
+                headers = list(_JSON)
+                if err.status == 429:
+                    headers.append(("retry-after", "1"))
+                await responder.full(err.status, headers, orjson.dumps(err.body))
+
+    async def _route(self, request: HttpRequest, responder: Responder) -> None:
+        path = request.target.split("?", 1)[0]
+        routes = {
+            "/v1/chat/completions": "POST",
+            "/v1/models": "GET",
+            "/health": "GET",
+            "/metrics": "GET",
+        }
+        if path not in routes:
+            raise ApiError(404, f"no route {path}", kind="not_found_error", code="not_found")
+        if request.method != routes[path]:
+            raise ApiError(
+                405, f"{request.method} not allowed on {path}", code="method_not_allowed"
+            )
+        if path == "/health":
+            await responder.full(200, _JSON, b'{"status":"ok"}')
+        elif path == "/metrics":
+            body = self.metrics.exposition()
+            await responder.full(200, [("content-type", "text/plain; version=0.0.4")], body)
+        elif path == "/v1/models":
+            card = {
+                "id": self.config.model_name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "deepseekbench",
+                "max_model_len": self.config.max_context_tokens,
+            }
+            await responder.full(200, _JSON, orjson.dumps({"object": "list", "data": [card]}))
+        else:
+            await self._chat(request, responder)
+
+    # -- chat completions ---------------------------------------------------
+
+    def _parse(self, request: HttpRequest) -> ChatRequest:
+        try:
+            raw = orjson.loads(request.body)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(400, f"invalid JSON body: {exc}", code="invalid_json") from None
+        if not isinstance(raw, dict):
+            raise ApiError(400, "the body must be a JSON object", code="invalid_json")
+        try:
+            req = ChatRequest.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            param = ".".join(str(p) for p in first["loc"])
+            raise ApiError(400, f"invalid field {param}: {first['msg']}", param=param) from None
+        if req.model is not None and req.model != self.config.model_name:
+            raise ApiError(
+                404,
+                f"The model `{req.model}` does not exist.",
+                kind="NotFoundError",
+                param="model",
+                code="model_not_found",
+            )
+        return req
+
+    async def _chat(self, request: HttpRequest, responder: Responder) -> None:
+        req = self._parse(request)
+        try:
+            faults = faults_for_request(
+                self.config.faults, request.headers.get(FAULT_HEADER), self._fault_rng
+            )
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param=FAULT_HEADER) from None
+        if FaultKind.http_429 in faults:
+            raise ApiError(429, "rate limited (injected)", kind="rate_limit_error", code="429")
+        if FaultKind.http_503 in faults:
+            raise ApiError(503, "overloaded (injected)", kind="service_unavailable", code="503")
+        if FaultKind.drop in faults and not req.stream:
+            await responder.drop()
+            return
+        prompt = render_prompt(req.messages)
+        prompt_tokens = len(prompt)
+        limit = self.config.max_context_tokens
+        if prompt_tokens > limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens; "
+                f"the messages use {prompt_tokens} tokens.",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        asked = req.max_completion_tokens or req.max_tokens or self.config.default_max_tokens
+        max_tokens = max(1, min(asked, limit - prompt_tokens))
+        users = [m for m in req.messages if m.role == "user"]
+        question = _text_of(users[-1].content).strip() if users else ""
+        effort = thinking_effort(req)
+        reasoning = reasoning_text(question, effort) if effort else ""
+        seed = req.seed if req.seed is not None else self._request_rng.getrandbits(32)
+        decoder = Decoder(
+            self.lm,
+            self.config.speculative,
+            self.config.effective_draft_depth,
+            temperature=req.temperature if req.temperature is not None else 0.0,
+            rng=random.Random(seed),
+            mistuned=self.config.mistuned_draft,
+        )
+        seq, receive = self.scheduler.submit(
+            context_of(question),
+            decoder,
+            prompt_tokens=prompt_tokens,
+            reasoning=reasoning,
+            max_tokens=max_tokens,
+        )
+        stream = _Stream(self, req, faults, prompt_tokens, len(reasoning))
+        try:
+            async with receive:
+                if req.stream:
+                    await stream.stream(receive, responder, seq.cancel)
+                else:
+                    await stream.whole(receive, responder, seq.cancel)
+        finally:
+            seq.cancel()
+
+
+def _stops(req: ChatRequest) -> list[str]:
+    if req.stop is None:
+        return []
+    return [s for s in ([req.stop] if isinstance(req.stop, str) else req.stop) if s]
+
+
+class _Stream:
+    """One chat completion's output: stop strings, dialect extras, faults, ground truth."""
+
+    def __init__(
+        self,
+        state: EngineState,
+        req: ChatRequest,
+        faults: ActiveFaults,
+        prompt_tokens: int,
+        reasoning_chars: int,
+    ) -> None:
+        self.state = state
+        self.req = req
+        self.faults = faults
+        self.id = state.new_id()
+        self.created = int(time.time())
+        self.stats = RequestStats(prompt_tokens, state.config.effective_draft_depth)
+        self.stops = _stops(req)
+        self.text = ""
+        self.held = ""
+        self.reasoning = ""
+        self.finish: str | None = None
+        self.t_submit = time.perf_counter()
+        self.t_first: float | None = None
+        self.t_last = self.t_submit
+        self._writes = 0
+        self._record: list[ChunkSend] | None = None
+        if state.config.record_send_times:
+            self._record = state.send_times.setdefault(self.id, [])
+
+    def _release(self, new: str, *, final: bool, cancel: Any) -> str:
+        """Content safe to send: cut at a stop string, holding back a possible stop prefix."""
+        if not self.stops:
+            return new
+        buf = self.held + new
+        hits = [i for s in self.stops if (i := buf.find(s)) >= 0]
+        if hits:
+            self.held = ""
+            self.finish = "stop"
+            cancel()
+            return buf[: min(hits)]
+        keep = 0
+        if not final:
+            for stop in self.stops:
+                for n in range(min(len(stop) - 1, len(buf)), keep, -1):
+                    if buf.endswith(stop[:n]):
+                        keep = n
+                        break
+        self.held = buf[len(buf) - keep :]
+        return buf[: len(buf) - keep]
+
+    def _absorb(self, em: Emission, cancel: Any) -> tuple[str, str]:
+        """Update stats from one emission; returns (reasoning, content) to send."""
+        now = time.perf_counter()
+        if self.t_first is None:
+            self.t_first = now
+        self.t_last = now
+        st = self.stats
+        st.add_step(em.drafted, em.accepted)
+        st.completion_tokens += em.tokens
+        if em.reasoning:
+            st.reasoning_tokens += len(em.reasoning)
+            self.reasoning += em.reasoning
+        content = self._release(em.content, final=em.finish_reason is not None, cancel=cancel)
+        self.text += content
+        if em.finish_reason is not None and self.finish is None:
+            self.finish = em.finish_reason
+        st.prompt_ms = (self.t_first - self.t_submit) * 1000.0
+        st.predicted_ms = (self.t_last - self.t_first) * 1000.0
+        return em.reasoning, content
+
+    # -- non-stream ---------------------------------------------------------
+
+    async def whole(self, receive: Any, responder: Responder, cancel: Any) -> None:
+        async for em in receive:
+            self._absorb(em, cancel)
+            if self.finish is not None:
+                break
+        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.reasoning:
+            message["reasoning_content"] = self.reasoning
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": self.finish or "stop",
+        }
+        dialect = self.state.config.dialect
+        choice.update(
+            choice_extras(dialect, self.stats, return_meta_info=self.req.return_meta_info)
+        )
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.state.config.model_name,
+            "choices": [choice],
+            "usage": usage_block(self.stats),
+        }
+        body.update(tail_extras(dialect, self.stats))
+        if FaultKind.error_event in self.faults:
+            raise ApiError(500, "internal engine error (injected)", kind="InternalServerError")
+        await responder.full(200, [*_JSON, ("x-request-id", self.id)], orjson.dumps(body))
+
+    # -- stream -------------------------------------------------------------
+
+    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        obj: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.state.config.model_name,
+            "choices": choices,
+        }
+        obj.update(extra)
+        return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+    async def _write(self, responder: Responder, data: bytes, kind: str, tokens: int = 0) -> None:
+        faults = self.faults
+        if kind != "comment" and FaultKind.keepalive in faults:
+            await self._write(responder, b": keep-alive\n\n", "comment")
+        pieces = [data]
+        if FaultKind.split_utf8 in faults:
+            pos = next((i for i, b in enumerate(data) if b >= 0xC0), -1)
+            if pos >= 0:
+                pieces = [data[: pos + 1], data[pos + 1 :]]
+        if len(pieces) == 1 and FaultKind.split_writes in faults and len(data) > 2:
+            mid = len(data) // 2
+            pieces = [data[:mid], data[mid:]]
+        for i, piece in enumerate(pieces):
+            if i:
+                await anyio.sleep(faults.config.split_pause_ms / 1000.0)
+            await responder.write(piece)
+        if self._record is not None:
+            self._record.append(ChunkSend(self._writes, kind, time.perf_counter(), tokens))
+        self._writes += 1
+
+    async def stream(self, receive: Any, responder: Responder, cancel: Any) -> None:
+        faults = self.faults
+        await responder.start(
+            200,
+            [
+                ("content-type", "text/event-stream"),
+                ("cache-control", "no-cache"),
+                ("x-request-id", self.id),
+            ],
+        )
+        if FaultKind.keepalive in faults:
+            await self._write(responder, b": keep-alive\n\n", "comment")
+        opts = self.req.stream_options or _StreamOptions()
+        content_chunks = 0
+        stalled = False
+        async for em in receive:
+            first = self.t_first is None
+            reasoning, content = self._absorb(em, cancel)
+            if first:
+                role = {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "finish_reason": None,
+                }
+                zero = {
+                    "prompt_tokens": self.stats.prompt_tokens,
+                    "completion_tokens": 0,
+                    "total_tokens": self.stats.prompt_tokens,
+                }
+                role_usage = {"usage": zero} if opts.continuous_usage_stats else {}
+                await self._write(responder, self._chunk([role], **role_usage), "role")
+            usage = {"usage": usage_block(self.stats)} if opts.continuous_usage_stats else {}
+            if reasoning or content:
+                delta: dict[str, Any] = (
+                    {"reasoning_content": reasoning} if reasoning else {"content": content}
+                )
+                choice = {"index": 0, "delta": delta, "finish_reason": None}
+                kind = "reasoning" if reasoning else "content"
+                await self._write(responder, self._chunk([choice], **usage), kind, em.tokens)
+                content_chunks += 1
+            if content_chunks >= faults.config.after_chunks:
+                if FaultKind.stall in faults and not stalled:
+                    stalled = True
+                    await anyio.sleep(faults.config.stall_ms / 1000.0)
+                if FaultKind.error_event in faults:
+                    cancel()
+                    err = {
+                        "error": {
+                            "message": "internal engine error (injected)",
+                            "type": "InternalServerError",
+                            "code": 500,
+                        }
+                    }
+                    await self._write(responder, b"data: " + orjson.dumps(err) + b"\n\n", "error")
+                    await responder.end()
+                    return
+                if FaultKind.drop in faults:
+                    cancel()
+                    await responder.drop()
+                    return
+            if self.finish is not None:
+                break
+        await self._tail(responder, opts)
+
+    async def _tail(self, responder: Responder, opts: _StreamOptions) -> None:
+        dialect = self.state.config.dialect
+        finish_choice: dict[str, Any] = {
+            "index": 0,
+            "delta": {},
+            "finish_reason": self.finish or "stop",
+        }
+        finish_choice.update(
+            choice_extras(dialect, self.stats, return_meta_info=self.req.return_meta_info)
+        )
+        send_usage = opts.include_usage and FaultKind.no_usage not in self.faults
+        extras = tail_extras(dialect, self.stats)
+        finish_extra: dict[str, Any] = {} if send_usage else dict(extras)
+        if opts.continuous_usage_stats:
+            finish_extra["usage"] = usage_block(self.stats)
+        await self._write(responder, self._chunk([finish_choice], **finish_extra), "finish")
+        if send_usage:
+            data = self._chunk([], usage=usage_block(self.stats), **extras)
+            await self._write(responder, data, "usage")
+        await self._write(responder, b"data: [DONE]\n\n", "done")
+        await responder.end()

@@ -1,0 +1,214 @@
+"""The draft/verify loop: one decode step of one sequence, with or without speculation.
+
+A *step* is one target forward pass. Without speculation it yields one token.
+With speculation a cheap proposer drafts up to ``k`` tokens, the target scores
+all ``k + 1`` positions in the same pass, the longest agreeing prefix is kept and
+one more token comes from the target (the correction at the first mismatch, or
+the *bonus* token when every draft token was accepted). This is the loop of
+Leviathan et al. (2023), "Fast Inference from Transformers via Speculative
+Decoding", ICML, and of MTP/EAGLE-style decoding.
+
+Greedy (temperature 0): a draft token is accepted iff it equals the target's
+argmax, so the output is identical to plain greedy decoding. Sampling
+(temperature > 0): speculative sampling — accept ``x ~ q`` with probability
+``min(1, p(x)/q(x))``, else resample from ``norm(max(0, p - q))`` — which keeps
+the target's distribution exactly.
+
+The *mis-tuned draft* fault replaces that test by a lossy one: a draft token is
+accepted whenever the target gives it probability ≥ ``LOOSE_ACCEPT_PROB`` (it is
+"plausible"), even when it is not the target's choice. It accepts more, so it is
+faster, and it changes the output of a share of prompts (see docs/engine.md).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Final
+
+from deepseekbench._axes import Speculative
+from deepseekbench._engine._model import EOS_CH, Dist, ReferenceLM
+
+LOOSE_ACCEPT_PROB: Final[float] = 0.15
+"""Mis-tuned verify: accept a draft token whose target probability is at least this."""
+
+DEFAULT_DEPTH: Final[dict[Speculative, int]] = {
+    Speculative.off: 0,
+    Speculative.mtp: 1,
+    Speculative.dspark: 4,
+    Speculative.eagle3: 3,
+    Speculative.draft: 3,
+    Speculative.ngram: 3,
+}
+"""Default draft depth ``k`` (tokens drafted per verify step) for each method."""
+
+HEAD_ORDER: Final[dict[Speculative, int]] = {
+    Speculative.mtp: 5,
+    Speculative.dspark: 5,
+    Speculative.eagle3: 4,
+    Speculative.draft: 3,
+}
+"""Context length (chars) of each method's draft head; ``ngram`` looks up the prompt."""
+
+NGRAM_MAX_MATCH: Final[int] = 4
+"""Longest suffix (chars) the n-gram proposer looks up in the prompt."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one verify step produced for one sequence.
+
+    ``tokens``: emitted characters in order (the last may be ``EOS_CH``);
+    ``drafted``: draft tokens proposed (0 for a plain step); ``accepted``: draft
+    tokens the verify step kept (0 ≤ accepted ≤ drafted).
+    """
+
+    tokens: tuple[str, ...]
+    drafted: int
+    accepted: int
+
+
+def _temper(dist: Dist, temperature: float) -> Dist:
+    """``dist`` raised to ``1/temperature`` and renormalised (temperature > 0)."""
+    powered = {ch: p ** (1.0 / temperature) for ch, p in dist.items() if p > 0.0}
+    total = sum(powered.values())
+    return {ch: p / total for ch, p in powered.items()}
+
+
+def _sample(dist: Dist, rng: random.Random) -> str:
+    items = sorted(dist.items())
+    r = rng.random() * sum(p for _, p in items)
+    acc = 0.0
+    for ch, p in items:
+        acc += p
+        if r < acc:
+            return ch
+    return items[-1][0]
+
+
+class Decoder:
+    """Decodes one sequence step by step with ``method`` and draft depth ``k``.
+
+    ``temperature`` 0 means greedy; ``rng`` drives sampling (seeded per request).
+    ``mistuned`` turns on the lossy verify fault. Raises ``ValueError`` for a
+    negative ``k`` or ``temperature``.
+    """
+
+    def __init__(
+        self,
+        lm: ReferenceLM,
+        method: Speculative,
+        k: int,
+        *,
+        temperature: float,
+        rng: random.Random,
+        mistuned: bool = False,
+    ) -> None:
+        if k < 0 or temperature < 0:
+            raise ValueError("draft depth and temperature must be non-negative")
+        self._lm = lm
+        self._method = method
+        self._k = 0 if method is Speculative.off else k
+        self._temperature = temperature
+        self._rng = rng
+        self._mistuned = mistuned
+
+    @property
+    def depth(self) -> int:
+        """Draft tokens proposed per verify step at most (tokens)."""
+        return self._k
+
+    def step(self, ctx: str, budget: int) -> StepOutcome:
+        """One verify step from model context ``ctx``, emitting at most ``budget`` tokens."""
+        k = min(self._k, budget - 1)
+        if k <= 0:
+            return StepOutcome((self._next(ctx),), 0, 0)
+        drafts, qs = self._propose(ctx, k)
+        if not drafts:
+            return StepOutcome((self._next(ctx),), 0, 0)
+        out: list[str] = []
+        cur = ctx
+        for d, q in zip(drafts, qs, strict=True):
+            verdict = self._verify(d, cur, q)
+            if verdict is None:
+                out.append(d)
+                cur += d
+                if d == EOS_CH:
+                    return StepOutcome(tuple(out), len(drafts), len(out))
+                continue
+            out.append(verdict)
+            return StepOutcome(tuple(out), len(drafts), len(out) - 1)
+        out.append(self._next(cur))  # the bonus token
+        return StepOutcome(tuple(out), len(drafts), len(drafts))
+
+    # -- internals ------------------------------------------------------------
+
+    def _target(self, ctx: str) -> Dist:
+        p = self._lm.target(ctx)
+        return _temper(p, self._temperature) if self._temperature > 0 else p
+
+    def _next(self, ctx: str) -> str:
+        """One token from the target at ``ctx`` (argmax, or a sample)."""
+        if self._temperature == 0:
+            return self._lm.target_argmax(ctx)
+        return _sample(self._target(ctx), self._rng)
+
+    def _propose(self, ctx: str, k: int) -> tuple[list[str], list[Dist]]:
+        """Up to ``k`` draft tokens and the draft distribution each was taken from."""
+        if self._method is Speculative.ngram:
+            looked_up = _prompt_lookup(ctx, k)
+            return looked_up, [{d: 1.0} for d in looked_up]
+        order = HEAD_ORDER[self._method]
+        drafts: list[str] = []
+        qs: list[Dist] = []
+        cur = ctx
+        for _ in range(k):
+            if self._temperature > 0:
+                q = _temper(self._lm.draft(order, cur), self._temperature)
+                d = _sample(q, self._rng)
+            else:
+                q = {}
+                d = self._lm.draft_argmax(order, cur)
+            drafts.append(d)
+            qs.append(q)
+            if d == EOS_CH:
+                break
+            cur += d
+        return drafts, qs
+
+    def _verify(self, d: str, ctx: str, q: Dist) -> str | None:
+        """``None`` when draft token ``d`` is accepted at ``ctx``, else the replacement.
+
+        ``q`` is the draft distribution ``d`` was sampled from (unused when greedy).
+        """
+        if self._temperature == 0 and not self._mistuned:
+            t = self._lm.target_argmax(ctx)
+            return None if t == d else t
+        p = self._target(ctx)
+        pd = p.get(d, 0.0)
+        if self._mistuned and pd >= LOOSE_ACCEPT_PROB:
+            return None
+        if self._temperature == 0:
+            t = self._lm.target_argmax(ctx)
+            return None if t == d else t
+        qd = q.get(d, 0.0)
+        if qd > 0 and self._rng.random() < min(1.0, pd / qd):
+            return None
+        residual = {ch: pp - q.get(ch, 0.0) for ch, pp in p.items() if pp > q.get(ch, 0.0)}
+        return _sample(residual if residual else p, self._rng)
+
+
+def _prompt_lookup(ctx: str, k: int) -> list[str]:
+    """Prompt-lookup drafting: continue the latest earlier match of the context's suffix.
+
+    Tries suffixes of ``NGRAM_MAX_MATCH`` down to 1 characters; returns up to
+    ``k`` characters that followed the most recent earlier occurrence, or ``[]``.
+    """
+    for n in range(min(NGRAM_MAX_MATCH, len(ctx) - 1), 0, -1):
+        suffix = ctx[-n:]
+        pos = ctx.rfind(suffix, 0, len(ctx) - 1)
+        if pos >= 0:
+            follow = ctx[pos + n : pos + n + k]
+            if follow:
+                return list(follow)
+    return []
