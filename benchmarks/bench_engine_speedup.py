@@ -1,11 +1,15 @@
 """Measured TPOT speedup of the embedded engine's speculative modes over ``off``.
 
 Starts the reference engine (default :class:`CostModel`) in a child process per
-mode, streams generated reference tasks to it over loopback with a plain httpx
-client, and reports per run: median TPOT (ms/token), median TTFT (ms), the
-acceptance rate, and the speedup = median TPOT(off) / median TPOT(mode).
-TPOT = (time of last content chunk − time of first) / (completion tokens − 1).
-Every output is also checked against the reference answer (greedy parity).
+mode, streams generated reference tasks to it over loopback with the library's
+own instrument, ``measure_streamed`` (one gated, shared httpx client), and
+reports per run: median TPOT (ms/token), median TTFT (ms), the acceptance rate
+(server-wide: the delta of the engine's ``/metrics`` counters over the run, via
+``scrape_metrics``/``metrics_delta``), and the speedup = median TPOT(off) /
+median TPOT(mode). TPOT and TTFT are as ``measure_streamed`` defines them
+(``docs/measurement.md``): TPOT = (E2E − TTFT) / (completion tokens − 1).
+Every output is also checked against the reference answer (greedy parity); a
+measurement with an error counts as not exact.
 
     python benchmarks/bench_engine_speedup.py [--runs 3] [--prompts 48]
         [--concurrency 4] [--modes mtp dspark mtp+mistuned] [--min-speedup 1.3]
@@ -22,14 +26,17 @@ import argparse
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import anyio
-import httpx
-import orjson
 
+from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine import EngineTask, reference_tasks
+from deepseekbench._gate import LiveGate
+from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._request import ChatRequest
+from deepseekbench._route import EngineRoute
+from deepseekbench._server_metrics import metrics_delta, scrape_metrics
 
 _CHILD = """
 import anyio, sys
@@ -50,61 +57,43 @@ class RunResult:
     exact: bool
 
 
-async def _one(client: httpx.AsyncClient, url: str, task: EngineTask) -> tuple[float, float, bool]:
-    payload = {
-        "messages": [{"role": "user", "content": task.prompt}],
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    start = time.perf_counter()
-    first = last = 0.0
-    text = ""
-    tokens = 0
-    async with client.stream("POST", url + "/chat/completions", json=payload) as r:
-        r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            obj = orjson.loads(line[6:])
-            if obj.get("usage"):
-                tokens = obj["usage"]["completion_tokens"]
-            for c in obj["choices"]:
-                if c["delta"].get("content"):
-                    now = time.perf_counter()
-                    first = first or now
-                    last = now
-                    text += c["delta"]["content"]
-    tpot = (last - first) * 1000.0 / (tokens - 1)
-    return tpot, (first - start) * 1000.0, text == task.answer
-
-
 async def _measure(url: str, mode: str, tasks: list[EngineTask], concurrency: int) -> RunResult:
-    tpots: list[float] = []
-    ttfts: list[float] = []
-    exact = True
+    gate = LiveGate()
+    route = EngineRoute(
+        base_url=url,
+        model="deepseekbench-ref",
+        dialect=Dialect.vllm,
+        speculative=Speculative(mode.partition("+")[0]),
+        label=mode,
+    )
+    timeouts = Timeouts(total_s=60.0)
+    done: list[tuple[EngineTask, StreamMeasurement]] = []
     limiter = anyio.Semaphore(concurrency)
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with gate.client() as client:
 
         async def run(task: EngineTask) -> None:
-            nonlocal exact
+            request = ChatRequest(
+                messages=({"role": "user", "content": task.prompt},), temperature=0
+            )
             async with limiter:
-                tpot, ttft, ok = await _one(client, url, task)
-            tpots.append(tpot)
-            ttfts.append(ttft)
-            exact &= ok
+                m = await measure_streamed(
+                    request, route=route, gate=gate, client=client, timeouts=timeouts
+                )
+            done.append((task, m))
 
+        before = await scrape_metrics(route, gate=gate, client=client)
         async with anyio.create_task_group() as tg:
             for task in tasks:
                 tg.start_soon(run, task)
-        metrics = (await client.get(url.removesuffix("/v1") + "/metrics")).text
-    drafted = accepted = 0.0
-    for line in metrics.splitlines():
-        if line.startswith("vllm:spec_decode_num_draft_tokens_total{"):
-            drafted = float(line.rsplit(" ", 1)[1])
-        if line.startswith("vllm:spec_decode_num_accepted_tokens_total{"):
-            accepted = float(line.rsplit(" ", 1)[1])
-    ratio = accepted / drafted if drafted else None
+        after = await scrape_metrics(route, gate=gate, client=client)
+    server = metrics_delta(before, after)
+    exact = all(m.error is None and m.text == task.answer for task, m in done)
+    tpots = [m.tpot_ms for _, m in done if m.tpot_ms is not None]
+    ttfts = [m.ttft_ms for _, m in done if m.ttft_ms is not None]
+    if not tpots or not ttfts:
+        errors = [m.error for _, m in done if m.error is not None][:3]
+        raise RuntimeError(f"{mode}: no request gave a TPOT (errors: {errors})")
+    ratio = server.accepted_token_ratio if server is not None else None
     return RunResult(mode, statistics.median(tpots), statistics.median(ttfts), ratio, exact)
 
 

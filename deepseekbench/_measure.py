@@ -188,6 +188,11 @@ class StreamMeasurement(BaseModel):
     token_ids: list[int] | None = Field(
         default=None, description="Output token ids, where the engine streams them."
     )
+    start_perf_ns: int | None = Field(
+        default=None,
+        description="time.perf_counter_ns() just before the request was sent: the zero of "
+        "every *_ms time here, to align them with other perf_counter records (ns).",
+    )
     events: int = Field(default=0, description="Data events received (incl. [DONE]).")
     done: bool = Field(default=False, description="Whether data: [DONE] was received.")
     dialect: Dialect = Dialect.auto
@@ -375,6 +380,7 @@ class _Accumulator:
             rejected_prediction_tokens=_int_or_none(details.get("rejected_prediction_tokens")),
             usage=usage,
             token_ids=self.token_ids,
+            start_perf_ns=self.start_ns,
             events=self.events,
             done=self.done,
             dialect=route.dialect,

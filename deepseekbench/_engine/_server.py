@@ -44,8 +44,9 @@ class ChunkSend:
 
     ``index``: 0-based write number in the response; ``kind``: ``role``,
     ``reasoning``, ``content``, ``finish``, ``usage``, ``done``, ``comment`` or
-    ``error``; ``t_s``: ``time.perf_counter()`` after the write returned
-    (seconds, same clock as an in-process client); ``tokens``: tokens it carried.
+    ``error``; ``t_s``: ``time.perf_counter()`` just before the write that
+    completes it was handed to the socket (seconds, same clock as an in-process
+    client; no client can receive the bytes earlier); ``tokens``: tokens it carried.
     """
 
     index: int
@@ -432,12 +433,16 @@ class _Stream:
         if len(pieces) == 1 and FaultKind.split_writes in faults and len(data) > 2:
             mid = len(data) // 2
             pieces = [data[:mid], data[mid:]]
+        t_s = 0.0
         for i, piece in enumerate(pieces):
             if i:
                 await anyio.sleep(faults.config.split_pause_ms / 1000.0)
+            # stamped before the send: anyio/trio may yield after the syscall, letting an
+            # in-process client read the bytes before a stamp taken afterwards
+            t_s = time.perf_counter()
             await responder.write(piece)
         if self._record is not None:
-            self._record.append(ChunkSend(self._writes, kind, time.perf_counter(), tokens))
+            self._record.append(ChunkSend(self._writes, kind, t_s, tokens))
         self._writes += 1
 
     async def stream(self, receive: Any, responder: Responder, cancel: Any) -> None:
