@@ -470,6 +470,22 @@ def _build_parity(
     return out
 
 
+def _row_identity(plan: BenchmarkPlan, cell: CellPlan, route: RoutePlan) -> dict[str, Any]:
+    """The key axes (and route label) of the row for ``route`` in ``cell``."""
+    return {
+        "model_id": plan.model,
+        "provider_route": plan.provider_route,
+        "engine_route": plan.engine_route,
+        "hosting": plan.hosting,
+        "context_bucket": cell.context_bucket,
+        "output_target": cell.output_target,
+        "reasoning_mode": cell.reasoning_mode,
+        "stream": True,
+        "speculative": route.speculative,
+        "route_label": route.label,
+    }
+
+
 def _build_row(
     plan: BenchmarkPlan,
     route: RoutePlan,
@@ -493,16 +509,7 @@ def _build_row(
         )
     itl: list[float] = [x for m in ok for x in m.itl_ms]
     return Row(
-        model_id=plan.model,
-        provider_route=plan.provider_route,
-        engine_route=plan.engine_route,
-        hosting=plan.hosting,
-        context_bucket=cell.context_bucket,
-        output_target=cell.output_target,
-        reasoning_mode=cell.reasoning_mode,
-        stream=True,
-        speculative=route.speculative,
-        route_label=route.label,
+        **_row_identity(plan, cell, route),
         ttft_ms=median(m.ttft_ms for m in ok),
         tpot_ms=median(m.tpot_ms for m in ok),
         e2e_ms=median(m.e2e_ms for m in ok),
@@ -891,16 +898,7 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         refusals[r.label] = str(err) if err is not None else None
     rows = tuple(
         Row(
-            model_id=plan.model,
-            provider_route=plan.provider_route,
-            engine_route=plan.engine_route,
-            hosting=plan.hosting,
-            context_bucket=cell.context_bucket,
-            output_target=cell.output_target,
-            reasoning_mode=cell.reasoning_mode,
-            stream=True,
-            speculative=r.speculative,
-            route_label=r.label,
+            **_row_identity(plan, cell, r),
             quality_parity=QualityParity.unknown,
             parity_detail="dry run: nothing measured"
             + (f"; gate would refuse: {refusals[r.label]}" if refusals[r.label] else ""),

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from deepseekbench import (
+    KEY_AXES,
     ContextBucket,
     Dispersion,
     Hosting,
@@ -102,17 +103,5 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             n_errors=st.just(0),
         )
     )
-    same_keys = {
-        axis: getattr(base, axis)
-        for axis in (
-            "model_id",
-            "provider_route",
-            "engine_route",
-            "hosting",
-            "context_bucket",
-            "output_target",
-            "reasoning_mode",
-            "stream",
-        )
-    }
+    same_keys = {axis: getattr(base, axis) for axis in KEY_AXES if axis != "speculative"}
     return base, cand.model_copy(update=same_keys)
