@@ -82,6 +82,7 @@ from deepseekbench._runner import (
     MeasuredRequest,
     ProgressEvent,
     ResultsFormatError,
+    RouteParity,
     RunResult,
     dry_run,
     load_results,
@@ -123,6 +124,7 @@ from deepseekbench._tasks import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "RouteParity",
     "BASELINE_NONDETERMINISTIC",
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
