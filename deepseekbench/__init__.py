@@ -124,7 +124,6 @@ from deepseekbench._tasks import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "RouteParity",
     "BASELINE_NONDETERMINISTIC",
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
@@ -178,6 +177,7 @@ __all__ = [
     "ReasoningMode",
     "RefusalReason",
     "ResultsFormatError",
+    "RouteParity",
     "RoutePlan",
     "Row",
     "RowFormatError",
