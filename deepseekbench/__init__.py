@@ -23,6 +23,13 @@ from deepseekbench._axes import (
     ReasoningMode,
     Speculative,
 )
+from deepseekbench._capability import (
+    ModelCapability,
+    ModelCapabilityError,
+    mtp_depth_from_gguf,
+    mtp_depth_from_hf_config,
+    probe_model_capability,
+)
 from deepseekbench._engine import (
     FAULT_HEADER,
     CostModel,
@@ -37,6 +44,15 @@ from deepseekbench._engine import (
 )
 from deepseekbench._errors import DeepseekBenchError, LiveGateError, PlanError, RowFormatError
 from deepseekbench._gate import GatedTransport, LiveGate, is_loopback_host
+from deepseekbench._llamacpp import (
+    LlamaServerError,
+    LlamaServerSpec,
+    RunningLlamaServer,
+    find_llama_server,
+    llama_server,
+    llama_server_args,
+    llama_servers,
+)
 from deepseekbench._measure import (
     ErrorKind,
     MeasureStreamed,
@@ -161,10 +177,14 @@ __all__ = [
     "Hosting",
     "LiveGate",
     "LiveGateError",
+    "LlamaServerError",
+    "LlamaServerSpec",
     "MeasureStreamed",
     "MeasuredRequest",
     "MetricsSnapshot",
     "MissingExtraError",
+    "ModelCapability",
+    "ModelCapabilityError",
     "OutputTarget",
     "ParityOutput",
     "ParityPlan",
@@ -182,6 +202,7 @@ __all__ = [
     "Row",
     "RowFormatError",
     "RunResult",
+    "RunningLlamaServer",
     "Scorecard",
     "ScorecardLine",
     "Speculative",
@@ -206,12 +227,19 @@ __all__ = [
     "determinism_control",
     "dry_run",
     "exact_acceptance",
+    "find_llama_server",
     "is_loopback_host",
+    "llama_server",
+    "llama_server_args",
+    "llama_servers",
     "load_results",
     "load_tasks",
     "measure_streamed",
     "metrics_delta",
+    "mtp_depth_from_gguf",
+    "mtp_depth_from_hf_config",
     "parse_metrics",
+    "probe_model_capability",
     "read_acceptance",
     "read_rows",
     "reasoning_controls",
