@@ -80,7 +80,7 @@ from deepseekbench._plan import (
     RoutePlan,
     WorkloadPlan,
 )
-from deepseekbench._request import ChatRequest, coerce_request
+from deepseekbench._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
 from deepseekbench._route import EngineRoute, reasoning_controls
 from deepseekbench._row import (
     REQUIRED_FIELDS,
@@ -98,9 +98,11 @@ from deepseekbench._runner import (
     MeasuredRequest,
     ProgressEvent,
     ResultsFormatError,
+    ResultsRun,
     RouteParity,
     RunResult,
     dry_run,
+    list_runs,
     load_results,
     run_plan,
 )
@@ -145,6 +147,7 @@ __all__ = [
     "FAULT_HEADER",
     "KEY_AXES",
     "MIN_REQUESTS_FOR_SPEEDUP",
+    "PASSTHROUGH_FIELDS",
     "REQUIRED_FIELDS",
     "SCHEMA_VERSION",
     "AcceptanceRecord",
@@ -197,6 +200,7 @@ __all__ = [
     "ReasoningMode",
     "RefusalReason",
     "ResultsFormatError",
+    "ResultsRun",
     "RouteParity",
     "RoutePlan",
     "Row",
@@ -229,6 +233,7 @@ __all__ = [
     "exact_acceptance",
     "find_llama_server",
     "is_loopback_host",
+    "list_runs",
     "llama_server",
     "llama_server_args",
     "llama_servers",

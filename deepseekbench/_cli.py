@@ -5,7 +5,7 @@ Subcommands::
     demo                 three embedded engines on loopback (off, mtp, mis-tuned mtp),
                          a plan run through run_plan, the scorecard printed
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
-    report RESULTS       re-render the scorecard of a results file  [--format ...]
+    report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
     serve                the embedded reference engine as a server
 
 Exit codes (also in ``docs/plan.md``):
@@ -19,7 +19,8 @@ Exit codes (also in ``docs/plan.md``):
   file, and rerunning the same command resumes.
 
 Progress (done, errors, elapsed, rate) goes to stderr only when stderr is a
-terminal; the scorecard goes to stdout.
+terminal; the scorecard goes to stdout (byte for byte what ``report`` prints for
+the same results), the results path and other notes to stderr.
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ from pydantic import ValidationError
 
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._gate import LiveGate
-from deepseekbench._plan import BenchmarkPlan, ParityPlan
+from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
 from deepseekbench._runner import (
     ProgressEvent,
     ResultsFormatError,
     RunResult,
     dry_run,
+    list_runs,
+    load_results,
     run_plan,
 )
 from deepseekbench._scorecard import Scorecard
@@ -144,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="re-render the scorecard of a results file")
     report.add_argument("results", type=Path)
+    report.add_argument(
+        "--run",
+        metavar="HASH",
+        default=None,
+        help="the plan hash (or a prefix) of the run to show when the file holds "
+        "several (default: the last)",
+    )
     report.add_argument("--format", choices=FORMATS, default="text")
 
     serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
@@ -224,12 +234,10 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             prog.close()
     card = Scorecard.from_run(result)
     out.write(card.render(args.format))
-    if args.format == "text":
-        out.write(f"\nresults: {path}\n")
-        out.write(f"re-render: python -m deepseekbench report {path}\n")
-        out.write(f"demo wall time: {time.perf_counter() - t0:.1f} s\n")
-    else:
-        err.write(f"results: {path}\n")
+    out.flush()
+    err.write(f"\nresults: {path}\n")
+    err.write(f"re-render: python -m deepseekbench report {path}\n")
+    err.write(f"demo wall time: {time.perf_counter() - t0:.1f} s\n")
     return _exit_for(result)
 
 
@@ -267,6 +275,22 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     return EXIT_GATE if result.refused else EXIT_OK
 
 
+def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    path: Path = args.results
+    result = load_results(path, plan_hash=args.run)
+    runs = list_runs(path)
+    if args.run is None and len(runs) > 1:
+        last = runs[-1]
+        err.write(
+            f"{path} holds {len(runs)} runs; showing the last (plan {last.plan_hash}, "
+            f"started {last.started_at}); pass --run HASH to choose\n"
+        )
+        for r in runs:
+            err.write(f"  plan {r.plan_hash}  started {r.started_at}\n")
+    out.write(Scorecard.from_run(result).render(args.format))
+    return EXIT_OK
+
+
 def main(
     argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
@@ -299,9 +323,7 @@ def main(
             args.results = args.results.resolve()
             return anyio.run(_run, args, plan, out, err)
         if args.command == "report":
-            card = Scorecard.from_results(args.results)
-            out.write(card.render(args.format))
-            return EXIT_OK
+            return _report(args, out, err)
         if args.command == "serve":
             from deepseekbench._engine import config_from_args, serve
 
@@ -322,7 +344,11 @@ def main(
     except LiveGateError as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_GATE
-    except (PlanError, ResultsFormatError, ValidationError) as exc:
+    except ValidationError as exc:
+        err.write(f"deepseekbench: invalid {exc.title}:\n")
+        err.writelines(f"  {line}\n" for line in validation_error_lines(exc))
+        return EXIT_USAGE
+    except (PlanError, ResultsFormatError) as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_USAGE
     except OSError as exc:

@@ -252,8 +252,20 @@ class GatedTransport(httpx.AsyncBaseTransport):
         self.inner = inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Admit ``request`` through :meth:`LiveGate.admit`, then send it on ``inner``.
+
+        The gate's check runs before the inner transport sees the request, so a
+        refused request opens no socket. An admitted non-loopback request without
+        an ``Authorization`` header gets the gate's key as a Bearer header.
+
+        Raises:
+            LiveGateError: the gate refuses the request; nothing was sent.
+            httpx.TransportError: raised by the inner transport (connect, read,
+                timeouts).
+        """
         self.gate.admit(request)
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
+        """Close the inner transport and its pooled connections; the gate is unchanged."""
         await self.inner.aclose()

@@ -465,12 +465,19 @@ async def measure_streamed(
         timeouts: connect / first-token / total deadlines (s).
 
     Returns:
-        A :class:`StreamMeasurement`. Server faults (HTTP errors, error events,
-        truncation, invalid events, timeouts, refused connections) are recorded
-        in ``error``/``errors`` with everything received so far; they never raise.
+        A :class:`StreamMeasurement`. Times are milliseconds from just before the
+        request was sent: ``ttft_ms``, ``e2e_ms``, ``tpot_ms`` (ms per output
+        token after the first) and ``itl_ms`` (one gap per pair of token-bearing
+        chunks, ms); ``output_toks_per_s`` is tokens/s; token counts are tokens.
+        Definitions and sources: ``docs/measurement.md``. Server faults (HTTP
+        errors, error events, truncation, invalid events, timeouts, refused
+        connections) are recorded in ``error``/``errors`` with everything
+        received so far; they never raise.
 
     Raises:
-        pydantic.ValidationError: ``request`` is invalid.
+        TypeError: ``request`` is neither a :class:`ChatRequest` nor a mapping.
+        pydantic.ValidationError: ``request`` is invalid (including an unknown
+            key in a dict; see :func:`coerce_request`).
         LiveGateError: the gate refuses the URL (before any connection) or
             ``client`` is not gated by ``gate``.
     """

@@ -15,12 +15,15 @@ with ``pydantic.ValidationError`` (direct construction) or :class:`PlanError`
 
 from __future__ import annotations
 
+import difflib
+import enum
 import hashlib
 import os
 import tomllib
-from collections.abc import Mapping
+import types
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import httpx
 import orjson
@@ -30,6 +33,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -53,9 +57,69 @@ __all__ = [
     "ParityPlan",
     "RoutePlan",
     "WorkloadPlan",
+    "validation_error_lines",
 ]
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid")
+
+
+def _loc_text(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "plan"
+
+
+def _type_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> Any:
+    """The annotation at ``loc`` inside ``model`` (Optional stripped), or ``None``."""
+    tp: Any = model
+    for part in loc:
+        if isinstance(part, str) and isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = tp.model_fields.get(part)
+            tp = field.annotation if field is not None else None
+        elif isinstance(part, int) and get_origin(tp) in (tuple, list):
+            items = [a for a in get_args(tp) if a is not Ellipsis]
+            tp = items[0] if len(items) == 1 else None
+        else:
+            return None
+        if get_origin(tp) in (Union, types.UnionType):
+            non_none = [a for a in get_args(tp) if a is not type(None)]
+            tp = non_none[0] if len(non_none) == 1 else None
+    return tp
+
+
+def validation_error_lines(exc: ValidationError, model: type[BaseModel] | None = None) -> list[str]:
+    """One readable line per error of ``exc``: ``routes[1].speculative: ...``.
+
+    Enum errors name the enum (found by walking ``model``'s fields along the
+    error location) and list its values; unknown keys suggest the nearest field
+    (``difflib``); pydantic's documentation links are left out.
+    """
+    lines: list[str] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+        tp = _type_at(model, loc)
+        if kind == "enum" and isinstance(tp, type) and issubclass(tp, enum.Enum):
+            allowed = ", ".join(repr(m.value) for m in tp)
+            msg = f"{value!r} is not a valid {tp.__name__}; allowed: {allowed}"
+        elif kind in ("enum", "literal_error"):
+            msg = f"{value!r} is not allowed; allowed: {ctx.get('expected', '?')}"
+        elif kind == "extra_forbidden":
+            parent = _type_at(model, loc[:-1])
+            fields = (
+                sorted(parent.model_fields)
+                if isinstance(parent, type) and issubclass(parent, BaseModel)
+                else []
+            )
+            near = difflib.get_close_matches(str(loc[-1]), fields, n=1) if loc else []
+            msg = "unknown field" + (f"; did you mean {near[0]!r}?" if near else "")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if kind != "missing" and isinstance(value, (str, int, float, bool)):
+                msg += f" (got {value!r})"
+        lines.append(f"{_loc_text(loc)}: {msg}")
+    return lines
 
 
 class RoutePlan(BaseModel):
@@ -274,8 +338,11 @@ class BenchmarkPlan(BaseModel):
     provider_route: str = Field(default="local", min_length=1)
     engine_route: str = Field(default="embedded", min_length=1)
     hosting: Hosting = Hosting.embedded
-    routes: tuple[RoutePlan, ...] = Field(min_length=2)
-    cells: tuple[CellPlan, ...] = Field(default=(CellPlan(),), min_length=1)
+    # The counts are checked by _counts, not by ``min_length``: pydantic checks a
+    # tuple's length on the items that validated, so one bad route of two would
+    # also report a misleading "at least 2 items" error.
+    routes: tuple[RoutePlan, ...] = Field(json_schema_extra={"minItems": 2})
+    cells: tuple[CellPlan, ...] = Field(default=(CellPlan(),), json_schema_extra={"minItems": 1})
     requests_per_cell: int = Field(default=8, ge=1, le=100_000)
     warmup_per_cell: int = Field(default=1, ge=0, le=10_000)
     temperature: float = Field(default=0.0, ge=0, le=2)
@@ -288,6 +355,20 @@ class BenchmarkPlan(BaseModel):
     base_dir: str | None = Field(
         default=None, description="directory relative paths resolve against (set by load)"
     )
+
+    @field_validator("routes", "cells")
+    @classmethod
+    def _counts(cls, v: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
+        # Runs only when every item validated (an after-validator is skipped
+        # when the field already failed).
+        if info.field_name == "routes" and len(v) < 2:
+            raise ValueError(
+                f"a plan needs at least 2 routes (the 'off' baseline and one to compare), "
+                f"got {len(v)}"
+            )
+        if not v:
+            raise ValueError("a plan needs at least 1 cell, got 0")
+        return v
 
     @model_validator(mode="after")
     def _check_routes(self) -> BenchmarkPlan:
@@ -405,7 +486,11 @@ class BenchmarkPlan(BaseModel):
         try:
             return cls.model_validate(payload)
         except ValidationError as exc:
-            raise PlanError(f"invalid plan: {exc}") from exc
+            lines = validation_error_lines(exc, cls)
+            n = len(lines)
+            raise PlanError(
+                f"invalid plan ({n} error{'s' if n != 1 else ''}):\n  " + "\n  ".join(lines)
+            ) from exc
 
     @classmethod
     def from_toml(cls, text: str, *, base_dir: str | Path | None = None) -> BenchmarkPlan:

@@ -8,15 +8,17 @@ be replayed unchanged against a baseline route and a speculative one.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from deepseekbench._axes import ReasoningMode
 
-__all__ = ["ChatRequest", "coerce_request"]
+__all__ = ["PASSTHROUGH_FIELDS", "ChatRequest", "coerce_request"]
 
 # Keys (at any depth of ``extra_body``) that configure speculative decoding or ask
 # an engine for its speculation side channel. Matched case-insensitively.
@@ -50,6 +52,44 @@ _OWNED_FIELDS = frozenset(
 )
 
 
+# Top-level keys of a plain request dict that :func:`coerce_request` passes through
+# into ``extra_body``: the other standard OpenAI Chat Completions body fields
+# (OpenAI API reference, "Create chat completion") plus the common sampling
+# extensions that vLLM, SGLang and llama.cpp accept on the same endpoint. Any other
+# key is refused as a likely typo; truly custom fields go in ``extra_body``.
+PASSTHROUGH_FIELDS: frozenset[str] = frozenset(
+    {
+        # OpenAI Chat Completions
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "metadata",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "response_format",
+        "service_tier",
+        "store",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "user",
+        "web_search_options",
+        # engine sampling extensions (vLLM / SGLang / llama.cpp)
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "min_tokens",
+        "ignore_eos",
+    }
+)
+
+
 def _find_speculative_keys(value: Any, path: str = "") -> list[str]:
     found: list[str] = []
     if isinstance(value, Mapping):
@@ -72,8 +112,13 @@ class ChatRequest(BaseModel):
     ``docs/measurement.md``). ``stream`` and ``stream_options`` are always set by
     the route and are not fields here.
 
+    ``extra_body`` is the explicit way to send any other body field, including
+    custom ones (``ChatRequest(messages=..., extra_body={"my_field": 1})``); it is
+    merged into the body as given.
+
     Raises:
-        pydantic.ValidationError: an unknown field, a value out of range, or an
+        pydantic.ValidationError: an unknown field, a value out of range, a
+            ChatRequest field or thinking control repeated in ``extra_body``, or an
             engine-specific speculative setting (e.g. ``speculative_config``,
             ``num_speculative_tokens``, ``return_meta_info``, ``n_draft``,
             ``spec_*``) in ``extra_body``; those belong on
@@ -101,8 +146,8 @@ class ChatRequest(BaseModel):
     stop: tuple[str, ...] | None = Field(default=None, description="Stop strings.")
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
-        description="Other standard OpenAI body fields (e.g. 'tools', 'logprobs', "
-        "'prediction'); never engine speculative settings.",
+        description="Other body fields, merged as given (e.g. 'tools', 'logprobs', "
+        "'prediction', or custom engine fields); never engine speculative settings.",
     )
 
     @field_validator("messages")
@@ -153,18 +198,42 @@ class ChatRequest(BaseModel):
 
 
 _DICT_FIELDS = frozenset(ChatRequest.model_fields) - {"extra_body"}
+_ROUTE_FIELDS = frozenset({"model", "stream", "stream_options", "extra_body"})
+# Every key a plain request dict may carry; the vocabulary for "did you mean".
+_KNOWN_DICT_KEYS = _DICT_FIELDS | _ROUTE_FIELDS | _OWNED_FIELDS | PASSTHROUGH_FIELDS
+
+
+def _unknown_key_error(key: str, value: Any) -> InitErrorDetails:
+    near = difflib.get_close_matches(key, sorted(_KNOWN_DICT_KEYS), n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    message = (
+        f"unknown request field {key!r}: {hint}a custom body field must be passed "
+        f"explicitly in extra_body, e.g. {{'extra_body': {{{key!r}: ...}}}} or "
+        f"ChatRequest(..., extra_body={{{key!r}: ...}})"
+    )
+    return InitErrorDetails(
+        type=PydanticCustomError("unknown_request_field", message),
+        loc=(key,),
+        input=value,
+    )
 
 
 def coerce_request(request: ChatRequest | Mapping[str, Any]) -> ChatRequest:
     """Return ``request`` as a validated :class:`ChatRequest`.
 
     A plain dict of OpenAI body fields is accepted: the fields ChatRequest models
-    are taken as such and every other key goes to ``extra_body`` (validated the
-    same way). ``model``, ``stream`` and ``stream_options`` keys are ignored: the
-    route owns them.
+    are taken as such (``max_completion_tokens`` as ``max_tokens``), the standard
+    body fields in :data:`PASSTHROUGH_FIELDS` and the dict's own ``extra_body``
+    mapping go to ``extra_body`` (validated the same way), and ``model``,
+    ``stream`` and ``stream_options`` are ignored: the route owns them. Any other
+    key is refused, so a typo such as ``max_token`` cannot silently drop the token
+    cap; put custom fields in ``extra_body`` explicitly.
 
     Raises:
-        pydantic.ValidationError: the dict is not a valid request.
+        pydantic.ValidationError: the dict is not a valid request, including an
+            unknown key (the error names the nearest known field) or an
+            engine-specific speculative setting (which belongs on
+            ``EngineRoute.request_extras``).
         TypeError: ``request`` is neither a ChatRequest nor a mapping.
     """
     if isinstance(request, ChatRequest):
@@ -173,14 +242,24 @@ def coerce_request(request: ChatRequest | Mapping[str, Any]) -> ChatRequest:
         raise TypeError(f"request must be a ChatRequest or a dict, not {type(request).__name__}")
     known: dict[str, Any] = {}
     extra: dict[str, Any] = dict(request.get("extra_body") or {})
+    unknown: list[InitErrorDetails] = []
     for key, value in request.items():
-        if key in ("model", "stream", "stream_options", "extra_body"):
+        if key in _ROUTE_FIELDS:
             continue
         if key == "max_completion_tokens" and "max_tokens" not in request:
             known["max_tokens"] = value
         elif key in _DICT_FIELDS:
             known[key] = value
-        else:
+        elif (
+            key in PASSTHROUGH_FIELDS
+            or key in _OWNED_FIELDS
+            or _find_speculative_keys({key: value})
+        ):
+            # Owned and speculative keys are refused by the extra_body validator
+            # with a message that says where they belong.
             extra[key] = value
+        else:
+            unknown.append(_unknown_key_error(str(key), value))
+    if unknown:
+        raise ValidationError.from_exception_data(ChatRequest.__name__, unknown)
     return ChatRequest.model_validate({**known, "extra_body": extra})
-

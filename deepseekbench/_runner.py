@@ -64,9 +64,11 @@ __all__ = [
     "ProgressEvent",
     "ProgressFn",
     "ResultsFormatError",
+    "ResultsRun",
     "RouteParity",
     "RunResult",
     "dry_run",
+    "list_runs",
     "load_results",
     "run_plan",
 ]
@@ -847,8 +849,54 @@ async def run_plan(
                 await http.aclose()
 
 
-def load_results(path: str | Path) -> RunResult:
-    """Rebuild a :class:`RunResult` from a results file (the last plan run in it).
+@dataclass(frozen=True, slots=True)
+class ResultsRun:
+    """One plan run in a results file (all its ``run_start`` records share ``plan_hash``).
+
+    ``started_at``: the first ``run_start``'s time (ISO 8601, UTC); ``resumes``:
+    how many later ``run_start`` records resumed it.
+    """
+
+    plan_hash: str
+    started_at: str
+    resumes: int
+
+
+def _runs(starts: Sequence[Mapping[str, Any]]) -> tuple[ResultsRun, ...]:
+    first: dict[str, Mapping[str, Any]] = {}
+    count: dict[str, int] = {}
+    order: list[str] = []
+    for rec in starts:
+        h = str(rec.get("plan_hash", ""))
+        first.setdefault(h, rec)
+        count[h] = count.get(h, 0) + 1
+        if h in order:
+            order.remove(h)
+        order.append(h)
+    return tuple(
+        ResultsRun(
+            plan_hash=h, started_at=str(first[h].get("started_at", "?")), resumes=count[h] - 1
+        )
+        for h in order
+    )
+
+
+def list_runs(path: str | Path) -> tuple[ResultsRun, ...]:
+    """The plan runs in a results file, ordered by their latest ``run_start``.
+
+    The last one is what :func:`load_results` reads by default. A file holds
+    several runs when it was reused with a different plan (a rerun resumes only
+    an identical plan: same :meth:`~deepseekbench.BenchmarkPlan.plan_hash`).
+
+    Raises:
+        ResultsFormatError: the file is unreadable or a record is malformed.
+    """
+    return _runs([r for r in _read_records(Path(path)) if r.get("record") == "run_start"])
+
+
+def load_results(path: str | Path, *, plan_hash: str | None = None) -> RunResult:
+    """Rebuild a :class:`RunResult` from a results file: the last plan run in it, or
+    the run whose plan hash starts with ``plan_hash`` (see :func:`list_runs`).
 
     Rows are rebuilt from the per-request records exactly as :func:`run_plan`
     built them, so a report equals the run's own; an unfinished run gives rows
@@ -856,13 +904,21 @@ def load_results(path: str | Path) -> RunResult:
 
     Raises:
         ResultsFormatError: the file is unreadable, has no ``run_start`` record,
-            or a record is malformed.
+            a record is malformed, or ``plan_hash`` matches no run or several.
     """
     p = Path(path)
     records = _read_records(p)
     starts = [r for r in records if r.get("record") == "run_start"]
     if not starts:
         raise ResultsFormatError(f"{p}: no run_start record (not a deepseekbench results file?)")
+    if plan_hash is not None:
+        runs = _runs(starts)
+        hashes = [r.plan_hash for r in runs if r.plan_hash.startswith(plan_hash)]
+        if len(hashes) != 1:
+            problem = "matches no run" if not hashes else "is ambiguous"
+            listing = ", ".join(f"{r.plan_hash} (started {r.started_at})" for r in runs)
+            raise ResultsFormatError(f"{p}: plan hash {plan_hash!r} {problem}; runs: {listing}")
+        starts = [r for r in starts if r.get("plan_hash") == hashes[0]]
     try:
         plan = BenchmarkPlan.model_validate(starts[-1]["plan"])
     except (KeyError, ValidationError) as exc:

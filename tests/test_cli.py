@@ -48,10 +48,6 @@ def _cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedPro
     )
 
 
-def _table(text: str) -> str:
-    return text.split("\nresults:")[0]
-
-
 def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(tmp_path: Path) -> None:
     proc = _cli("demo", cwd=tmp_path)
     assert proc.returncode == EXIT_OK, proc.stderr
@@ -62,10 +58,12 @@ def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(tmp_path
     assert "refused: candidate_parity_not_verified" in bad and "×" not in bad
     assert "first divergence:" in out and "task flips (" in out
     written = list(tmp_path.glob("deepseekbench-demo-*.jsonl"))
-    assert len(written) == 1 and f"results: {written[0]}" in out
+    assert len(written) == 1 and f"results: {written[0]}" in proc.stderr
+    assert "results:" not in out and not out.endswith("\n\n")
     report = _cli("report", str(written[0]), cwd=tmp_path)
     assert report.returncode == EXIT_OK
-    assert report.stdout == _table(out)
+    assert report.stdout == out  # byte for byte, trailing newlines included
+    assert "runs;" not in report.stderr  # one run: no notice
     as_json = _cli("report", str(written[0]), "--format", "json", cwd=tmp_path)
     lines = {ln["route"]: ln for ln in json.loads(as_json.stdout)["lines"]}
     assert lines["mtp"]["speedup"] > 0 and lines["mtp-mistuned"]["speedup"] is None
@@ -142,6 +140,24 @@ def test_gate_refusal_sends_nothing(tmp_path: Path, no_connections: list[str]) -
     rc = main(["run", str(plan), "--results", str(results)], stdout=io.StringIO(), stderr=err)
     assert rc == EXIT_GATE and "api.example.com" in err.getvalue()
     assert no_connections == [] and not results.exists()
+
+
+def test_invalid_plan_prints_one_line_per_error(tmp_path: Path) -> None:
+    routes = [
+        {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+        {"label": "a", "speculative": "medusa", "base_url": "http://127.0.0.1:2/v1"},
+        {"label": "b", "speculative": "medusa", "base_url": "http://127.0.0.1:3/v1"},
+    ]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"model": "m", "routes": routes}), encoding="utf-8")
+    err = io.StringIO()
+    assert main(["run", str(plan)], stdout=io.StringIO(), stderr=err) == EXIT_USAGE
+    lines = err.getvalue().splitlines()
+    assert lines[0] == f"deepseekbench: {plan}: invalid plan (2 errors):"
+    allowed = "allowed: 'off', 'mtp', 'dspark', 'eagle3', 'draft', 'ngram'"
+    for i, line in zip((1, 2), lines[1:], strict=True):
+        assert line == f"  routes[{i}].speculative: 'medusa' is not a valid Speculative; {allowed}"
+    assert "errors.pydantic.dev" not in err.getvalue()
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
@@ -227,6 +243,63 @@ def test_run_with_request_errors_exits_1_and_interrupt_exits_130(tmp_path: Path)
         kept = [orjson.loads(x) for x in results.read_bytes().splitlines() if x.strip()]
         assert any(r["record"] == "measurement" for r in kept)
         assert not any(r["record"] == "run_end" for r in kept)
+
+
+def test_report_names_the_runs_of_a_file_and_run_selects_one(tmp_path: Path) -> None:
+    results = tmp_path / "two.jsonl"
+    hashes = []
+    with served("--target-step-ms", "1") as off, served("--speculative", "mtp") as mtp:
+        for n in (2, 3):  # two plans (different requests_per_cell) into one file
+            plan = _plan_file(
+                tmp_path,
+                [off, mtp],
+                requests_per_cell=n,
+                warmup_per_cell=0,
+                parity={"tasks": "none", "prompts": ["Count from 5 to 12."]},
+            )
+            quiet = {"stdout": io.StringIO(), "stderr": io.StringIO()}
+            assert main(["run", str(plan), "--results", str(results)], **quiet) == EXIT_OK
+            hashes.append(json.loads(results.read_text().splitlines()[-1])["plan_hash"])
+    assert hashes[0] != hashes[1]
+
+    def report(*extra: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        rc = main(["report", str(results), "--format", "json", *extra], stdout=out, stderr=err)
+        return rc, out.getvalue(), err.getvalue()
+
+    def n_requests(out: str) -> set[int]:
+        return {ln["n_requests"] for ln in json.loads(out)["lines"]}
+
+    rc, out, err = report()
+    assert rc == EXIT_OK and n_requests(out) == {3}
+    assert f"{results} holds 2 runs; showing the last (plan {hashes[1]}, started " in err
+    assert "pass --run HASH to choose" in err
+    rc, out, err = report("--run", hashes[0][:6])
+    assert rc == EXIT_OK and n_requests(out) == {2} and err == ""
+    rc, out, err = report("--run", "zzzz")
+    assert rc == EXIT_USAGE and "matches no run" in err and hashes[0] in err
+
+
+def test_serve_banner_names_the_mistuned_draft() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    banners = []
+    for extra in ([], ["--mistuned-draft"]):
+        cmd = [sys.executable, "-m", "deepseekbench", "serve", "--port", "0", "--speculative"]
+        proc = subprocess.Popen(
+            [*cmd, "mtp", *extra],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        try:
+            assert proc.stderr is not None
+            banners.append(proc.stderr.readline())
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert "speculative=mtp" in banners[0] and "MISTUNED" not in banners[0]
+    assert "MISTUNED DRAFT (lossy verify: outputs are not exact)" in banners[1]
 
 
 class _Tty(io.StringIO):

@@ -94,6 +94,49 @@ def test_invalid_plans_fail_before_any_request(over: dict[str, Any], needle: str
         BenchmarkPlan.model_validate(minimal(**over))
 
 
+def test_plan_errors_are_one_line_each_without_a_spurious_count_error() -> None:
+    routes = [
+        {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+        {"label": "a", "speculative": "medusa", "base_url": "http://127.0.0.1:2/v1"},
+        {"label": "b", "speculative": "medusa", "base_url": "http://127.0.0.1:3/v1"},
+    ]
+    with pytest.raises(ValidationError) as info:
+        BenchmarkPlan.model_validate(minimal(routes=routes))
+    # Before: a third "Tuple should have at least 2 items after validation" error.
+    assert [e["loc"] for e in info.value.errors()] == [
+        ("routes", 1, "speculative"),
+        ("routes", 2, "speculative"),
+    ]
+    with pytest.raises(PlanError) as plan_info:
+        BenchmarkPlan.from_mapping(minimal(routes=routes, cels=[], parity={"task_mode": "x"}))
+    message = str(plan_info.value)
+    assert "https://" not in message
+    assert message.splitlines() == [
+        "invalid plan (4 errors):",
+        "  routes[1].speculative: 'medusa' is not a valid Speculative; "
+        "allowed: 'off', 'mtp', 'dspark', 'eagle3', 'draft', 'ngram'",
+        "  routes[2].speculative: 'medusa' is not a valid Speculative; "
+        "allowed: 'off', 'mtp', 'dspark', 'eagle3', 'draft', 'ngram'",
+        "  parity.task_mode: 'x' is not allowed; allowed: 'strict' or 'lenient'",
+        "  cels: unknown field; did you mean 'cells'?",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        (
+            {"routes": [{"label": "off", "speculative": "off", "base_url": "http://h/v1"}]},
+            "2 routes",
+        ),
+        ({"cells": []}, "1 cell"),
+    ],
+)
+def test_route_and_cell_counts_are_still_enforced(over: dict[str, Any], needle: str) -> None:
+    with pytest.raises(PlanError, match=needle):
+        BenchmarkPlan.from_mapping(minimal(**over))
+
+
 def test_bad_files(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="TOML"):
         BenchmarkPlan.from_toml("model = ")

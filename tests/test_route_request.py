@@ -64,6 +64,43 @@ def test_request_validation_and_dict_coercion() -> None:
 
 
 @pytest.mark.parametrize(
+    ("key", "suggestion"),
+    [("max_token", "'max_tokens'"), ("temprature", "'temperature'"), ("top_pp", "'top_p'")],
+)
+def test_dict_typo_is_refused_with_suggestion(key: str, suggestion: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        coerce_request({"messages": list(MSG), key: 5})
+    (error,) = info.value.errors()
+    assert error["loc"] == (key,) and error["type"] == "unknown_request_field"
+    assert f"did you mean {suggestion}" in error["msg"] and "extra_body" in error["msg"]
+
+
+def test_dict_standard_and_explicit_custom_fields_pass_through() -> None:
+    r = coerce_request(
+        {
+            "messages": list(MSG),
+            "max_tokens": 5,
+            "top_k": 20,
+            "presence_penalty": 0.5,
+            "tools": [],
+            "extra_body": {"my_engine_flag": True},
+        }
+    )
+    assert r.max_tokens == 5
+    assert r.extra_body == {
+        "my_engine_flag": True,
+        "top_k": 20,
+        "presence_penalty": 0.5,
+        "tools": [],
+    }
+    with pytest.raises(ValidationError, match="unknown request field 'zzz_custom'"):
+        coerce_request({"messages": list(MSG), "zzz_custom": 1})
+    # ChatRequest(extra_body=...) is the explicit route for custom fields.
+    custom = ChatRequest(messages=MSG, max_tokens=5, extra_body={"zzz_custom": 1})
+    assert custom.body_fields()["zzz_custom"] == 1
+
+
+@pytest.mark.parametrize(
     ("dialect", "mode", "expected"),
     [
         (Dialect.vllm, ReasoningMode.non_think, {"chat_template_kwargs": {"thinking": False}}),

@@ -113,6 +113,21 @@ class EmbeddedEngine:
         return self._require().metrics.exposition().decode()
 
 
+def _banner(config: EngineConfig, base_url: str) -> str:
+    """The one-line start-up banner; names every fault switched on."""
+    line = (
+        f"deepseekbench reference engine at {base_url} "
+        f"(speculative={config.speculative.value}, k={config.effective_draft_depth}, "
+        f"dialect={config.dialect.value})"
+    )
+    if config.mistuned_draft:
+        line += " MISTUNED DRAFT (lossy verify: outputs are not exact)"
+    faults = sorted(k.value for k in config.faults.enabled())
+    if faults:
+        line += f" FAULTS: {', '.join(faults)}"
+    return line
+
+
 async def serve(
     config: EngineConfig,
     host: str = "127.0.0.1",
@@ -127,13 +142,7 @@ async def serve(
     """
     async with EmbeddedEngine(config, host=host, port=port) as engine:
         if on_ready is None:
-            print(
-                f"deepseekbench reference engine at {engine.base_url} "
-                f"(speculative={config.speculative.value}, k={config.effective_draft_depth}, "
-                f"dialect={config.dialect.value})",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(_banner(config, engine.base_url), file=sys.stderr, flush=True)
         else:
             on_ready(engine.base_url)
         await anyio.sleep_forever()
