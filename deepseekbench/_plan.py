@@ -46,6 +46,11 @@ from deepseekbench._axes import (
     ReasoningMode,
     Speculative,
 )
+from deepseekbench._capability import (
+    ModelCapability,
+    ModelCapabilityError,
+    probe_model_capability,
+)
 from deepseekbench._errors import PlanError
 from deepseekbench._route import EngineRoute
 from deepseekbench._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
@@ -327,6 +332,10 @@ class BenchmarkPlan(BaseModel):
         arrival: :class:`ArrivalPlan`. workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
         results: JSONL results path (relative to the plan file when loaded), or ``None``.
         timeout_s: total deadline per request (s).
+        model_source: optional path to the model's GGUF file or Hugging Face
+            ``config.json`` (or checkpoint folder), relative to the plan file. When
+            set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
+            an ``mtp`` route on a model whose depth is 0; the run records it.
 
     Raises:
         pydantic.ValidationError: any invalid field (direct construction).
@@ -352,6 +361,10 @@ class BenchmarkPlan(BaseModel):
     parity: ParityPlan = ParityPlan()
     results: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
+    model_source: str | None = Field(
+        default=None,
+        description="GGUF file or HF config.json/checkpoint folder to probe for MTP depth",
+    )
     base_dir: str | None = Field(
         default=None, description="directory relative paths resolve against (set by load)"
     )
@@ -465,10 +478,44 @@ class BenchmarkPlan(BaseModel):
         """
         tasks = self.tasks()
         self.workload_prompts()
+        self.check_capability()
         if not tasks and not self.parity.prompts:
             raise PlanError(
                 "the plan has no parity prompts and no tasks: parity could never be verified"
             )
+
+    def model_capability(self) -> ModelCapability | None:
+        """The probed capability of ``model_source`` (``None`` when it is unset).
+
+        Raises:
+            PlanError: the model source cannot be read (wraps ModelCapabilityError).
+        """
+        if self.model_source is None:
+            return None
+        try:
+            return probe_model_capability(self.resolve(self.model_source))
+        except ModelCapabilityError as exc:
+            raise PlanError(f"cannot probe model_source: {exc}") from exc
+
+    def check_capability(self) -> ModelCapability | None:
+        """Refuse ``speculative=mtp`` routes on a model with no MTP (NextN) layers.
+
+        Returns the probed capability (``None`` without ``model_source``).
+
+        Raises:
+            PlanError: an ``mtp`` route is planned and the model's MTP depth is 0,
+                or the model source cannot be read.
+        """
+        cap = self.model_capability()
+        if cap is None:
+            return None
+        mtp_routes = [r.label for r in self.routes if r.speculative is Speculative.mtp]
+        if mtp_routes and cap.mtp_depth == 0:
+            raise PlanError(
+                f"routes {mtp_routes} ask for speculative=mtp, but {cap.source} has MTP "
+                f"(NextN) depth 0: the model carries no MTP layers to draft with"
+            )
+        return cap
 
     # ---------------------------------------------------------------- loading
     @classmethod

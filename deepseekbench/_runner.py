@@ -643,6 +643,7 @@ async def run_plan(
         ResultsFormatError: the results file exists but cannot be read back.
     """
     plan.validate_sources()
+    capability = plan.model_capability()
     tasks = plan.tasks()
     prompts = plan.workload_prompts()
     pids = _parity_ids(plan, tasks)
@@ -699,6 +700,7 @@ async def run_plan(
                 "started_at": _now(),
                 "resumed": resumed,
                 "plan": plan.model_dump(mode="json"),
+                "model_capability": capability.model_dump(mode="json") if capability else None,
             }
         )
 

@@ -12,7 +12,9 @@ from pydantic import ValidationError
 
 from deepseekbench._axes import Speculative
 from deepseekbench._errors import PlanError
+from deepseekbench._gate import LiveGate
 from deepseekbench._plan import ArrivalPlan, BenchmarkPlan, CellPlan
+from deepseekbench._runner import dry_run
 from deepseekbench._tasks import smoke_tasks
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "plan.toml"
@@ -211,3 +213,68 @@ def test_plan_hash_tracks_content_not_the_results_path() -> None:
     p2 = BenchmarkPlan.from_mapping(minimal(results="b.jsonl"))
     p3 = BenchmarkPlan.from_mapping(minimal(requests_per_cell=9))
     assert p1.plan_hash() == p2.plan_hash() != p3.plan_hash()
+
+
+# --- model capability probe at plan validation (issue 6) ---------------------------
+def _hf_model(tmp_path: Path, depth: int | None) -> Path:
+    folder = tmp_path / f"ckpt-{depth}"
+    folder.mkdir()
+    cfg: dict[str, Any] = {"model_type": "deepseek_v3"}
+    if depth is not None:
+        cfg["num_nextn_predict_layers"] = depth
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+@pytest.mark.parametrize("depth", [None, 0])
+def test_mtp_on_a_depth_zero_model_is_refused_before_any_request(
+    tmp_path: Path, depth: int | None
+) -> None:
+    model = _hf_model(tmp_path, depth)
+    plan = BenchmarkPlan.from_mapping(minimal(model_source=model.name), base_dir=tmp_path)
+    with pytest.raises(PlanError, match=r"speculative=mtp.*depth 0"):
+        plan.validate_sources()
+    # the dry run refuses it too, before any connection
+    with pytest.raises(PlanError):
+        dry_run(plan, gate=LiveGate())
+
+
+def test_mtp_on_a_model_with_nextn_layers_is_accepted_and_recorded(tmp_path: Path) -> None:
+    model = _hf_model(tmp_path, 1)
+    plan = BenchmarkPlan.from_mapping(minimal(model_source=model.name), base_dir=tmp_path)
+    plan.validate_sources()
+    cap = plan.model_capability()
+    assert cap is not None and cap.mtp_depth == 1 and cap.supports_mtp
+
+
+def test_depth_zero_model_is_fine_without_an_mtp_route(tmp_path: Path) -> None:
+    model = _hf_model(tmp_path, 0)
+    routes = [
+        {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+        {"label": "ng", "speculative": "ngram", "base_url": "http://127.0.0.1:2/v1"},
+    ]
+    plan = BenchmarkPlan.from_mapping(
+        minimal(model_source=model.name, routes=routes), base_dir=tmp_path
+    )
+    plan.validate_sources()
+
+
+def test_unreadable_model_source_is_a_plan_error(tmp_path: Path) -> None:
+    plan = BenchmarkPlan.from_mapping(minimal(model_source="missing.gguf"), base_dir=tmp_path)
+    with pytest.raises(PlanError, match="cannot probe model_source"):
+        plan.validate_sources()
+
+
+@pytest.mark.parametrize("nextn", [None, 1])
+def test_gguf_model_source(tmp_path: Path, nextn: int | None) -> None:
+    from tests.test_capability import _tiny_gguf
+
+    path = _tiny_gguf(tmp_path / "m.gguf", nextn)
+    plan = BenchmarkPlan.from_mapping(minimal(model_source=path.name), base_dir=tmp_path)
+    if nextn:
+        plan.validate_sources()
+        cap = plan.model_capability()
+        assert cap is not None and cap.mtp_depth == nextn
+    else:
+        with pytest.raises(PlanError, match="depth 0"):
+            plan.validate_sources()
