@@ -18,12 +18,14 @@ export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-2}"
 PY="${PYTHON:-python}"
 total_start=$(date +%s)
 
-step() {  # step NAME CMD...: run CMD, print how long it took
+step() {  # step NAME CMD...: run CMD, print how long it took, return CMD's status
     local name=$1; shift
     local t0; t0=$(date +%s)
+    local rc=0
     echo "+ $*"
-    "$@"
-    echo "[engine.sh] ${name}: $(( $(date +%s) - t0 )) s"
+    "$@" || rc=$?
+    echo "[engine.sh] ${name}: $(( $(date +%s) - t0 )) s$([ "$rc" -eq 0 ] || echo " (exit $rc)")"
+    return "$rc"
 }
 
 work="$(mktemp -d)"
@@ -93,8 +95,21 @@ out.check_returncode()
 '
 
 junit="$work/engine-junit.xml"
+# tests/engine/test_llamacpp_plan.py writes the rendered scorecard of its plan run here.
+export DEEPSEEKBENCH_ENGINE_SCORECARD="$work/engine-scorecard.txt"
+tests_rc=0
 step "engine tests" "$PY" -m pytest -m engine tests/engine -q -p no:cacheprovider \
-    --junitxml="$junit"
+    --junitxml="$junit" || tests_rc=$?
+if [ -s "$DEEPSEEKBENCH_ENGINE_SCORECARD" ]; then
+    echo "[engine.sh] scorecard of the benchmark plan run against llama-server:"
+    cat "$DEEPSEEKBENCH_ENGINE_SCORECARD"
+else
+    echo "[engine.sh] no scorecard was written (the plan test did not get that far)"
+fi
+if [ "$tests_rc" -ne 0 ]; then
+    echo "[engine.sh] FAIL: engine tests exited with $tests_rc"
+    exit "$tests_rc"
+fi
 
 # pytest exits 0 when everything was skipped; require at least one test, none skipped.
 "$PY" - "$junit" <<'EOF'

