@@ -383,6 +383,15 @@ def _sum_known(values: Iterable[int | None]) -> int | None:
     return sum(v for v in vals if v is not None)
 
 
+def _window_steps(server: AcceptanceRecord | None, drafted: int, accepted: int) -> int | None:
+    """The server-wide verify steps when that record covers exactly these sums, else None."""
+    if server is None or not server.verify_steps:
+        return None
+    if server.draft_tokens != drafted or server.accepted_tokens != accepted:
+        return None
+    return server.verify_steps
+
+
 def _acceptance(
     ok: Sequence[StreamMeasurement], server: AcceptanceRecord | None
 ) -> tuple[float | None, float | None, AcceptanceScope | None, int | None, int | None]:
@@ -400,6 +409,12 @@ def _acceptance(
             length = 1.0 + accepted / steps
         else:
             length = median(m.acceptance_length for m in with_counts)
+        window_steps = _window_steps(server, drafted, accepted)
+        if length is None and window_steps is not None:
+            # llama.cpp reports no per-request verify steps; its counters do. When the
+            # counter delta over the measurement window holds exactly the per-request
+            # drafted/accepted sums, its step count belongs to those same requests.
+            length = 1.0 + accepted / window_steps
         return ratio, length, AcceptanceScope.per_request, drafted, accepted
     lengths = [m.acceptance_length for m in ok if m.acceptance_length is not None]
     ratios = [m.accepted_token_ratio for m in ok if m.accepted_token_ratio is not None]

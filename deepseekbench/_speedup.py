@@ -89,6 +89,18 @@ class SpeedupVerdict(BaseModel):
             raise ValueError("a refused verdict carries no interval")
         return self
 
+    @property
+    def within_noise(self) -> bool:
+        """True when a credited speedup's 95 % interval includes 1 (no clear gain).
+
+        The speedup is still credited (parity holds); the mark says the measured
+        difference is not distinguishable from no change at this sample size.
+        """
+        return (
+            self.ci_low is not None and self.ci_high is not None
+            and self.ci_low <= 1.0 <= self.ci_high
+        )
+
     def with_interval(self, low: float, high: float) -> SpeedupVerdict:
         """A copy carrying a 95 % interval; a refused verdict is returned unchanged."""
         if not self.printed:
@@ -100,6 +112,8 @@ class SpeedupVerdict(BaseModel):
             ci = ""
             if self.ci_low is not None and self.ci_high is not None:
                 ci = f" (95% CI {self.ci_low:.2f}–{self.ci_high:.2f})"
+                if self.within_noise:
+                    ci += " within noise"
             return f"{self.speedup:.2f}× by {self.metric.value}{ci}"
         text = "refused: " + ", ".join(r.value for r in self.reasons)
         if self.mismatched_axes:

@@ -210,6 +210,9 @@ def test_verdict_invariant_and_interval() -> None:
     assert refused.with_interval(1.0, 2.0) is refused
     credited = compare_speedup(make_row(), make_row(speculative="mtp", tpot_ms=10.0))
     assert "95% CI 1.50–2.50" in str(credited.with_interval(1.5, 2.5))
+    assert not credited.with_interval(1.5, 2.5).within_noise
+    noisy = credited.with_interval(0.9, 2.5)
+    assert noisy.within_noise and str(noisy).endswith("within noise")
 
 
 def test_bad_metric_is_a_clear_error() -> None:
