@@ -35,6 +35,7 @@ from typing import TextIO
 
 import anyio
 from pydantic import ValidationError
+from tqdm import tqdm
 
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._gate import LiveGate
@@ -76,34 +77,31 @@ FORMATS = ("text", "markdown", "json", "csv")
 
 
 class _StderrProgress:
-    """One self-overwriting stderr line; silent unless ``stream`` is a TTY."""
+    """A tqdm progress bar on ``stream`` (done/total, errors, elapsed, rate);
+    silent unless ``stream`` is a TTY."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.enabled = stream.isatty()
-        self._last = 0.0
-        self._shown = False
+        self._bar: tqdm[None] | None = None
 
     def __call__(self, ev: ProgressEvent) -> None:
         if not self.enabled:
             return
-        now = time.monotonic()
-        if now - self._last < 0.1 and ev.done < ev.total and ev.phase != "done":
-            return
-        self._last = now
-        line = (
-            f"{ev.phase[:40]:<40} {ev.done}/{ev.total} done  {ev.errors} errors  "
-            f"{ev.elapsed_s:5.1f}s  {ev.rate_per_s:5.1f} req/s"
-        )
-        self.stream.write("\r" + line[:118].ljust(118))
-        self.stream.flush()
-        self._shown = True
+        if self._bar is None:
+            self._bar = tqdm(
+                total=ev.total, file=self.stream, unit="req", dynamic_ncols=True, leave=True
+            )
+        bar = self._bar
+        bar.total = ev.total
+        bar.set_description_str(ev.phase[:40], refresh=False)
+        bar.set_postfix_str(f"{ev.errors} errors", refresh=False)
+        bar.update(ev.done - bar.n)
 
     def close(self) -> None:
-        if self._shown:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._shown = False
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -319,6 +319,7 @@ def test_progress_line_only_on_a_terminal() -> None:
         p = _StderrProgress(stream)
         p(ev)
         p.close()
-    assert "4/4 done" in tty.getvalue() and "1 errors" in tty.getvalue()
-    assert "2.0 req/s" in tty.getvalue()
+    shown = tty.getvalue()
+    assert "4/4" in shown and "1 errors" in shown and "measure mtp" in shown
+    assert "req/s" in shown or "s/req" in shown
     assert pipe.getvalue() == ""
