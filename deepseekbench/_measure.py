@@ -496,6 +496,12 @@ async def measure_streamed(
             result = await _measure(own, url, headers, body, route, timeouts)
     else:
         result = await _measure(client, url, headers, body, route, timeouts)
+    # A server may echo request headers in an error body: no key may survive into
+    # the measurement, whether it came from the route or was injected by the gate.
+    for key in (route.api_key, gate.api_key):
+        secret = key.get_secret_value() if key is not None else None
+        if secret and any(secret in e.message for e in result.errors):
+            result = _redacted(result, secret)
     charge = result.completion_tokens
     if charge is None:
         charge = result.estimated_completion_tokens or 0
@@ -529,11 +535,7 @@ async def _measure(
             acc.fail(ErrorKind.timeout, f"no token within first_token_s={timeouts.first_token_s}")
     if total.cancelled_caught:
         acc.fail(ErrorKind.timeout, f"stream not finished within total_s={timeouts.total_s}")
-    result = acc.measurement(route)
-    secret = route.api_key.get_secret_value() if route.api_key is not None else None
-    if secret and result.errors and any(secret in e.message for e in result.errors):
-        result = _redacted(result, secret)
-    return result
+    return acc.measurement(route)
 
 
 def _redacted(m: StreamMeasurement, secret: str) -> StreamMeasurement:

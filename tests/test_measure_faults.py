@@ -210,6 +210,18 @@ async def test_http_error_body_message_without_key() -> None:
 
 
 @pytest.mark.anyio
+async def test_gate_key_echoed_in_an_error_body_is_redacted() -> None:
+    secret = "sk-gate-SECRET-456"
+    body = orjson.dumps({"error": {"message": f"Bearer {secret} rejected", "code": 403}})
+    script = Script(
+        status=403, headers={"content-type": "application/json"}, writes=(Write(0, body),)
+    )
+    m, _ = await run(script, gate=LiveGate(api_key=secret))
+    assert m.error is not None and "rejected" in m.error.message
+    assert secret not in m.model_dump_json() and secret not in repr(m)
+
+
+@pytest.mark.anyio
 async def test_non_sse_content_type_is_recorded() -> None:
     script = Script.sse([chunk("a", finish="stop"), DONE], headers={"content-type": "text/plain"})
     m, _ = await run(script)
