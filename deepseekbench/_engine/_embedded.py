@@ -74,7 +74,12 @@ class EmbeddedEngine:
     ) -> None:
         stack, self._stack = self._stack, None
         if stack is not None:
-            await stack.__aexit__(exc_type, exc, tb)
+            # The body's own exception is not handed to the task group: it would come
+            # back wrapped in an ExceptionGroup, and `except ValueError` around the
+            # block would miss it. The server tasks are cancelled (the stack's first
+            # callback), the group exits cleanly, and the body's exception propagates
+            # unchanged; only a crash of the engine's own tasks surfaces as a group.
+            await stack.__aexit__(None, None, None)
 
     async def _handle(self, request: object, responder: object) -> None:
         assert self._state is not None

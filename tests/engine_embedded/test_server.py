@@ -423,3 +423,16 @@ async def test_serve_and_cli_arguments() -> None:
             assert (await client.get(urls[0].removesuffix("/v1") + "/health")).status_code == 200
         tg.cancel_scope.cancel()
     assert math.isfinite(len(urls))
+
+
+async def test_an_exception_in_the_block_comes_out_unwrapped() -> None:
+    # A user's bug inside `async with` must be catchable as itself, not as an
+    # ExceptionGroup from the engine's task group (nor nested groups with two engines).
+    with pytest.raises(ValueError, match="user bug") as info:
+        async with (
+            EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as off,
+            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)),
+        ):
+            assert off.base_url.startswith("http://127.0.0.1:")
+            raise ValueError("user bug")
+    assert type(info.value) is ValueError
