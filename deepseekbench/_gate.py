@@ -47,7 +47,9 @@ def is_loopback_host(host: str) -> bool:
     A name that merely resolves to loopback is *not* loopback: the gate never
     resolves names, so a DNS answer cannot open it.
     """
-    name = host.strip().lower().rstrip(".")
+    # No trailing-dot stripping: "localhost." is a fully qualified name that a
+    # resolver may send to DNS, so it is not treated as loopback.
+    name = host.strip().lower()
     if name.startswith("[") and name.endswith("]"):
         name = name[1:-1]
     if name == "localhost":

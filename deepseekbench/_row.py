@@ -228,10 +228,26 @@ def read_rows(path: str | Path) -> list[Row]:
             if not line.strip():
                 continue
             try:
-                rows.append(Row.from_json_line(line))
-            except (orjson.JSONDecodeError, ValidationError) as exc:
+                data = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
                 raise RowFormatError(
-                    f"line {number} of {path} is not a valid Row: {exc}", line_number=number
+                    f"line {number} of {path} is not JSON: {exc}", line_number=number
+                ) from exc
+            if isinstance(data, dict) and "record" in data and "model_id" not in data:
+                raise RowFormatError(
+                    f"line {number} of {path} is a {data['record']!r} record: this is a "
+                    f"results file written by run_plan; read it with load_results(path).rows",
+                    line_number=number,
+                )
+            try:
+                rows.append(Row.model_validate(data))
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or '<row>'}: {e['msg']}"
+                    for e in exc.errors(include_url=False)
+                )
+                raise RowFormatError(
+                    f"line {number} of {path} is not a valid Row: {problems}", line_number=number
                 ) from exc
     return rows
 

@@ -9,12 +9,11 @@ all (only names such as ``e2e_ms``), so no speedup can leak through a rendering.
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._axes import KEY_AXES, QualityParity, Speculative
+from deepseekbench._axes import KEY_AXES, QualityParity, Speculative, _ClosedEnum
 from deepseekbench._row import Row
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
@@ -22,7 +21,7 @@ MIN_REQUESTS_FOR_SPEEDUP = 5
 is printed: a median of fewer is too noisy to credit."""
 
 
-class SpeedupMetric(StrEnum):
+class SpeedupMetric(_ClosedEnum):
     """What a speedup is computed from.
 
     ``tpot_ms``: decode speed, ``baseline.tpot_ms / candidate.tpot_ms`` (default);
@@ -36,7 +35,7 @@ class SpeedupMetric(StrEnum):
     output_toks_per_s = "output_toks_per_s"
 
 
-class RefusalReason(StrEnum):
+class RefusalReason(_ClosedEnum):
     """Why a speedup was not printed; a verdict lists every reason that applies."""
 
     baseline_parity_not_verified = "baseline_parity_not_verified"

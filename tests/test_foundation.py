@@ -143,6 +143,14 @@ def test_read_rows_names_the_bad_line(tmp_path: Path) -> None:
     assert info.value.line_number == 3
 
 
+def test_read_rows_points_a_results_file_to_load_results(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"record": "run_start", "plan_hash": "abc"}\n')
+    with pytest.raises(RowFormatError, match="load_results") as info:
+        d.read_rows(path)
+    assert info.value.line_number == 1 and "errors.pydantic.dev" not in str(info.value)
+
+
 def test_row_html_table() -> None:
     html = make_row()._repr_html_()
     assert html.startswith("<table>") and "tpot_ms" in html
@@ -216,7 +224,7 @@ def test_verdict_invariant_and_interval() -> None:
 
 
 def test_bad_metric_is_a_clear_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="allowed: 'tpot_ms', 'e2e_ms', 'output_toks_per_s'"):
         compare_speedup(make_row(), make_row(), metric="ttft_ms")
 
 
@@ -233,7 +241,7 @@ class Spy(httpx.AsyncBaseTransport):
 
 
 @pytest.mark.parametrize(
-    "host", ["127.0.0.1", "127.3.2.1", "localhost", "LOCALHOST.", "[::1]", "[::ffff:127.0.0.1]"]
+    "host", ["127.0.0.1", "127.3.2.1", "localhost", "LOCALHOST", "[::1]", "[::ffff:127.0.0.1]"]
 )
 def test_loopback_allowed_by_default(host: str) -> None:
     spy = Spy()
@@ -248,7 +256,7 @@ def test_loopback_allowed_by_default(host: str) -> None:
 
 @pytest.mark.parametrize(
     "host", ["10.0.0.1", "192.168.1.1", "8.8.8.8", "[2001:db8::1]", "127.0.0.1.nip.example",
-             "localhost.example", "0.0.0.0"]
+             "localhost.example", "localhost.", "0.0.0.0"]
 )
 def test_non_loopback_needs_key_and_spend(host: str) -> None:
     for gate in (LiveGate(), LiveGate(spend=True), LiveGate(api_key=SECRET)):
