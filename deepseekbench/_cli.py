@@ -74,6 +74,7 @@ EXIT_INTERRUPTED = 130
 """Interrupted; results so far kept, a rerun resumes."""
 
 FORMATS = ("text", "markdown", "json", "csv")
+_FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
 
 
 class _StderrProgress:
@@ -122,10 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--results",
         type=Path,
         default=None,
-        help="results JSONL (default ./deepseekbench-demo-<time>.jsonl)",
+        help="results JSONL (default: ./deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl)",
     )
-    demo.add_argument("--requests", type=int, default=10, help="measured requests per route")
-    demo.add_argument("--format", choices=FORMATS, default="text")
+    demo.add_argument(
+        "--requests",
+        type=int,
+        default=10,
+        help="measured requests per route, >= 1, after one warm-up (default: %(default)s)",
+    )
+    demo.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
 
     run = sub.add_parser("run", help="run a benchmark plan (TOML or JSON)")
     run.add_argument("plan", type=Path, help="plan file (.toml or .json)")
@@ -140,11 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate, list the rows it would measure and what the gate would refuse; "
         "open no connection",
     )
-    run.add_argument("--results", type=Path, default=None, help="results JSONL path")
-    run.add_argument("--format", choices=FORMATS, default="text")
+    run.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="results JSONL path (default: the plan's 'results', else "
+        "./deepseekbench-results-<plan hash>.jsonl)",
+    )
+    run.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
 
     report = sub.add_parser("report", help="re-render the scorecard of a results file")
-    report.add_argument("results", type=Path)
+    report.add_argument("results", type=Path, help="results JSONL written by run or demo")
     report.add_argument(
         "--run",
         metavar="HASH",
@@ -152,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the plan hash (or a prefix) of the run to show when the file holds "
         "several (default: the last)",
     )
-    report.add_argument("--format", choices=FORMATS, default="text")
+    report.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
 
     serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
     from deepseekbench._engine import add_serve_arguments

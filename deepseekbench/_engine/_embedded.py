@@ -25,6 +25,7 @@ from deepseekbench._engine._http import serve_connection
 from deepseekbench._engine._metrics import EngineCounters
 from deepseekbench._engine._model import reference_lm
 from deepseekbench._engine._server import ChunkSend, EngineState
+from deepseekbench._engine._speculative import DEFAULT_DEPTH
 
 
 class EmbeddedEngine:
@@ -165,44 +166,104 @@ _FAULT_FLAGS = {
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``serve`` options (host, port, decoding, dialect, costs, faults) to ``parser``."""
+    """Add the ``serve`` options (host, port, decoding, dialect, costs, faults) to ``parser``.
+
+    Every option's help states its unit, its allowed values and its default
+    (``%(default)s``); defaults come from :class:`EngineConfig`,
+    :class:`CostModel` and :class:`FaultConfig`, so the CLI and the library agree.
+    """
+    config = EngineConfig()
     cost = CostModel()
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port (0 = any free)")
-    parser.add_argument("--speculative", choices=[s.value for s in Speculative], default="off")
+    faults = FaultConfig()
+    depths = ", ".join(f"{s.value} {k}" for s, k in DEFAULT_DEPTH.items() if k)
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="TCP port; 0 = any free port (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--speculative",
+        choices=[s.value for s in Speculative],
+        default=config.speculative.value,
+        help="speculative decoding method the engine simulates (default: %(default)s)",
+    )
     parser.add_argument(
         "--draft-depth",
         type=int,
         default=None,
-        help="draft tokens per verify step (default: the method's)",
+        help="draft tokens per verify step (tokens, 1-16; not with --speculative off). "
+        f"Default: the method's ({depths})",
     )
     parser.add_argument(
-        "--dialect", default="vllm", choices=sorted(d.value for d in SERVED_DIALECTS)
+        "--dialect",
+        default=config.dialect.value,
+        choices=sorted(d.value for d in SERVED_DIALECTS),
+        help="how per-request acceptance is reported in the stream, mimicking that engine "
+        "(default: %(default)s)",
     )
     parser.add_argument(
-        "--mistuned-draft", action="store_true", help="turn on the lossy-verify fault"
+        "--mistuned-draft",
+        action="store_true",
+        help="turn on the lossy-verify fault: plausible draft tokens are accepted even when "
+        "not the target's choice, so some outputs differ from --speculative off (default: off)",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model-name", default="deepseekbench-ref")
-    parser.add_argument("--max-context-tokens", type=int, default=8192)
-    parser.add_argument("--record-send-times", action="store_true")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=config.seed,
+        help="engine seed: fault draws, and sampling of requests that send no 'seed' "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model-name",
+        default=config.model_name,
+        help="the model id served at /v1/models; requests must send it as 'model' "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-context-tokens",
+        type=int,
+        default=config.max_context_tokens,
+        help="context window: prompt + output limit (tokens, >= 16; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--record-send-times",
+        action="store_true",
+        help="keep the server-side send time of every chunk, for clock checks (default: off)",
+    )
     for name, field in CostModel.model_fields.items():
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             type=float,
             default=getattr(cost, name),
-            help=field.description,
+            help=f"{field.description} (default: %(default)s)",
         )
     parser.add_argument(
         "--fault",
         action="append",
         default=[],
         choices=[k.value for k in FaultKind],
-        help="enable a fault for every request (repeatable)",
+        metavar="KIND",
+        help="enable fault KIND for every request; repeatable. KIND: %(choices)s (default: none)",
     )
-    parser.add_argument("--fault-probability", type=float, default=1.0)
-    parser.add_argument("--stall-ms", type=float, default=1000.0)
-    parser.add_argument("--fault-after-chunks", type=int, default=2)
+    parser.add_argument(
+        "--fault-probability",
+        type=float,
+        default=faults.probability,
+        help="chance each enabled --fault applies to a request (0..1; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stall-ms",
+        type=float,
+        default=faults.stall_ms,
+        help="length of the 'stall' fault's pause (ms, >= 0; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fault-after-chunks",
+        type=int,
+        default=faults.after_chunks,
+        help="content chunks sent before a mid-stream fault (error_event, drop, stall) "
+        "fires (chunks, >= 0; default: %(default)s)",
+    )
 
 
 def config_from_args(ns: argparse.Namespace) -> EngineConfig:
