@@ -55,7 +55,13 @@ class AcceptanceRecord(BaseModel):
     """Engine-neutral speculative acceptance figures for a request or a server window.
 
     Counts are in tokens (``verify_steps`` in steps); ``None`` = not reported.
-    Build it with :meth:`from_counts`, which derives the two ratios.
+    Build it with :meth:`from_counts`, which derives the two ratios. Definitions
+    of ``accepted_token_ratio`` and ``acceptance_length``: this module's docstring
+    and ``docs/measurement.md``.
+
+    Raises:
+        pydantic.ValidationError: on direct construction, a negative count, a ratio
+            outside [0, 1], an acceptance length below 1, or an unknown field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

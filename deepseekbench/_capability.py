@@ -64,6 +64,10 @@ class ModelCapability(BaseModel):
             when the file does not name one.
         mtp_depth: number of MTP / NextN prediction layers (layers, >= 0); 0 means the
             model cannot serve ``speculative=mtp``.
+
+    Raises:
+        pydantic.ValidationError: a negative ``mtp_depth``, an unknown ``format``, or
+            an unknown field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -113,6 +113,9 @@ class LiveGate:
         """Build a gate from ``DEEPSEEKBENCH_API_KEY`` and ``DEEPSEEKBENCH_SPEND=1``.
 
         ``spend``, when given (a CLI's ``--spend``), overrides the variable.
+
+        Raises:
+            ValueError: ``max_requests`` or ``max_output_tokens`` is negative.
         """
         env = os.environ if environ is None else environ
         key = env.get(ENV_API_KEY) or None
@@ -159,6 +162,9 @@ class LiveGate:
         """Return the error a request to ``url`` would raise now, or ``None`` if admitted.
 
         Consumes nothing; a dry run uses it to say what would be refused.
+
+        Raises:
+            httpx.InvalidURL: ``url`` is a string httpx cannot parse as a URL.
         """
         u = httpx.URL(url) if isinstance(url, str) else url
         host = u.host or ""
@@ -188,7 +194,15 @@ class LiveGate:
         )
 
     def check_url(self, url: httpx.URL | str) -> None:
-        """Raise :class:`LiveGateError` if a request to ``url`` would be refused now."""
+        """Raise :class:`LiveGateError` if a request to ``url`` would be refused now.
+
+        Consumes nothing (no budget is charged; see :meth:`refusal`).
+
+        Raises:
+            LiveGateError: a non-loopback host without an API key or without
+                ``spend=True``, a scheme other than http(s), or a spent budget.
+            httpx.InvalidURL: ``url`` is a string httpx cannot parse as a URL.
+        """
         err = self.refusal(url)
         if err is not None:
             raise err

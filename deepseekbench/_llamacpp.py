@@ -90,6 +90,13 @@ class LlamaServerSpec(BaseModel):
     The server always gets ``--host 127.0.0.1``, one slot (``--parallel 1``: requests
     are served one at a time, so a request's numerics never depend on its neighbours)
     and ``--metrics``.
+
+    Raises:
+        pydantic.ValidationError: a name outside ``[A-Za-z0-9._-]``, ``draft_n_max``
+            below 1, ``ctx_size`` below 64, ``synth_len`` below 1, a draft
+            ``spec_type`` without ``draft_model`` (or ``draft_model`` without
+            ``spec_type``), ``synth_len``/``synth_rates`` without a ``spec_type`` or
+            both at once, ``synth_rates`` outside [0, 1], or an unknown field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -134,19 +141,34 @@ class LlamaServerSpec(BaseModel):
 
     @classmethod
     def off(cls, name: str, model: Path, **kw: Any) -> LlamaServerSpec:
-        """Speculation off: the baseline route."""
+        """Speculation off: the baseline route.
+
+        Raises:
+            pydantic.ValidationError: as :class:`LlamaServerSpec` (e.g. a bad name or
+                an unknown keyword in ``kw``).
+        """
         return cls(name=name, model=model, **kw)
 
     @classmethod
     def draft(cls, name: str, model: Path, draft_model: Path, **kw: Any) -> LlamaServerSpec:
-        """Draft-model speculation (``--spec-type draft-simple --spec-draft-model``)."""
+        """Draft-model speculation (``--spec-type draft-simple --spec-draft-model``).
+
+        Raises:
+            pydantic.ValidationError: as :class:`LlamaServerSpec` (e.g. a bad name or
+                an unknown keyword in ``kw``).
+        """
         return cls(name=name, model=model, spec_type="draft-simple", draft_model=draft_model, **kw)
 
     @classmethod
     def ngram(
         cls, name: str, model: Path, kind: NgramType = "ngram-simple", **kw: Any
     ) -> LlamaServerSpec:
-        """Self-speculative n-gram lookup on the context (no draft model)."""
+        """Self-speculative n-gram lookup on the context (no draft model).
+
+        Raises:
+            pydantic.ValidationError: as :class:`LlamaServerSpec` (e.g. a bad name or
+                an unknown keyword in ``kw``).
+        """
         return cls(name=name, model=model, spec_type=kind, **kw)
 
     @classmethod
@@ -157,6 +179,10 @@ class LlamaServerSpec(BaseModel):
 
         ``synth_len`` is the target mean acceptance length (tokens per verify step,
         including the target's own token), in ``[1, draft_n_max + 1]``.
+
+        Raises:
+            pydantic.ValidationError: ``synth_len`` below 1, or as
+                :class:`LlamaServerSpec` (e.g. an unknown keyword in ``kw``).
         """
         return cls(
             name=name,
@@ -420,6 +446,11 @@ async def llama_server(
     """Start one llama-server and yield its base URL ``http://127.0.0.1:PORT/v1``.
 
     Same lifecycle and errors as :func:`llama_servers`.
+
+    Raises:
+        LlamaServerError: as :func:`llama_servers` (binary or model missing, the
+            server exited early, or ``/health`` was not ok within
+            ``startup_timeout_s`` seconds).
     """
     async with llama_servers(
         [spec], log_dir=log_dir, binary=binary, startup_timeout_s=startup_timeout_s

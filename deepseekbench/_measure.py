@@ -102,6 +102,9 @@ class Timeouts(BaseModel):
     lifted once a token arrives); ``total_s``: the whole measurement
     (``anyio.move_on_after``). A passed deadline is recorded as
     ``ErrorKind.timeout`` with the partial data kept.
+
+    Raises:
+        pydantic.ValidationError: a deadline that is not > 0 s, or an unknown field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -361,7 +361,13 @@ def exact_acceptance(
     prompt_ids: Sequence[str] | None = None,
     context: int = 24,
 ) -> ParityResult:
-    """Function form of :meth:`ExactAcceptance.compare` (same arguments and result)."""
+    """Function form of :meth:`ExactAcceptance.compare` (same arguments and result).
+
+    ``context``: characters shown on each side of a divergence.
+
+    Raises:
+        ValueError: ``context`` is negative.
+    """
     return ExactAcceptance(context=context).compare(
         baseline, candidate, control=control, prompt_ids=prompt_ids
     )

@@ -140,6 +140,12 @@ class RoutePlan(BaseModel):
             itself never appears in a plan, a row or a report).
         request_extras: engine-scoped body fields for every request.
         continuous_usage: ask for usage on every chunk (vLLM/SGLang).
+
+    Raises:
+        pydantic.ValidationError: a label that is empty, over 64 characters or not
+            ``[A-Za-z0-9_.:+-]``, a ``base_url`` that is not an http(s) URL with a
+            host, an ``api_key_env`` that is not a variable name, an unknown
+            ``speculative``/``dialect`` value, or an unknown field.
     """
 
     model_config = _CONFIG
@@ -168,6 +174,8 @@ class RoutePlan(BaseModel):
 
         Raises:
             PlanError: ``api_key_env`` names an unset variable.
+            pydantic.ValidationError: ``request_extras`` sets ``model``, ``messages``
+                or ``stream`` (checked by :class:`~deepseekbench.EngineRoute`).
         """
         key: SecretStr | None = None
         if self.api_key_env is not None:
@@ -195,6 +203,10 @@ class CellPlan(BaseModel):
 
     ``max_tokens`` overrides the output target's bound (tokens) when set; it may
     not exceed it.
+
+    Raises:
+        pydantic.ValidationError: ``max_tokens`` below 1 or above the output
+            target's ``max_output_tokens``, an unknown axis value, or an unknown field.
     """
 
     model_config = _CONFIG
@@ -232,6 +244,12 @@ class ArrivalPlan(BaseModel):
     ``distribution`` ``poisson`` (exponential gaps) or ``gamma`` (gaps of shape
     ``gamma_shape``, mean ``1/rate_per_s``; shape < 1 is burstier), drawn from
     ``numpy.random.default_rng(seed)``; ``concurrency`` then caps requests in flight.
+
+    Raises:
+        pydantic.ValidationError: ``concurrency`` outside 1..4096 (requests),
+            ``rate_per_s`` or ``gamma_shape`` not > 0, ``mode="rate"`` without
+            ``rate_per_s`` or ``rate_per_s`` with ``mode="concurrency"``, or an
+            unknown field.
     """
 
     model_config = _CONFIG
@@ -277,7 +295,11 @@ class WorkloadPlan(BaseModel):
 
     ``prompts``: user messages inline; ``prompts_file``: a JSONL file of
     ``{"prompt": "..."}`` lines (relative to the plan file). With neither, the
-    built-in smoke tasks' prompts are used.
+    built-in smoke tasks' prompts are used (the file is read by
+    :meth:`BenchmarkPlan.workload_prompts`, not here).
+
+    Raises:
+        pydantic.ValidationError: an unknown field or a non-string prompt.
     """
 
     model_config = _CONFIG
@@ -301,7 +323,12 @@ class ParityPlan(BaseModel):
             of exact acceptance; above 0 they are sampled and judged by task
             parity alone.
         determinism_control: run ``off`` twice (needed for a verified ``off`` row).
-        concurrency: parity requests in flight per route.
+        concurrency: parity requests in flight per route (requests, 1..256).
+
+    Raises:
+        pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` outside
+            (0, 1), ``max_tokens`` below 1, ``task_temperature`` outside [0, 2], an
+            unknown ``task_mode``, or an unknown field.
     """
 
     model_config = _CONFIG
@@ -473,8 +500,9 @@ class BenchmarkPlan(BaseModel):
         """Read the task set and prompts now so a bad file fails before any request.
 
         Raises:
-            PlanError: a referenced file is missing or invalid, or every cell's
-                parity set would be empty.
+            PlanError: a referenced file is missing or invalid, an ``mtp`` route is
+                planned on a model whose MTP depth is 0 (see :meth:`check_capability`),
+                or every cell's parity set would be empty.
         """
         tasks = self.tasks()
         self.workload_prompts()

@@ -88,6 +88,9 @@ PASSTHROUGH_FIELDS: frozenset[str] = frozenset(
         "ignore_eos",
     }
 )
+"""Top-level keys of a plain request dict that :func:`coerce_request` moves into
+``extra_body``: the other standard OpenAI Chat Completions body fields (OpenAI API
+reference) plus the vLLM/SGLang/llama.cpp sampling extensions listed above."""
 
 
 def _find_speculative_keys(value: Any, path: str = "") -> list[str]:

@@ -46,6 +46,9 @@ class Percentiles(BaseModel):
     """Percentiles of one metric over a cell's requests (numpy's linear interpolation).
 
     Same unit as the metric they describe; ``None`` where no request gave a value.
+
+    Raises:
+        pydantic.ValidationError: a non-finite value or an unknown field.
     """
 
     model_config = _MODEL_CONFIG
@@ -56,7 +59,14 @@ class Percentiles(BaseModel):
 
 
 class Dispersion(BaseModel):
-    """p50/p90/p99 per timing field, so a reader can judge noise."""
+    """p50/p90/p99 per timing field, so a reader can judge noise.
+
+    Units: ``ttft_ms``, ``e2e_ms``, ``itl_ms`` in ms; ``tpot_ms`` in ms per output
+    token; ``output_toks_per_s`` in tokens/s (each field's ``description``).
+
+    Raises:
+        pydantic.ValidationError: a non-finite value or an unknown field.
+    """
 
     model_config = _MODEL_CONFIG
 
@@ -207,7 +217,11 @@ class Row(BaseModel):
 
 
 def write_rows(path: str | Path, rows: Iterable[Row], *, append: bool = True) -> Path:
-    """Write rows as JSONL (one row a line), flushing after each; returns the path."""
+    """Write rows as JSONL (one row a line), flushing after each; returns the path.
+
+    Raises:
+        OSError: the file cannot be opened or written.
+    """
     p = Path(path)
     with p.open("ab" if append else "wb") as fh:
         for row in rows:
@@ -221,6 +235,7 @@ def read_rows(path: str | Path) -> list[Row]:
 
     Raises:
         RowFormatError: a line is not a valid row; carries its 1-based line number.
+        OSError: the file cannot be opened or read.
     """
     rows: list[Row] = []
     with Path(path).open("rb") as fh:

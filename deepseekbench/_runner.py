@@ -179,7 +179,12 @@ class RunResult:
 
     def samples(self, route: str, cell: str, metric: str = "tpot_ms") -> list[float]:
         """Per-request values of ``metric`` (e.g. ``tpot_ms``, ms) for a route and cell,
-        successful requests only."""
+        successful requests only.
+
+        Raises:
+            AttributeError: ``metric`` names no :class:`~deepseekbench.StreamMeasurement`
+                field (only noticed when a matching successful request exists).
+        """
         out: list[float] = []
         for m in self.measurements:
             if m.route == route and m.cell == cell and m.measurement.error is None:
@@ -652,10 +657,16 @@ async def run_plan(
         measurement, and parity per route.
 
     Raises:
-        PlanError: the plan's task or prompt files are invalid, or an API-key
-            variable is unset (before any request).
+        PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
+            prompt or model-source file invalid, ``mtp`` on a model without MTP
+            layers, no parity set), a task id that collides with a parity prompt
+            id, or an API-key variable is unset (all before any request).
+        pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
+            ``messages`` or ``stream`` (from
+            :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
         LiveGateError: the gate refuses a route (before any request).
         ResultsFormatError: the results file exists but cannot be read back.
+        OSError: the results file or its folder cannot be created or written.
     """
     plan.validate_sources()
     capability = plan.model_capability()
@@ -959,7 +970,9 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
     :meth:`LiveGate.refusal`, which consumes nothing and opens nothing).
 
     Raises:
-        PlanError: the plan's task or prompt files are invalid.
+        PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
+            prompt or model-source file invalid, ``mtp`` on a model without MTP
+            layers, no parity set), or a task id collides with a parity prompt id.
     """
     plan.validate_sources()
     tasks = plan.tasks()

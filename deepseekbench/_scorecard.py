@@ -126,6 +126,10 @@ def bootstrap_speedup_ci(
     for ``output_toks_per_s``). Returns ``(low, high)`` (dimensionless), or
     ``None`` with fewer than 2 samples a side or a degenerate interval. Uses
     ``scipy.stats.bootstrap`` with a seeded generator, so it is reproducible.
+
+    Raises:
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value (checked only
+            once both sides have at least 2 usable samples).
     """
     import numpy as np
     from scipy.stats import bootstrap
@@ -265,7 +269,11 @@ class Scorecard:
     def from_run(
         cls, result: RunResult, *, metric: SpeedupMetric | str = SpeedupMetric.tpot_ms
     ) -> Scorecard:
-        """The scorecard of a :class:`~deepseekbench.RunResult` (samples and details included)."""
+        """The scorecard of a :class:`~deepseekbench.RunResult` (samples and details included).
+
+        Raises:
+            ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
+        """
         m = SpeedupMetric(metric)
         samples: dict[str, list[float]] = {}
         details: dict[str, ParityDetail] = {}
@@ -287,6 +295,7 @@ class Scorecard:
 
         Raises:
             ResultsFormatError: the file cannot be read back.
+            ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
         """
         from deepseekbench._runner import load_results
 

@@ -68,6 +68,10 @@ class SpeedupVerdict(BaseModel):
         mismatched_axes: key axes other than ``speculative`` that differ.
         ci_low, ci_high: optional 95 % bootstrap interval of the speedup,
             attached by the scorecard when per-request samples exist.
+
+    Raises:
+        pydantic.ValidationError: the invariant above fails, ``speedup``/``ci_*``
+            not > 0 or not finite, or an unknown field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)

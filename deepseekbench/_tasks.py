@@ -243,6 +243,10 @@ def smoke_tasks() -> tuple[Task, ...]:
     Short coding and reasoning tasks the embedded engine answers correctly at
     temperature 0; the graders also accept a general chat model's usual answer
     forms (the last number, a regex over the expected code).
+
+    Raises:
+        TaskFormatError: the packaged file is invalid (only on a broken install).
+        OSError: the packaged file is missing (only on a broken install).
     """
     text = resources.files("deepseekbench").joinpath("data/smoke_tasks.jsonl").read_text("utf-8")
     return parse_tasks(text.splitlines(), source="smoke_tasks.jsonl")

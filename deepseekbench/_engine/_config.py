@@ -27,8 +27,11 @@ class EngineConfig(BaseModel):
     ``max_context_tokens``: prompt + output limit (tokens).
     ``default_max_tokens``: output cap when a request gives none (tokens).
     ``record_send_times``: keep the server-side send time of every chunk.
-    Raises ``pydantic.ValidationError`` on unknown fields, a dialect the engine
-    cannot speak, or a draft depth on ``off``.
+
+    Raises:
+        pydantic.ValidationError: an unknown field, a dialect the engine cannot
+            speak (``auto``, ``deepseek``), a ``draft_depth`` on ``off`` or outside
+            1..16, ``max_context_tokens`` below 16, or ``default_max_tokens`` below 1.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

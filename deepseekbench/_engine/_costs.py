@@ -23,8 +23,11 @@ class CostModel(BaseModel):
     """Step costs of the embedded engine in milliseconds (a model; see module docs).
 
     Defaults make a correct ``mtp`` (k = 1, ≈0.8 acceptance) about 1.6× faster in
-    TPOT than ``off``. Raises ``pydantic.ValidationError`` for negative costs or an
-    exponent outside [0, 1).
+    TPOT than ``off``.
+
+    Raises:
+        pydantic.ValidationError: a negative cost, a ``batch_exponent`` outside
+            [0, 1), or an unknown field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -39,14 +39,20 @@ class FaultConfig(BaseModel):
 
     ``keepalive_comments``: ``: keep-alive`` SSE comments before the first event
     and between events. ``split_writes``: each event written in two pieces
-    ``split_pause_ms`` apart. ``split_utf8``: events holding a multi-byte
+    ``split_pause_ms`` (ms) apart. ``split_utf8``: events holding a multi-byte
     character are split inside its UTF-8 encoding. ``error_mid_stream``: after
     ``after_chunks`` content chunks an SSE ``{"error": …}`` event, then EOF with
     no ``[DONE]``. ``drop_connection``: after ``after_chunks`` content chunks the
     TCP connection is closed mid-body. ``missing_usage``: no usage chunk even when
     requested. ``http_status``: refuse with 429 or 503 and a JSON error before
-    streaming. ``stall``: pause ``stall_ms`` after ``after_chunks`` content chunks.
-    Raises ``pydantic.ValidationError`` for unknown fields or out-of-range values.
+    streaming. ``stall``: pause ``stall_ms`` (ms) after ``after_chunks`` content
+    chunks. ``probability``: chance (0..1) that each enabled fault applies to a
+    request.
+
+    Raises:
+        pydantic.ValidationError: an unknown field, a negative ``stall_ms``,
+            ``split_pause_ms`` or ``after_chunks``, ``probability`` outside [0, 1],
+            or an ``http_status`` other than 429/503.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

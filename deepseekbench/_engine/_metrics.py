@@ -22,7 +22,12 @@ class EngineCounters(BaseModel):
     ``num_drafts``: verify steps that checked ≥ 1 draft token;
     ``num_draft_tokens`` / ``num_accepted_tokens``: draft tokens proposed /
     accepted; ``accepted_per_position[i]``: accepted draft tokens at draft
-    position ``i`` (0-based).
+    position ``i`` (0-based). The counters mirror vLLM's ``spec_decode_*``
+    Prometheus counters (module docstring); the two derived figures follow the
+    definitions in ``docs/measurement.md``.
+
+    Raises:
+        pydantic.ValidationError: a negative count or an unknown field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

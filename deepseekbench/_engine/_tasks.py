@@ -12,6 +12,9 @@ from deepseekbench._engine._model import CATEGORIES, Category, corpus
 class EngineTask(BaseModel):
     """One generated task: ``prompt`` (the user message), ``answer`` (the exact
     greedy completion, text), ``category`` (arithmetic, counting, reversal, code).
+
+    Raises:
+        pydantic.ValidationError: an unknown category or field, or a missing field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -31,8 +34,10 @@ def all_reference_tasks() -> list[EngineTask]:
 def reference_tasks(n: int, seed: int = 0) -> list[EngineTask]:
     """``n`` distinct tasks drawn with ``seed``, categories taken in turn.
 
-    The draw is deterministic for a given ``(n, seed)``. Raises ``ValueError``
-    when ``n`` is negative or larger than the task set.
+    The draw is deterministic for a given ``(n, seed)``.
+
+    Raises:
+        ValueError: ``n`` is negative or larger than the task set.
     """
     tasks = all_reference_tasks()
     if not 0 <= n <= len(tasks):
