@@ -52,7 +52,7 @@ from deepseekbench._capability import (
     probe_model_capability,
 )
 from deepseekbench._errors import PlanError
-from deepseekbench._route import EngineRoute
+from deepseekbench._route import EngineRoute, check_request_extras
 from deepseekbench._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
 
 __all__ = [
@@ -167,6 +167,12 @@ class RoutePlan(BaseModel):
             raise ValueError(f"base_url must be an http(s) URL with a host, got {v!r}")
         return v.rstrip("/")
 
+    @field_validator("request_extras")
+    @classmethod
+    def _extras(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The same rule EngineRoute applies, so a bad route fails at plan load.
+        return check_request_extras(v)
+
     def engine_route(
         self, default_model: str, environ: Mapping[str, str] | None = None
     ) -> EngineRoute:
@@ -174,8 +180,6 @@ class RoutePlan(BaseModel):
 
         Raises:
             PlanError: ``api_key_env`` names an unset variable.
-            pydantic.ValidationError: ``request_extras`` sets ``model``, ``messages``
-                or ``stream`` (checked by :class:`~deepseekbench.EngineRoute`).
         """
         key: SecretStr | None = None
         if self.api_key_env is not None:

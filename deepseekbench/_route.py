@@ -76,6 +76,19 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+def check_request_extras(extras: dict[str, Any]) -> dict[str, Any]:
+    """Return ``extras`` unchanged, or refuse body fields the route itself owns.
+
+    Raises:
+        ValueError: ``extras`` sets a field the route builds (``model``,
+            ``messages``, ``stream``, ...).
+    """
+    bad = sorted(k for k in extras if k in _ROUTE_OWNED)
+    if bad:
+        raise ValueError(f"request_extras may not set {bad}")
+    return extras
+
+
 class EngineRoute(BaseModel):
     """One serving endpoint: OpenAI base URL, model, dialect and engine-scoped extras.
 
@@ -129,10 +142,7 @@ class EngineRoute(BaseModel):
     @field_validator("request_extras")
     @classmethod
     def _extras_not_owned(cls, v: dict[str, Any]) -> dict[str, Any]:
-        bad = sorted(k for k in v if k in _ROUTE_OWNED)
-        if bad:
-            raise ValueError(f"request_extras may not set {bad}")
-        return v
+        return check_request_extras(v)
 
     @property
     def chat_url(self) -> str:

@@ -278,3 +278,10 @@ def test_gguf_model_source(tmp_path: Path, nextn: int | None) -> None:
     else:
         with pytest.raises(PlanError, match="depth 0"):
             plan.validate_sources()
+
+
+def test_route_extras_that_the_route_owns_fail_at_plan_load() -> None:
+    routes = minimal()["routes"]
+    routes[1]["request_extras"] = {"model": "other", "return_meta_info": True}
+    with pytest.raises(PlanError, match=r"routes\[1\]\.request_extras.*'model'"):
+        BenchmarkPlan.from_mapping(minimal(routes=routes))

@@ -93,7 +93,11 @@ class EmbeddedEngine:
 
     @property
     def port(self) -> int:
-        """The bound TCP port."""
+        """The bound TCP port.
+
+        Raises:
+            RuntimeError: the engine is not running (outside ``async with``).
+        """
         self._require()
         assert self._bound_port is not None
         return self._bound_port
@@ -106,16 +110,28 @@ class EmbeddedEngine:
 
     @property
     def counters(self) -> EngineCounters:
-        """Engine-wide totals since start-up (a snapshot)."""
+        """Engine-wide totals since start-up (a snapshot).
+
+        Raises:
+            RuntimeError: the engine is not running (outside ``async with``).
+        """
         return self._require().metrics.snapshot()
 
     @property
     def send_times(self) -> Mapping[str, list[ChunkSend]]:
-        """Server-side send time of every write, per completion id (empty unless recorded)."""
+        """Server-side send time of every write, per completion id (empty unless recorded).
+
+        Raises:
+            RuntimeError: the engine is not running (outside ``async with``).
+        """
         return self._require().send_times
 
     def metrics_text(self) -> str:
-        """The ``/metrics`` exposition, read in-process."""
+        """The ``/metrics`` exposition (Prometheus text format), read in-process.
+
+        Raises:
+            RuntimeError: the engine is not running (outside ``async with``).
+        """
         return self._require().metrics.exposition().decode()
 
 
