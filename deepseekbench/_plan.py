@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-import httpx
 import orjson
 from pydantic import (
     BaseModel,
@@ -52,7 +51,7 @@ from deepseekbench._capability import (
     probe_model_capability,
 )
 from deepseekbench._errors import PlanError
-from deepseekbench._route import EngineRoute, check_request_extras
+from deepseekbench._route import EngineRoute, check_base_url, check_request_extras
 from deepseekbench._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
 
 __all__ = [
@@ -162,10 +161,7 @@ class RoutePlan(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _http(cls, v: str) -> str:
-        url = httpx.URL(v)
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"base_url must be an http(s) URL with a host, got {v!r}")
-        return v.rstrip("/")
+        return check_base_url(v)
 
     @field_validator("request_extras")
     @classmethod

@@ -76,6 +76,18 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+def check_base_url(url: str) -> str:
+    """Return an OpenAI base URL without its trailing slash.
+
+    Raises:
+        ValueError: not an ``http``/``https`` URL with a host.
+    """
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"base_url must be an http(s) URL with a host, got {url!r}")
+    return url.rstrip("/")
+
+
 def check_request_extras(extras: dict[str, Any]) -> dict[str, Any]:
     """Return ``extras`` unchanged, or refuse body fields the route itself owns.
 
@@ -126,10 +138,7 @@ class EngineRoute(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        url = httpx.URL(v)
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"base_url must be an http(s) URL with a host, got {v!r}")
-        return v.rstrip("/")
+        return check_base_url(v)
 
     @field_validator("headers")
     @classmethod
