@@ -77,6 +77,7 @@ from deepseekbench._plan import (
     BenchmarkPlan,
     CellPlan,
     ParityPlan,
+    PlanSources,
     RoutePlan,
     WorkloadPlan,
 )
@@ -194,6 +195,7 @@ __all__ = [
     "ParityResult",
     "Percentiles",
     "PlanError",
+    "PlanSources",
     "ProgressEvent",
     "PromptComparison",
     "QualityParity",

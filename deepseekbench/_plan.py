@@ -22,6 +22,7 @@ import os
 import tomllib
 import types
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -345,6 +346,21 @@ class ParityPlan(BaseModel):
     concurrency: int = Field(default=1, ge=1, le=256)
 
 
+@dataclass(frozen=True, slots=True)
+class PlanSources:
+    """What :meth:`BenchmarkPlan.validate_sources` read from the plan's files.
+
+    Attributes:
+        tasks: the parity task set (``()`` for ``"none"``).
+        prompts: the speed-workload prompts.
+        capability: the probed model capability, ``None`` without ``model_source``.
+    """
+
+    tasks: tuple[Task, ...]
+    prompts: tuple[str, ...]
+    capability: ModelCapability | None
+
+
 class BenchmarkPlan(BaseModel):
     """A full benchmark: routes × cells, with the parity set, and where results go.
 
@@ -496,8 +512,12 @@ class BenchmarkPlan(BaseModel):
         data = self.model_dump(mode="json", exclude={"base_dir", "results"})
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
-    def validate_sources(self) -> None:
+    def validate_sources(self) -> PlanSources:
         """Read the task set and prompts now so a bad file fails before any request.
+
+        Returns:
+            :class:`PlanSources`: what was read (tasks, workload prompts, the probed
+            model capability), so callers need not read the files again.
 
         Raises:
             PlanError: a referenced file is missing or invalid, an ``mtp`` route is
@@ -505,12 +525,13 @@ class BenchmarkPlan(BaseModel):
                 or every cell's parity set would be empty.
         """
         tasks = self.tasks()
-        self.workload_prompts()
-        self.check_capability()
+        prompts = self.workload_prompts()
+        capability = self.check_capability()
         if not tasks and not self.parity.prompts:
             raise PlanError(
                 "the plan has no parity prompts and no tasks: parity could never be verified"
             )
+        return PlanSources(tasks=tasks, prompts=prompts, capability=capability)
 
     def model_capability(self) -> ModelCapability | None:
         """The probed capability of ``model_source`` (``None`` when it is unset).

@@ -563,8 +563,8 @@ def _build_result(
     results_path: Path | None,
     resumed: int,
     complete: bool,
+    tasks: Sequence[Task],
 ) -> RunResult:
-    tasks = plan.tasks()
     parity = _build_parity(plan, state, tasks)
     rows: list[Row] = []
     cells: list[tuple[str, str]] = []
@@ -668,10 +668,8 @@ async def run_plan(
         ResultsFormatError: the results file exists but cannot be read back.
         OSError: the results file or its folder cannot be created or written.
     """
-    plan.validate_sources()
-    capability = plan.model_capability()
-    tasks = plan.tasks()
-    prompts = plan.workload_prompts()
+    sources = plan.validate_sources()
+    capability, tasks, prompts = sources.capability, sources.tasks, sources.prompts
     pids = _parity_ids(plan, tasks)
     routes: dict[str, EngineRoute] = {r.label: r.engine_route(plan.model) for r in plan.routes}
     _check_gate(routes.values(), gate)
@@ -843,7 +841,9 @@ async def run_plan(
             for mode in modes:
                 await parity_pass(plan.off_route.label, mode, 2)
         prog.set_phase("done")
-        result = _build_result(plan, state, results_path=path, resumed=resumed, complete=True)
+        result = _build_result(
+            plan, state, results_path=path, resumed=resumed, complete=True, tasks=tasks
+        )
         for rpar in result.parity.values():
             writer.write(
                 {
@@ -957,7 +957,9 @@ def load_results(path: str | Path, *, plan_hash: str | None = None) -> RunResult
         r.get("record") == "run_end" and r.get("plan_hash") == plan_hash for r in records
     )
     try:
-        return _build_result(plan, state, results_path=p, resumed=0, complete=complete)
+        return _build_result(
+            plan, state, results_path=p, resumed=0, complete=complete, tasks=plan.tasks()
+        )
     except PlanError as exc:
         raise ResultsFormatError(f"{p}: {exc}") from exc
 
@@ -974,8 +976,7 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), or a task id collides with a parity prompt id.
     """
-    plan.validate_sources()
-    tasks = plan.tasks()
+    tasks = plan.validate_sources().tasks
     refusals: dict[str, str | None] = {}
     for r in plan.routes:
         err = gate.refusal(f"{r.base_url}/chat/completions", has_auth_header=False)

@@ -242,9 +242,9 @@ def test_mtp_on_a_depth_zero_model_is_refused_before_any_request(
 def test_mtp_on_a_model_with_nextn_layers_is_accepted_and_recorded(tmp_path: Path) -> None:
     model = _hf_model(tmp_path, 1)
     plan = BenchmarkPlan.from_mapping(minimal(model_source=model.name), base_dir=tmp_path)
-    plan.validate_sources()
-    cap = plan.model_capability()
+    cap = plan.validate_sources().capability
     assert cap is not None and cap.mtp_depth == 1 and cap.supports_mtp
+    assert plan.model_capability() == cap
 
 
 def test_depth_zero_model_is_fine_without_an_mtp_route(tmp_path: Path) -> None:
