@@ -45,8 +45,7 @@ from deepseekbench._runner import (
     ResultsFormatError,
     RunResult,
     dry_run,
-    list_runs,
-    load_results,
+    load_results_and_runs,
     run_plan,
 )
 from deepseekbench._scorecard import Scorecard
@@ -212,10 +211,6 @@ def demo_plan(
     )
 
 
-def _progress(stderr: TextIO) -> _StderrProgress:
-    return _StderrProgress(stderr)
-
-
 def _exit_for(result: RunResult) -> int:
     return EXIT_ERRORS if result.n_errors else EXIT_OK
 
@@ -231,7 +226,7 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         EngineConfig(speculative=Speculative.mtp),
         EngineConfig(speculative=Speculative.mtp, mistuned_draft=True),
     )
-    prog = _progress(err)
+    prog = _StderrProgress(err)
     async with (
         EmbeddedEngine(configs[0]) as e_off,
         EmbeddedEngine(configs[1]) as e_mtp,
@@ -254,7 +249,7 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 async def _run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
     gate = LiveGate.from_env(spend=True if args.spend else None)
     path: Path = args.results
-    prog = _progress(err)
+    prog = _StderrProgress(err)
     try:
         result = await run_plan(plan, gate=gate, results_path=path, progress=prog)
     finally:
@@ -287,8 +282,7 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
 
 def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     path: Path = args.results
-    result = load_results(path, plan_hash=args.run)
-    runs = list_runs(path)
+    result, runs = load_results_and_runs(path, plan_hash=args.run)
     if args.run is None and len(runs) > 1:
         last = runs[-1]
         err.write(

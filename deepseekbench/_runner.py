@@ -934,13 +934,24 @@ def load_results(path: str | Path, *, plan_hash: str | None = None) -> RunResult
         ResultsFormatError: the file is unreadable, has no ``run_start`` record,
             a record is malformed, or ``plan_hash`` matches no run or several.
     """
+    return load_results_and_runs(path, plan_hash=plan_hash)[0]
+
+
+def load_results_and_runs(
+    path: str | Path, *, plan_hash: str | None = None
+) -> tuple[RunResult, tuple[ResultsRun, ...]]:
+    """:func:`load_results` and :func:`list_runs` from one read of the file.
+
+    Raises:
+        ResultsFormatError: as :func:`load_results`.
+    """
     p = Path(path)
     records = _read_records(p)
     starts = [r for r in records if r.get("record") == "run_start"]
     if not starts:
         raise ResultsFormatError(f"{p}: no run_start record (not a deepseekbench results file?)")
+    runs = _runs(starts)
     if plan_hash is not None:
-        runs = _runs(starts)
         hashes = [r.plan_hash for r in runs if r.plan_hash.startswith(plan_hash)]
         if len(hashes) != 1:
             problem = "matches no run" if not hashes else "is ambiguous"
@@ -957,11 +968,12 @@ def load_results(path: str | Path, *, plan_hash: str | None = None) -> RunResult
         r.get("record") == "run_end" and r.get("plan_hash") == plan_hash for r in records
     )
     try:
-        return _build_result(
+        result = _build_result(
             plan, state, results_path=p, resumed=0, complete=complete, tasks=plan.tasks()
         )
     except PlanError as exc:
         raise ResultsFormatError(f"{p}: {exc}") from exc
+    return result, runs
 
 
 def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
