@@ -991,9 +991,10 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
     tasks = plan.validate_sources().tasks
     refusals: dict[str, str | None] = {}
     for r in plan.routes:
-        err = gate.refusal(f"{r.base_url}/chat/completions", has_auth_header=False)
-        if err is not None and r.api_key_env is not None:
-            err = gate.refusal(f"{r.base_url}/chat/completions", has_auth_header=True)
+        # A route with api_key_env will send its own Authorization header.
+        err = gate.refusal(
+            f"{r.base_url}/chat/completions", has_auth_header=r.api_key_env is not None
+        )
         refusals[r.label] = str(err) if err is not None else None
     rows = tuple(
         Row(
