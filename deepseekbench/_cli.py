@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -38,7 +39,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from deepseekbench._errors import LiveGateError, PlanError
-from deepseekbench._gate import LiveGate
+from deepseekbench._gate import ENV_API_KEY, LiveGate
 from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
 from deepseekbench._runner import (
     ProgressEvent,
@@ -211,6 +212,19 @@ def demo_plan(
     )
 
 
+def _known_secrets(plan: BenchmarkPlan) -> list[str]:
+    """The keys this process knows for ``plan``: the gate's and each route's (from the env)."""
+    names = [ENV_API_KEY, *(r.api_key_env for r in plan.routes if r.api_key_env)]
+    return [v for n in names if (v := os.environ.get(n))]
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every known secret replaced by ``***`` (older results files included)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 def _exit_for(result: RunResult) -> int:
     return EXIT_ERRORS if result.n_errors else EXIT_OK
 
@@ -254,7 +268,7 @@ async def _run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: 
         result = await run_plan(plan, gate=gate, results_path=path, progress=prog)
     finally:
         prog.close()
-    out.write(Scorecard.from_run(result).render(args.format))
+    out.write(_redact(Scorecard.from_run(result).render(args.format), _known_secrets(plan)))
     err.write(f"results: {path}\n")
     return _exit_for(result)
 
@@ -291,7 +305,8 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         for r in runs:
             err.write(f"  plan {r.plan_hash}  started {r.started_at}\n")
-    out.write(Scorecard.from_run(result).render(args.format))
+    card = Scorecard.from_run(result).render(args.format)
+    out.write(_redact(card, _known_secrets(result.plan)))
     return EXIT_OK
 
 

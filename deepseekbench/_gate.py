@@ -15,6 +15,13 @@ Rules:
   and ``max_output_tokens`` (tokens charged with :meth:`charge_output_tokens`);
   once spent, every further request is refused.
 
+A transport that connects somewhere other than the request's host (an
+``httpx.AsyncHTTPTransport`` with a ``proxy``) has that proxy host checked by
+the same rules before each request. :meth:`LiveGate.check_client` checks that
+*every* transport a client may use (its default and each ``mounts`` entry,
+environment proxies included) is gated by the gate; every library entry point
+that does I/O with a caller's client calls it first.
+
 A refusal raises :class:`~deepseekbench.LiveGateError` naming the host and what
 is missing. The key is held as a :class:`pydantic.SecretStr` and appears in no
 repr, log or exception.
@@ -61,6 +68,20 @@ def is_loopback_host(host: str) -> bool:
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         return addr.ipv4_mapped.is_loopback
     return addr.is_loopback
+
+
+def proxy_host(transport: httpx.AsyncBaseTransport) -> str | None:
+    """The host a transport connects to instead of each request's own, or ``None``.
+
+    Known for ``httpx.AsyncHTTPTransport(proxy=...)`` (HTTP and SOCKS proxies,
+    read from its connection pool); ``None`` for a direct transport.
+    """
+    pool = getattr(transport, "_pool", None)
+    url = getattr(pool, "_proxy_url", None)
+    host = getattr(url, "host", None)
+    if isinstance(host, bytes):
+        return host.decode("ascii", errors="replace")
+    return host if isinstance(host, str) else None
 
 
 class LiveGate:
@@ -207,6 +228,34 @@ class LiveGate:
         if err is not None:
             raise err
 
+    def check_client(self, client: httpx.AsyncClient) -> None:
+        """Raise unless every transport ``client`` may send through is gated by this gate.
+
+        Checks the client's default transport and every ``mounts`` entry
+        (environment proxies from ``trust_env`` are mounts too), so neither a
+        redirect nor a URL pattern can reach an ungated transport.
+
+        Raises:
+            LiveGateError: a transport is not a :class:`GatedTransport`, or is
+                gated by another :class:`LiveGate`.
+        """
+        mounts = [t for t in client._mounts.values() if t is not None]
+        for transport in (client._transport, *mounts):
+            if not isinstance(transport, GatedTransport):
+                raise LiveGateError(
+                    "the client has a transport the gate does not wrap (its default "
+                    "transport or a mounts= entry, e.g. an environment proxy): use "
+                    "gate.client() or a transport wrapped by gate.wrap()",
+                    host="",
+                    missing=("a gated client",),
+                )
+            if transport.gate is not self:
+                raise LiveGateError(
+                    "the client is gated by a different LiveGate than the one passed",
+                    host="",
+                    missing=("a client gated by this gate",),
+                )
+
     def admit(self, request: httpx.Request) -> None:
         """Admit ``request`` (counting it against ``max_requests``) or raise.
 
@@ -266,19 +315,33 @@ class GatedTransport(httpx.AsyncBaseTransport):
     def __init__(self, gate: LiveGate, inner: httpx.AsyncBaseTransport) -> None:
         self.gate = gate
         self.inner = inner
+        self.proxy_host = proxy_host(inner)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Admit ``request`` through :meth:`LiveGate.admit`, then send it on ``inner``.
 
         The gate's check runs before the inner transport sees the request, so a
         refused request opens no socket. An admitted non-loopback request without
-        an ``Authorization`` header gets the gate's key as a Bearer header.
+        an ``Authorization`` header gets the gate's key as a Bearer header. When
+        ``inner`` connects through a proxy, the proxy host is checked first by
+        the same rules (a non-loopback proxy needs a key and ``spend=True``).
 
         Raises:
-            LiveGateError: the gate refuses the request; nothing was sent.
+            LiveGateError: the gate refuses the request or the proxy; nothing was sent.
             httpx.TransportError: raised by the inner transport (connect, read,
                 timeouts).
         """
+        if self.proxy_host is not None:
+            err = self.gate.refusal(
+                httpx.URL(scheme="http", host=self.proxy_host, path="/"),
+                has_auth_header="authorization" in request.headers,
+            )
+            if err is not None:
+                raise LiveGateError(
+                    f"{err} (the proxy the transport connects through)",
+                    host=err.host,
+                    missing=err.missing,
+                )
         self.gate.admit(request)
         return await self.inner.handle_async_request(request)
 

@@ -25,19 +25,19 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
 import anyio
 import httpx
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from deepseekbench._acceptance import AcceptanceRecord, read_acceptance
 from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._errors import LiveGateError
-from deepseekbench._gate import GatedTransport, LiveGate
+from deepseekbench._gate import LiveGate
 from deepseekbench._request import ChatRequest, coerce_request
 from deepseekbench._route import EngineRoute
 from deepseekbench._sse import SSEDecoder, SSEEvent
@@ -53,6 +53,10 @@ __all__ = [
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _MESSAGE_LIMIT = 500
+# Messages are kept up to this many characters while measuring, redacted, and only
+# then cut to _MESSAGE_LIMIT, so no key can straddle a cut and survive in part.
+_RAW_MESSAGE_LIMIT = 64 * 1024
+_REDACTED = "***"
 
 
 class ErrorKind(StrEnum):
@@ -230,7 +234,8 @@ class _Accumulator:
         self.http_status: int | None = None
 
     def fail(self, kind: ErrorKind, message: str) -> None:
-        self.errors.append(StreamError(kind=kind, message=message[:_MESSAGE_LIMIT]))
+        # cut to _MESSAGE_LIMIT only after redaction (see redact_measurement)
+        self.errors.append(StreamError(kind=kind, message=message[:_RAW_MESSAGE_LIMIT]))
 
     def on_event(self, event: SSEEvent) -> bool:
         """Fold one event; return True when it carried a token."""
@@ -248,10 +253,10 @@ class _Accumulator:
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            self.fail(ErrorKind.invalid_event, f"not JSON ({exc}): {data[:80]!r}")
+            self.fail(ErrorKind.invalid_event, f"not JSON ({exc}): {data[:_RAW_MESSAGE_LIMIT]!r}")
             return False
         if not isinstance(chunk, dict):
-            self.fail(ErrorKind.invalid_event, f"not a JSON object: {data[:80]!r}")
+            self.fail(ErrorKind.invalid_event, f"not a JSON object: {data[:_RAW_MESSAGE_LIMIT]!r}")
             return False
         return self.on_chunk(chunk, event.arrival_ns)
 
@@ -409,42 +414,78 @@ class _Accumulator:
 
 
 def _error_text(err: Any) -> str:
-    """A short message from an OpenAI-style error object or raw text."""
+    """A message from an OpenAI-style error object or raw text (cut only after redaction)."""
     if isinstance(err, str):
         raw: str = err
         try:
             err = json.loads(raw)
         except ValueError:
-            return raw[:_MESSAGE_LIMIT]
+            return raw
     if isinstance(err, Mapping) and "error" in err:
         err = err["error"]
     if isinstance(err, Mapping):
         parts = [str(err[k]) for k in ("message", "type", "code") if err.get(k) is not None]
         if parts:
-            return " | ".join(parts)[:_MESSAGE_LIMIT]
+            return " | ".join(parts)
         detail = err.get("detail")
         if detail is not None:
-            return str(detail)[:_MESSAGE_LIMIT]
-    return str(err)[:_MESSAGE_LIMIT]
+            return str(detail)
+    return str(err)
+
+
+def _scrub(value: Any, secrets: tuple[str, ...]) -> Any:
+    """``value`` (JSON-like) with every secret in every string replaced by ``***``."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, _REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+def redact_measurement(m: StreamMeasurement, secrets: Iterable[str | None]) -> StreamMeasurement:
+    """``m`` with every secret removed from its texts, usage and error messages.
+
+    Each occurrence of a (non-empty) secret in ``text``, ``reasoning_text``,
+    ``finish_reason``, ``usage`` (keys and values, at any depth) and every
+    error message becomes ``***``; error messages are then cut to 500
+    characters (redaction first, so no part of a key survives a cut). Returns
+    ``m`` itself when there is nothing to change.
+    """
+    keys = tuple(sorted({k for k in secrets if k}, key=len, reverse=True))
+
+    def clean(e: StreamError) -> StreamError:
+        msg = _scrub(e.message, keys)[:_MESSAGE_LIMIT]
+        return e if msg == e.message else StreamError(kind=e.kind, message=msg)
+
+    update: dict[str, Any] = {}
+    long_or_secret = (
+        len(e.message) > _MESSAGE_LIMIT or any(k in e.message for k in keys) for e in m.errors
+    )
+    if any(long_or_secret):
+        update["errors"] = [clean(e) for e in m.errors]
+        update["error"] = clean(m.error) if m.error is not None else None
+    if keys:
+        for name in ("text", "reasoning_text", "finish_reason"):
+            text = getattr(m, name)
+            if text is not None and any(k in text for k in keys):
+                update[name] = _scrub(text, keys)
+        if m.usage is not None and any(k.encode() in orjson.dumps(m.usage) for k in keys):
+            update["usage"] = _scrub(m.usage, keys)
+    return m.model_copy(update=update) if update else m
 
 
 def _check_gated(client: httpx.AsyncClient, gate: LiveGate, url: str) -> None:
-    """Raise unless requests to ``url`` from ``client`` pass through ``gate``."""
-    transport = client._transport_for_url(httpx.URL(url))
-    host = httpx.URL(url).host
-    if not isinstance(transport, GatedTransport):
+    """Raise unless every transport of ``client`` (mounts included) passes ``gate``."""
+    try:
+        gate.check_client(client)
+    except LiveGateError as exc:
         raise LiveGateError(
-            "measure_streamed needs a client made by gate.client() (or a transport "
-            "wrapped by gate.wrap()); this client's transport is not gated",
-            host=host,
-            missing=("a gated client",),
-        )
-    if transport.gate is not gate:
-        raise LiveGateError(
-            "the client is gated by a different LiveGate than the one passed",
-            host=host,
-            missing=("a client gated by this gate",),
-        )
+            f"measure_streamed: {exc}", host=httpx.URL(url).host, missing=exc.missing
+        ) from None
 
 
 async def measure_streamed(
@@ -499,12 +540,10 @@ async def measure_streamed(
             result = await _measure(own, url, headers, body, route, timeouts)
     else:
         result = await _measure(client, url, headers, body, route, timeouts)
-    # A server may echo request headers in an error body: no key may survive into
-    # the measurement, whether it came from the route or was injected by the gate.
-    for key in (route.api_key, gate.api_key):
-        secret = key.get_secret_value() if key is not None else None
-        if secret and any(secret in e.message for e in result.errors):
-            result = _redacted(result, secret)
+    # A server may echo the key (request headers in an error body, or in its text or
+    # usage): no key may survive into the measurement, whether it came from the route
+    # or was injected by the gate.
+    result = redact_measurement(result, _secret_values(route.api_key, gate.api_key))
     charge = result.completion_tokens
     if charge is None:
         charge = result.estimated_completion_tokens or 0
@@ -541,14 +580,8 @@ async def _measure(
     return acc.measurement(route)
 
 
-def _redacted(m: StreamMeasurement, secret: str) -> StreamMeasurement:
-    def clean(e: StreamError) -> StreamError:
-        return StreamError(kind=e.kind, message=e.message.replace(secret, "***"))
-
-    errors = [clean(e) for e in m.errors]
-    return m.model_copy(
-        update={"errors": errors, "error": clean(m.error) if m.error is not None else None}
-    )
+def _secret_values(*keys: SecretStr | None) -> list[str]:
+    return [k.get_secret_value() for k in keys if k is not None]
 
 
 async def _exchange(

@@ -65,7 +65,11 @@ __all__ = [
     "validation_error_lines",
 ]
 
-_CONFIG = ConfigDict(frozen=True, extra="forbid")
+# hide_input_in_errors: str(ValidationError) never repeats a refused value, which
+# may be a secret (a key pasted into api_key_env, user-info in a base_url).
+_CONFIG = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+# Fields whose value may be a secret: an error names the field, never the value.
+_SECRET_FIELDS = frozenset({"api_key", "api_key_env", "headers"})
 
 
 def _loc_text(loc: Sequence[int | str]) -> str:
@@ -93,23 +97,34 @@ def _type_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> Any:
     return tp
 
 
+def _may_be_secret(loc: Sequence[int | str], value: Any) -> bool:
+    """Whether an error's input may be a secret (then only its field is named)."""
+    if any(part in _SECRET_FIELDS for part in loc):
+        return True
+    return isinstance(value, str) and "@" in value and "base_url" in loc
+
+
 def validation_error_lines(exc: ValidationError, model: type[BaseModel] | None = None) -> list[str]:
     """One readable line per error of ``exc``: ``routes[1].speculative: ...``.
 
     Enum errors name the enum (found by walking ``model``'s fields along the
     error location) and list its values; unknown keys suggest the nearest field
-    (``difflib``); pydantic's documentation links are left out.
+    (``difflib``); pydantic's documentation links are left out. A value that may
+    be a secret (``api_key_env``, ``api_key``, ``headers``, a ``base_url`` with
+    user-info) is never shown: the line names the field only.
     """
     lines: list[str] = []
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
         kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+        hidden = _may_be_secret(loc, value)
+        shown = "the value (not shown: it may be a secret)" if hidden else repr(value)
         tp = _type_at(model, loc)
         if kind == "enum" and isinstance(tp, type) and issubclass(tp, enum.Enum):
             allowed = ", ".join(repr(m.value) for m in tp)
-            msg = f"{value!r} is not a valid {tp.__name__}; allowed: {allowed}"
+            msg = f"{shown} is not a valid {tp.__name__}; allowed: {allowed}"
         elif kind in ("enum", "literal_error"):
-            msg = f"{value!r} is not allowed; allowed: {ctx.get('expected', '?')}"
+            msg = f"{shown} is not allowed; allowed: {ctx.get('expected', '?')}"
         elif kind == "extra_forbidden":
             parent = _type_at(model, loc[:-1])
             fields = (
@@ -121,7 +136,7 @@ def validation_error_lines(exc: ValidationError, model: type[BaseModel] | None =
             msg = "unknown field" + (f"; did you mean {near[0]!r}?" if near else "")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            if kind != "missing" and isinstance(value, (str, int, float, bool)):
+            if kind != "missing" and not hidden and isinstance(value, (str, int, float, bool)):
                 msg += f" (got {value!r})"
         lines.append(f"{_loc_text(loc)}: {msg}")
     return lines
@@ -183,8 +198,10 @@ class RoutePlan(BaseModel):
             env = os.environ if environ is None else environ
             value = env.get(self.api_key_env)
             if not value:
+                # a key pasted here instead of a variable name must not be echoed
+                name = self.api_key_env if self.api_key_env.isupper() else "(name not shown)"
                 raise PlanError(
-                    f"route {self.label!r}: environment variable {self.api_key_env} is not set"
+                    f"route {self.label!r}: api_key_env: environment variable {name} is not set"
                 )
             key = SecretStr(value)
         return EngineRoute(

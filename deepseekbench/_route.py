@@ -11,7 +11,7 @@ dialect's DeepSeek V4 thinking controls; the table and its sources are in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -79,13 +79,34 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
 def check_base_url(url: str) -> str:
     """Return an OpenAI base URL without its trailing slash.
 
+    A URL with user-info (``http://user:secret@host``) is refused: a secret
+    there would land in the results file, in logs and in reprs; pass it as an
+    API key instead. Messages about such a URL never repeat it.
+
     Raises:
-        ValueError: not an ``http``/``https`` URL with a host.
+        ValueError: httpx cannot parse it, not an ``http``/``https`` URL with a
+            host, a port outside 1..65535, or user-info in the URL.
     """
-    parsed = httpx.URL(url)
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        detail = f" ({exc})" if "@" not in url else ""
+        _bad_base_url(url, f"is not a URL httpx can parse{detail}")
+    if parsed.userinfo:
+        raise ValueError(
+            "base_url must not carry user-info (user:password@): pass the key as the "
+            "route's api_key (api_key_env in a plan); the URL is not shown"
+        )
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ValueError(f"base_url must be an http(s) URL with a host, got {url!r}")
+        _bad_base_url(url, "must be an http(s) URL with a host")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        _bad_base_url(url, f"has port {parsed.port}, outside 1..65535")
     return url.rstrip("/")
+
+
+def _bad_base_url(url: str, problem: str) -> NoReturn:
+    shown = f", got {url!r}" if "@" not in url else " (URL not shown: it may hold a secret)"
+    raise ValueError(f"base_url {problem}{shown}")
 
 
 def check_request_extras(extras: dict[str, Any]) -> dict[str, Any]:
@@ -111,9 +132,12 @@ class EngineRoute(BaseModel):
         pydantic.ValidationError: a base URL that is not http(s), an unknown
             dialect, a secret header in ``headers`` (use ``api_key``), or
             ``request_extras`` that set ``model``, ``messages`` or ``stream``.
+            Its message names the field, never the refused value (which may
+            be a secret).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # hide_input_in_errors: a refused value may be a secret (a key in headers).
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     base_url: str = Field(description="OpenAI base URL, e.g. 'http://127.0.0.1:8000/v1'.")
     model: str = Field(min_length=1, description="The 'model' body field.")

@@ -43,7 +43,12 @@ from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import AcceptanceScope, QualityParity, ReasoningMode, Speculative
 from deepseekbench._errors import DeepseekBenchError, PlanError
 from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure import (
+    StreamMeasurement,
+    Timeouts,
+    measure_streamed,
+    redact_measurement,
+)
 from deepseekbench._parity import (
     DeterminismControl,
     ExactAcceptance,
@@ -664,7 +669,8 @@ async def run_plan(
         pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
             ``messages`` or ``stream`` (from
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
-        LiveGateError: the gate refuses a route (before any request).
+        LiveGateError: the gate refuses a route, or ``client`` has a transport
+            (default or mount) the gate does not wrap (before any request).
         ResultsFormatError: the results file exists but cannot be read back.
         OSError: the results file or its folder cannot be created or written.
     """
@@ -673,6 +679,8 @@ async def run_plan(
     pids = _parity_ids(plan, tasks)
     routes: dict[str, EngineRoute] = {r.label: r.engine_route(plan.model) for r in plan.routes}
     _check_gate(routes.values(), gate)
+    if client is not None:
+        gate.check_client(client)
     path = Path(results_path) if results_path is not None else plan.results_path()
     plan_hash = plan.plan_hash()
     state = _State()
@@ -713,6 +721,11 @@ async def run_plan(
     run_id = uuid.uuid4().hex[:12]
     timeouts = Timeouts(total_s=plan.timeout_s)
     base = {"plan_hash": plan_hash}
+    secrets = [
+        k.get_secret_value()
+        for k in (gate.api_key, *(r.api_key for r in routes.values()))
+        if k is not None
+    ]
     own_client = client is None
     http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
     try:
@@ -729,9 +742,9 @@ async def run_plan(
         )
 
         async def one(route: EngineRoute, req: ChatRequest) -> StreamMeasurement:
-            return await measure_streamed(
-                req, route=route, gate=gate, client=http, timeouts=timeouts
-            )
+            m = await measure_streamed(req, route=route, gate=gate, client=http, timeouts=timeouts)
+            # a server may echo another route's key too: none lands in the file
+            return redact_measurement(m, secrets)
 
         async def parity_pass(label: str, mode: ReasoningMode, run: int) -> None:
             todo = parity_todo(label, mode, run)

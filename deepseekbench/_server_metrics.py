@@ -121,15 +121,20 @@ async def scrape_metrics(
             is scraped; ``route.model`` filters ``model_name`` labels when
             ``filter_model``.
         gate: every scrape passes it; a gated ``client`` may be shared.
+        client: a client made by ``gate.client()``; every transport it may use
+            (mounts included) must be gated by ``gate``.
         timeout_s: whole-scrape timeout (s).
 
     Raises:
-        LiveGateError: the gate refuses the URL (nothing is sent).
+        LiveGateError: the gate refuses the URL, or ``client`` has a transport
+            ``gate`` does not wrap (nothing is sent).
     """
     url = route.metrics_url
     refusal = gate.refusal(url, has_auth_header=route.has_api_key)
     if refusal is not None:
         raise refusal
+    if client is not None:
+        gate.check_client(client)
     headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
     model = route.model if filter_model else None
     try:
