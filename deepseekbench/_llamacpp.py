@@ -8,6 +8,14 @@ starts several on ``127.0.0.1`` (free ports), waits for ``GET /health`` to answe
 (``http://127.0.0.1:PORT/v1``) and stops every process on exit, exception,
 cancellation and Ctrl-C (SIGTERM, a grace period, then SIGKILL).
 
+Children never outlive their parent: each server runs in its own process group
+(stopped as a group); on Linux each sets ``PR_SET_PDEATHSIG`` to SIGKILL
+(``prctl(2)`` via ``ctypes``, between fork and exec), so a SIGKILLed parent takes
+its servers with it (the signal follows the thread that started them: the event
+loop's); and while servers run in the main thread, SIGTERM to the parent is
+handled like Ctrl-C (raised as SIGINT), so the servers are stopped in order
+before the parent exits.
+
 Flag names are those of llama.cpp's ``common/arg.cpp`` (``--spec-type``,
 ``--spec-draft-model``, ``--spec-draft-n-max``, ``--spec-synth-len``,
 ``--spec-synth-rates``), confirmed against ``llama-server --help`` of the PyPI
@@ -20,19 +28,23 @@ and in aggregate by the Prometheus counters ``llamacpp:spec_decode_num_draft_tok
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
 import anyio
 import httpx
-from anyio.abc import Process
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepseekbench._errors import DeepseekBenchError
@@ -303,20 +315,114 @@ def _server_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return base
 
 
-async def _stop(process: Process, grace_s: float) -> None:
+class _Child:
+    """A started server process: ``subprocess.Popen``, waited on by polling so the
+    event loop is never blocked (the same on asyncio and trio)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    async def wait(self) -> int:
+        while True:
+            code = self.popen.poll()
+            if code is not None:
+                return code
+            await anyio.sleep(0.05)
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` setting ``PR_SET_PDEATHSIG`` = SIGKILL (Linux; ``None`` elsewhere).
+
+    The kernel then kills the child when the thread that forked it dies, which
+    is the event loop's thread here: a SIGKILLed parent takes its servers along.
+    A parent already gone before the call makes the child exit at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+def _spawn(argv: Sequence[str], log: IO[bytes], env: Mapping[str, str]) -> _Child:
+    """Start ``argv`` in its own session (process group), output to ``log``.
+
+    Raises:
+        OSError: the binary cannot be executed.
+    """
+    popen = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env=dict(env),
+        start_new_session=True,
+        preexec_fn=_die_with_parent(os.getpid()),
+    )
+    return _Child(popen)
+
+
+def _signal_group(process: _Child, sig: signal.Signals) -> None:
+    """Send ``sig`` to the process's group (it leads its own session), else to it alone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if hasattr(os, "killpg"):
+            os.killpg(process.pid, sig)
+        else:  # pragma: no cover - non-POSIX
+            process.popen.send_signal(sig)
+
+
+async def _stop(process: _Child, grace_s: float) -> None:
     if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
+        _signal_group(process, signal.SIGTERM)
         with anyio.move_on_after(grace_s):
             await process.wait()
     if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
+        _signal_group(process, signal.SIGKILL)
         await process.wait()
+    else:  # the leader is gone; anything left in its group goes too
+        _signal_group(process, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While active, SIGTERM is raised as SIGINT (so it unwinds like Ctrl-C).
+
+    Only in the main thread, and only when SIGTERM has the default handler and
+    SIGINT a Python one (the interpreter's or the event loop's); else a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigint = signal.getsignal(signal.SIGINT)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL or not callable(sigint):
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 async def _wait_healthy(
-    client: httpx.AsyncClient, process: Process, spec: LlamaServerSpec, port: int, log: Path
+    client: httpx.AsyncClient, process: _Child, spec: LlamaServerSpec, port: int, log: Path
 ) -> None:
     url = f"http://127.0.0.1:{port}/health"
     while True:
@@ -360,9 +466,12 @@ async def llama_servers(
     Servers start one after another (each waits for ``/health`` before the next, so
     model loads do not compete for the CPU); every process started is stopped on exit
     from the block, whatever the outcome: SIGTERM, up to ``stop_grace_s`` seconds,
-    then SIGKILL. Logs go to ``log_dir/<name>.log`` (a fresh temp folder when
-    ``None``), never to the terminal. A port taken between choosing and binding is
-    retried on a new port (up to 3 times).
+    then SIGKILL, to the server's whole process group. The servers also die with
+    the parent process when it is killed (SIGKILL: Linux parent-death signal;
+    SIGTERM: handled like Ctrl-C while the block runs in the main thread). Logs go
+    to ``log_dir/<name>.log`` (a fresh temp folder when ``None``), never to the
+    terminal. A port taken between choosing and binding is retried on a new port
+    (up to 3 times).
 
     Raises:
         LlamaServerError: duplicate names, binary or model missing, a server exited
@@ -380,9 +489,11 @@ async def llama_servers(
         log_dir = Path(tempfile.mkdtemp(prefix="deepseekbench-llama-"))
     log_dir.mkdir(parents=True, exist_ok=True)
 
-    processes: list[Process] = []
+    processes: list[_Child] = []
     logs: list[IO[bytes]] = []
     running: dict[str, RunningLlamaServer] = {}
+    sigterm = contextlib.ExitStack()
+    sigterm.enter_context(_sigterm_as_interrupt())
     try:
         async with LiveGate().client(timeout=httpx.Timeout(2.0)) as client:
             for spec in specs:
@@ -392,12 +503,10 @@ async def llama_servers(
                     log_file = log_path.open("wb")
                     logs.append(log_file)
                     try:
-                        process = await anyio.open_process(
+                        process = _spawn(
                             llama_server_args(spec, port=port, binary=exe),
-                            stdin=None,
-                            stdout=log_file,
-                            stderr=log_file,
-                            env=_server_env(env),
+                            log_file,
+                            _server_env(env),
                         )
                     except OSError as exc:
                         raise LlamaServerError(
@@ -433,6 +542,7 @@ async def llama_servers(
                     tg.start_soon(_stop, process, stop_grace_s)
             for f in logs:
                 f.close()
+        sigterm.close()
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,136 @@
+"""``llama_servers`` children die with their parent, however the parent dies (issue 10, 13).
+
+A real parent process (``python -c``) starts two fake llama-servers (a Python script
+serving ``/health``) through :func:`~deepseekbench.llama_servers`, prints their pids
+and sleeps; the test then SIGKILLs or SIGTERMs the parent and checks that no server
+survives it. Linux only (the parent-death signal is a Linux ``prctl``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only"
+)
+
+FAKE_SERVER = """\
+import signal, sys, http.server
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+
+def on_term(signum, frame):
+    print("fake llama-server: SIGTERM, stopping", flush=True)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, on_term)
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"status":"ok"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+PARENT = """\
+import sys, anyio
+from pathlib import Path
+from deepseekbench import LlamaServerSpec, llama_servers
+
+exe, model, logs, backend = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+
+async def main() -> None:
+    specs = [LlamaServerSpec.off("a", model), LlamaServerSpec.ngram("b", model)]
+    async with llama_servers(specs, binary=exe, log_dir=logs, stop_grace_s=5) as running:
+        print(" ".join(str(s.pid) for s in running.values()), flush=True)
+        await anyio.sleep(120)
+
+anyio.run(main, backend=backend)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie left for an init that does not reap counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _start_parent(tmp_path: Path, backend: str) -> tuple[subprocess.Popen[str], list[int]]:
+    exe = tmp_path / "llama-server"
+    exe.write_text(f"#!{sys.executable}\n{FAKE_SERVER}")
+    exe.chmod(0o755)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(exe), str(model), str(tmp_path / "logs"), backend],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert parent.stdout is not None
+    line = parent.stdout.readline()  # the servers are healthy once this arrives
+    if not line:
+        parent.kill()
+        raise AssertionError(f"parent failed: {parent.communicate()[1]}")
+    pids = [int(p) for p in line.split()]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    return parent, pids
+
+
+def _gone_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_servers_die_when_the_parent_is_sigkilled(tmp_path: Path, backend: str) -> None:
+    parent, pids = _start_parent(tmp_path, backend)
+    try:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        assert _gone_within(pids, 10), f"servers {pids} outlived a SIGKILLed parent"
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_sigterm_to_the_parent_stops_servers_in_order(tmp_path: Path, backend: str) -> None:
+    parent, pids = _start_parent(tmp_path, backend)
+    try:
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=20)
+        assert _gone_within(pids, 10), f"servers {pids} outlived a SIGTERMed parent"
+        # stopped by the parent (SIGTERM, then waited for), not merely killed with it
+        for name in ("a", "b"):
+            log = (tmp_path / "logs" / f"{name}.log").read_text()
+            assert "SIGTERM, stopping" in log, log
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
