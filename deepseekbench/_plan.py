@@ -65,9 +65,16 @@ __all__ = [
     "validation_error_lines",
 ]
 
+def _bad_utf8(exc: UnicodeDecodeError) -> str:
+    return f"{exc.reason} at byte {exc.start}"
+
+
 # hide_input_in_errors: str(ValidationError) never repeats a refused value, which
 # may be a secret (a key pasted into api_key_env, user-info in a base_url).
-_CONFIG = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+# allow_inf_nan=False: TOML's inf/nan would be stored as null and never read back.
+_CONFIG = ConfigDict(
+    frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False
+)
 # Fields whose value may be a secret: an error names the field, never the value.
 _SECRET_FIELDS = frozenset({"api_key", "api_key_env", "headers"})
 
@@ -136,7 +143,8 @@ def validation_error_lines(exc: ValidationError, model: type[BaseModel] | None =
             msg = "unknown field" + (f"; did you mean {near[0]!r}?" if near else "")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            if kind != "missing" and not hidden and isinstance(value, (str, int, float, bool)):
+            simple = isinstance(value, (str, int, float, bool))
+            if kind != "missing" and not hidden and simple and repr(value) not in msg:
                 msg += f" (got {value!r})"
         lines.append(f"{_loc_text(loc)}: {msg}")
     return lines
@@ -497,7 +505,7 @@ class BenchmarkPlan(BaseModel):
         """The speed-workload prompts (inline, from file, or the smoke tasks' prompts).
 
         Raises:
-            PlanError: the prompts file is unreadable or malformed.
+            PlanError: the prompts file is unreadable, not UTF-8, or malformed.
         """
         if self.workload.prompts:
             return self.workload.prompts
@@ -508,6 +516,8 @@ class BenchmarkPlan(BaseModel):
                 lines = p.read_text(encoding="utf-8").splitlines()
             except OSError as exc:
                 raise PlanError(f"cannot read prompts file {p}: {exc}") from exc
+            except UnicodeDecodeError as exc:
+                raise PlanError(f"prompts file {p} is not UTF-8 text: {_bad_utf8(exc)}") from None
             for number, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
@@ -638,14 +648,16 @@ class BenchmarkPlan(BaseModel):
         """Load ``*.toml`` or ``*.json``; relative paths inside resolve against its folder.
 
         Raises:
-            PlanError: unreadable file, unknown suffix, or an invalid plan (the
-                message names the file).
+            PlanError: unreadable or non-UTF-8 file, unknown suffix, or an invalid
+                plan (the message names the file).
         """
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise PlanError(f"cannot read plan {p}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise PlanError(f"plan {p} is not UTF-8 text: {_bad_utf8(exc)}") from None
         try:
             if p.suffix.lower() == ".toml":
                 return cls.from_toml(text, base_dir=p.parent)

@@ -10,6 +10,7 @@ dialect's DeepSeek V4 thinking controls; the table and its sources are in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -113,13 +114,25 @@ def check_request_extras(extras: dict[str, Any]) -> dict[str, Any]:
     """Return ``extras`` unchanged, or refuse body fields the route itself owns.
 
     Raises:
-        ValueError: ``extras`` sets a field the route builds (``model``,
-            ``messages``, ``stream``, ...).
+        ValueError: ``extras`` holds a non-finite number, or sets a field the
+            route builds (``model``, ``messages``, ``stream``, ...).
     """
     bad = sorted(k for k in extras if k in _ROUTE_OWNED)
     if bad:
         raise ValueError(f"request_extras may not set {bad}")
+    if not _all_finite(extras):
+        raise ValueError("request_extras holds a non-finite number (inf or nan): JSON has none")
     return extras
+
+
+def _all_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, Mapping):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_all_finite(v) for v in value)
+    return True
 
 
 class EngineRoute(BaseModel):

@@ -227,13 +227,17 @@ def load_tasks(path: str | Path) -> tuple[Task, ...]:
     """Load a user task set from a JSONL file (one :class:`Task` a line).
 
     Raises:
-        TaskFormatError: the file cannot be read or a line is invalid.
+        TaskFormatError: the file cannot be read, is not UTF-8, or a line is invalid.
     """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise TaskFormatError(f"cannot read task file {p}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise TaskFormatError(
+            f"task file {p} is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from None
     return parse_tasks(text.splitlines(), source=str(p))
 
 
