@@ -153,6 +153,21 @@ class MeasuredRequest:
     measurement: StreamMeasurement
 
 
+_REQUEST_COLUMNS = (
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "output_toks_per_s",
+    "completion_tokens",
+    "tokens_estimated",
+    "draft_tokens",
+    "accepted_tokens",
+    "accepted_token_ratio",
+    "acceptance_length",
+    "finish_reason",
+)
+
+
 @dataclass(slots=True)
 class RunResult:
     """What a run measured.
@@ -182,14 +197,33 @@ class RunResult:
         """Measured requests that ended in an error."""
         return sum(m.measurement.error is not None for m in self.measurements)
 
+    def __repr__(self) -> str:
+        routes = ", ".join(r.label for r in self.plan.routes)
+        return (
+            f"RunResult(plan_hash={self.plan_hash!r}, routes=[{routes}], "
+            f"rows={len(self.rows)}, measurements={len(self.measurements)}, "
+            f"errors={self.n_errors}, complete={self.complete}, "
+            f"results_path={str(self.results_path) if self.results_path else None!r})"
+        )
+
     def samples(self, route: str, cell: str, metric: str = "tpot_ms") -> list[float]:
         """Per-request values of ``metric`` (e.g. ``tpot_ms``, ms) for a route and cell,
         successful requests only.
 
         Raises:
+            KeyError: ``route`` or ``cell`` is not in the plan (the message lists
+                the known route labels and cell ids).
             AttributeError: ``metric`` names no :class:`~deepseekbench.StreamMeasurement`
-                field (only noticed when a matching successful request exists).
+                field.
         """
+        labels = [r.label for r in self.plan.routes]
+        cells = [c.cell_id for c in self.plan.cells]
+        if route not in labels:
+            raise KeyError(f"no route {route!r} in this run; known route labels: {labels}")
+        if cell not in cells:
+            raise KeyError(f"no cell {cell!r} in this run; known cells: {cells}")
+        if metric not in StreamMeasurement.model_fields:
+            raise AttributeError(f"{metric!r} is not a StreamMeasurement field")
         out: list[float] = []
         for m in self.measurements:
             if m.route == route and m.cell == cell and m.measurement.error is None:
@@ -197,6 +231,43 @@ class RunResult:
                 if v is not None:
                     out.append(float(v))
         return out
+
+    def request_records(self) -> list[dict[str, Any]]:
+        """One flat dict per measured request (the columns of :meth:`requests_to_pandas`).
+
+        Keys: ``route``, ``cell``, ``index``, ``ttft_ms``, ``tpot_ms``, ``e2e_ms``
+        (ms), ``output_toks_per_s`` (tokens/s), ``completion_tokens``,
+        ``tokens_estimated``, ``draft_tokens``, ``accepted_tokens`` (tokens),
+        ``accepted_token_ratio``, ``acceptance_length`` (tokens per verify step),
+        ``finish_reason``, ``error_kind`` and ``error_message`` (``None`` when
+        the request succeeded); in completion order.
+        """
+        out: list[dict[str, Any]] = []
+        for mr in self.measurements:
+            m = mr.measurement
+            rec: dict[str, Any] = {"route": mr.route, "cell": mr.cell, "index": mr.index}
+            rec.update({name: getattr(m, name) for name in _REQUEST_COLUMNS})
+            rec["error_kind"] = m.error.kind.value if m.error is not None else None
+            rec["error_message"] = m.error.message if m.error is not None else None
+            out.append(rec)
+        return out
+
+    def requests_to_pandas(self) -> Any:
+        """A ``pandas.DataFrame`` with one row per measured request (:meth:`request_records`).
+
+        Raises:
+            MissingExtraError: pandas is not installed (``pip install 'deepseekbench[pandas]'``).
+        """
+        from deepseekbench._scorecard import MissingExtraError
+
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise MissingExtraError(
+                "RunResult.requests_to_pandas() needs pandas: pip install 'deepseekbench[pandas]'"
+            ) from exc
+        columns = ["route", "cell", "index", *_REQUEST_COLUMNS, "error_kind", "error_message"]
+        return pd.DataFrame.from_records(self.request_records(), columns=columns)
 
     def scorecard(self) -> Any:
         """The :class:`~deepseekbench.Scorecard` of this run (with bootstrap intervals)."""

@@ -60,6 +60,10 @@ class SpeedupVerdict(BaseModel):
     Invariant (checked on construction): ``printed`` ⇔ ``speedup is not None`` ⇔
     ``reasons == ()``; a confidence interval exists only on a printed verdict.
 
+    Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed``, so
+    ``if compare_speedup(a, b):`` takes the branch only for an earned speedup
+    (a refused verdict is falsy).
+
     Attributes:
         metric: the metric compared.
         printed: True only when a speedup was earned.
@@ -103,6 +107,10 @@ class SpeedupVerdict(BaseModel):
             self.ci_low is not None and self.ci_high is not None
             and self.ci_low <= 1.0 <= self.ci_high
         )
+
+    def __bool__(self) -> bool:
+        """True only for a credited (printed) speedup; a refused verdict is falsy."""
+        return self.printed
 
     def with_interval(self, low: float, high: float) -> SpeedupVerdict:
         """A copy carrying a 95 % interval; a refused verdict is returned unchanged."""

@@ -2,8 +2,10 @@
 
 ``async with EmbeddedEngine(config) as engine:`` binds ``127.0.0.1`` on a free
 port (``port=0``), trains the model (once per process), starts the step loop
-and serves until the block ends. ``serve`` does the same until cancelled, for
-``python -m deepseekbench serve``.
+and serves until the block ends. For notebooks, ``await engine.start()`` and
+``await engine.aclose()`` do the same in separate cells (the engine then runs
+on its own event loop in a background thread, outside any caller's task).
+``serve`` does the same until cancelled, for ``python -m deepseekbench serve``.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, AsyncExitStack
 from types import TracebackType
 
 import anyio
-from anyio.abc import SocketAttribute, TaskGroup
+from anyio.abc import SocketAttribute, TaskGroup, TaskStatus
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine._config import SERVED_DIALECTS, EngineConfig
@@ -36,6 +40,11 @@ class EmbeddedEngine:
     ``send_times`` (per completion id, when ``record_send_times``). Works under
     asyncio and trio. Raises ``OSError`` when the address cannot be bound and
     ``RuntimeError`` when used outside its block.
+
+    Without a block (notebook cells): ``await engine.start()`` starts it on its
+    own event loop in a background thread, so it belongs to no caller's task
+    or cancel scope, and ``await engine.aclose()`` (from any later cell, task
+    or event loop) stops it.
     """
 
     def __init__(
@@ -47,6 +56,70 @@ class EmbeddedEngine:
         self._state: EngineState | None = None
         self._bound_port: int | None = None
         self._stack: AsyncExitStack | None = None
+        self._portal: BlockingPortal | None = None
+        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
+        self._held: tuple[Future[None], anyio.Event] | None = None
+
+    async def start(self) -> EmbeddedEngine:
+        """Start serving in a background thread with its own event loop; returns ``self``.
+
+        Unlike ``async with``, the engine is tied to no task, cancel scope or
+        event loop of the caller: :meth:`aclose` may be awaited from another
+        notebook cell, task or ``anyio.run``.
+
+        Raises:
+            RuntimeError: the engine is already running.
+            OSError: the address cannot be bound.
+        """
+        if self._stack is not None or self._portal is not None:
+            raise RuntimeError("the engine is already running")
+        await anyio.to_thread.run_sync(self._start_in_thread)
+        return self
+
+    async def aclose(self) -> None:
+        """Stop an engine started with :meth:`start` (a no-op when it is not running).
+
+        Raises:
+            RuntimeError: the engine runs inside an ``async with`` block (leave the
+                block instead).
+        """
+        if self._portal is None:
+            if self._stack is not None:
+                raise RuntimeError("the engine runs inside `async with`; leave the block")
+            return
+        await anyio.to_thread.run_sync(self._stop_in_thread)
+
+    def _start_in_thread(self) -> None:
+        cm = start_blocking_portal()
+        portal = cm.__enter__()
+        try:
+            # one task holds the engine from start to stop (a task group must be
+            # left by the task that entered it)
+            future, stop = portal.start_task(self._serve_until_stopped)
+        except BaseException:
+            cm.__exit__(None, None, None)
+            raise
+        self._portal, self._portal_cm = portal, cm
+        self._held = (future, stop)
+
+    def _stop_in_thread(self) -> None:
+        portal, cm, held = self._portal, self._portal_cm, self._held
+        self._portal = self._portal_cm = self._held = None
+        assert portal is not None and cm is not None and held is not None
+        future, stop = held
+        try:
+            portal.call(stop.set)
+            future.result()
+        finally:
+            cm.__exit__(None, None, None)
+
+    async def _serve_until_stopped(
+        self, *, task_status: TaskStatus[anyio.Event] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        stop = anyio.Event()
+        async with self:
+            task_status.started(stop)
+            await stop.wait()
 
     async def __aenter__(self) -> EmbeddedEngine:
         lm = await anyio.to_thread.run_sync(reference_lm)

@@ -1,0 +1,147 @@
+"""Issue 10, items 18 and 20: what fresh users tripped on (truthiness, notebooks, results)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import pytest
+
+from deepseekbench import (
+    BenchmarkPlan,
+    EmbeddedEngine,
+    LiveGate,
+    MissingExtraError,
+    RunResult,
+    compare_speedup,
+    run_plan,
+)
+from tests._replay import Script, replay_server
+from tests.test_foundation import make_row
+
+
+# -- item 18: truthiness of a verdict means "credited" -----------------------------------
+def test_a_refused_verdict_is_falsy_and_a_credited_one_truthy() -> None:
+    base = make_row()
+    refused = compare_speedup(base, make_row(speculative="mtp", quality_parity="differs"))
+    credited = compare_speedup(base, make_row(speculative="mtp", tpot_ms=10.0))
+    assert not refused.printed and not refused and bool(refused) is False
+    assert credited.printed and credited and bool(credited) is True
+    taken = [v for v in (refused, credited) if v]
+    assert taken == [credited]
+
+
+# -- item 20: EmbeddedEngine across notebook cells (separate event-loop entries) ---------
+async def _health(base_url: str) -> int:
+    async with LiveGate().client() as client:
+        r = await client.get(base_url.removesuffix("/v1") + "/health")
+        return r.status_code
+
+
+@pytest.mark.parametrize("close_backend", ["asyncio", "trio"])
+def test_embedded_engine_start_and_aclose_in_separate_cells(close_backend: str) -> None:
+    engine = EmbeddedEngine()
+    anyio.run(engine.start)  # cell 1
+    try:
+        url = engine.base_url
+        assert anyio.run(_health, url) == 200  # cell 2: another event loop entirely
+        assert engine.counters is not None
+    finally:
+        anyio.run(engine.aclose, backend=close_backend)  # cell 3
+    async def refused() -> None:
+        with pytest.raises(httpx.ConnectError):
+            await _health(url)
+
+    anyio.run(refused)
+    anyio.run(engine.aclose)  # closing twice is harmless
+
+
+def test_embedded_engine_start_twice_and_aclose_inside_a_block_are_refused() -> None:
+    async def go() -> None:
+        engine = await EmbeddedEngine().start()
+        try:
+            with pytest.raises(RuntimeError, match="already running"):
+                await engine.start()
+        finally:
+            await engine.aclose()
+        async with EmbeddedEngine() as inner:
+            with pytest.raises(RuntimeError, match="async with"):
+                await inner.aclose()
+
+    anyio.run(go)
+
+
+def _sse_reply(_: Any) -> Script:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}
+    return Script.sse(["data: " + orjson.dumps(chunk).decode() + "\n\n", "data: [DONE]\n\n"])
+
+
+def _small_run(tmp_path: Path) -> RunResult:
+    async def go() -> RunResult:
+        async with replay_server(_sse_reply) as off, replay_server(_sse_reply) as mtp:
+            plan = BenchmarkPlan.model_validate(
+                {
+                    "model": "m",
+                    "routes": [
+                        {"label": "off", "speculative": "off", "base_url": off.base_url},
+                        {"label": "mtp", "speculative": "mtp", "base_url": mtp.base_url},
+                    ],
+                    "requests_per_cell": 3,
+                    "warmup_per_cell": 0,
+                    "parity": {"prompts": ["p"], "tasks": "none"},
+                }
+            )
+            return await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
+
+    return anyio.run(go)
+
+
+def test_run_result_repr_is_short_and_samples_names_known_routes(tmp_path: Path) -> None:
+    result = _small_run(tmp_path)
+    text = repr(result)
+    assert len(text) < 400 and text.startswith("RunResult(") and "routes=[off, mtp]" in text
+    assert "measurements=6" in text and "errors=0" in text
+    cell = result.plan.cells[0].cell_id
+    assert len(result.samples("mtp", cell, "e2e_ms")) == 3
+    with pytest.raises(KeyError, match=r"known route labels: \['off', 'mtp'\]"):
+        result.samples("mpt", cell)
+    with pytest.raises(KeyError, match="known cells"):
+        result.samples("mtp", "1k/265/non_think")
+    with pytest.raises(AttributeError, match="tpot"):
+        result.samples("mtp", cell, "tpot")
+
+
+def test_per_request_records_and_dataframe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _small_run(tmp_path)
+    records = result.request_records()
+    assert len(records) == 6 and {r["route"] for r in records} == {"off", "mtp"}
+    first = records[0]
+    assert first["error_kind"] is None and first["finish_reason"] == "stop"
+    assert first["e2e_ms"] == result.measurements[0].measurement.e2e_ms
+
+    monkeypatch.setitem(sys.modules, "pandas", None)  # not installed
+    with pytest.raises(MissingExtraError, match="pandas"):
+        result.requests_to_pandas()
+
+    calls: list[tuple[Any, list[str]]] = []
+
+    class FakeDataFrame:
+        @staticmethod
+        def from_records(recs: Any, columns: list[str]) -> str:
+            calls.append((recs, columns))
+            return "frame"
+
+    fake = types.ModuleType("pandas")
+    fake.DataFrame = FakeDataFrame  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pandas", fake)
+    assert result.requests_to_pandas() == "frame"
+    recs, columns = calls[0]
+    assert recs == records and columns[:3] == ["route", "cell", "index"]
+    assert set(columns) == set(records[0])
