@@ -84,7 +84,13 @@ from deepseekbench._plan import (
     WorkloadPlan,
 )
 from deepseekbench._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
-from deepseekbench._results import ResultsFormatError, ResultsRun, list_runs
+from deepseekbench._results import (
+    ResultsFormatError,
+    ResultsInUseError,
+    ResultsRun,
+    ResultsWriteError,
+    list_runs,
+)
 from deepseekbench._route import EngineRoute, reasoning_controls
 from deepseekbench._row import (
     REQUIRED_FIELDS,
@@ -193,7 +199,9 @@ __all__ = [
     "ReasoningMode",
     "RefusalReason",
     "ResultsFormatError",
+    "ResultsInUseError",
     "ResultsRun",
+    "ResultsWriteError",
     "RouteParity",
     "RoutePlan",
     "Row",

@@ -38,6 +38,7 @@ from deepseekbench._stats import median, percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
 
 __all__ = [
+    "ErrorSummary",
     "MeasuredRequest",
     "RouteParity",
     "RunResult",
@@ -95,6 +96,17 @@ class MeasuredRequest:
     measurement: StreamMeasurement
 
 
+@dataclass(frozen=True, slots=True)
+class ErrorSummary:
+    """Measured requests of one route that ended in one error kind: how many, and
+    the first one's message (see :meth:`RunResult.error_summary`)."""
+
+    route: str
+    kind: str
+    count: int
+    first_message: str
+
+
 _REQUEST_COLUMNS = (
     "ttft_ms",
     "tpot_ms",
@@ -122,6 +134,7 @@ class RunResult:
         results_path: the JSONL file, when one was written.
         resumed: measured requests and parity outputs taken from an earlier run's file.
         complete: False when the run stopped before every request was made.
+        retried: errored measurements of an earlier run measured again on resume.
     """
 
     plan: BenchmarkPlan
@@ -133,6 +146,7 @@ class RunResult:
     resumed: int = 0
     complete: bool = True
     row_cells: tuple[tuple[str, str], ...] = field(default=())
+    retried: int = 0
 
     @property
     def n_errors(self) -> int:
@@ -173,6 +187,25 @@ class RunResult:
                 if v is not None:
                     out.append(float(v))
         return out
+
+    def error_summary(self) -> list[ErrorSummary]:
+        """Why measured requests failed: one entry per route and error kind, in
+        plan route order then first occurrence, with the count and the first message."""
+        found: dict[tuple[str, str], ErrorSummary] = {}
+        for mr in self.measurements:
+            e = mr.measurement.error
+            if e is None:
+                continue
+            key = (mr.route, e.kind.value)
+            old = found.get(key)
+            found[key] = ErrorSummary(
+                route=mr.route,
+                kind=e.kind.value,
+                count=1 if old is None else old.count + 1,
+                first_message=e.message if old is None else old.first_message,
+            )
+        order = {r.label: i for i, r in enumerate(self.plan.routes)}
+        return sorted(found.values(), key=lambda s: order.get(s.route, len(order)))
 
     def request_records(self) -> list[dict[str, Any]]:
         """One flat dict per measured request (the columns of :meth:`requests_to_pandas`).

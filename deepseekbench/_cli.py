@@ -26,7 +26,10 @@ the same results), the results path and other notes to stderr.
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as _dt
+import io
+import json
 import os
 import sys
 import time
@@ -38,10 +41,12 @@ import anyio
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from deepseekbench._errors import LiveGateError, PlanError
+from deepseekbench._errors import LiveGateError, PlanError, RowFormatError
 from deepseekbench._gate import ENV_API_KEY, LiveGate
 from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
+from deepseekbench._row import read_rows, write_rows
 from deepseekbench._runner import (
+    DryRunResult,
     ProgressEvent,
     ResultsFormatError,
     RunResult,
@@ -154,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
         "./deepseekbench-results-<plan hash>.jsonl)",
     )
     run.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
+    run.add_argument(
+        "--no-retry-errors",
+        action="store_true",
+        help="on resume, keep measurements that ended in an error (default: measure them again)",
+    )
 
     report = sub.add_parser("report", help="re-render the scorecard of a results file")
     report.add_argument("results", type=Path, help="results JSONL written by run or demo")
@@ -254,7 +264,9 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     card = Scorecard.from_run(result)
     out.write(card.render(args.format))
     out.flush()
-    err.write(f"\nresults: {path}\n")
+    err.write("\n")
+    _write_error_summary(result, err, [])
+    err.write(f"results: {path}\n")
     err.write(f"re-render: python -m deepseekbench report {path}\n")
     err.write(f"demo wall time: {time.perf_counter() - t0:.1f} s\n")
     return _exit_for(result)
@@ -264,26 +276,113 @@ async def _run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: 
     gate = LiveGate.from_env(spend=True if args.spend else None)
     path: Path = args.results
     prog = _StderrProgress(err)
+    retry = not args.no_retry_errors
     try:
-        result = await run_plan(plan, gate=gate, results_path=path, progress=prog)
+        result = await run_plan(
+            plan, gate=gate, results_path=path, progress=prog, retry_errors=retry
+        )
     finally:
         prog.close()
-    out.write(_redact(Scorecard.from_run(result).render(args.format), _known_secrets(plan)))
+    secrets = _known_secrets(plan)
+    out.write(_redact(Scorecard.from_run(result).render(args.format), secrets))
+    if result.retried:
+        err.write(
+            f"resumed: {result.retried} errored measurement(s) of the earlier run were "
+            f"measured again (--no-retry-errors keeps them)\n"
+        )
+    elif not retry and result.resumed and result.n_errors:
+        err.write("resumed: errored measurements were kept (--no-retry-errors)\n")
+    _write_error_summary(result, err, secrets)
     err.write(f"results: {path}\n")
     return _exit_for(result)
+
+
+def _write_error_summary(result: RunResult, err: TextIO, secrets: Sequence[str]) -> None:
+    """Per route: each error kind, how many requests it ended, and its first message."""
+    summary = result.error_summary()
+    if not summary:
+        return
+    err.write("request errors by route (kind × count: first message):\n")
+    for e in summary:
+        message = _redact(e.first_message, secrets)
+        err.write(f"  {e.route}: {e.kind} × {e.count}: {message[:200]}\n")
+
+
+_DRY_COLUMNS = ("route", "speculative", "cell", "gate")
+
+
+def _dry_table(result: DryRunResult) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    for row in result.rows:
+        label = row.route_label or row.speculative.value
+        refusal = result.refusals.get(label)
+        cell = f"{row.context_bucket.value}/{row.output_target.value}/{row.reasoning_mode.value}"
+        out.append(
+            {
+                "route": label,
+                "speculative": row.speculative.value,
+                "cell": cell,
+                "gate": f"would refuse: {refusal}" if refusal else "admitted",
+            }
+        )
+    return out
+
+
+def _render_dry_run(result: DryRunResult, fmt: str) -> str:
+    """The rows a dry run would measure, in ``fmt`` (text, markdown, json or csv)."""
+    if fmt == "json":
+        data = {
+            "plan_hash": result.plan_hash,
+            "n_requests": result.n_requests,
+            "refusals": result.refusals,
+            "rows": [row.model_dump(mode="json") for row in result.rows],
+        }
+        return json.dumps(data, indent=2) + "\n"
+    table = _dry_table(result)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=_DRY_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+        return buf.getvalue()
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(_DRY_COLUMNS) + " |", "|" + "---|" * len(_DRY_COLUMNS)]
+        lines += ["| " + " | ".join(r[c] for c in _DRY_COLUMNS) + " |" for r in table]
+        return "\n".join(lines) + "\n"
+    widths = {c: max([len(c), *(len(r[c]) for r in table)]) for c in _DRY_COLUMNS}
+    lines = ["  ".join(c.ljust(widths[c]) for c in _DRY_COLUMNS).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in _DRY_COLUMNS).rstrip() for r in table]
+    return "\n".join(lines) + "\n"
+
+
+def _holds_results(path: Path) -> bool:
+    """True when ``path`` is a non-empty file that is not only rows of an earlier dry run."""
+    try:
+        if path.stat().st_size == 0:
+            return False
+    except FileNotFoundError:
+        return False
+    try:
+        read_rows(path)
+    except (RowFormatError, OSError):
+        return True
+    return False
 
 
 def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
     gate = LiveGate.from_env(spend=True if args.spend else None)
     result = dry_run(plan, gate=gate)
     if args.results is not None:
-        from deepseekbench._row import write_rows
-
+        if _holds_results(args.results):
+            err.write(
+                f"deepseekbench: {args.results} holds results (not rows of a dry run): a dry "
+                f"run never overwrites them; pass another --results path\n"
+            )
+            return EXIT_USAGE
         write_rows(args.results, result.rows, append=False)
         err.write(f"rows written to {args.results}\n")
     else:
-        for row in result.rows:
-            out.write(row.to_json_line().decode())
+        out.write(_render_dry_run(result, args.format))
     err.write(
         f"dry run: plan {result.plan_hash}, {len(result.rows)} rows, "
         f"{result.n_requests} requests would be sent; no connection opened\n"
@@ -305,8 +404,10 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         for r in runs:
             err.write(f"  plan {r.plan_hash}  started {r.started_at}\n")
+    secrets = _known_secrets(result.plan)
     card = Scorecard.from_run(result).render(args.format)
-    out.write(_redact(card, _known_secrets(result.plan)))
+    out.write(_redact(card, secrets))
+    _write_error_summary(result, err, secrets)
     return EXIT_OK
 
 

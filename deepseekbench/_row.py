@@ -94,7 +94,8 @@ class Row(BaseModel):
     Raises:
         pydantic.ValidationError: an unknown field, an unknown axis value (the
             message lists the allowed ones), a ratio outside 0..1, an acceptance
-            length below 1, a negative time, a non-finite float, or
+            length below 1, a negative time, a non-finite float, a
+            ``schema_version`` other than :data:`SCHEMA_VERSION`, or
             ``n_errors > n_requests``.
     """
 
@@ -167,6 +168,11 @@ class Row(BaseModel):
 
     @model_validator(mode="after")
     def _check_counts(self) -> Row:
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {self.schema_version} is not supported "
+                f"(this version reads and writes {SCHEMA_VERSION})"
+            )
         if self.n_errors > self.n_requests:
             raise ValueError(f"n_errors ({self.n_errors}) exceeds n_requests ({self.n_requests})")
         return self
@@ -199,7 +205,17 @@ class Row(BaseModel):
 
     # --- JSONL ------------------------------------------------------------
     def to_json_line(self) -> bytes:
-        """The row as one JSON line (UTF-8, newline-terminated)."""
+        """The row as one JSON line (UTF-8, newline-terminated).
+
+        The row is validated again first, so one built around validation (e.g.
+        ``model_copy(update=...)`` with a NaN, which JSON would store as
+        ``null``) is refused rather than written differently from what it holds.
+
+        Raises:
+            pydantic.ValidationError: the row's values are not a valid row.
+        """
+        data = self.model_dump()
+        type(self).model_validate(data)
         return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_APPEND_NEWLINE)
 
     @classmethod
@@ -220,6 +236,8 @@ def write_rows(path: str | Path, rows: Iterable[Row], *, append: bool = True) ->
     """Write rows as JSONL (one row a line), flushing after each; returns the path.
 
     Raises:
+        pydantic.ValidationError: a row's values are not a valid row (see
+            :meth:`Row.to_json_line`).
         OSError: the file cannot be opened or written.
     """
     p = Path(path)

@@ -14,10 +14,11 @@ covers only its own requests):
 
 **Results file.** Records are appended and flushed as they arrive
 (:mod:`deepseekbench._results`); a crash or Ctrl-C loses nothing already
-written. A rerun with the same plan and file skips every measured request
-(errored ones included) and every parity output that completed (errored parity
-outputs are retried; the latest record of a key wins). Rows are a pure function
-of the records (:mod:`deepseekbench._analysis`), so :func:`load_results`
+written. A rerun with the same plan and file skips every measured request that
+succeeded and every parity output that completed; errored measurements are
+measured again unless ``retry_errors=False`` (CLI ``--no-retry-errors``), and
+errored parity outputs are always retried (the latest record of a key wins).
+Rows are a pure function of the records (:mod:`deepseekbench._analysis`), so :func:`load_results`
 rebuilds exactly what the run returned.
 """
 
@@ -60,9 +61,10 @@ from deepseekbench._results import (
     ResultsFormatError,
     ResultsRun,
     ResultsState,
+    ResultsWriteError,
     ResultsWriter,
     list_runs,
-    read_records,
+    read_numbered_records,
     state_from,
 )
 from deepseekbench._route import EngineRoute
@@ -203,6 +205,7 @@ async def run_plan(
     results_path: str | Path | None = None,
     progress: ProgressFn | None = None,
     client: httpx.AsyncClient | None = None,
+    retry_errors: bool = True,
 ) -> RunResult:
     """Run ``plan``: parity set and measured requests on every route, then rows.
 
@@ -213,10 +216,14 @@ async def run_plan(
             stops the run before anything is sent.
         results_path: JSONL file to append to (default ``plan.results``; ``None``
             for neither keeps everything in memory only). An existing file with
-            records of the same plan is resumed.
+            records of the same plan is resumed. The file is locked for the run:
+            a second run on it is refused.
         progress: called after each finished request with a :class:`ProgressEvent`.
         client: a shared ``httpx.AsyncClient`` from ``gate.client()`` (one is made
             and closed here otherwise).
+        retry_errors: on resume, measure again every request whose earlier
+            measurement ended in an error (default); ``False`` keeps them
+            (``RunResult.retried`` counts the ones retried).
 
     Returns:
         :class:`RunResult`: rows (medians in ms, tokens/s), every per-request
@@ -232,8 +239,12 @@ async def run_plan(
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
         LiveGateError: the gate refuses a route, or ``client`` has a transport
             (default or mount) the gate does not wrap (before any request).
-        ResultsFormatError: the results file exists but cannot be read back.
-        OSError: the results file or its folder cannot be created or written.
+        ResultsFormatError: the results file exists but cannot be read back, or
+            is not a regular file.
+        ResultsInUseError: another run holds the results file (before any request).
+        ResultsWriteError: a record could not be written (e.g. a full disk); the
+            run stops, every record written before is kept.
+        OSError: the results file or its folder cannot be created.
     """
     sources = plan.validate_sources()
     capability, tasks, prompts = sources.capability, sources.tasks, sources.prompts
@@ -244,9 +255,15 @@ async def run_plan(
         gate.check_client(client)
     path = Path(results_path) if results_path is not None else plan.results_path()
     plan_hash = plan.plan_hash()
-    state = ResultsState()
-    if path is not None and path.exists():
-        state = state_from(read_records(path), plan_hash, path)
+    writer = ResultsWriter(path)  # the lock first: a second run is refused before reading
+    try:
+        state = ResultsState(plan=plan)
+        if path is not None:
+            state = state_from(read_numbered_records(path), plan_hash, path, plan=plan)
+    except BaseException:
+        writer.close()
+        raise
+    retried = state.drop_errored() if retry_errors else 0
     resumed = len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
     modes = reasoning_modes(plan)
     passes = {plan.off_route.label: 2 if plan.parity.determinism_control else 1}
@@ -278,7 +295,6 @@ async def run_plan(
             todo = measure_todo(r.label, cell)
             total += len(todo) + (plan.warmup_per_cell if todo else 0)
     prog = _Progress(progress, total)
-    writer = ResultsWriter(path)
     run_id = uuid.uuid4().hex[:12]
     timeouts = Timeouts(total_s=plan.timeout_s)
     base = {"plan_hash": plan_hash}
@@ -418,6 +434,7 @@ async def run_plan(
         result = build_result(
             plan, state, results_path=path, resumed=resumed, complete=True, tasks=tasks
         )
+        result.retried = retried
         for rpar in result.parity.values():
             writer.write(
                 {
@@ -444,6 +461,11 @@ async def run_plan(
             }
         )
         return result
+    except BaseExceptionGroup as group:
+        # a failed write inside a task group: say so plainly, not as a group
+        if writer.error is not None and group.subgroup(ResultsWriteError) is not None:
+            raise writer.error from None
+        raise
     finally:
         writer.close()
         if own_client:

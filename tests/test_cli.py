@@ -114,9 +114,9 @@ def test_dry_run_opens_no_connection_and_reports_gate_refusals(
     port = _free_port()  # nothing listens here
     plan = _plan_file(tmp_path, [f"http://127.0.0.1:{port}/v1", "https://api.example.com/v1"])
     out, err = io.StringIO(), io.StringIO()
-    rc = main(["run", str(plan), "--dry-run"], stdout=out, stderr=err)
+    rc = main(["run", str(plan), "--dry-run", "--format", "json"], stdout=out, stderr=err)
     assert rc == EXIT_GATE
-    rows = [Row.from_json_line(line) for line in out.getvalue().splitlines()]
+    rows = [Row.model_validate(r) for r in json.loads(out.getvalue())["rows"]]
     assert len(rows) == 2
     assert all(r.quality_parity.value == "unknown" and r.n_requests == 0 for r in rows)
     assert all(r.tpot_ms is None and not r.is_complete for r in rows)
