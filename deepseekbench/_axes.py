@@ -8,7 +8,7 @@ constructor, ``pydantic.ValidationError`` inside a model).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 
 class _ClosedEnum(StrEnum):
@@ -154,3 +154,24 @@ KEY_AXES: tuple[str, ...] = (
     "speculative",
 )
 """The fields that key a ``Row``: a cell of the benchmark grid."""
+
+
+# String forms of each enum, for signatures: ``EngineRoute(dialect="vllm")`` type-checks
+# (mypy --strict) in user code as the docs write it; the value is still validated and
+# stored as the enum. tests/test_typing_for_users.py keeps them equal to the enums.
+ContextBucketName = Literal["1k", "8k", "32k", "128k", "1m"]
+"""The values of :class:`ContextBucket` as strings."""
+OutputTargetName = Literal["256", "1k", "8k", "32k"]
+"""The values of :class:`OutputTarget` as strings."""
+ReasoningModeName = Literal["non_think", "think_high", "think_max"]
+"""The values of :class:`ReasoningMode` as strings."""
+SpeculativeName = Literal["off", "mtp", "dspark", "eagle3", "draft", "ngram"]
+"""The values of :class:`Speculative` as strings."""
+QualityParityName = Literal["unknown", "verified", "differs"]
+"""The values of :class:`QualityParity` as strings."""
+HostingName = Literal["embedded", "self_hosted", "managed_api"]
+"""The values of :class:`Hosting` as strings."""
+DialectName = Literal["auto", "vllm", "sglang", "llamacpp", "openai", "deepseek"]
+"""The values of :class:`Dialect` as strings."""
+AcceptanceScopeName = Literal["per_request", "server_wide"]
+"""The values of :class:`AcceptanceScope` as strings."""

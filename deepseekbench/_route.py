@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from deepseekbench._axes import Dialect, ReasoningMode, Speculative
+from deepseekbench._axes import (
+    Dialect,
+    DialectName,
+    ReasoningMode,
+    Speculative,
+    SpeculativeName,
+)
 from deepseekbench._request import ChatRequest
 
 __all__ = ["EngineRoute", "reasoning_controls"]
@@ -171,6 +177,24 @@ class EngineRoute(BaseModel):
         "vLLM, SGLang, auto) so tokens per chunk are known.",
     )
     headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers.")
+
+    if TYPE_CHECKING:
+        # The signature type checkers see: enum fields also take their documented
+        # string values (validated into the enum). Kept equal to the fields by
+        # tests/test_typing_for_users.py.
+        def __init__(
+            self,
+            *,
+            base_url: str,
+            model: str,
+            api_key: SecretStr | None = None,
+            dialect: Dialect | DialectName = Dialect.auto,
+            speculative: Speculative | SpeculativeName = Speculative.off,
+            label: str | None = None,
+            request_extras: dict[str, Any] = ...,
+            continuous_usage: bool = False,
+            headers: dict[str, str] = ...,
+        ) -> None: ...
 
     @field_validator("base_url")
     @classmethod

@@ -10,19 +10,26 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from deepseekbench._axes import (
     AcceptanceScope,
+    AcceptanceScopeName,
     ContextBucket,
+    ContextBucketName,
     Hosting,
+    HostingName,
     OutputTarget,
+    OutputTargetName,
     QualityParity,
+    QualityParityName,
     ReasoningMode,
+    ReasoningModeName,
     Speculative,
+    SpeculativeName,
 )
 from deepseekbench._errors import RowFormatError
 
@@ -165,6 +172,41 @@ class Row(BaseModel):
     dispersion: Dispersion = Field(
         default_factory=Dispersion, description="p50/p90/p99 per timing field"
     )
+
+    if TYPE_CHECKING:
+        # The signature type checkers see: axis fields also take their documented
+        # string values (validated into the enums). Kept equal to the fields by
+        # tests/test_typing_for_users.py.
+        def __init__(
+            self,
+            *,
+            schema_version: int = SCHEMA_VERSION,
+            model_id: str,
+            provider_route: str,
+            engine_route: str,
+            hosting: Hosting | HostingName,
+            context_bucket: ContextBucket | ContextBucketName,
+            output_target: OutputTarget | OutputTargetName,
+            reasoning_mode: ReasoningMode | ReasoningModeName,
+            stream: bool,
+            speculative: Speculative | SpeculativeName,
+            route_label: str | None = None,
+            ttft_ms: float | None = None,
+            tpot_ms: float | None = None,
+            e2e_ms: float | None = None,
+            output_toks_per_s: float | None = None,
+            accepted_token_ratio: float | None = None,
+            acceptance_length: float | None = None,
+            acceptance_scope: AcceptanceScope | AcceptanceScopeName | None = None,
+            draft_tokens: int | None = None,
+            accepted_tokens: int | None = None,
+            tokens_estimated: bool = False,
+            quality_parity: QualityParity | QualityParityName = QualityParity.unknown,
+            parity_detail: str | None = None,
+            n_requests: int = 0,
+            n_errors: int = 0,
+            dispersion: Dispersion = ...,
+        ) -> None: ...
 
     @model_validator(mode="after")
     def _check_counts(self) -> Row:
