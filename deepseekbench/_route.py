@@ -187,7 +187,7 @@ class EngineRoute(BaseModel):
             *,
             base_url: str,
             model: str,
-            api_key: SecretStr | None = None,
+            api_key: SecretStr | str | None = None,
             dialect: Dialect | DialectName = Dialect.auto,
             speculative: Speculative | SpeculativeName = Speculative.off,
             label: str | None = None,

@@ -84,7 +84,8 @@ USER_CODE = """\
 from deepseekbench import EngineRoute, Row
 
 route = EngineRoute(
-    base_url="http://127.0.0.1:8000/v1", model="m", dialect="vllm", speculative="mtp"
+    base_url="http://127.0.0.1:8000/v1", model="m", dialect="vllm", speculative="mtp",
+    api_key="sk-not-a-real-key",
 )
 row = Row(
     model_id="m",
