@@ -56,6 +56,8 @@ from deepseekbench._plan import BenchmarkPlan, CellPlan, RoutePlan
 from deepseekbench._request import ChatRequest
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Dispersion, Row
+from deepseekbench._spec_config import check_spec_config
+from deepseekbench._spec_fields import cell_spec_fields
 from deepseekbench._stats import median, percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
 
@@ -553,6 +555,12 @@ def _build_row(
             itl_ms=percentiles(itl),
             output_toks_per_s=percentiles(m.output_toks_per_s for m in ok),
         ),
+        **cell_spec_fields(
+            measured,
+            state.server.get((route.label, cell.cell_id)),
+            speculative=route.speculative is not Speculative.off,
+            declared_spec_tokens=route.spec_tokens,
+        ),
     )
 
 
@@ -660,7 +668,10 @@ async def run_plan(
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), a task id that collides with a parity prompt
-            id, or an API-key variable is unset (all before any request).
+            id, or an API-key variable is unset (all before any request); a
+            route's declared ``spec_tokens`` differs from the depth its server
+            says it serves (llama.cpp ``/props``, SGLang ``/get_server_info``;
+            before any measured request).
         pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
             ``messages`` or ``stream`` (from
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
@@ -716,6 +727,7 @@ async def run_plan(
     own_client = client is None
     http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
     try:
+        await check_spec_config(plan.routes, routes, gate=gate, client=http)
         writer.write(
             {
                 "record": "run_start",

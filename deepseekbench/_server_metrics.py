@@ -280,7 +280,6 @@ def _counter_record(
         verify_steps=steps,
         scope=AcceptanceScope.server_wide,
         by_position=by_pos,
-        spec_tokens=len(by_pos) if by_pos else None,
     )
 
 
