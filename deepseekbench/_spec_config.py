@@ -6,8 +6,9 @@ Where each engine says it (read once per route, before any measured request):
   ``speculative.n_max`` (the most draft tokens per verify step, set by
   ``--spec-draft-n-max`` / ``--draft-max``), unless ``speculative.types`` is
   ``"none"``;
-* SGLang ``GET /get_server_info``: ``speculative_num_steps`` (draft tokens per
-  verify step of a chain draft, ``--speculative-num-steps``);
+* SGLang ``GET /get_server_info`` (``/server_info`` when that is 404):
+  ``speculative_num_steps`` (draft tokens per verify step of a chain draft,
+  ``--speculative-num-steps``);
 * vLLM: no configuration endpoint; its depth is reported per request
   (``metrics.speculative_decoding.num_spec_tokens``) and lands in the rows.
 
@@ -31,7 +32,10 @@ from deepseekbench._route import EngineRoute
 
 __all__ = ["check_spec_config", "served_spec_tokens", "spec_tokens_from_info"]
 
-_ENDPOINTS: dict[Dialect, str] = {Dialect.llamacpp: "/props", Dialect.sglang: "/get_server_info"}
+_ENDPOINTS: dict[Dialect, tuple[str, ...]] = {
+    Dialect.llamacpp: ("/props",),
+    Dialect.sglang: ("/get_server_info", "/server_info"),  # the second on newer releases
+}
 
 
 def _depth(value: Any) -> int | None:
@@ -80,25 +84,26 @@ async def served_spec_tokens(
     Raises:
         LiveGateError: the gate refuses the URL (nothing is sent).
     """
-    path = _ENDPOINTS.get(route.dialect)
-    if path is None:
-        return None
-    url = _origin(route) + path
-    refusal = gate.refusal(url, has_auth_header=route.has_api_key)
-    if refusal is not None:
-        raise refusal
     headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
-    try:
-        response = await client.get(url, headers=headers, timeout=timeout_s)
-    except httpx.HTTPError:
-        return None
-    if not response.is_success:
-        return None
-    try:
-        info = response.json()
-    except ValueError:
-        return None
-    return spec_tokens_from_info(route.dialect, info)
+    for path in _ENDPOINTS.get(route.dialect, ()):
+        url = _origin(route) + path
+        refusal = gate.refusal(url, has_auth_header=route.has_api_key)
+        if refusal is not None:
+            raise refusal
+        try:
+            response = await client.get(url, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError:
+            return None
+        if response.status_code == 404:
+            continue  # an older or newer name for the same endpoint may follow
+        if not response.is_success:
+            return None
+        try:
+            info = response.json()
+        except ValueError:
+            return None
+        return spec_tokens_from_info(route.dialect, info)
+    return None
 
 
 async def check_spec_config(
@@ -126,6 +131,5 @@ async def check_spec_config(
         if served is not None and served != rp.spec_tokens:
             raise PlanError(
                 f"route {rp.label!r} declares spec_tokens={rp.spec_tokens} but the server "
-                f"({route.dialect.value} {_ENDPOINTS[route.dialect]}) serves {served} draft "
-                "tokens per verify step"
+                f"({route.dialect.value}) serves {served} draft tokens per verify step"
             )

@@ -84,6 +84,7 @@ def _plan(label: str, base_url: str, dialect: str, spec_tokens: int | None) -> R
         ("sglang", {"/get_server_info": SGLANG}, 3, False),
         ("sglang", {"/get_server_info": SGLANG}, 2, True),
         ("sglang", {}, 2, False),  # the server does not say: nothing to contradict
+        ("sglang", {"/server_info": SGLANG}, 2, True),  # the newer name, after a 404
         ("llamacpp", {"/props": PROPS}, None, False),  # nothing declared: not asked
     ],
 )
@@ -99,7 +100,15 @@ async def test_a_contradicted_declaration_stops_the_run(
                 await check_spec_config([rp], routes, gate=gate, client=client)
         else:
             await check_spec_config([rp], routes, gate=gate, client=client)
-        assert len(server.requests) == (0 if declared is None else 1)
+        asked = [r.path for r in server.requests]
+        if declared is None:
+            assert asked == []
+        elif dialect == "llamacpp":
+            assert asked == ["/props"]
+        else:
+            assert asked[0] == "/get_server_info" and len(asked) == (
+                1 if paths.get(asked[0]) else 2
+            )
 
 
 @pytest.mark.anyio
