@@ -78,15 +78,35 @@ def test_a_clean_window_with_per_position_acceptance() -> None:
         expo({"0": (20, 31, 27)}, per_pos={"0": [13, 9, 5]}),
         # a partial family: one of the three counters missing
         expo({"0": (20, 60, 27)}, skip="num_draft_tokens"),
-        # per-position counts that disagree with the accepted total, or go down
-        expo({"0": (20, 60, 27)}, per_pos={"0": [13, 9, 4]}),
+        # a per-position series went down
         expo({"0": (20, 60, 27)}, per_pos={"0": [5, 9, 5]}),
-        # a position accepted more often than there were steps
-        expo({"0": (20, 60, 27)}, per_pos={"0": [17, 5, 5]}),
     ],
 )
 def test_an_inconsistent_window_gives_no_record(after: str) -> None:
     assert delta(BEFORE, after) is None
+
+
+@pytest.mark.parametrize(
+    "per_pos",
+    [
+        [13, 9, 4],  # positions do not add up to the accepted tokens
+        [17, 5, 5],  # a position accepted more often than there were steps
+    ],
+)
+def test_per_position_counts_that_disagree_give_no_per_position_figure(
+    per_pos: list[int],
+) -> None:
+    r = delta(BEFORE, expo({"0": (20, 60, 27)}, per_pos={"0": per_pos}))
+    assert r is not None and r.accepted_tokens == 15
+    assert r.acceptance_by_position is None
+
+
+def test_a_position_gap_gives_no_per_position_figure() -> None:
+    before = expo({"0": (0, 0, 0)}, prefix="llamacpp", created=None)
+    after = expo({"0": (4, 16, 6)}, prefix="llamacpp", created=None, per_pos={"0": [3, 2, 1]})
+    after = after.replace('position="1"', 'position="5"')
+    r = delta(before, after)
+    assert r is not None and r.acceptance_by_position is None
 
 
 def test_a_partial_family_in_the_first_scrape_gives_no_record() -> None:
