@@ -25,6 +25,7 @@ from deepseekbench._cli import main
 from deepseekbench._measure import measure_streamed
 from deepseekbench._runner import run_plan
 from deepseekbench._server_metrics import scrape_metrics
+from deepseekbench._spec_config import served_spec_tokens
 from tests._replay import Script, Write, replay_server
 
 REQ = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
@@ -108,6 +109,19 @@ def test_scrape_metrics_refuses_an_ungated_client() -> None:
         async with httpx.AsyncClient(transport=spy) as client:
             with pytest.raises(LiveGateError, match="does not wrap"):
                 await scrape_metrics(route, gate=LiveGate(), client=client)
+
+    anyio.run(go)
+    assert spy.requests == []
+
+
+def test_served_spec_tokens_refuses_an_ungated_client() -> None:
+    spy = Spy()
+    route = EngineRoute(base_url="http://127.0.0.1:9/v1", model="m", dialect="llamacpp")
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=spy) as client:
+            with pytest.raises(LiveGateError, match="does not wrap"):
+                await served_spec_tokens(route, gate=LiveGate(), client=client)
 
     anyio.run(go)
     assert spy.requests == []
