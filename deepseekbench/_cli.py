@@ -356,7 +356,10 @@ def _render_dry_run(result: DryRunResult, fmt: str) -> str:
 
 
 def _holds_results(path: Path) -> bool:
-    """True when ``path`` is a non-empty file that is not only rows of an earlier dry run."""
+    """True when ``path`` is a non-empty file that is not only rows of an earlier dry run
+    (a device, pipe or folder counts as holding results: it is never written)."""
+    if path.exists() and not path.is_file():
+        return True
     try:
         if path.stat().st_size == 0:
             return False

@@ -526,6 +526,8 @@ class BenchmarkPlan(BaseModel):
         if self.workload.prompts_file:
             p = self.resolve(self.workload.prompts_file)
             out: list[str] = []
+            if p.exists() and not p.is_file():
+                raise PlanError(f"prompts file {p} is not a regular file")
             try:
                 lines = p.read_text(encoding="utf-8").splitlines()
             except OSError as exc:
@@ -666,6 +668,8 @@ class BenchmarkPlan(BaseModel):
                 plan (the message names the file).
         """
         p = Path(path)
+        if p.exists() and not p.is_file():
+            raise PlanError(f"plan {p} is not a regular file")
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:

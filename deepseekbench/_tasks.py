@@ -230,6 +230,8 @@ def load_tasks(path: str | Path) -> tuple[Task, ...]:
         TaskFormatError: the file cannot be read, is not UTF-8, or a line is invalid.
     """
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise TaskFormatError(f"task file {p} is not a regular file")
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:

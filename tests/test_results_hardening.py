@@ -229,6 +229,10 @@ def test_devices_are_refused_not_read_forever(tmp_path: Path) -> None:
     plan = _plan_file(tmp_path, _plan_data("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"))
     proc = _limited("-m", "deepseekbench", "run", str(plan), "--results", "/dev/full")
     assert proc.returncode == EXIT_USAGE and "not a regular file" in proc.stderr, proc.stderr
+    proc = _limited("-m", "deepseekbench", "run", "/dev/zero")
+    assert proc.returncode == EXIT_USAGE and "not a regular file" in proc.stderr, proc.stderr
+    code, _, err = _cli("run", str(plan), "--dry-run", "--results", "/dev/zero")
+    assert code == EXIT_USAGE and "never overwrites" in err
 
 
 FULL_DISK = """\
