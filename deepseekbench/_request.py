@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from deepseekbench._axes import ReasoningMode
+from deepseekbench._axes import ReasoningMode, ReasoningModeName
 
 __all__ = ["PASSTHROUGH_FIELDS", "ChatRequest", "coerce_request"]
 
@@ -152,6 +152,23 @@ class ChatRequest(BaseModel):
         description="Other body fields, merged as given (e.g. 'tools', 'logprobs', "
         "'prediction', or custom engine fields); never engine speculative settings.",
     )
+
+    if TYPE_CHECKING:
+        # The signature type checkers see: lists where tuples are stored, and the
+        # reasoning mode's string values (validated into the enum). Kept equal to
+        # the fields by tests/test_typing_for_users.py.
+        def __init__(
+            self,
+            *,
+            messages: Sequence[dict[str, Any]],
+            max_tokens: int | None = None,
+            temperature: float | None = None,
+            top_p: float | None = None,
+            seed: int | None = None,
+            reasoning_mode: ReasoningMode | ReasoningModeName = ReasoningMode.non_think,
+            stop: Sequence[str] | None = None,
+            extra_body: dict[str, Any] = ...,
+        ) -> None: ...
 
     @field_validator("messages")
     @classmethod

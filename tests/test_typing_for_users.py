@@ -68,7 +68,7 @@ def _stub_params(path: Path, cls: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("model", "module"),
-    [(d.EngineRoute, "_route.py"), (d.Row, "_row.py")],
+    [(d.EngineRoute, "_route.py"), (d.Row, "_row.py"), (d.ChatRequest, "_request.py")],
 )
 def test_the_init_stub_matches_the_fields(model: type[BaseModel], module: str) -> None:
     params = _stub_params(ROOT / "deepseekbench" / module, model.__name__)
@@ -81,8 +81,11 @@ def test_the_init_stub_matches_the_fields(model: type[BaseModel], module: str) -
 
 
 USER_CODE = """\
-from deepseekbench import EngineRoute, Row
+from deepseekbench import ChatRequest, EngineRoute, Row
 
+request = ChatRequest(
+    messages=[{"role": "user", "content": "Hi"}], reasoning_mode="think_high", stop=["\\n"]
+)
 route = EngineRoute(
     base_url="http://127.0.0.1:8000/v1", model="m", dialect="vllm", speculative="mtp",
     api_key="sk-not-a-real-key",
