@@ -4,7 +4,9 @@ Layers, kept apart: bytes (httpx ``aiter_bytes``, each read stamped with
 ``time.perf_counter_ns()`` before any parsing) -> events (:class:`SSEDecoder`)
 -> timed deltas (:class:`_Accumulator`) -> :class:`StreamMeasurement`.
 
-Timing (all in ms from ``start``, taken just before the request is sent):
+Timing (all in ms from ``start``: the moment the request is handed its own
+connection, or just before it is sent where the transport does not say; a wait
+for a pooled connection is kept apart in ``pool_wait_ms``):
 
 * TTFT: arrival of the first chunk carrying a token (non-empty ``content``,
   ``reasoning_content``/``reasoning`` or ``tool_calls``); role-only and empty
@@ -25,7 +27,7 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -41,6 +43,7 @@ from deepseekbench._gate import GatedTransport, LiveGate
 from deepseekbench._request import ChatRequest, coerce_request
 from deepseekbench._route import EngineRoute
 from deepseekbench._sse import SSEDecoder, SSEEvent
+from deepseekbench._transport import POOL_CLOCK, PoolClock
 
 __all__ = [
     "ErrorKind",
@@ -52,6 +55,8 @@ __all__ = [
 ]
 
 _ERROR_BODY_LIMIT = 64 * 1024
+_DRAIN_LIMIT = 64 * 1024  # bytes read after [DONE] before the connection is given up
+_DRAIN_S = 1.0  # seconds waited after [DONE] for the body's end
 _MESSAGE_LIMIT = 500
 
 
@@ -117,7 +122,8 @@ class Timeouts(BaseModel):
 class StreamMeasurement(BaseModel):
     """What one streamed chat completion produced and how fast.
 
-    Times are ms from the moment just before the request was sent; token counts
+    Times are ms from the moment the request got its own connection (see
+    ``pool_wait_ms``; just before sending where unknown); token counts
     in tokens; ``None`` = unknown (never 0 for unknown). Definitions and
     sources: ``docs/measurement.md``.
     """
@@ -193,7 +199,7 @@ class StreamMeasurement(BaseModel):
     )
     start_perf_ns: int | None = Field(
         default=None,
-        description="time.perf_counter_ns() just before the request was sent: the zero of "
+        description="time.perf_counter_ns() when the request got its connection: the zero of "
         "every *_ms time here, to align them with other perf_counter records (ns).",
     )
     events: int = Field(default=0, description="Data events received (incl. [DONE]).")
@@ -201,6 +207,11 @@ class StreamMeasurement(BaseModel):
     dialect: Dialect = Dialect.auto
     speculative: Speculative = Speculative.off
     route_label: str | None = None
+    pool_wait_ms: float | None = Field(
+        default=None,
+        description="Wait for a pooled connection before the request got its own (ms); the "
+        "times above start after it. None when the transport does not report hand-over.",
+    )
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -228,6 +239,7 @@ class _Accumulator:
         self.done = False
         self.status_code: int | None = None
         self.http_status: int | None = None
+        self.pool_wait_ns: int | None = None
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         self.errors.append(StreamError(kind=kind, message=message[:_MESSAGE_LIMIT]))
@@ -389,6 +401,7 @@ class _Accumulator:
             dialect=route.dialect,
             speculative=route.speculative,
             route_label=route.label,
+            pool_wait_ms=self.pool_wait_ns / 1e6 if self.pool_wait_ns is not None else None,
         )
 
     def _tokens_per_chunk(self) -> list[int] | None:
@@ -468,8 +481,9 @@ async def measure_streamed(
         timeouts: connect / first-token / total deadlines (s).
 
     Returns:
-        A :class:`StreamMeasurement`. Times are milliseconds from just before the
-        request was sent: ``ttft_ms``, ``e2e_ms``, ``tpot_ms`` (ms per output
+        A :class:`StreamMeasurement`. Times are milliseconds from the moment the
+        request was handed its own connection (any wait for a pooled connection is
+        ``pool_wait_ms``, not part of TTFT): ``ttft_ms``, ``e2e_ms``, ``tpot_ms`` (ms per output
         token after the first) and ``itl_ms`` (one gap per pair of token-bearing
         chunks, ms); ``output_toks_per_s`` is tokens/s; token counts are tokens.
         Definitions and sources: ``docs/measurement.md``. Server faults (HTTP
@@ -557,6 +571,8 @@ async def _exchange(
     acc: _Accumulator,
     first_token: anyio.CancelScope,
 ) -> None:
+    clock = PoolClock()
+    http_request.extensions[POOL_CLOCK] = clock
     try:
         response = await client.send(http_request, stream=True)
     except httpx.TimeoutException as exc:
@@ -565,6 +581,8 @@ async def _exchange(
     except httpx.TransportError as exc:
         acc.fail(ErrorKind.connect, f"{type(exc).__name__}: {exc}")
         return
+    finally:
+        _start_at_handover(acc, clock)
     try:
         acc.status_code = response.status_code
         if not response.is_success:
@@ -585,14 +603,16 @@ async def _read_stream(
 ) -> None:
     decoder = SSEDecoder()
     waiting_first = True
+    parts = response.aiter_bytes()
     try:
-        async for raw in response.aiter_bytes():
+        async for raw in parts:
             arrival = time.perf_counter_ns()  # stamped before any parsing
             for event in decoder.feed(raw, arrival):
                 if acc.on_event(event) and waiting_first:
                     waiting_first = False
                     first_token.deadline = math.inf
                 if acc.done:
+                    await _drain(parts)
                     return
     except httpx.TimeoutException as exc:
         acc.fail(ErrorKind.timeout, f"read: {type(exc).__name__}: {exc}")
@@ -604,6 +624,28 @@ async def _read_stream(
         acc.fail(ErrorKind.truncated, "stream ended inside an event")
     elif acc.finish_reason is None:
         acc.fail(ErrorKind.truncated, "stream ended without [DONE] or a finish_reason")
+
+
+def _start_at_handover(acc: _Accumulator, clock: PoolClock) -> None:
+    """Move the clock's zero to the connection hand-over; keep the wait apart."""
+    if clock.acquired_ns is None or clock.acquired_ns < acc.start_ns:
+        return  # a transport that does not stamp (a test's MockTransport, a caller's own)
+    acc.pool_wait_ns = clock.acquired_ns - acc.start_ns
+    acc.start_ns = clock.acquired_ns
+
+
+async def _drain(parts: AsyncIterator[bytes]) -> None:
+    """Read what follows ``[DONE]`` (the chunked terminator) unstamped, so the
+    connection goes back to the pool; give up past a size or time bound."""
+    size = 0
+    with anyio.move_on_after(_DRAIN_S):
+        try:
+            async for part in parts:
+                size += len(part)
+                if size > _DRAIN_LIMIT:
+                    return  # a server still talking after [DONE]: drop the connection
+        except httpx.HTTPError:
+            return
 
 
 async def _error_body(response: httpx.Response) -> str:
