@@ -24,6 +24,7 @@ for a pooled connection apart.
 from __future__ import annotations
 
 import contextvars
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import SimpleNamespace
@@ -146,16 +147,87 @@ class BenchTransport(httpx.AsyncBaseTransport):
 
 
 class _HttpcoreTransport(httpx.AsyncBaseTransport):
+    """httpcore pools of at most ``_SHARD`` connections, as many as the limits allow.
+
+    httpcore's pool rescans every connection for every queued request on each
+    state change (cubic in the streams in flight): one pool of 256 streams
+    stalls for seconds. Requests go to the least busy shard; a shard keeps its
+    connections, so sequential requests still reuse one.
+    """
+
     def __init__(self, limits: httpx.Limits) -> None:
-        self._inner = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+        self._limits = limits
+        self._shards: list[_Shard] = []
+        self._ssl: ssl.SSLContext | None = None  # one for all shards (each costs ~0.1 s)
+
+    def _pick(self) -> _Shard:
+        free = [s for s in self._shards if s.active < s.cap]
+        if free:
+            return min(free, key=lambda s: s.active)
+        most = self._limits.max_connections
+        room = _SHARD if most is None else most - sum(s.cap for s in self._shards)
+        if room > 0:
+            cap = min(_SHARD, room)
+            limits = httpx.Limits(
+                max_connections=cap,
+                max_keepalive_connections=cap,
+                keepalive_expiry=self._limits.keepalive_expiry,
+            )
+            if self._ssl is None:
+                self._ssl = httpx.create_ssl_context(trust_env=False)
+            inner = httpx.AsyncHTTPTransport(verify=self._ssl, limits=limits, trust_env=False)
+            shard = _Shard(inner, cap)
+            self._shards.append(shard)
+            return shard
+        return min(self._shards, key=lambda s: s.active)  # all full: wait in the pool
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         clock = request.extensions.get(POOL_CLOCK)
         if isinstance(clock, PoolClock):
             request.extensions = {**request.extensions, "trace": _httpcore_trace(clock)}
-        return await self._inner.handle_async_request(request)
+        shard = self._pick()
+        shard.active += 1
+        try:
+            response = await shard.transport.handle_async_request(request)
+        except BaseException:
+            shard.active -= 1
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _Releasing(response.stream, shard)
+        return response
 
     async def aclose(self) -> None:
+        for shard in self._shards:
+            await shard.transport.aclose()
+
+
+_SHARD = 32  # connections per httpcore pool
+
+
+class _Shard:
+    __slots__ = ("active", "cap", "transport")
+
+    def __init__(self, transport: httpx.AsyncHTTPTransport, cap: int) -> None:
+        self.transport = transport
+        self.cap = cap
+        self.active = 0
+
+
+class _Releasing(httpx.AsyncByteStream):
+    """A response stream that frees its shard's slot once closed."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, shard: _Shard) -> None:
+        self._inner = inner
+        self._shard: _Shard | None = shard
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self._inner:
+            yield part
+
+    async def aclose(self) -> None:
+        shard, self._shard = self._shard, None
+        if shard is not None:
+            shard.active -= 1
         await self._inner.aclose()
 
 
