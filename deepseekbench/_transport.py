@@ -23,6 +23,7 @@ for a pooled connection apart.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import ssl
 import time
@@ -321,10 +322,8 @@ class _RemappedStream(httpx.AsyncByteStream):
             raise _remap(exc, body=True) from exc.__cause__
 
     async def aclose(self) -> None:
-        try:
+        with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
             await self._inner.aclose()
-        except httpx.TransportError:
-            pass  # closing a broken connection: nothing left to report
 
 
 def _remap(exc: httpx.TransportError, *, body: bool) -> httpx.TransportError:

@@ -141,10 +141,10 @@ async def test_default_client_has_no_connection_limit() -> None:
     async with (
         counting_server(hold_until=120, hold_s=20.0) as server,
         gate.client() as client,
+        anyio.create_task_group() as tg,
     ):
-        async with anyio.create_task_group() as tg:
-            for _ in range(120):
-                tg.start_soon(_measure, server, gate, client)
+        for _ in range(120):
+            tg.start_soon(_measure, server, gate, client)
     assert server.peak == 120  # httpx's default pool would cap this at 100
 
 

@@ -16,12 +16,11 @@ ends its connection, and any error a handler raises closes that one connection
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
-
-import logging
-import time
 
 import anyio
 import h11
@@ -31,6 +30,9 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 """Largest request body accepted (bytes); larger gets HTTP 413."""
 
 Headers = list[tuple[str, str]]
+
+_LINGER_S = 1.0  # longest wait for a refused request's sender to stop (s)
+_LINGER_READS = 64  # reads of up to 64 KiB discarded after a refusal
 
 _log = logging.getLogger(__name__)
 
@@ -201,3 +203,16 @@ async def _protocol_error(
         await responder.full(status, [("content-type", "application/json")], body)
     except (ConnectionGone, h11.LocalProtocolError):
         return
+    await _linger(stream)
+
+
+async def _linger(stream: ByteStream) -> None:
+    """Half-close, then read what the peer still sends (bounded) before closing, so
+    unread input does not turn the close into a reset that loses the error response."""
+    with anyio.move_on_after(_LINGER_S):
+        try:
+            await stream.send_eof()
+            for _ in range(_LINGER_READS):
+                await stream.receive(65536)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return
