@@ -42,6 +42,7 @@ from deepseekbench._errors import LiveGateError
 from deepseekbench._gate import GatedTransport, LiveGate
 from deepseekbench._request import ChatRequest, coerce_request
 from deepseekbench._route import EngineRoute
+from deepseekbench._selfcheck import current_selfcheck
 from deepseekbench._sse import SSEDecoder, SSEEvent
 from deepseekbench._transport import POOL_CLOCK, PoolClock
 
@@ -211,6 +212,11 @@ class StreamMeasurement(BaseModel):
         default=None,
         description="Wait for a pooled connection before the request got its own (ms); the "
         "times above start after it. None when the transport does not report hand-over.",
+    )
+    client_lag_ms: float | None = Field(
+        default=None,
+        description="Largest lag of the client's own event loop during this request (ms), "
+        "from a running SelfCheck; None without one.",
     )
 
 
@@ -508,11 +514,16 @@ async def measure_streamed(
     if client is not None:
         _check_gated(client, gate, url)
     body = orjson.dumps(route.build_body(req))
+    check = current_selfcheck()
+    begin_ns = time.perf_counter_ns()
     if client is None:
         async with gate.client() as own:
             result = await _measure(own, url, headers, body, route, timeouts)
     else:
         result = await _measure(client, url, headers, body, route, timeouts)
+    if check is not None:
+        lag = check.max_lag_ms(begin_ns, time.perf_counter_ns())
+        result = result.model_copy(update={"client_lag_ms": lag})
     # A server may echo request headers in an error body: no key may survive into
     # the measurement, whether it came from the route or was injected by the gate.
     for key in (route.api_key, gate.api_key):

@@ -164,6 +164,18 @@ class Row(BaseModel):
     dispersion: Dispersion = Field(
         default_factory=Dispersion, description="p50/p90/p99 per timing field"
     )
+    # --- client self-check (docs/measurement.md, "Fidelity") ----------------
+    client_saturated: bool = Field(
+        default=False,
+        description="a measured request saw the client's own event loop lag past the plan's "
+        "client_lag_threshold_ms: its times may hold client delay, not server latency",
+    )
+    client_pool_wait_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="longest wait of a measured request for a pooled connection, ms "
+        "(kept out of TTFT); None when the transport did not report it",
+    )
 
     @model_validator(mode="after")
     def _check_counts(self) -> Row:

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import AcceptanceScope, QualityParity, ReasoningMode, Speculative
+from deepseekbench._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._errors import DeepseekBenchError, PlanError
 from deepseekbench._gate import LiveGate
 from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
@@ -56,8 +57,10 @@ from deepseekbench._plan import BenchmarkPlan, CellPlan, RoutePlan
 from deepseekbench._request import ChatRequest
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Dispersion, Row
+from deepseekbench._selfcheck import SelfCheck
 from deepseekbench._stats import median, percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
+from deepseekbench._transport import pool_limits
 
 __all__ = [
     "DryRunResult",
@@ -546,6 +549,8 @@ def _build_row(
         parity_detail=rp.reason if rp is not None else "parity not run",
         n_requests=len(measured),
         n_errors=len(measured) - len(ok),
+        client_saturated=client_saturated(measured, plan.client_lag_threshold_ms),
+        client_pool_wait_ms=max_pool_wait_ms(measured),
         dispersion=Dispersion(
             ttft_ms=percentiles(m.ttft_ms for m in ok),
             tpot_ms=percentiles(m.tpot_ms for m in ok),
@@ -714,7 +719,10 @@ async def run_plan(
     timeouts = Timeouts(total_s=plan.timeout_s)
     base = {"plan_hash": plan_hash}
     own_client = client is None
-    http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
+    pool = pool_limits(max(plan.arrival.concurrency, plan.parity.concurrency))
+    timeout = httpx.Timeout(plan.timeout_s)
+    http = client if client is not None else gate.client(timeout=timeout, limits=pool)
+    check = SelfCheck()  # the client's own event-loop lag, per request (client_saturated)
     try:
         writer.write(
             {
@@ -831,6 +839,7 @@ async def run_plan(
                     )
 
         prog.emit()
+        await check.start()
         run_order = (plan.off_route, *plan.speculative_routes)
         for r_index, rp in enumerate(run_order):
             for mode in modes:
@@ -875,6 +884,7 @@ async def run_plan(
         if own_client:
             with anyio.CancelScope(shield=True):
                 await http.aclose()
+        await check.aclose()  # not inside a shield: its task group was opened outside one
 
 
 @dataclass(frozen=True, slots=True)

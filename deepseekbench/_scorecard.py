@@ -96,6 +96,7 @@ class ScorecardLine(BaseModel):
     verdict: SpeedupVerdict | None
     first_divergence: str | None = None
     task_flips: tuple[str, ...] = ()
+    client_saturated: bool = False
 
     @property
     def credited(self) -> bool:
@@ -261,6 +262,7 @@ class Scorecard:
                     verdict=verdict,
                     first_divergence=d.first_divergence if d else None,
                     task_flips=d.task_flips if d else (),
+                    client_saturated=r.client_saturated,
                 )
             )
         return cls(lines, metric=m)
@@ -356,6 +358,12 @@ class Scorecard:
             if ln.task_flips:
                 notes.append(f"  task flips ({len(ln.task_flips)}):")
                 notes.extend(f"    {f}" for f in ln.task_flips)
+        notes.extend(
+            f"{ln.route} @ {ln.cell}: CLIENT SATURATED — the measuring client's event loop "
+            "lagged past client_lag_threshold_ms; its times may hold client delay"
+            for ln in self.lines
+            if ln.client_saturated
+        )
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
         return notes
