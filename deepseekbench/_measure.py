@@ -447,10 +447,10 @@ def _error_text(err: Any) -> str:
     return str(err)[:_MESSAGE_LIMIT]
 
 
-def _check_gated(client: httpx.AsyncClient, gate: LiveGate, url: str) -> None:
+def _check_gated(client: httpx.AsyncClient, gate: LiveGate, url: httpx.URL) -> None:
     """Raise unless requests to ``url`` from ``client`` pass through ``gate``."""
-    transport = client._transport_for_url(httpx.URL(url))
-    host = httpx.URL(url).host
+    transport = client._transport_for_url(url)
+    host = url.host
     if not isinstance(transport, GatedTransport):
         raise LiveGateError(
             "measure_streamed needs a client made by gate.client() (or a transport "
@@ -506,7 +506,7 @@ async def measure_streamed(
     """
     req = coerce_request(request)
     timeouts = timeouts or Timeouts()
-    url = route.chat_url
+    url = httpx.URL(route.chat_url)  # parsed once: httpx re-parses a str at every step
     headers = route.request_headers()
     refusal = gate.refusal(url, has_auth_header="authorization" in headers)
     if refusal is not None:
@@ -543,7 +543,7 @@ MeasureStreamed = measure_streamed
 
 async def _measure(
     client: httpx.AsyncClient,
-    url: str,
+    url: httpx.URL,
     headers: dict[str, str],
     body: bytes,
     route: EngineRoute,
