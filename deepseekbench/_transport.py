@@ -321,6 +321,38 @@ class _RemappedStream(httpx.AsyncByteStream):
         except httpx.TransportError as exc:
             raise _remap(exc, body=True) from exc.__cause__
 
+    def reads(self) -> AsyncIterator[bytes] | None:
+        """Each socket read as aiohttp hands it over, without httpx's layers; ``None``
+        when httpx-aiohttp's stream no longer exposes its aiohttp response."""
+        response = getattr(self._inner, "_aiohttp_response", None)
+        content = getattr(response, "content", None)
+        if content is None or not hasattr(content, "iter_any"):
+            return None
+        return self._reads(content)
+
+    async def _reads(self, content: Any) -> AsyncIterator[bytes]:
+
+        import aiohttp
+
+        try:
+            async for part in content.iter_any():
+                yield part
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            wrapped = httpx.ReadError(str(exc) or type(exc).__name__)
+            wrapped.__cause__ = exc
+            raise _remap(wrapped, body=True) from exc
+
+
+def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
+    """The response body's reads straight from aiohttp (no content decoding), when the
+    response came from this module's aiohttp transport with no ``content-encoding``;
+    else ``None`` (read ``response.aiter_bytes()`` then). Errors are httpx's kinds.
+    """
+    stream = response.stream
+    if not isinstance(stream, _RemappedStream) or "content-encoding" in response.headers:
+        return None
+    return stream.reads()
+
     async def aclose(self) -> None:
         with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
             await self._inner.aclose()
