@@ -22,7 +22,6 @@ repr, log or exception.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import os
 import threading
@@ -43,7 +42,6 @@ ENV_SPEND = "DEEPSEEKBENCH_SPEND"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
-@functools.lru_cache(maxsize=256)  # asked for every request; parsing an address is not free
 def is_loopback_host(host: str) -> bool:
     """Return True for ``localhost``, ``127.0.0.0/8`` and ``::1`` (no DNS lookup).
 
