@@ -109,6 +109,11 @@ class BenchTransport(httpx.AsyncBaseTransport):
         check_limits(self.limits)
         self._inner: httpx.AsyncBaseTransport | None = None
         self._library: str | None = None
+        # Built now, like httpx's own transport, so the first request's clock holds no
+        # certificate loading (~0.1 s) and no import.
+        self._ssl = httpx.create_ssl_context(trust_env=False)
+        with contextlib.suppress(sniffio.AsyncLibraryNotFoundError):  # no loop: pick later
+            self._pick()
 
     @property
     def library(self) -> str | None:
@@ -120,9 +125,9 @@ class BenchTransport(httpx.AsyncBaseTransport):
         if self._inner is None:
             self._library = library
             if library == "asyncio":
-                self._inner = _AiohttpTransport(self.limits)
+                self._inner = _AiohttpTransport(self.limits, self._ssl)
             else:
-                self._inner = _HttpcoreTransport(self.limits)
+                self._inner = _HttpcoreTransport(self.limits, self._ssl)
         elif library != self._library:
             raise RuntimeError(
                 f"this client was first used under {self._library}; it cannot serve {library}"
@@ -156,10 +161,10 @@ class _HttpcoreTransport(httpx.AsyncBaseTransport):
     connections, so sequential requests still reuse one.
     """
 
-    def __init__(self, limits: httpx.Limits) -> None:
+    def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
         self._limits = limits
         self._shards: list[_Shard] = []
-        self._ssl: ssl.SSLContext | None = None  # one for all shards (each costs ~0.1 s)
+        self._ssl = ssl_context  # one for all shards (each would cost ~0.1 s)
 
     def _pick(self) -> _Shard:
         free = [s for s in self._shards if s.active < s.cap]
@@ -174,8 +179,6 @@ class _HttpcoreTransport(httpx.AsyncBaseTransport):
                 max_keepalive_connections=cap,
                 keepalive_expiry=self._limits.keepalive_expiry,
             )
-            if self._ssl is None:
-                self._ssl = httpx.create_ssl_context(trust_env=False)
             inner = httpx.AsyncHTTPTransport(verify=self._ssl, limits=limits, trust_env=False)
             shard = _Shard(inner, cap)
             self._shards.append(shard)
@@ -251,11 +254,15 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
     must tell those apart, so the aiohttp cause is mapped again here.
     """
 
-    def __init__(self, limits: httpx.Limits) -> None:
+    def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+        import aiohttp  # noqa: F401  (imported now, not inside the first request)
         from httpx_aiohttp import AiohttpTransport
 
         self._limits = limits
-        self._inner = AiohttpTransport(limits=limits, trust_env=False, client=self._session)
+        self._ssl = ssl_context
+        self._inner = AiohttpTransport(
+            verify=ssl_context, limits=limits, trust_env=False, client=self._session
+        )
 
     def _session(self) -> Any:
         import aiohttp
@@ -271,6 +278,7 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
             limit_per_host=0,
             keepalive_timeout=expiry if expiry is not None else 3600.0,
             force_close=False,
+            ssl=self._ssl,
         )
         return aiohttp.ClientSession(
             connector=connector, trace_configs=[trace], trust_env=False, auto_decompress=False
