@@ -61,20 +61,31 @@ class PoolClock:
             self.acquired_ns = time.perf_counter_ns()
 
 
+KEEPALIVE_S = 15.0
+"""Idle connections are kept this long (s; aiohttp's default, as in vLLM's bench client)."""
+
+
 def unbounded_limits() -> httpx.Limits:
-    """The default pool: no connection limit, every idle connection kept (5 s expiry)."""
-    return httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    """The default pool: no connection limit, every idle connection kept ``KEEPALIVE_S``."""
+    return httpx.Limits(
+        max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
+    )
 
 
 def pool_limits(concurrency: int) -> httpx.Limits:
-    """A pool of ``concurrency`` connections (requests), all kept alive for reuse.
+    """A pool of ``concurrency`` connections (requests), all kept alive for reuse
+    (idle ones for ``KEEPALIVE_S`` = 15 s).
 
     Raises:
         ValueError: ``concurrency`` below 1.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 (got {concurrency})")
-    return httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    return httpx.Limits(
+        max_connections=concurrency,
+        max_keepalive_connections=concurrency,
+        keepalive_expiry=KEEPALIVE_S,
+    )
 
 
 def check_limits(limits: httpx.Limits) -> None:
