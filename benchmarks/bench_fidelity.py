@@ -18,7 +18,10 @@ Per level and reader it prints (ms):
 * ITL err p99: |client chunk gap − engine send gap|, all gaps;
 * TPOT err p99: |client TPOT − engine TPOT| per request;
 * peak: the most requests the engine had in flight at once (must equal C);
-* lag/cpu: measure_streamed's self-check (largest event-loop lag, ms; CPU share).
+* lag/cpu: the client's self-check during the phase (largest event-loop lag, ms; CPU
+  share) — the same ticker runs for both readers.
+
+The two readers take turns going first (raw first at the 1st, 3rd, ... level).
 
 Run: ``python benchmarks/bench_fidelity.py [--levels 1,16,64,256 --max-tokens 32]``
 """
@@ -237,24 +240,35 @@ def _start_engine(log: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 async def _level(
-    c: int, base_url: str, args: argparse.Namespace, gate: LiveGate
+    c: int, base_url: str, args: argparse.Namespace, gate: LiveGate, ours_first: bool
 ) -> dict[str, tuple[Figures, str]]:
     import aiohttp
 
     n = max(args.waves * c, args.min_requests)
     results: dict[str, tuple[list[Observed], str]] = {}
-    connector = aiohttp.TCPConnector(limit=c)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        raw = _raw_aiohttp(session, base_url, args.max_tokens)
-        await _phase(raw, f"warm-raw-{c}", c, c)
-        results["raw aiohttp loop"] = (await _phase(raw, f"raw-{c}", n, c), "")
-    async with gate.client(limits=pool_limits(c)) as client:
-        ours = _ours(gate, client, base_url, args.max_tokens)
-        await _phase(ours, f"warm-ours-{c}", c, c)
-        async with SelfCheck() as check:
-            observed = await _phase(ours, f"ours-{c}", n, c)
+
+    async def measured(name: str, read: Reader, prefix: str) -> None:
+        await _phase(read, f"warm-{prefix}", c, c)
+        async with SelfCheck() as check:  # the same ticker watches both readers
+            observed = await _phase(read, prefix, n, c)
         s = check.summary()
-        results["measure_streamed"] = (observed, f"{s.max_lag_ms:.1f} / {s.cpu_share:.2f}")
+        results[name] = (observed, f"{s.max_lag_ms:.1f} / {s.cpu_share:.2f}")
+
+    async def run_raw() -> None:
+        connector = aiohttp.TCPConnector(limit=c)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await measured(
+                "raw aiohttp loop", _raw_aiohttp(session, base_url, args.max_tokens), f"raw-{c}"
+            )
+
+    async def run_ours() -> None:
+        async with gate.client(limits=pool_limits(c)) as client:
+            await measured(
+                "measure_streamed", _ours(gate, client, base_url, args.max_tokens), f"ours-{c}"
+            )
+
+    for run in (run_ours, run_raw) if ours_first else (run_raw, run_ours):
+        await run()
     async with httpx.AsyncClient(timeout=120) as plain:
         timelines = orjson.loads(
             (await plain.get(base_url.removesuffix("/v1") + "/v1/timelines")).content
@@ -288,10 +302,10 @@ async def _run(base_url: str, args: argparse.Namespace) -> None:
     gate = LiveGate()
     rows: list[tuple[int, str, Figures, str]] = []
     loads: list[tuple[float, float, float]] = []
-    for c in args.levels:
-        figures = await _level(c, base_url, args, gate)
+    for i, c in enumerate(args.levels):
+        figures = await _level(c, base_url, args, gate, ours_first=i % 2 == 1)
         loads.append(os.getloadavg())
-        for name, (f, note) in figures.items():
+        for name, (f, note) in sorted(figures.items(), reverse=True):
             rows.append((c, name, f, note))
             print(f"C={c} {name}: done ({f.ok}/{f.n} usable)", file=sys.stderr)
     _print_table(rows, loads[-1])
