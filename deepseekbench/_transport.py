@@ -305,13 +305,8 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
         finally:
             _CURRENT.reset(token)
         assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(
-            status_code=response.status_code,
-            headers=response.headers,
-            stream=_RemappedStream(response.stream),
-            request=request,
-            extensions=response.extensions,
-        )
+        response.stream = _RemappedStream(response.stream)
+        return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()
