@@ -69,8 +69,10 @@ from deepseekbench._results import (
 )
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
+from deepseekbench._selfcheck import SelfCheck
 from deepseekbench._spec_config import check_spec_config
 from deepseekbench._tasks import Task
+from deepseekbench._transport import pool_limits
 
 __all__ = [
     "DryRunResult",
@@ -308,7 +310,10 @@ async def run_plan(
         if k is not None
     ]
     own_client = client is None
-    http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
+    pool = pool_limits(max(plan.arrival.concurrency, plan.parity.concurrency))
+    timeout = httpx.Timeout(plan.timeout_s)
+    http = client if client is not None else gate.client(timeout=timeout, limits=pool)
+    check = SelfCheck()  # the client's own event-loop lag, per request (client_saturated)
     try:
         await check_spec_config(plan.routes, routes, gate=gate, client=http)
         writer.write(
@@ -426,6 +431,7 @@ async def run_plan(
                     )
 
         prog.emit()
+        await check.start()
         run_order = (plan.off_route, *plan.speculative_routes)
         for r_index, rp in enumerate(run_order):
             for mode in modes:
@@ -476,6 +482,7 @@ async def run_plan(
         if own_client:
             with anyio.CancelScope(shield=True):
                 await http.aclose()
+        await check.aclose()  # not inside a shield: its task group was opened outside one
 
 
 def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:

@@ -99,6 +99,7 @@ class ScorecardLine(BaseModel):
     acceptance_by_position: tuple[float, ...] | None = None
     spec_tokens: int | None = None
     sse_ignored_lines: int = 0
+    client_saturated: bool = False
 
     @property
     def credited(self) -> bool:
@@ -290,6 +291,7 @@ class Scorecard:
                     acceptance_by_position=r.acceptance_by_position,
                     spec_tokens=r.spec_tokens,
                     sse_ignored_lines=r.sse_ignored_lines,
+                    client_saturated=r.client_saturated,
                 )
             )
         return cls(lines, metric=m)
@@ -386,6 +388,12 @@ class Scorecard:
                 notes.append(f"  task flips ({len(ln.task_flips)}):")
                 notes.extend(f"    {f}" for f in ln.task_flips)
         notes.extend(_detail_notes(self.lines))
+        notes.extend(
+            f"{ln.route} @ {ln.cell}: CLIENT SATURATED — the measuring client's event loop "
+            "lagged past client_lag_threshold_ms; its times may hold client delay"
+            for ln in self.lines
+            if ln.client_saturated
+        )
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
         return notes
