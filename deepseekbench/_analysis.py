@@ -353,7 +353,7 @@ def _join_parity(
             f"{reason}; measured traffic sampled at temperature {plan.temperature:g}: "
             "the row relies on task parity"
         )
-    note = f"measured traffic: {traffic.reason}"
+    note = "measured traffic: " + traffic.reason.replace("prompts", "requests")
     if traffic.parity is QualityParity.differs:
         return QualityParity.differs, f"{note}; parity set: {reason}"
     if traffic.control is not None and traffic.control.deterministic is False:

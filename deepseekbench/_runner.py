@@ -77,6 +77,7 @@ __all__ = [
     "RouteParity",
     "RunResult",
     "dry_run",
+    "grid_text",
     "list_runs",
     "load_results",
     "load_results_and_runs",
