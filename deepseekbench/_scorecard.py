@@ -530,25 +530,29 @@ class Scorecard:
 
     def _notes(self) -> list[str]:
         notes: list[str] = [f"crossover: {c}" for c in self.crossovers()]
+        # One note per route, cell and explanation; the load points it holds at are listed.
+        groups: dict[tuple[Any, ...], list[str]] = {}
         for ln in self.lines:
-            if ln.credited:
+            if ln.credited or (
+                ln.speculative is Speculative.off and ln.quality_parity is QualityParity.verified
+            ):
                 continue
-            if ln.speculative is Speculative.off:
-                if ln.quality_parity is not QualityParity.verified:
-                    notes.append(
-                        f"{ln.route} @ {ln.cell}: baseline parity "
-                        f"{ln.quality_parity.value} — {ln.parity_detail or 'no detail'}"
-                    )
+            key = (ln.route, ln.cell, ln.speculative is Speculative.off, ln.quality_parity,
+                   ln.parity_detail, ln.first_divergence, ln.task_flips)  # fmt: skip
+            groups.setdefault(key, []).append(ln.load)
+        for (route, cell, is_off, parity, detail, first, flips), loads in groups.items():
+            where = f"{route} @ {cell}" + (f" ({', '.join(loads)})" if loads != ["—"] else "")
+            if is_off:
+                notes.append(f"{where}: baseline parity {parity.value} — {detail or 'no detail'}")
                 continue
             notes.append(
-                f"{ln.route} @ {ln.cell}: no speedup credited; parity "
-                f"{ln.quality_parity.value} — {ln.parity_detail or 'no detail'}"
+                f"{where}: no speedup credited; parity {parity.value} — {detail or 'no detail'}"
             )
-            if ln.first_divergence:
-                notes.append(f"  first divergence: {ln.first_divergence}")
-            if ln.task_flips:
-                notes.append(f"  task flips ({len(ln.task_flips)}):")
-                notes.extend(f"    {f}" for f in ln.task_flips)
+            if first:
+                notes.append(f"  first divergence: {first}")
+            if flips:
+                notes.append(f"  task flips ({len(flips)}):")
+                notes.extend(f"    {f}" for f in flips)
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
         if any(ln.schedule_lagged for ln in self.lines):
