@@ -1,13 +1,16 @@
-"""The scorecard: one line per cell and route, a speedup only where it was earned.
+"""The scorecard: one line per cell, load point and route, a speedup only where it was earned.
 
-Each speculative row is paired with the ``off`` row of the same cell (every key
-axis but ``speculative`` equal) and judged by
+Each speculative row is paired with the ``off`` row of the same cell and load
+(every key axis but ``speculative`` equal) and judged by
 :func:`~deepseekbench.compare_speedup`. The speedup column shows a number only
-when that verdict is printed; otherwise it shows the refusal reasons. With
-per-request samples a printed speedup carries a 95 % bootstrap interval
+when that verdict is printed; otherwise it shows the refusal reasons. With 2 or
+more paired rounds a printed figure is the geometric mean of the rounds' ratios
+with a Student-t interval on their logs (:func:`paired_speedup_ci`); otherwise,
+with per-request samples, it carries a 95 % bootstrap interval
 (``scipy.stats.bootstrap``, percentile method, each route's requests resampled
 independently; Efron & Tibshirani 1993, *An Introduction to the Bootstrap*).
-Refused lines list their first divergence and every task flip.
+Refused lines list their first divergence and every task flip; routes measured
+at several loads get a crossover note (:meth:`Scorecard.crossovers`).
 
 Renderings: :meth:`Scorecard.to_text` (terminal), :meth:`~Scorecard.to_markdown`,
 :meth:`~Scorecard.to_json`, :meth:`~Scorecard.to_csv`, ``_repr_html_`` (Jupyter)
