@@ -434,11 +434,11 @@ class Scorecard:
             rounds[key] = result.round_values(route, cell, m.value, load)
             rp = result.parity.get((route, row.reasoning_mode))
             traffic = result.traffic.get((route, cell, load))
-            first = None
-            if traffic is not None and traffic.first_divergence is not None:
+            # the parity set's divergence first (it names the prompt); the measured
+            # traffic's when the parity set passed
+            first = rp.first_divergence if rp is not None else None
+            if first is None and traffic is not None and traffic.first_divergence is not None:
                 first = "measured traffic, " + traffic.first_divergence.describe("off", route)
-            elif rp is not None:
-                first = rp.first_divergence
             details[key] = ParityDetail(
                 first_divergence=first, task_flips=rp.task_flips if rp is not None else ()
             )
