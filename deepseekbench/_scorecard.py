@@ -116,6 +116,9 @@ class ScorecardLine(BaseModel):
     verdict: SpeedupVerdict | None
     first_divergence: str | None = None
     task_flips: tuple[str, ...] = ()
+    acceptance_by_position: tuple[float, ...] | None = None
+    spec_tokens: int | None = None
+    sse_ignored_lines: int = 0
     output_throughput_toks_per_s: float | None = None
     goodput_req_per_s: float | None = None
     slo_attainment: float | None = None
@@ -324,6 +327,9 @@ def _line(
         goodput_req_per_s=r.goodput_req_per_s,
         slo_attainment=r.slo_attainment,
         schedule_lagged=r.schedule_lagged,
+        acceptance_by_position=r.acceptance_by_position,
+        spec_tokens=r.spec_tokens,
+        sse_ignored_lines=r.sse_ignored_lines,
     )
 
 
@@ -358,6 +364,30 @@ def crossover_text(route: str, cell: str, points: Sequence[tuple[str, float]]) -
     )
     rest = [f"{_x(v)} at {p}" for p, v in points[paying + 1 :]]
     return text + (f" (then {', '.join(rest)})" if rest else "")
+
+
+def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
+    return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
+
+
+def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Per-position acceptance and ignored SSE lines, one note per line that has them."""
+    notes: list[str] = []
+    for ln in lines:
+        where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
+        if ln.acceptance_by_position is not None:
+            depth = f", depth {ln.spec_tokens}" if ln.spec_tokens is not None else ""
+            notes.append(
+                f"{where}: acceptance by draft position 1.."
+                f"{len(ln.acceptance_by_position)}{depth}: "
+                f"{_positions_text(ln.acceptance_by_position)}"
+            )
+        if ln.sse_ignored_lines:
+            notes.append(
+                f"{where}: {ln.sse_ignored_lines} SSE line(s) ignored "
+                "(unknown or padded field names): streamed text may be incomplete"
+            )
+    return notes
 
 
 class Scorecard:
@@ -556,6 +586,7 @@ class Scorecard:
             if flips:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
+        notes.extend(_detail_notes(self.lines))
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
         if any(ln.schedule_lagged for ln in self.lines):
@@ -654,6 +685,9 @@ class Scorecard:
         "parity_detail",
         "first_divergence",
         "task_flips",
+        "acceptance_by_position",
+        "spec_tokens",
+        "sse_ignored_lines",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -694,6 +728,9 @@ class Scorecard:
                     "parity_detail": ln.parity_detail,
                     "first_divergence": ln.first_divergence,
                     "task_flips": " | ".join(ln.task_flips),
+                    "acceptance_by_position": _positions_text(ln.acceptance_by_position),
+                    "spec_tokens": ln.spec_tokens,
+                    "sse_ignored_lines": ln.sse_ignored_lines,
                 }
             )
         return recs
