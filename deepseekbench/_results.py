@@ -47,6 +47,8 @@ from deepseekbench._plan import BenchmarkPlan
 __all__ = [
     "MAX_RECORD_BYTES",
     "RECORD_KINDS",
+    "MeasureInfo",
+    "MeasureKey",
     "ResultsFormatError",
     "ResultsInUseError",
     "ResultsRun",
@@ -300,18 +302,43 @@ def _str_field(rec: Mapping[str, Any], name: str) -> str:
     return value
 
 
+MeasureKey = tuple[str, str, str | None, int]
+"""``(route, cell, load key, index)`` of a measured request."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureInfo:
+    """What a measurement record holds beside the measurement.
+
+    Attributes:
+        round: the round it ran in (0-based).
+        queue_ms: open loop: actual send − scheduled send (ms); ``None`` closed loop.
+        run_id: the run (process) that measured it: send times compare only within one.
+    """
+
+    round: int
+    queue_ms: float | None
+    run_id: str
+
+
 @dataclass(slots=True)
 class ResultsState:
     """Records of one plan, indexed for resume and row building.
 
-    With ``plan`` set, :meth:`add` refuses a route label, cell id, reasoning
-    mode or index the plan does not have.
+    With ``plan`` set, :meth:`add` refuses a route label or cell id the plan
+    does not have.
+
+    Keys: a measurement is ``(route, cell, load key, index)`` (load key
+    :attr:`~deepseekbench.LoadPoint.key`, ``None`` in files written before load
+    sweeps); a parity output ``(route, reasoning mode, pass, prompt id)``; a
+    ``/metrics`` window ``(route, cell, load key, round)``.
     """
 
-    measurements: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
-    order: list[tuple[str, str, int]] = field(default_factory=list)
+    measurements: dict[MeasureKey, StreamMeasurement] = field(default_factory=dict)
+    order: list[MeasureKey] = field(default_factory=list)
+    info: dict[MeasureKey, MeasureInfo] = field(default_factory=dict)
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
-    server: dict[tuple[str, str], AcceptanceRecord] = field(default_factory=dict)
+    server: dict[tuple[str, str, str | None, int], AcceptanceRecord] = field(default_factory=dict)
     plan: BenchmarkPlan | None = None
 
     def _check_route(self, label: str) -> None:
@@ -325,26 +352,33 @@ class ResultsState:
             raise ValueError(f"cell {cell!r} is not in the plan (cells: {known})")
 
     def add(self, rec: Mapping[str, Any]) -> None:
-        """Index one record of this plan.
+        """Index one record (the latest record of a key wins).
 
         Raises:
             KeyError: a required field is missing.
-            ValueError: a field has the wrong type, or names a route, cell or
-                index outside the plan.
+            ValueError: a field has the wrong type, or names a route or cell
+                outside the plan.
             pydantic.ValidationError: the payload is not a valid model.
         """
         kind = rec.get("record")
         if kind == "measurement":
-            key = (_str_field(rec, "route"), _str_field(rec, "cell"), _int_field(rec, "index"))
+            key = (
+                _str_field(rec, "route"),
+                _str_field(rec, "cell"),
+                _load_key(rec),
+                _int_field(rec, "index"),
+            )
             self._check_route(key[0])
             self._check_cell(key[1])
-            if self.plan is not None and not 0 <= key[2] < self.plan.requests_per_cell:
-                raise ValueError(
-                    f"index {key[2]} is outside 0..{self.plan.requests_per_cell - 1}"
-                )
             if key not in self.measurements:
                 self.order.append(key)
             self.measurements[key] = StreamMeasurement.model_validate(rec["measurement"])
+            queue = rec.get("queue_ms")
+            self.info[key] = MeasureInfo(
+                round=int(rec.get("round", 0)),
+                queue_ms=float(queue) if queue is not None else None,
+                run_id=str(rec.get("run_id", "")),
+            )
         elif kind == "parity_output":
             pkey = (
                 _str_field(rec, "route"),
@@ -355,7 +389,8 @@ class ResultsState:
             self._check_route(pkey[0])
             self.outputs[pkey] = ParityOutput.model_validate(rec["output"])
         elif kind == "server_metrics":
-            skey = (_str_field(rec, "route"), _str_field(rec, "cell"))
+            skey = (_str_field(rec, "route"), _str_field(rec, "cell"), _load_key(rec),
+                    int(rec.get("round", 0)))  # fmt: skip
             self._check_route(skey[0])
             self._check_cell(skey[1])
             self.server[skey] = AcceptanceRecord.model_validate(rec["acceptance"])
@@ -366,10 +401,16 @@ class ResultsState:
         errored = [k for k, m in self.measurements.items() if m.error is not None]
         for key in errored:
             del self.measurements[key]
+            self.info.pop(key, None)
         if errored:
             gone = set(errored)
             self.order = [k for k in self.order if k not in gone]
         return len(errored)
+
+
+def _load_key(rec: Mapping[str, Any]) -> str | None:
+    load = rec.get("load")
+    return None if load is None else str(load)
 
 
 def _check_record(path: Path, number: int, rec: Mapping[str, Any]) -> None:
@@ -464,6 +505,18 @@ def list_runs(path: str | Path) -> tuple[ResultsRun, ...]:
     return runs_of([r for r in read_records(Path(path)) if r.get("record") == "run_start"])
 
 
+def _stored_plan(data: Any) -> BenchmarkPlan:
+    """The plan of a ``run_start`` record. A plan written before rounds existed
+    (no ``repeats`` key) ran the sequential design: one round.
+
+    Raises:
+        pydantic.ValidationError: not a valid plan. TypeError: not a mapping.
+    """
+    if isinstance(data, dict) and "repeats" not in data:
+        data = {**data, "repeats": 1}
+    return BenchmarkPlan.model_validate(data)
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRun:
     """One plan run read back from a results file.
@@ -504,10 +557,12 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
             raise ResultsFormatError(f"{p}: plan hash {plan_hash!r} {problem}; runs: {listing}")
         starts = [r for r in starts if r.get("plan_hash") == hashes[0]]
     try:
-        plan = BenchmarkPlan.model_validate(starts[-1]["plan"])
-    except (KeyError, ValidationError) as exc:
+        plan = _stored_plan(starts[-1]["plan"])
+    except (KeyError, TypeError, ValidationError) as exc:
         raise ResultsFormatError(f"{p}: the run_start record has no valid plan: {exc}") from exc
-    found_hash = plan.plan_hash()
+    # The hash the records carry: a plan written by an older version hashes
+    # differently now that the plan has more (defaulted) keys.
+    found_hash = str(starts[-1].get("plan_hash", plan.plan_hash()))
     state = state_from(numbered, found_hash, p, plan=plan)
     complete = any(
         r.get("record") == "run_end" and r.get("plan_hash") == found_hash for r in records
