@@ -259,7 +259,8 @@ class RunResult:
         """One flat dict per measured request (the columns of :meth:`requests_to_pandas`).
 
         Keys: ``route``, ``cell``, ``load`` (load point key), ``index``,
-        ``ttft_ms``, ``tpot_ms``, ``e2e_ms`` (ms), ``output_toks_per_s`` (tokens/s), ``completion_tokens``,
+        ``ttft_ms``, ``tpot_ms``, ``e2e_ms`` (ms), ``output_toks_per_s`` (tokens/s),
+        ``completion_tokens``,
         ``tokens_estimated``, ``draft_tokens``, ``accepted_tokens`` (tokens),
         ``accepted_token_ratio``, ``acceptance_length`` (tokens per verify step),
         ``finish_reason``, ``error_kind`` and ``error_message`` (``None`` when

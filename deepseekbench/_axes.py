@@ -194,3 +194,5 @@ DialectName = Literal["auto", "vllm", "sglang", "llamacpp", "openai", "deepseek"
 """The values of :class:`Dialect` as strings."""
 AcceptanceScopeName = Literal["per_request", "server_wide"]
 """The values of :class:`AcceptanceScope` as strings."""
+ArrivalName = Literal["closed", "poisson", "gamma"]
+"""The values of :class:`Arrival` as strings."""

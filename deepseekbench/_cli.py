@@ -55,7 +55,7 @@ from deepseekbench._runner import (
     load_results_and_runs,
     run_plan,
 )
-from deepseekbench._scorecard import Scorecard
+from deepseekbench._scorecard import Scorecard, cell_id, load_point
 
 __all__ = [
     "EXIT_ERRORS",
@@ -310,7 +310,7 @@ def _write_error_summary(result: RunResult, err: TextIO, secrets: Sequence[str])
         err.write(f"  {e.route}: {e.kind} × {e.count}: {message[:200]}\n")
 
 
-_DRY_COLUMNS = ("route", "speculative", "cell", "gate")
+_DRY_COLUMNS = ("route", "speculative", "cell", "load", "gate")
 
 
 def _dry_table(result: DryRunResult) -> list[dict[str, str]]:
@@ -318,12 +318,13 @@ def _dry_table(result: DryRunResult) -> list[dict[str, str]]:
     for row in result.rows:
         label = row.route_label or row.speculative.value
         refusal = result.refusals.get(label)
-        cell = f"{row.context_bucket.value}/{row.output_target.value}/{row.reasoning_mode.value}"
+        lp = load_point(row)
         out.append(
             {
                 "route": label,
                 "speculative": row.speculative.value,
-                "cell": cell,
+                "cell": cell_id(row),
+                "load": lp.label if lp is not None else "—",
                 "gate": f"would refuse: {refusal}" if refusal else "admitted",
             }
         )

@@ -19,6 +19,7 @@ from deepseekbench._axes import (
     AcceptanceScope,
     AcceptanceScopeName,
     Arrival,
+    ArrivalName,
     ContextBucket,
     ContextBucketName,
     Hosting,
@@ -302,6 +303,15 @@ class Row(BaseModel):
             sse_ignored_lines: int = 0,
             client_saturated: bool = False,
             client_pool_wait_ms: float | None = None,
+            concurrency: int | None = None,
+            request_rate_per_s: float | None = None,
+            arrival: Arrival | ArrivalName | None = None,
+            output_throughput_toks_per_s: float | None = None,
+            request_throughput_per_s: float | None = None,
+            goodput_req_per_s: float | None = None,
+            slo_attainment: float | None = None,
+            rounds: int | None = None,
+            schedule_lagged: bool = False,
         ) -> None: ...
 
     @model_validator(mode="after")

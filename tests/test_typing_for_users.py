@@ -33,6 +33,7 @@ PAIRS: list[tuple[type[StrEnum], object]] = [
     (d.Hosting, d.HostingName),
     (d.Dialect, d.DialectName),
     (d.AcceptanceScope, d.AcceptanceScopeName),
+    (d.Arrival, d.ArrivalName),
 ]
 
 

@@ -143,5 +143,5 @@ def test_per_request_records_and_dataframe(
     monkeypatch.setitem(sys.modules, "pandas", fake)
     assert result.requests_to_pandas() == "frame"
     recs, columns = calls[0]
-    assert recs == records and columns[:3] == ["route", "cell", "index"]
+    assert recs == records and columns[:4] == ["route", "cell", "load", "index"]
     assert set(columns) == set(records[0])
