@@ -330,8 +330,8 @@ def test_dry_run_shows_the_load_grid(tmp_path: Path, no_connections: list[str]) 
     urls = [f"http://127.0.0.1:{port}/v1"] * 2
     plan = _plan_file(tmp_path, urls, arrival={"concurrency": [1, 8, 32]}, repeats=2)
     out, err = io.StringIO(), io.StringIO()
-    assert main(["run", str(plan), "--dry-run"], stdout=out, stderr=err) == EXIT_OK
-    rows = [Row.from_json_line(line) for line in out.getvalue().splitlines()]
+    assert main(["run", str(plan), "--dry-run", "--format", "json"], stdout=out, stderr=err) == 0
+    rows = [Row.model_validate(r) for r in json.loads(out.getvalue())["rows"]]
     assert [(r.route_label, r.concurrency) for r in rows] == [
         (label, c) for c in (1, 8, 32) for label in ("r0", "r1")
     ]
