@@ -230,6 +230,13 @@ class _PipeLink:
             raise LiveGateError(message, host=host, missing=tuple(missing))
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or ``[exc]``."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
 async def _command(core: WorkerCore, link: _PipeLink, cmd: tuple[Any, ...]) -> None:
     kind, share, start_ns = cmd
     try:
@@ -237,11 +244,13 @@ async def _command(core: WorkerCore, link: _PipeLink, cmd: tuple[Any, ...]) -> N
             await core.warm(share)
         else:
             await core.run(share, start_ns)
-    except LiveGateError as exc:
-        link.send(("refused", str(exc), exc.host, exc.missing))
-        return
     except Exception as exc:
-        link.send(("failed", f"{type(exc).__name__}: {exc}"))
+        leaves = _leaves(exc)
+        refusal = next((e for e in leaves if isinstance(e, LiveGateError)), None)
+        if refusal is not None:
+            link.send(("refused", str(refusal), refusal.host, refusal.missing))
+        else:
+            link.send(("failed", "; ".join(f"{type(e).__name__}: {e}" for e in leaves)))
         return
     link.send(("done", kind))
 
