@@ -57,13 +57,16 @@ from deepseekbench._workshare import LoadWork, PoolItem, WorkerShare, split_work
 
 __all__ = [
     "BudgetLedger",
+    "PhaseBook",
     "PoolReport",
     "PoolResult",
     "ResultFn",
     "WorkerDeath",
     "WorkerError",
     "WorkerPool",
+    "charged_tokens",
     "died_measurement",
+    "exception_leaves",
     "worker_main",
 ]
 
@@ -159,7 +162,8 @@ def died_measurement(route: EngineRoute | None, death: str) -> StreamMeasurement
     return StreamMeasurement(error=err, errors=[err], **extra)
 
 
-def _output_tokens(m: StreamMeasurement) -> int:
+def charged_tokens(m: StreamMeasurement) -> int:
+    """The output tokens a measurement is charged (usage count, else the estimate; tokens)."""
     if m.completion_tokens is not None:
         return m.completion_tokens
     return m.estimated_completion_tokens or 0
@@ -186,7 +190,7 @@ class BudgetLedger:
 
     def charge(self, m: StreamMeasurement) -> None:
         """Charge ``m``'s output tokens (usage count, else the estimate) to the gate."""
-        self.gate.charge_output_tokens(_output_tokens(m))
+        self.gate.charge_output_tokens(charged_tokens(m))
 
 
 # ------------------------------------------------------------- worker side --
@@ -230,10 +234,10 @@ class _PipeLink:
             raise LiveGateError(message, host=host, missing=tuple(missing))
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
+def exception_leaves(exc: BaseException) -> list[BaseException]:
     """The exceptions inside (nested) exception groups, or ``[exc]``."""
     if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+        return [leaf for sub in exc.exceptions for leaf in exception_leaves(sub)]
     return [exc]
 
 
@@ -245,7 +249,7 @@ async def _command(core: WorkerCore, link: _PipeLink, cmd: tuple[Any, ...]) -> N
         else:
             await core.run(share, start_ns)
     except Exception as exc:
-        leaves = _leaves(exc)
+        leaves = exception_leaves(exc)
         refusal = next((e for e in leaves if isinstance(e, LiveGateError)), None)
         if refusal is not None:
             link.send(("refused", str(refusal), refusal.host, refusal.missing))
@@ -290,8 +294,10 @@ class _Proc:
 
 
 @dataclass(slots=True)
-class _Phase:
-    """The bookkeeping of one phase (warm-up or measured) of a load point."""
+class PhaseBook:
+    """The parent's bookkeeping of one phase (warm-up or measured) of a load point:
+    which workers are still busy, which of their items are unfinished, and what
+    went wrong (shared by the process pool and the Ray executor)."""
 
     on_result: ResultFn
     ledger: BudgetLedger
@@ -309,14 +315,14 @@ class _Phase:
         self.end_ns = max(self.end_ns, f.end_ns)
         self.on_result(PoolResult(item, f.measurement, f.queue_ms, worker, f.sent_ns, f.end_ns))
 
-    def died(self, proc: _Proc) -> None:
-        self.waiting.discard(proc.worker)
-        left = self.pending.pop(proc.worker, {})
-        death = WorkerDeath(proc.worker, proc.pid, proc.process.exitcode, len(left))
+    def died(self, worker: int, pid: int | None, exitcode: int | None) -> None:
+        self.waiting.discard(worker)
+        left = self.pending.pop(worker, {})
+        death = WorkerDeath(worker, pid, exitcode, len(left))
         self.deaths.append(death)
         for item in left.values():
             m = died_measurement(self.routes.get(item.route), str(death))
-            self.on_result(PoolResult(item, m, None, proc.worker))
+            self.on_result(PoolResult(item, m, None, worker))
 
     def raise_failure(self) -> None:
         if self.refusal is not None:
@@ -501,10 +507,10 @@ class WorkerPool:
         on_result: ResultFn,
         *,
         items: bool,
-    ) -> _Phase:
+    ) -> PhaseBook:
         procs = [await self._ensure(s.worker) for s in shares]
         pending = {s.worker: {it.key: it for it in s.items} for s in shares} if items else {}
-        phase = _Phase(on_result, self.ledger, self.routes, {p.worker for p in procs}, pending)
+        phase = PhaseBook(on_result, self.ledger, self.routes, {p.worker for p in procs}, pending)
         if kind == "run":
             phase.end_ns = start_ns
         for share, proc in zip(shares, procs, strict=True):
@@ -518,7 +524,7 @@ class WorkerPool:
                 self._handle(phase, proc, msg)
         return phase
 
-    def _handle(self, phase: _Phase, proc: _Proc, msg: Any) -> None:
+    def _handle(self, phase: PhaseBook, proc: _Proc, msg: Any) -> None:
         kind = msg[0]
         if kind == "sent":
             phase.finished(proc.worker, msg[1])
@@ -536,7 +542,7 @@ class WorkerPool:
             )
         elif kind == "died" and not proc.dead:
             proc.dead = True
-            phase.died(proc)
+            phase.died(proc.worker, proc.pid, proc.process.exitcode)
 
     async def aclose(self) -> None:
         """Stop every worker (asked first, killed after 5 s); idempotent."""
