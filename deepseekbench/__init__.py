@@ -130,6 +130,7 @@ from deepseekbench._tasks import (
     smoke_tasks,
     task_parity,
 )
+from deepseekbench._transport import pool_limits
 
 __version__ = "0.1.0"
 
@@ -238,6 +239,7 @@ __all__ = [
     "mtp_depth_from_gguf",
     "mtp_depth_from_hf_config",
     "parse_metrics",
+    "pool_limits",
     "probe_model_capability",
     "read_acceptance",
     "read_rows",

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import AcceptanceScope, QualityParity, ReasoningMode, Speculative
+from deepseekbench._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._errors import PlanError
 from deepseekbench._measure import StreamMeasurement
 from deepseekbench._parity import (
@@ -34,6 +35,7 @@ from deepseekbench._results import (
     read_stored_run,
 )
 from deepseekbench._row import Dispersion, Row
+from deepseekbench._spec_fields import cell_spec_fields
 from deepseekbench._stats import median, percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
 
@@ -336,12 +338,20 @@ def _build_row(
         parity_detail=rp.reason if rp is not None else "parity not run",
         n_requests=len(measured),
         n_errors=len(measured) - len(ok),
+        client_saturated=client_saturated(measured, plan.client_lag_threshold_ms),
+        client_pool_wait_ms=max_pool_wait_ms(measured),
         dispersion=Dispersion(
             ttft_ms=percentiles(m.ttft_ms for m in ok),
             tpot_ms=percentiles(m.tpot_ms for m in ok),
             e2e_ms=percentiles(m.e2e_ms for m in ok),
             itl_ms=percentiles(itl),
             output_toks_per_s=percentiles(m.output_toks_per_s for m in ok),
+        ),
+        **cell_spec_fields(
+            measured,
+            state.server.get((route.label, cell.cell_id)),
+            speculative=route.speculative is not Speculative.off,
+            declared_spec_tokens=route.spec_tokens,
         ),
     )
 

@@ -32,9 +32,11 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -53,6 +55,7 @@ from deepseekbench._capability import (
 )
 from deepseekbench._errors import PlanError
 from deepseekbench._route import EngineRoute, check_base_url, check_request_extras
+from deepseekbench._selfcheck import DEFAULT_LAG_THRESHOLD_MS
 from deepseekbench._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
 
 __all__ = [
@@ -140,6 +143,10 @@ class RoutePlan(BaseModel):
             itself never appears in a plan, a row or a report).
         request_extras: engine-scoped body fields for every request.
         continuous_usage: ask for usage on every chunk (vLLM/SGLang).
+        spec_tokens: the speculative depth (draft tokens per verify step) the
+            endpoint is declared to serve; checked against what the server says
+            before measuring (``deepseekbench._spec_config``). Left out of the
+            plan's content (and hash) when not set.
 
     Raises:
         pydantic.ValidationError: a label that is empty, over 64 characters or not
@@ -158,6 +165,14 @@ class RoutePlan(BaseModel):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     request_extras: dict[str, Any] = Field(default_factory=dict)
     continuous_usage: bool = False
+    spec_tokens: int | None = Field(default=None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_depth(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("spec_tokens") is None:
+            data.pop("spec_tokens", None)  # plans written before the field keep their hash
+        return data
 
     @field_validator("base_url")
     @classmethod
@@ -375,6 +390,8 @@ class BenchmarkPlan(BaseModel):
         arrival: :class:`ArrivalPlan`. workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
         results: JSONL results path (relative to the plan file when loaded), or ``None``.
         timeout_s: total deadline per request (s).
+        client_lag_threshold_ms: the client's own event-loop lag (ms, default 10)
+            above which a row is flagged ``client_saturated`` (docs/measurement.md).
         model_source: optional path to the model's GGUF file or Hugging Face
             ``config.json`` (or checkpoint folder), relative to the plan file. When
             set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
@@ -404,6 +421,11 @@ class BenchmarkPlan(BaseModel):
     parity: ParityPlan = ParityPlan()
     results: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
+    client_lag_threshold_ms: float = Field(
+        default=DEFAULT_LAG_THRESHOLD_MS,
+        gt=0,
+        description="client event-loop lag (ms) above which a row is flagged client_saturated",
+    )
     model_source: str | None = Field(
         default=None,
         description="GGUF file or HF config.json/checkpoint folder to probe for MTP depth",
@@ -507,9 +529,11 @@ class BenchmarkPlan(BaseModel):
         return tuple(t.prompt for t in smoke_tasks())
 
     def plan_hash(self) -> str:
-        """A 16-hex-digit digest of the plan's content (``base_dir`` and ``results``
-        excluded): a results file resumes only records with the same hash."""
-        data = self.model_dump(mode="json", exclude={"base_dir", "results"})
+        """A 16-hex-digit digest of the plan's content (``base_dir``, ``results`` and
+        ``client_lag_threshold_ms``, which changes no request, excluded): a results
+        file resumes only records with the same hash."""
+        excluded = {"base_dir", "results", "client_lag_threshold_ms"}
+        data = self.model_dump(mode="json", exclude=excluded)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
     def validate_sources(self) -> PlanSources:

@@ -62,7 +62,10 @@ from deepseekbench._results import (
 )
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
+from deepseekbench._selfcheck import SelfCheck
+from deepseekbench._spec_config import check_spec_config
 from deepseekbench._tasks import Task
+from deepseekbench._transport import pool_limits
 
 __all__ = [
     "DryRunResult",
@@ -221,7 +224,10 @@ async def run_plan(
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), a task id that collides with a parity prompt
-            id, or an API-key variable is unset (all before any request).
+            id, or an API-key variable is unset (all before any request); a
+            route's declared ``spec_tokens`` differs from the depth its server
+            says it serves (llama.cpp ``/props``, SGLang ``/get_server_info``;
+            before any measured request).
         pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
             ``messages`` or ``stream`` (from
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
@@ -275,8 +281,12 @@ async def run_plan(
     timeouts = Timeouts(total_s=plan.timeout_s)
     base = {"plan_hash": plan_hash}
     own_client = client is None
-    http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
+    pool = pool_limits(max(plan.arrival.concurrency, plan.parity.concurrency))
+    timeout = httpx.Timeout(plan.timeout_s)
+    http = client if client is not None else gate.client(timeout=timeout, limits=pool)
+    check = SelfCheck()  # the client's own event-loop lag, per request (client_saturated)
     try:
+        await check_spec_config(plan.routes, routes, gate=gate, client=http)
         writer.write(
             {
                 "record": "run_start",
@@ -392,6 +402,7 @@ async def run_plan(
                     )
 
         prog.emit()
+        await check.start()
         run_order = (plan.off_route, *plan.speculative_routes)
         for r_index, rp in enumerate(run_order):
             for mode in modes:
@@ -436,6 +447,7 @@ async def run_plan(
         if own_client:
             with anyio.CancelScope(shield=True):
                 await http.aclose()
+        await check.aclose()  # not inside a shield: its task group was opened outside one
 
 
 def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
