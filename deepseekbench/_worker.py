@@ -32,6 +32,7 @@ from pydantic import SecretStr
 from deepseekbench._gate import LiveGate
 from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
 from deepseekbench._route import EngineRoute
+from deepseekbench._selfcheck import SelfCheck
 from deepseekbench._workshare import PoolItem, WorkerShare
 
 __all__ = ["AskFn", "Finished", "GateRules", "PostFn", "WorkerCore", "WorkerSetup"]
@@ -178,7 +179,7 @@ class WorkerCore:
                 m = await self._measure(item)
             self.post(Finished(-1, m, None, sent, time.monotonic_ns()))
 
-        async with anyio.create_task_group() as tg:
+        async with SelfCheck(), anyio.create_task_group() as tg:
             for item in share.warmup:
                 tg.start_soon(one, item)
 
@@ -188,6 +189,9 @@ class WorkerCore:
         Closed loop: ``share.concurrency`` streams from the start. Open loop:
         item ``j`` at ``start_ns + offsets_s[j]``, waiting for a free slot when
         ``share.concurrency`` are in flight (that wait is its ``queue_ms``).
+        A :class:`~deepseekbench._selfcheck.SelfCheck` watches this worker's own
+        event loop meanwhile, so each measurement's ``client_lag_ms`` (and a row's
+        ``client_saturated``) is this worker's.
 
         Raises:
             LiveGateError: the gate or the run's budget refuses a request.
@@ -203,7 +207,7 @@ class WorkerCore:
             self.post(Finished(item.key, m, lag, sent, time.monotonic_ns()))
 
         await sleep_until(start_ns)
-        async with anyio.create_task_group() as tg:
+        async with SelfCheck(), anyio.create_task_group() as tg:
             for j, item in enumerate(share.items):
                 due = None
                 if share.offsets_s is not None:

@@ -92,6 +92,8 @@ async def test_two_workers_give_the_same_answers_as_one_and_keep_the_key_hidden(
         for r in results:
             assert SECRET not in r.measurement.model_dump_json() and SECRET not in repr(r)
     assert sorted(r.item.key for r in two if r.item) == list(range(12))
+    # each worker watches its own event loop: lag is measured in the worker
+    assert any(r.measurement.client_lag_ms is not None for r in two + opened)
     assert Counter(r.worker for r in two if r.item is not None) == {0: 6, 1: 6}
     assert sum(1 for r in two if r.item is None) == 2  # warm-ups, one per worker
     text = {r.item.key: r.measurement.text for r in one if r.item}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from deepseekbench._request import ChatRequest
@@ -16,6 +16,7 @@ Splitter = Callable[[LoadWork, int], tuple[WorkerShare, ...]]
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BROKEN = settings(SETTINGS, phases=[Phase.explicit, Phase.generate], database=None)
 REQ = ChatRequest(messages=({"role": "user", "content": "Count from 1 to 5."},), max_tokens=8)
+ITEMS_30 = tuple(PoolItem(j, "a", REQ) for j in range(30))
 
 
 @st.composite
@@ -40,6 +41,7 @@ def works(draw: st.DrawFn) -> LoadWork:
 def check_split(split: Splitter, cfg: settings = SETTINGS) -> None:
     @cfg
     @given(work=works(), workers=st.integers(1, 8))
+    @example(work=LoadWork(ITEMS_30, 3), workers=2)  # streams 2:1 must get requests 2:1
     def prop(work: LoadWork, workers: int) -> None:
         shares = split(work, workers)
         assert shares == split(work, workers)  # same plan, same split
