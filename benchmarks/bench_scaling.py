@@ -9,15 +9,20 @@ streams; the same load point (same requests, same split rule) is sent by
   (shared start to last finish, CLOCK_MONOTONIC);
 * TTFT median and p90 (ms), and the *added* TTFT: median TTFT at load minus the
   median TTFT of one stream alone (same server, same requests, measured first);
+* the client self-check: the largest event-loop lag any request saw in its
+  worker (ms) and whether a row would be flagged ``client_saturated`` (a lag
+  above ``DEFAULT_LAG_THRESHOLD_MS``);
 * errors, and the 1-minute load average before and after.
 
 Servers: ``--server engine`` (default) runs ``python -m deepseekbench serve``
 with near-free step costs (the reference engine: Python, so it may itself be
 the bottleneck on a small machine); ``--server raw`` is the precomputed-chunk
-server of ``bench_client_overhead.py`` (``--chunks`` chunks per response, as
-fast as it can write), which a client saturates first.
+server of ``bench_client_overhead.py`` (``max_tokens`` chunks per response; in
+``--raw-mode paced`` one event per write, ``--interval-ms`` apart, as an engine
+sends; ``burst`` writes the whole response at once), which a client saturates
+first.
 
-Run: ``python benchmarks/bench_scaling.py [--server raw --concurrency 64 --requests 256]``
+Run: ``python benchmarks/bench_scaling.py [--server raw --concurrency 64 --max-tokens 1000]``
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from deepseekbench._measure import Timeouts
 from deepseekbench._ray_executor import RayPool
 from deepseekbench._request import ChatRequest
 from deepseekbench._route import EngineRoute
+from deepseekbench._selfcheck import DEFAULT_LAG_THRESHOLD_MS
 from deepseekbench._workers import PoolReport, PoolResult, WorkerPool
 from deepseekbench._workshare import LoadWork, PoolItem
 
@@ -60,6 +66,7 @@ class Outcome:
     ttft_p50_ms: float
     ttft_p90_ms: float
     errors: int
+    max_lag_ms: float
     window_s: float
     load_before: float
     load_after: float
@@ -97,11 +104,11 @@ def engine_server() -> Iterator[str]:
 
 
 @contextmanager
-def raw_server(chunks: int) -> Iterator[str]:
+def raw_server(mode: str, interval_ms: float) -> Iterator[str]:
     from bench_client_overhead import _serve
 
     queue: mp.Queue[int] = mp.Queue()
-    proc = mp.Process(target=_serve, args=(queue, chunks), daemon=True)
+    proc = mp.Process(target=_serve, args=(queue, mode, interval_ms), daemon=True)
     proc.start()
     try:
         yield f"http://127.0.0.1:{queue.get(timeout=30)}/v1"
@@ -145,6 +152,7 @@ def _outcome(
         ttft_p50_ms=statistics.median(ttft) if ttft else float("nan"),
         ttft_p90_ms=ttft[int(0.9 * (len(ttft) - 1))] if ttft else float("nan"),
         errors=sum(1 for r in measured if r.measurement.error is not None),
+        max_lag_ms=max((r.measurement.client_lag_ms or 0.0 for r in measured), default=0.0),
         window_s=report.window_s,
         load_before=load_before,
         load_after=os.getloadavg()[0],
@@ -185,13 +193,15 @@ async def _bench(base_url: str, args: argparse.Namespace) -> None:
     )
     print(
         "| executor | chunks/s | TTFT p50 (ms) | added TTFT p50 (ms) | TTFT p90 (ms) "
-        "| errors | window (s) | load avg before → after |"
+        "| max client lag (ms) | client_saturated | errors | window (s) "
+        "| load avg before → after |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for o in outcomes:
         print(
             f"| {o.name} | {o.chunks_per_s:,.0f} | {o.ttft_p50_ms:.1f} | "
-            f"{o.ttft_p50_ms - base_ttft:+.1f} | {o.ttft_p90_ms:.1f} | {o.errors} | "
+            f"{o.ttft_p50_ms - base_ttft:+.1f} | {o.ttft_p90_ms:.1f} | {o.max_lag_ms:.1f} | "
+            f"{'yes' if o.max_lag_ms > DEFAULT_LAG_THRESHOLD_MS else 'no'} | {o.errors} | "
             f"{o.window_s:.2f} | {o.load_before:.2f} → {o.load_after:.2f} |"
         )
 
@@ -204,12 +214,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--alone", type=int, default=8, help="requests for the one-stream TTFT")
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--chunks", type=int, default=2000, help="raw server: chunks/response")
+    parser.add_argument("--raw-mode", choices=["paced", "burst"], default="paced")
+    parser.add_argument("--interval-ms", type=float, default=0.0, help="raw paced: event gap")
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
     if args.server == "raw":
         args.model = "bench"
-        server = raw_server(args.chunks)
+        server = raw_server(args.raw_mode, args.interval_ms)
     else:
         args.model = "deepseekbench-ref"
         server = engine_server()
