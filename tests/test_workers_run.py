@@ -16,6 +16,8 @@ from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._gate import LiveGate
 from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._runner import RunResult, load_results, run_plan
+from deepseekbench._scorecard import Scorecard
+from tests.test_scorecard import _row
 
 COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
 
@@ -70,6 +72,7 @@ def test_two_workers_give_the_rows_of_one_at_a_light_load(tmp_path: Path) -> Non
     assert all(b["window_end_ns"] > b["window_start_ns"] for b in measured)
     again = load_results(tmp_path / "two.jsonl")
     assert [r.model_dump() for r in again.rows] == [r.model_dump() for r in r2.rows]
+    assert Scorecard.from_results(tmp_path / "two.jsonl").client_workers == 2
 
 
 def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) -> None:
@@ -86,3 +89,14 @@ def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) ->
     out, err = io.StringIO(), io.StringIO()
     assert main(["run", str(plan), "--workers", "0", "--dry-run"], stdout=out, stderr=err) == 2
     assert "workers" in err.getvalue()
+
+
+def test_a_saturated_client_is_told_to_add_workers() -> None:
+    rows = [_row(), _row(speculative="mtp", route_label="mtp", client_saturated=True)]
+    card = Scorecard.from_rows(rows)
+    assert "send the load from more client workers (plan key workers" in card.to_text()
+    card.client_workers = 2
+    assert "workers = 4 (now 2)" in card.to_text()
+    calm = Scorecard.from_rows([_row(), _row(speculative="mtp", route_label="mtp")])
+    calm.client_workers = 1
+    assert "more client workers" not in calm.to_text()
