@@ -9,16 +9,20 @@ import os
 import signal
 from pathlib import Path
 
+import orjson
 import pytest
 from pydantic import SecretStr
 
+from deepseekbench._axes import QualityParity, Speculative
 from deepseekbench._engine import FAST_COSTS, CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._errors import LiveGateError
 from deepseekbench._gate import LiveGate
 from deepseekbench._measure import ErrorKind, Timeouts
+from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._ray_executor import RayPool, ray_address_host
 from deepseekbench._request import ChatRequest
 from deepseekbench._route import EngineRoute
+from deepseekbench._runner import run_plan
 from deepseekbench._workers import PoolResult
 from deepseekbench._workshare import LoadWork, PoolItem
 
@@ -72,11 +76,12 @@ async def test_a_remote_cluster_address_needs_key_and_spend() -> None:
         await pool.start()
 
 
-async def test_ray_actors_measure_keep_budgets_and_report_deaths() -> None:
+async def test_ray_actors_measure_keep_budgets_and_report_deaths(tmp_path: Path) -> None:
     need_ray()
     slow = CostModel(target_step_ms=10.0, verify_token_ms=0.0, draft_step_ms=0.0)
     async with (
         EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as fast,
+        EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
         EmbeddedEngine(EngineConfig(cost=slow)) as slow_engine,
     ):
         route = EngineRoute(
@@ -100,6 +105,24 @@ async def test_ray_actors_measure_keep_budgets_and_report_deaths() -> None:
             for pid in pool.pids.values():
                 assert SECRET.encode() not in proc_files(pid)
             assert SECRET not in repr(pool)
+            # a plan with executor = "ray" (the running instance is reused)
+            plan = BenchmarkPlan.model_validate(
+                {
+                    "model": "deepseekbench-ref",
+                    "routes": [
+                        {"label": "off", "speculative": "off", "base_url": fast.base_url},
+                        {"label": "mtp", "speculative": "mtp", "base_url": mtp.base_url},
+                    ],
+                    "requests_per_cell": 4,
+                    "warmup_per_cell": 0,
+                    "repeats": 1,
+                    "arrival": {"concurrency": 2},
+                    "parity": {"concurrency": 4, "max_tokens": 32},
+                    "workers": 2,
+                    "executor": "ray",
+                }
+            )
+            planned = await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
             # a budget for the run: two actors share one ledger
             bgate = LiveGate(max_requests=3)
             spent: list[PoolResult] = []
@@ -130,3 +153,7 @@ async def test_ray_actors_measure_keep_budgets_and_report_deaths() -> None:
         ErrorKind.worker_died
     }
     assert [d.worker for d in dreport.deaths] == [1]
+    assert all(r.n_errors == 0 and r.quality_parity is QualityParity.verified for r in planned.rows)
+    records = [orjson.loads(x) for x in (tmp_path / "r.jsonl").read_bytes().splitlines()]
+    measured = [r for r in records if r["record"] == "workers" and r["phase"] == "measure"]
+    assert measured and all(len(r["clock_offsets_ns"]) == r["workers"] == 2 for r in measured)
