@@ -49,11 +49,12 @@ from deepseekbench._analysis import (
     row_identity,
 )
 from deepseekbench._axes import QualityParity
-from deepseekbench._executor import Executor, Sent
+from deepseekbench._executor import Sent
 from deepseekbench._gate import LiveGate
-from deepseekbench._measure import Timeouts
+from deepseekbench._measure import redact_measurement
 from deepseekbench._parity import ParityOutput
 from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._pool_executor import executor_for
 from deepseekbench._results import (
     MeasureInfo,
     ResultsFormatError,
@@ -70,6 +71,7 @@ from deepseekbench._row import Row
 from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
 from deepseekbench._spec_config import check_spec_config
 from deepseekbench._transport import pool_limits
+from deepseekbench._workers import PoolReport
 
 __all__ = [
     "DryRunResult",
@@ -286,6 +288,27 @@ class _Recorder:
             }
         )
 
+    def workers(self, block: Block, report: PoolReport) -> None:
+        """One ``workers`` record per block sent by several workers: the window
+        edges (CLOCK_MONOTONIC ns; Ray: mapped from wall-clock time), the
+        workers that died, and each Ray actor's clock offset estimate (ns)."""
+        self.writer.write(
+            {
+                "record": "workers",
+                **self.base,
+                "route": block.route,
+                "phase": block.phase.value,
+                "cell": block.cell,
+                "load": block.load.key if block.load is not None else None,
+                "round": block.round,
+                "workers": report.workers,
+                "window_start_ns": report.start_ns,
+                "window_end_ns": report.end_ns,
+                "deaths": [dataclasses.asdict(d) for d in report.deaths],
+                "clock_offsets_ns": list(report.clock_offsets_ns),
+            }
+        )
+
     def finish(self, result: RunResult) -> None:
         for rpar in result.parity.values():
             self.writer.write(
@@ -404,12 +427,15 @@ async def run_plan(
     timeout = httpx.Timeout(plan.timeout_s)
     pool = pool_limits(_in_flight(plan))
     http = client if client is not None else gate.client(timeout=timeout, limits=pool)
+
     # a server may echo any route's key, or the gate's: none lands in the file
     keys = (gate.api_key, *(r.api_key for r in routes.values()))
     secrets = tuple(k.get_secret_value() for k in keys if k is not None)
-    executor = Executor(routes, gate, http, Timeouts(total_s=plan.timeout_s), secrets)
 
     def on_sent(block: Block, sent: Sent) -> None:
+        clean = redact_measurement(sent.measurement, secrets)
+        if clean is not sent.measurement:
+            sent = dataclasses.replace(sent, measurement=clean)
         recorder.sent(block, sent)
         prog.step(sent.measurement.error is not None)
 
@@ -427,11 +453,12 @@ async def run_plan(
             }
         )
         prog.emit()
-        for block, items in work:
-            prog.set_phase(block.title)
-            delta = await executor.run_block(block, items, on_sent)
-            if delta is not None:
-                recorder.window(block, delta)
+        async with executor_for(plan, routes, gate, http, recorder.workers) as executor:
+            for block, items in work:
+                prog.set_phase(block.title)
+                delta = await executor.run_block(block, items, on_sent)
+                if delta is not None:
+                    recorder.window(block, delta)
         prog.set_phase("done")
         result = build_result(
             plan, state, results_path=path, resumed=resumed, complete=True, tasks=sources.tasks
