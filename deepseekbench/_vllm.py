@@ -102,8 +102,10 @@ class VllmServerSpec(BaseModel):
             at a time, so a request's numerics never depend on its neighbours).
         seed: ``--seed``.
         enforce_eager: ``--enforce-eager`` (no torch.compile / graph capture).
-        per_request_spec_metrics: ``--per-request-spec-decode-metrics``; anything but
-            ``none`` also passes ``--enable-per-request-metrics``.
+        per_request_spec_metrics: ``--per-request-spec-decode-metrics`` (passed only
+            with a ``speculative_config``: vLLM refuses it otherwise); anything but
+            ``none`` also passes ``--enable-per-request-metrics`` (the per-request
+            ``metrics`` object: server TTFT, queue time, ...).
         kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE`` for the CPU build (GiB, >= 1).
         threads: OpenMP threads of the CPU build (``OMP_NUM_THREADS``; ``None`` keeps
             vLLM's default).
@@ -270,11 +272,9 @@ def vllm_server_args(spec: VllmServerSpec, *, port: int, python: Path) -> list[s
     if spec.speculative_config is not None:
         args += ["--speculative-config", orjson.dumps(spec.speculative_config).decode()]
     if spec.per_request_spec_metrics != "none":
-        args += [
-            "--enable-per-request-metrics",
-            "--per-request-spec-decode-metrics",
-            spec.per_request_spec_metrics,
-        ]
+        args.append("--enable-per-request-metrics")
+        if spec.speculative_config is not None:  # vLLM refuses the flag without it
+            args += ["--per-request-spec-decode-metrics", spec.per_request_spec_metrics]
     args += list(spec.extra_args)
     return args
 
@@ -319,7 +319,9 @@ async def _stop(process: Process, grace_s: float) -> None:
     _signal_group(pid, signal.SIGTERM)
     with anyio.move_on_after(grace_s):
         await process.wait()
-        while _group_alive(pid):  # engine-core / worker children leave after the leader
+        while True:  # engine-core / worker children may leave after the leader
+            if not _group_alive(pid):
+                break
             await anyio.sleep(0.1)
     _signal_group(pid, signal.SIGKILL)
     if process.returncode is None:

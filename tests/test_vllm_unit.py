@@ -18,7 +18,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 from pydantic import ValidationError
@@ -136,7 +135,10 @@ def test_argv_for_each_route_kind(model_dir: Path) -> None:
     assert off[off.index("--served-model-name") + 1] == "off"
     assert off[off.index("--dtype") + 1] == "float32"
     assert "--speculative-config" not in off
-    assert off[-3:] == [
+    assert off[-1] == "--enable-per-request-metrics"
+    assert "--per-request-spec-decode-metrics" not in off  # vLLM refuses it without spec
+    ngram = vllm_server_args(VllmServerSpec.ngram("n", model_dir), port=1, python=py)
+    assert ngram[-3:] == [
         "--enable-per-request-metrics", "--per-request-spec-decode-metrics", "detailed",
     ]  # fmt: skip
 
@@ -150,7 +152,8 @@ def test_argv_for_each_route_kind(model_dir: Path) -> None:
         "method": "ngram", "num_speculative_tokens": 3,
         "prompt_lookup_max": 3, "prompt_lookup_min": 1,
     }  # fmt: skip
-    assert cfg(VllmServerSpec.draft("d", model_dir, model_dir / "draft", num_speculative_tokens=4)) == {
+    draft = VllmServerSpec.draft("d", model_dir, model_dir / "draft", num_speculative_tokens=4)
+    assert cfg(draft) == {
         "method": "draft_model", "model": os.fspath(model_dir / "draft"),
         "num_speculative_tokens": 4,
     }  # fmt: skip
