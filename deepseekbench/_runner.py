@@ -62,6 +62,7 @@ from deepseekbench._results import (
 )
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
+from deepseekbench._spec_config import check_spec_config
 from deepseekbench._tasks import Task
 
 __all__ = [
@@ -221,7 +222,10 @@ async def run_plan(
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), a task id that collides with a parity prompt
-            id, or an API-key variable is unset (all before any request).
+            id, or an API-key variable is unset (all before any request); a
+            route's declared ``spec_tokens`` differs from the depth its server
+            says it serves (llama.cpp ``/props``, SGLang ``/get_server_info``;
+            before any measured request).
         pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
             ``messages`` or ``stream`` (from
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
@@ -277,6 +281,7 @@ async def run_plan(
     own_client = client is None
     http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
     try:
+        await check_spec_config(plan.routes, routes, gate=gate, client=http)
         writer.write(
             {
                 "record": "run_start",
