@@ -139,6 +139,19 @@ def check_counts(run: PairRun, label: str) -> dict[str, Any]:
         for c in measured
         if c.spec
     )
+    # per-position acceptance: the row's figure (the library reads vLLM's per-step lists)
+    # equals the one computed here from each request's acceptance_histogram
+    m_per_pos: dict[int, int] = defaultdict(int)
+    for c in measured:
+        assert c.spec is not None
+        for p, n in per_position_accepted(c.spec).items():
+            m_per_pos[p] += n
+    expected_by_pos = [m_per_pos.get(p, 0) / m_steps for p in range(n_spec)]
+    assert row.acceptance_by_position is not None
+    assert list(row.acceptance_by_position) == pytest.approx(expected_by_pos)
+    assert row.spec_tokens == n_spec
+    assert row.acceptance_source == "metrics.speculative_decoding"
+    check_server_ttft(run, label)
     server_records = [r for r in run.records("server_metrics") if r["route"] == label]
     assert server_records, "the runner scraped no /metrics for the speculative route"
     srv = server_records[0]["acceptance"]
@@ -146,6 +159,9 @@ def check_counts(run: PairRun, label: str) -> dict[str, Any]:
     assert (srv["draft_tokens"], srv["accepted_tokens"]) == (m_drafted, m_accepted)
     assert srv["verify_steps"] == m_steps
 
+    srv_by_pos = srv.get("acceptance_by_position")
+    if srv_by_pos is not None:  # the runner's /metrics window covers the measured requests
+        assert list(srv_by_pos) == pytest.approx(expected_by_pos)
     by_pos = [round(per_pos.get(p, 0) / steps, 3) for p in range(n_spec)]
     summary = {
         "drafted": drafted,
@@ -158,11 +174,26 @@ def check_counts(run: PairRun, label: str) -> dict[str, Any]:
         f"{label}: whole run drafted/accepted/steps {drafted}/{accepted}/{steps} == /metrics "
         f"delta {delta['num_draft_tokens']}/{delta['num_accepted_tokens']}/"
         f"{delta['num_drafts']}; accepted by position {dict(per_pos)} == "
-        f"{delta['per_pos']}; acceptance by position {by_pos}; measured "
+        f"{delta['per_pos']}; acceptance by position {by_pos} (measured: row "
+        f"{[round(x, 3) for x in row.acceptance_by_position]}); measured "
         f"{m_drafted}/{m_accepted}, rate {m_accepted / m_drafted:.3f}, length "
         f"{1 + m_accepted / m_steps:.2f}"
     )
     return summary
+
+
+def check_server_ttft(run: PairRun, label: str) -> None:
+    """Each row's ``server_ttft_ms`` is the median of the engine's own
+    ``metrics.time_to_first_token_ms`` over the measured requests (off too: it gets
+    ``--enable-per-request-metrics``)."""
+    for name in ("off", label):
+        measured = _measured(run.recorder.completions[run.servers[name].port])
+        ttfts = sorted(float(c.metrics["time_to_first_token_ms"]) for c in measured if c.metrics)
+        assert len(ttfts) == REQUESTS_PER_CELL, name
+        mid = len(ttfts) // 2
+        median = ttfts[mid] if len(ttfts) % 2 else (ttfts[mid - 1] + ttfts[mid]) / 2
+        row = next(r for r in run.result.rows if r.route_label == name)
+        assert row.server_ttft_ms == pytest.approx(median), name
 
 
 def measured_texts(run: PairRun) -> dict[str, dict[int, str]]:

@@ -3,7 +3,8 @@
 * :class:`StreamRecorder` - an httpx transport (wrapped by the gate) that keeps, for
   every chat completion, the request's prompt and ``max_tokens``, the streamed text
   (``choices[0].delta.content`` joined, parsed here with plain ``json``, not the
-  library's SSE decoder) and the final chunk's ``metrics.speculative_decoding``.
+  library's SSE decoder) and the final chunk's ``metrics`` object (server timings and
+  ``speculative_decoding``).
 * :func:`read_spec_counters` - the ``vllm:spec_decode_*`` Prometheus counters of one
   server, including ``num_accepted_tokens_per_pos`` by position.
 """
@@ -30,6 +31,7 @@ class Completion:
     max_tokens: int | None
     text: str = ""
     spec: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
     finished: bool = False
 
 
@@ -58,8 +60,10 @@ class _Parser:
             if choice.get("index", 0) == 0 and isinstance(content, str):
                 self.parts.append(content)
         metrics = obj.get("metrics")
-        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-            self.completion.spec = metrics["speculative_decoding"]
+        if isinstance(metrics, dict):
+            self.completion.metrics = metrics
+            if isinstance(metrics.get("speculative_decoding"), dict):
+                self.completion.spec = metrics["speculative_decoding"]
 
     def close(self) -> None:
         self.completion.text = "".join(self.parts)
