@@ -5,7 +5,8 @@ Usage (library venv, ``$DEEPSEEKBENCH_VLLM_PYTHON`` set to the vLLM venv's pytho
     python -m tests.vllm.divergence_probe MODEL_DIR [--dtype float32] [--prompts 16]
         [--method deepseek_mtp|ngram] [--max-num-seqs 1] [--max-tokens 48]
 
-Starts an ``off`` and a speculative server on the checkpoint (both ``--enforce-eager``),
+Starts an ``off`` and a speculative server on the checkpoint (both ``--enforce-eager``
+unless ``--off-compiled``),
 sends the same greedy prompts to both one at a time, and prints, per prompt, whether the
 texts match; for a divergence, the first differing token position and off's top-1 /
 top-2 log-probability margin there (a near tie is numerical noise; a wide margin is a
@@ -60,7 +61,8 @@ async def probe(args: argparse.Namespace) -> list[dict[str, Any]]:
         cand = VllmServerSpec.ngram("cand", model, **common)
     else:
         cand = VllmServerSpec.mtp("cand", model, method=args.method, **common)
-    specs = [VllmServerSpec.off("off", model, **common), cand]
+    off_kw = common | ({"enforce_eager": False} if args.off_compiled else {})
+    specs = [VllmServerSpec.off("off", model, **off_kw), cand]
     prompts = hf_models.prompt_words(args.seed, args.prompts)
     out = []
     async with (
@@ -98,6 +100,7 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--logs", default="vllm-probe-logs")
+    ap.add_argument("--off-compiled", action="store_true", help="off without --enforce-eager")
     args = ap.parse_args()
     recs = anyio.run(probe, args)
     print(f"matched {sum(r['match'] for r in recs)}/{len(recs)}")
