@@ -269,7 +269,10 @@ async def test_bad_specs_are_refused_before_any_start(model_dir: Path, tmp_path:
 
 
 _PARENT = """\
-import os, sys, time
+import os, signal, sys, time
+# a background job of a non-interactive shell starts with SIGINT ignored; Ctrl-C in a
+# terminal reaches a process that has Python's default handler
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from deepseekbench._vllm import VllmServerSpec

@@ -112,8 +112,9 @@ def test_synthetic_acceptance_route_differs_and_is_refused(
             run = run_pair(plan, servers, tmp_path, "Llama pair: off vs synthetic-acceptance draft")
     except VllmServerError as exc:
         # the CPU build: refused at start-up, before any request (see module docstring)
-        assert "Synthetic acceptance not supported with CPU sampling" in str(exc), str(exc)
-        assert exc.name == "llama-mistuned"
+        assert exc.name == "llama-mistuned" and exc.log_path is not None
+        log = exc.log_path.read_text(encoding="utf-8", errors="replace")
+        assert "Synthetic acceptance not supported with CPU sampling" in log, str(exc)
         append_report(
             "draft-mistuned (rejection_sample_method=synthetic): refused at start-up by this "
             "vLLM build ('Synthetic acceptance not supported with CPU sampling'); no "
