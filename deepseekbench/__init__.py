@@ -15,7 +15,9 @@ from deepseekbench._acceptance import (
 from deepseekbench._analysis import MeasuredRequest, RouteParity, RunResult, load_results
 from deepseekbench._axes import (
     KEY_AXES,
+    LOAD_AXES,
     AcceptanceScope,
+    Arrival,
     ContextBucket,
     Dialect,
     Hosting,
@@ -78,9 +80,11 @@ from deepseekbench._plan import (
     ArrivalPlan,
     BenchmarkPlan,
     CellPlan,
+    LoadPoint,
     ParityPlan,
     PlanSources,
     RoutePlan,
+    SloPlan,
     WorkloadPlan,
 )
 from deepseekbench._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
@@ -103,6 +107,8 @@ from deepseekbench._scorecard import (
     Scorecard,
     ScorecardLine,
     bootstrap_speedup_ci,
+    crossover_text,
+    paired_speedup_ci,
 )
 from deepseekbench._server_metrics import (
     MetricsSnapshot,
@@ -130,6 +136,7 @@ from deepseekbench._tasks import (
     smoke_tasks,
     task_parity,
 )
+from deepseekbench._transport import pool_limits
 
 __version__ = "0.1.0"
 
@@ -138,12 +145,14 @@ __all__ = [
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
     "KEY_AXES",
+    "LOAD_AXES",
     "MIN_REQUESTS_FOR_SPEEDUP",
     "PASSTHROUGH_FIELDS",
     "REQUIRED_FIELDS",
     "SCHEMA_VERSION",
     "AcceptanceRecord",
     "AcceptanceScope",
+    "Arrival",
     "ArrivalPlan",
     "BenchmarkPlan",
     "CellPlan",
@@ -174,6 +183,7 @@ __all__ = [
     "LiveGateError",
     "LlamaServerError",
     "LlamaServerSpec",
+    "LoadPoint",
     "MeasureStreamed",
     "MeasuredRequest",
     "MetricsSnapshot",
@@ -202,6 +212,7 @@ __all__ = [
     "RunningLlamaServer",
     "Scorecard",
     "ScorecardLine",
+    "SloPlan",
     "Speculative",
     "SpeedupMetric",
     "SpeedupVerdict",
@@ -222,6 +233,7 @@ __all__ = [
     "bootstrap_speedup_ci",
     "coerce_request",
     "compare_speedup",
+    "crossover_text",
     "determinism_control",
     "dry_run",
     "exact_acceptance",
@@ -237,7 +249,9 @@ __all__ = [
     "metrics_delta",
     "mtp_depth_from_gguf",
     "mtp_depth_from_hf_config",
+    "paired_speedup_ci",
     "parse_metrics",
+    "pool_limits",
     "probe_model_capability",
     "read_acceptance",
     "read_rows",
