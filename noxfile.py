@@ -37,6 +37,13 @@ def engine(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON[0])
+def vllm(session: nox.Session) -> None:
+    """Install vLLM's CPU build in its own venv and run the real-vLLM tests (marker ``vllm``)."""
+    session.install("-e", ".[test]")
+    session.run("bash", ".ci/vllm.sh", external=True)
+
+
+@nox.session(python=PYTHON[0])
 def schema(session: nox.Session) -> None:
     """Regenerate docs/row.schema.json from the Row model."""
     session.install("-e", ".")

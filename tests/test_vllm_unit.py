@@ -1,0 +1,319 @@
+"""Route specs, argv and process lifecycle of ``_vllm`` without a real vLLM.
+
+A fake ``vllm.entrypoints.openai.api_server`` module (on ``PYTHONPATH``) serves
+``/health`` and ``/v1/models`` and, like vLLM's engine core, starts a child process in
+its process group. The tests check that every process is gone after a normal exit, an
+exception, a crash at start-up, a server ignoring SIGTERM, a SIGTERM of the process that
+started the servers, and a SIGKILL of it (the parent-death signal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._vllm import (
+    VllmServerError,
+    VllmServerSpec,
+    find_vllm_python,
+    vllm_server_args,
+    vllm_servers,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+FAKE_SERVER = """\
+import json, os, signal, subprocess, sys, time, http.server
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+name = args[args.index("--served-model-name") + 1]
+mode = os.environ.get("FAKE_MODE", "ok")
+print("fake vllm", " ".join(args), flush=True)
+if mode == "crash":
+    print("ValueError: cannot load model", flush=True)
+    sys.exit(3)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.path.join(os.environ["FAKE_PIDS"], f"{port}.json"), "w") as f:
+    json.dump({"leader": os.getpid(), "child": child.pid}, f)
+def stop(*_):
+    child.terminate()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, signal.SIG_IGN if mode == "stubborn" else stop)
+started = time.monotonic()
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if time.monotonic() - started < 0.3 or mode == "never-ready":
+            self.send_response(503); self.send_header("Content-Length", "0"); self.end_headers()
+            return
+        body = b"" if self.path == "/health" else json.dumps(
+            {"data": [{"id": name}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_env(tmp_path: Path) -> dict[str, str]:
+    """PYTHONPATH with the fake server module, and a folder for its pid files."""
+    pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent, pkg.parent.parent):
+        (d / "__init__.py").write_text("")
+    (pkg / "api_server.py").write_text(FAKE_SERVER)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    return {"PYTHONPATH": os.fspath(tmp_path / "fake"), "FAKE_PIDS": os.fspath(pids)}
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A folder standing in for a checkpoint."""
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    return d
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by a parent that is itself gone) is not running
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _pids(env: dict[str, str]) -> list[int]:
+    out: list[int] = []
+    for f in sorted(Path(env["FAKE_PIDS"]).glob("*.json")):
+        d = json.loads(f.read_text())
+        out += [d["leader"], d["child"]]
+    return out
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+# ---- specs and argv
+
+
+def test_argv_for_each_route_kind(model_dir: Path) -> None:
+    py = Path("/venv/bin/python")
+    off = vllm_server_args(VllmServerSpec.off("off", model_dir), port=8000, python=py)
+    assert off[:3] == [os.fspath(py), "-m", "vllm.entrypoints.openai.api_server"]
+    assert off[off.index("--host") + 1] == "127.0.0.1"
+    assert off[off.index("--port") + 1] == "8000"
+    assert off[off.index("--served-model-name") + 1] == "off"
+    assert off[off.index("--dtype") + 1] == "float32"
+    assert "--speculative-config" not in off
+    assert off[-1] == "--enable-per-request-metrics"
+    assert "--per-request-spec-decode-metrics" not in off  # vLLM refuses it without spec
+    ngram = vllm_server_args(VllmServerSpec.ngram("n", model_dir), port=1, python=py)
+    assert ngram[-3:] == [
+        "--enable-per-request-metrics", "--per-request-spec-decode-metrics", "detailed",
+    ]  # fmt: skip
+
+    def cfg(spec: VllmServerSpec) -> dict[str, object]:
+        args = vllm_server_args(spec, port=1, python=py)
+        loaded = json.loads(args[args.index("--speculative-config") + 1])
+        assert isinstance(loaded, dict)
+        return loaded
+
+    assert cfg(VllmServerSpec.ngram("n", model_dir)) == {
+        "method": "ngram", "num_speculative_tokens": 3,
+        "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+    }  # fmt: skip
+    draft = VllmServerSpec.draft("d", model_dir, model_dir / "draft", num_speculative_tokens=4)
+    assert cfg(draft) == {
+        "method": "draft_model", "model": os.fspath(model_dir / "draft"),
+        "num_speculative_tokens": 4,
+    }  # fmt: skip
+    mtp = VllmServerSpec.mtp("m", model_dir, enforce_eager=True)
+    assert cfg(mtp) == {"method": "deepseek_mtp", "num_speculative_tokens": 1}
+    assert mtp.method == "deepseek_mtp"
+    assert "--enforce-eager" in vllm_server_args(mtp, port=1, python=py)
+    quiet = VllmServerSpec.off("q", model_dir, per_request_spec_metrics="none", extra_args=("-x",))
+    args = vllm_server_args(quiet, port=1, python=py)
+    assert "--enable-per-request-metrics" not in args and args[-1] == "-x"
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"name": "bad name"},
+        {"speculative_config": {"num_speculative_tokens": 3}},
+        {"max_model_len": 10},
+        {"kv_cache_gib": 0},
+        {"unknown": 1},
+    ],
+)
+def test_spec_rejects_bad_fields(model_dir: Path, kw: dict[str, object]) -> None:
+    base: dict[str, object] = {"name": "r", "model": model_dir}
+    with pytest.raises(ValidationError):
+        VllmServerSpec.model_validate(base | kw)
+
+
+def test_find_vllm_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("DEEPSEEKBENCH_VLLM_PYTHON", raising=False)
+    assert find_vllm_python() == Path(sys.executable)
+    monkeypatch.setenv("DEEPSEEKBENCH_VLLM_PYTHON", os.fspath(tmp_path / "nope"))
+    with pytest.raises(VllmServerError, match="not an executable"):
+        find_vllm_python()
+    assert issubclass(VllmServerError, DeepseekBenchError)
+
+
+# ---- lifecycle with the fake server
+
+
+def _specs(model_dir: Path, n: int = 2) -> list[VllmServerSpec]:
+    return [VllmServerSpec.off(f"r{i}", model_dir, served_model_name=f"m{i}") for i in range(n)]
+
+
+@pytest.mark.anyio
+async def test_servers_start_answer_and_every_process_stops(
+    fake_env: dict[str, str], model_dir: Path, tmp_path: Path
+) -> None:
+    async with vllm_servers(_specs(model_dir), log_dir=tmp_path / "logs", env=fake_env) as running:
+        assert set(running) == {"r0", "r1"}
+        async with httpx.AsyncClient(trust_env=False) as client:
+            for i, server in enumerate(running.values()):
+                assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
+                models = (await client.get(f"{server.base_url}/models")).json()
+                assert models["data"][0]["id"] == f"m{i}"
+        pids = _pids(fake_env)
+        assert len(pids) == 4 and all(_alive(p) for p in pids)
+        log = (tmp_path / "logs" / "r0.log").read_text()
+        assert "--host 127.0.0.1" in log
+    assert _wait_gone(pids) == []
+
+
+@pytest.mark.anyio
+async def test_exception_in_block_stops_every_process(
+    fake_env: dict[str, str], model_dir: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(RuntimeError, match="test failed"):
+        async with vllm_servers(_specs(model_dir), log_dir=tmp_path, env=fake_env):
+            raise RuntimeError("test failed")
+    pids = _pids(fake_env)
+    assert len(pids) == 4
+    assert _wait_gone(pids) == []
+
+
+@pytest.mark.anyio
+async def test_crash_at_start_is_a_typed_error_with_the_log(
+    fake_env: dict[str, str], model_dir: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(VllmServerError, match="exited with code 3") as info:
+        async with vllm_servers(
+            _specs(model_dir, 1), log_dir=tmp_path, env=fake_env | {"FAKE_MODE": "crash"}
+        ):
+            pytest.fail("unreachable")
+    assert "cannot load model" in str(info.value)
+    assert info.value.name == "r0" and info.value.log_path == tmp_path / "r0.log"
+
+
+@pytest.mark.anyio
+async def test_not_ready_in_time_and_stubborn_server_is_killed(
+    fake_env: dict[str, str], model_dir: Path, tmp_path: Path
+) -> None:
+    env = fake_env | {"FAKE_MODE": "stubborn"}
+    async with vllm_servers(_specs(model_dir, 1), log_dir=tmp_path, env=env, stop_grace_s=0.5):
+        pass  # the server ignores SIGTERM: SIGKILL of its group after the grace period
+    assert _wait_gone(_pids(fake_env)) == []
+    never = fake_env | {"FAKE_MODE": "never-ready"}
+    with pytest.raises(VllmServerError, match="not ready after 1 s"):
+        async with vllm_servers(
+            [VllmServerSpec.off("late", model_dir)], log_dir=tmp_path, env=never,
+            startup_timeout_s=1.0,
+        ):  # fmt: skip
+            pytest.fail("unreachable")
+
+
+@pytest.mark.anyio
+async def test_bad_specs_are_refused_before_any_start(model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(VllmServerError, match="duplicate"):
+        async with vllm_servers([VllmServerSpec.off("a", model_dir)] * 2):
+            pass
+    with pytest.raises(VllmServerError, match="no such model"):
+        async with vllm_servers([VllmServerSpec.off("a", tmp_path / "missing")]):
+            pass
+
+
+_PARENT = """\
+import os, signal, sys, time
+# a background job of a non-interactive shell starts with SIGINT ignored; Ctrl-C in a
+# terminal reaches a process that has Python's default handler
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from deepseekbench._vllm import VllmServerSpec
+from tests.vllm.conftest import serving
+spec = VllmServerSpec.off("p", Path({model!r}))
+with serving([spec], Path({logs!r})) as running:
+    print("READY", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT])
+def test_signal_to_the_starting_process_stops_the_servers(
+    fake_env: dict[str, str], model_dir: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """SIGTERM / Ctrl-C of pytest run the stop path; SIGKILL leaves it to the kernel's
+    parent-death signal, which the launcher set on the server."""
+    script = textwrap.dedent(_PARENT).format(
+        repo=os.fspath(REPO), model=os.fspath(model_dir), logs=os.fspath(tmp_path / "logs")
+    )
+    env = dict(os.environ) | fake_env
+    env["PYTHONPATH"] = os.pathsep.join([os.fspath(REPO), fake_env["PYTHONPATH"]])
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert parent.stdout is not None
+        lines = [parent.stdout.readline().strip() for _ in range(3)]  # "", "[vllm] ...", READY
+        assert lines[-1] == "READY", lines
+        pids = _pids(fake_env)
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        parent.send_signal(sig)
+        parent.wait(timeout=90)  # a loaded CI machine can take a while to stop
+        assert _wait_gone(pids, timeout_s=15) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Run each ``pytest.mark.anyio`` test under asyncio and under trio."""
+    return str(request.param)

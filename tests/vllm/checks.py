@@ -1,0 +1,208 @@
+"""Assertions shared by the real-vLLM plan tests (each checks the library against an
+observation made without it: raw stream texts, per-request metrics, ``/metrics``)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from deepseekbench._axes import AcceptanceScope, Dialect, QualityParity
+from deepseekbench._speedup import RefusalReason
+from tests.vllm.observe import Completion, per_position_accepted
+from tests.vllm.plans import (
+    MAX_TOKENS,
+    MODE,
+    N_PARITY,
+    PARITY_MAX_TOKENS,
+    PARITY_PROMPTS,
+    REQUESTS_PER_CELL,
+    WARMUP_PER_CELL,
+    PairRun,
+    append_report,
+)
+
+
+def check_requests(run: PairRun, label: str) -> None:
+    """Every request ran, on loopback, through the gate; off ran the parity set twice."""
+    rows = {r.route_label: r for r in run.result.rows}
+    assert list(rows) == ["off", label]
+    for row in rows.values():
+        assert (row.n_requests, row.n_errors) == (REQUESTS_PER_CELL, 0), row.route_label
+    for name, server in run.servers.items():
+        seen = run.recorder.completions[server.port]
+        expected = N_PARITY * (2 if name == "off" else 1) + WARMUP_PER_CELL + REQUESTS_PER_CELL
+        assert len(seen) == expected, name
+        assert all(c.finished for c in seen), name  # every stream reached [DONE]
+
+
+def independent_parity(run: PairRun, label: str) -> tuple[list[bool], bool]:
+    """Per parity prompt, whether the candidate's raw text equals off's (first run);
+    and whether off's two runs were identical (the determinism control)."""
+    off = run.recorder.texts(run.servers["off"].port, PARITY_PROMPTS, PARITY_MAX_TOKENS)
+    cand = run.recorder.texts(run.servers[label].port, PARITY_PROMPTS, PARITY_MAX_TOKENS)
+    assert [len(t) for t in off] == [2] * N_PARITY
+    assert [len(t) for t in cand] == [1] * N_PARITY
+    assert all(len(t[0]) > 20 for t in off)
+    deterministic = all(t[0] == t[1] for t in off)
+    return [c[0] == o[0] for c, o in zip(cand, off, strict=True)], deterministic
+
+
+def check_verdict(run: PairRun, label: str) -> list[bool]:
+    """The library's parity verdict equals what the raw texts say; returns the matches.
+
+    Verified (and credited) only when every parity prompt matched and off was
+    deterministic; otherwise ``differs`` with the first divergence shown, refused.
+    """
+    matches, deterministic = independent_parity(run, label)
+    rows = {r.route_label: r for r in run.result.rows}
+    off_parity = run.result.parity[("off", MODE)]
+    assert off_parity.control is not None
+    assert off_parity.control.deterministic is deterministic
+    assert deterministic, "vLLM off route not deterministic under greedy decoding"
+    assert rows["off"].quality_parity is QualityParity.verified
+    parity = run.result.parity[(label, MODE)]
+    assert parity.exact is not None
+    assert [p.match for p in parity.exact.prompts] == matches
+    line = next(ln for ln in run.card.lines if ln.route == label)
+    if all(matches):
+        assert rows[label].quality_parity is QualityParity.verified
+        assert line.credited, line.speedup_text
+        assert line.verdict is not None and line.verdict.speedup is not None
+        assert f"{line.verdict.speedup:.2f}×" in run.text
+    else:
+        assert rows[label].quality_parity is QualityParity.differs
+        assert parity.exact.n_diverged == matches.count(False)
+        assert not line.credited
+        assert line.verdict is not None
+        assert RefusalReason.candidate_parity_not_verified in line.verdict.reasons
+        assert parity.first_divergence is not None
+        first = matches.index(False)
+        assert parity.first_divergence.startswith(f"prompt-{first}"), parity.first_divergence
+        assert f"{label} @ 1k/256/non_think: no speedup credited; parity differs" in run.text
+        assert f"  first divergence: {parity.first_divergence}" in run.text
+    return matches
+
+
+def _measured(seen: list[Completion]) -> list[Completion]:
+    # concurrency 1: the warm-up requests come first among the max_tokens=MAX_TOKENS ones
+    return [c for c in seen if c.max_tokens == MAX_TOKENS][WARMUP_PER_CELL:]
+
+
+def check_counts(run: PairRun, label: str) -> dict[str, Any]:
+    """Per-request ``metrics.speculative_decoding`` summed over the whole run (parity,
+    warm-up, measured) equals the ``/metrics`` delta, per position too; the row's counts
+    equal the measured requests' sums. Returns a summary for the report."""
+    off_seen = run.recorder.completions[run.servers["off"].port]
+    assert all(c.spec is None for c in off_seen)
+    assert run.delta["off"]["num_draft_tokens"] == 0
+    seen = run.recorder.completions[run.servers[label].port]
+    assert all(c.spec is not None for c in seen), "a speculative stream without metrics"
+    specs = [c.spec for c in seen if c.spec is not None]
+    drafted = sum(int(s["num_draft_tokens"]) for s in specs)
+    accepted = sum(int(s["num_accepted_draft_tokens"]) for s in specs)
+    steps = sum(int(s["num_spec_steps"]) for s in specs)
+    per_pos: dict[int, int] = defaultdict(int)
+    for s in specs:
+        for p, n in per_position_accepted(s).items():
+            per_pos[p] += n
+        assert sum(int(x) for x in s["per_step_accepted"]) == int(s["num_accepted_draft_tokens"])
+        assert sum(int(x) for x in s["per_step_drafted"]) == int(s["num_draft_tokens"])
+    delta = run.delta[label]
+    assert (drafted, accepted, steps) == (
+        delta["num_draft_tokens"],
+        delta["num_accepted_tokens"],
+        delta["num_drafts"],
+    ), (drafted, accepted, steps, delta)
+    assert drafted > 0 and steps > 0
+    n_spec = max(int(s.get("num_spec_tokens", 0)) for s in specs)
+    assert n_spec >= 1 and set(delta["per_pos"]) <= set(range(n_spec)), delta["per_pos"]
+    assert [per_pos.get(p, 0) for p in range(n_spec)] == [
+        delta["per_pos"].get(p, 0) for p in range(n_spec)
+    ], (dict(per_pos), delta["per_pos"])
+    assert sum(per_pos.values()) == accepted
+
+    measured = _measured(seen)
+    assert len(measured) == REQUESTS_PER_CELL
+    m_drafted = sum(int(c.spec["num_draft_tokens"]) for c in measured if c.spec)
+    m_accepted = sum(int(c.spec["num_accepted_draft_tokens"]) for c in measured if c.spec)
+    m_steps = sum(int(c.spec["num_spec_steps"]) for c in measured if c.spec)
+    row = next(r for r in run.result.rows if r.route_label == label)
+    assert row.acceptance_scope is AcceptanceScope.per_request
+    assert (row.draft_tokens, row.accepted_tokens) == (m_drafted, m_accepted)
+    assert row.accepted_token_ratio == pytest.approx(m_accepted / m_drafted)
+    assert row.acceptance_length == pytest.approx(1 + m_accepted / m_steps)
+    lib = [m.measurement for m in run.result.measurements if m.route == label]
+    assert sorted((m.draft_tokens, m.accepted_tokens) for m in lib) == sorted(
+        (int(c.spec["num_draft_tokens"]), int(c.spec["num_accepted_draft_tokens"]))
+        for c in measured
+        if c.spec
+    )
+    # per-position acceptance: the row's figure (the library reads vLLM's per-step lists)
+    # equals the one computed here from each request's acceptance_histogram
+    m_per_pos: dict[int, int] = defaultdict(int)
+    for c in measured:
+        assert c.spec is not None
+        for p, n in per_position_accepted(c.spec).items():
+            m_per_pos[p] += n
+    expected_by_pos = [m_per_pos.get(p, 0) / m_steps for p in range(n_spec)]
+    assert row.acceptance_by_position is not None
+    assert list(row.acceptance_by_position) == pytest.approx(expected_by_pos)
+    assert row.spec_tokens == n_spec
+    assert row.acceptance_source == "metrics.speculative_decoding"
+    check_server_ttft(run, label)
+    # the runner's own /metrics windows (one per round, warm-ups outside) together
+    # cover exactly the measured requests
+    windows = [r["acceptance"] for r in run.records("server_metrics") if r["route"] == label]
+    assert windows, "the runner scraped no /metrics for the speculative route"
+    assert all(w["engine"] == Dialect.vllm.value for w in windows)
+    keys = ("draft_tokens", "accepted_tokens", "verify_steps")
+    w_sums = tuple(sum(int(w[k]) for w in windows) for k in keys)
+    assert w_sums == (m_drafted, m_accepted, m_steps), (w_sums, m_drafted, m_accepted, m_steps)
+    if all(w.get("acceptance_by_position") is not None for w in windows):
+        pooled = [
+            sum(w["acceptance_by_position"][p] * int(w["verify_steps"]) for w in windows) / m_steps
+            for p in range(n_spec)
+        ]
+        assert pooled == pytest.approx(expected_by_pos)
+    by_pos = [round(per_pos.get(p, 0) / steps, 3) for p in range(n_spec)]
+    summary = {
+        "drafted": drafted,
+        "accepted": accepted,
+        "verify_steps": steps,
+        "per_pos_accepted": dict(per_pos),
+        "acceptance_by_position": by_pos,
+    }
+    append_report(
+        f"{label}: whole run drafted/accepted/steps {drafted}/{accepted}/{steps} == /metrics "
+        f"delta {delta['num_draft_tokens']}/{delta['num_accepted_tokens']}/"
+        f"{delta['num_drafts']}; accepted by position {dict(per_pos)} == "
+        f"{delta['per_pos']}; acceptance by position {by_pos} (measured: row "
+        f"{[round(x, 3) for x in row.acceptance_by_position]}); measured "
+        f"{m_drafted}/{m_accepted}, rate {m_accepted / m_drafted:.3f}, length "
+        f"{1 + m_accepted / m_steps:.2f}"
+    )
+    return summary
+
+
+def check_server_ttft(run: PairRun, label: str) -> None:
+    """Each row's ``server_ttft_ms`` is the median of the engine's own
+    ``metrics.time_to_first_token_ms`` over the measured requests (off too: it gets
+    ``--enable-per-request-metrics``)."""
+    for name in ("off", label):
+        measured = _measured(run.recorder.completions[run.servers[name].port])
+        ttfts = sorted(float(c.metrics["time_to_first_token_ms"]) for c in measured if c.metrics)
+        assert len(ttfts) == REQUESTS_PER_CELL, name
+        mid = len(ttfts) // 2
+        median = ttfts[mid] if len(ttfts) % 2 else (ttfts[mid - 1] + ttfts[mid]) / 2
+        row = next(r for r in run.result.rows if r.route_label == name)
+        assert row.server_ttft_ms == pytest.approx(median), name
+
+
+def measured_texts(run: PairRun) -> dict[str, dict[int, str]]:
+    """The library's measured texts per route label and request index."""
+    texts: dict[str, dict[int, str]] = defaultdict(dict)
+    for m in run.result.measurements:
+        texts[m.route][m.index] = m.measurement.text
+    return texts

@@ -1,0 +1,170 @@
+"""Build and run a two-route ``BenchmarkPlan`` (``off`` + one candidate) on real vLLM.
+
+Shared by the Llama and DeepSeek test modules. Each run goes through ``run_plan`` and
+``LiveGate()`` with a :class:`~tests.vllm.observe.StreamRecorder` under the gate, and
+reads each server's ``vllm:spec_decode_*`` counters before and after, so a test can
+check the library's verdicts against observations made without it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+
+from deepseekbench._axes import Dialect, ReasoningMode
+from deepseekbench._gate import LiveGate
+from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._runner import RunResult, run_plan
+from deepseekbench._scorecard import Scorecard
+from deepseekbench._vllm import RunningVllmServer
+from tests.vllm import hf_models
+from tests.vllm.observe import StreamRecorder, counter_delta, read_spec_counters
+
+SCORECARD_ENV = "DEEPSEEKBENCH_VLLM_SCORECARD"
+MODE = ReasoningMode.non_think
+REQUESTS_PER_CELL = 8
+WARMUP_PER_CELL = 1
+MAX_TOKENS = 64
+PARITY_MAX_TOKENS = 48
+N_PARITY = 4
+
+# Prompts in the generated language (the models know no other words); the parity set
+# is disjoint from the workload set.
+_ALL_PROMPTS = hf_models.prompt_words(0, 8)
+PARITY_PROMPTS = tuple(_ALL_PROMPTS[:N_PARITY])
+WORKLOAD_PROMPTS = tuple(_ALL_PROMPTS[N_PARITY:])
+
+
+@dataclass
+class PairRun:
+    """One plan run over ``off`` and one candidate: what the library and observers saw."""
+
+    result: RunResult
+    card: Scorecard
+    text: str
+    recorder: StreamRecorder
+    delta: dict[str, dict[str, Any]]  # route label -> /metrics counter delta
+    servers: dict[str, RunningVllmServer]  # route label -> server
+    results_path: Path
+    run_s: float
+
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        """Records of one kind from the results file."""
+        return [
+            rec
+            for line in self.results_path.read_bytes().splitlines()
+            if line.strip() and (rec := orjson.loads(line)).get("record") == kind
+        ]
+
+
+def build_plan(
+    model: str,
+    off: RunningVllmServer,
+    candidate: RunningVllmServer,
+    label: str,
+    speculative: str,
+    *,
+    model_source: Path | None = None,
+) -> BenchmarkPlan:
+    """The plan: routes ``off`` and ``label``; exact parity on fixed prompts, greedy."""
+    return BenchmarkPlan.model_validate(
+        {
+            "model": model,
+            "engine_route": "vllm",
+            "hosting": "self_hosted",
+            "model_source": None if model_source is None else os.fspath(model_source),
+            "routes": [
+                {
+                    "label": "off",
+                    "speculative": "off",
+                    "base_url": off.base_url,
+                    "model": off.spec.model_name,
+                    "dialect": Dialect.vllm.value,
+                },
+                {
+                    "label": label,
+                    "speculative": speculative,
+                    "base_url": candidate.base_url,
+                    "model": candidate.spec.model_name,
+                    "dialect": Dialect.vllm.value,
+                },
+            ],
+            "cells": [
+                {
+                    "context_bucket": "1k",
+                    "output_target": "256",
+                    "reasoning_mode": MODE.value,
+                    "max_tokens": MAX_TOKENS,
+                }
+            ],
+            "requests_per_cell": REQUESTS_PER_CELL,
+            "warmup_per_cell": WARMUP_PER_CELL,
+            "arrival": {"mode": "concurrency", "concurrency": 1},  # --max-num-seqs 1
+            "timeout_s": 300.0,
+            "workload": {"prompts": list(WORKLOAD_PROMPTS)},
+            # Exact acceptance on fixed prompts only: the generated models solve no
+            # task, so task parity would compare fail with fail. Lossless speculation
+            # must return off's greedy text token for token.
+            "parity": {
+                "prompts": list(PARITY_PROMPTS),
+                "tasks": "none",
+                "max_tokens": PARITY_MAX_TOKENS,
+                "seed": 1234,
+                "determinism_control": True,
+                "concurrency": 1,
+            },
+        }
+    )
+
+
+def run_pair(
+    plan: BenchmarkPlan, servers: dict[str, RunningVllmServer], tmp_path: Path, title: str
+) -> PairRun:
+    """Run ``plan`` (routes labelled as in ``servers``) and collect every observation."""
+    results = tmp_path / "results.jsonl"
+    recorder = StreamRecorder()
+    gate = LiveGate()
+
+    async def main() -> RunResult:
+        async with gate.client(transport=recorder, timeout=httpx.Timeout(300.0)) as client:
+            return await run_plan(plan, gate=gate, results_path=results, client=client)
+
+    before = {label: read_spec_counters(s.origin) for label, s in servers.items()}
+    t0 = time.perf_counter()
+    result = anyio.run(main)
+    run_s = time.perf_counter() - t0
+    after = {label: read_spec_counters(s.origin) for label, s in servers.items()}
+    card = Scorecard.from_run(result)
+    text = card.to_text()
+    block = f"== {title} (run_plan {run_s:.1f} s)\n{text}"
+    print(f"\n[vllm plan] {block}", flush=True)
+    out = os.environ.get(SCORECARD_ENV)
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(block + "\n")
+    return PairRun(
+        result=result,
+        card=card,
+        text=text,
+        recorder=recorder,
+        delta={k: counter_delta(before[k], after[k]) for k in servers},
+        servers=servers,
+        results_path=results,
+        run_s=run_s,
+    )
+
+
+def append_report(line: str) -> None:
+    """Add a line to the scorecard file (when ``$DEEPSEEKBENCH_VLLM_SCORECARD`` is set)."""
+    print(f"[vllm plan] {line}", flush=True)
+    out = os.environ.get(SCORECARD_ENV)
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(line + "\n")

@@ -1,0 +1,65 @@
+"""Real vLLM on the generated DeepSeek-V3-architecture model: ``off`` beside its own MTP.
+
+The MTP depth is probed from the checkpoint's ``config.json``
+(``num_nextn_predict_layers``), used as ``num_speculative_tokens`` and recorded in the
+run's ``run_start`` record. Both servers run ``--enforce-eager`` (the MTP one needs it:
+torch.compile's warm-up overflowed the stack) in float32, one sequence at a time.
+
+Whatever vLLM's CPU MTP path returns is judged as it is: the library's verdict must be
+the one the raw streamed texts give (``verified`` only when every parity prompt is
+token-for-token off's text; otherwise ``differs``, first divergence shown, no speedup
+credited), and a verified but slower route is reported with its speedup below 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deepseekbench._capability import mtp_depth_from_hf_config
+from tests.vllm.checks import check_counts, check_requests, check_verdict
+from tests.vllm.conftest import VllmModels, server_spec, serving
+from tests.vllm.plans import append_report, build_plan, run_pair
+
+pytestmark = pytest.mark.vllm
+
+MODEL = "deepseekbench-deepseek-v3-generated"
+
+
+def test_deepseek_mtp_plan(vllm_models: VllmModels, tmp_path: Path) -> None:
+    depth = mtp_depth_from_hf_config(vllm_models.deepseek / "config.json")
+    assert depth == 1  # the generator writes one MTP layer
+    common = {"served_model_name": MODEL, "enforce_eager": True}
+    specs = [
+        server_spec("off", "ds-off", vllm_models.deepseek, **common),
+        server_spec("mtp", "ds-mtp", vllm_models.deepseek, num_speculative_tokens=depth, **common),
+    ]
+    with serving(specs, tmp_path / "logs") as running:
+        servers = {"off": running["ds-off"], "mtp": running["ds-mtp"]}
+        plan = build_plan(
+            MODEL, servers["off"], servers["mtp"], "mtp", "mtp",
+            model_source=vllm_models.deepseek / "config.json",
+        )  # fmt: skip
+        run = run_pair(plan, servers, tmp_path, "DeepSeek-V3 (generated): off vs MTP (vLLM)")
+
+    # the probed depth is recorded with the run
+    (start,) = run.records("run_start")
+    cap = start["model_capability"]
+    assert cap["format"] == "hf_config" and cap["mtp_depth"] == depth
+    assert cap["architecture"] == "deepseek_v3"
+
+    check_requests(run, "mtp")
+    matches = check_verdict(run, "mtp")
+    summary = check_counts(run, "mtp")
+    assert len(summary["acceptance_by_position"]) == depth
+    line = next(ln for ln in run.card.lines if ln.route == "mtp")
+    speed = (
+        f"speedup {line.verdict.speedup:.2f}x"
+        if line.credited and line.verdict and line.verdict.speedup
+        else "no speedup credited"
+    )
+    append_report(
+        f"mtp: depth {depth} (config.json num_nextn_predict_layers); parity prompts matching "
+        f"off {matches.count(True)}/{len(matches)}; {speed}"
+    )

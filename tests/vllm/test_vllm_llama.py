@@ -1,0 +1,138 @@
+"""Real vLLM on the generated Llama pair: ``off`` beside ``ngram``, ``draft`` and a
+mis-tuned ``draft`` route, each run as a ``BenchmarkPlan`` through the library.
+
+One ``off`` server lives for the module; each test starts its candidate beside it (two
+servers at most). Every plan's verdict is checked against the raw streamed texts, and
+the per-request ``metrics.speculative_decoding`` counts against ``/metrics``.
+
+The mis-tuned route is vLLM's own ``rejection_sample_method = "synthetic"`` (with
+``synthetic_acceptance_length``): the rejection sampler accepts drafts at a chosen rate
+without comparing them with the target's choice (vLLM's ``rejection_sampler.py``
+greedy kernel takes the synthetic branch before the argmax test), so the output is not
+the target's. vLLM 0.32's CPU build refuses it at start-up: its C++ rejection kernels
+(``vllm/utils/cpu_triton_utils.py``) assert "Synthetic acceptance not supported with
+CPU sampling". The test accepts exactly two outcomes: that refusal (the CPU build; the
+route cannot exist there) or, where the server starts (a build with synthetic
+sampling), a run the harness must measure and refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deepseekbench._axes import QualityParity
+from deepseekbench._vllm import RunningVllmServer, VllmServerError
+from tests.vllm.checks import (
+    check_counts,
+    check_requests,
+    check_verdict,
+    measured_texts,
+)
+from tests.vllm.conftest import VllmModels, server_spec, serving
+from tests.vllm.plans import append_report, build_plan, run_pair
+
+pytestmark = pytest.mark.vllm
+
+MODEL = "deepseekbench-llama-generated"
+NUM_SPEC = 3
+MISTUNED_LENGTH = 3.5  # mean acceptance length the synthetic sampler aims at (<= 1 + 3)
+
+
+@pytest.fixture(scope="module")
+def llama_off(
+    vllm_models: VllmModels, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningVllmServer]:
+    """The baseline server (speculation off) for the whole module."""
+    log_dir = tmp_path_factory.mktemp("vllm-llama-logs")
+    spec = server_spec("off", "llama-off", vllm_models.llama_target, served_model_name=MODEL)
+    with serving([spec], log_dir) as running:
+        yield running["llama-off"]
+
+
+def test_ngram_matches_off_and_is_credited(
+    llama_off: RunningVllmServer, vllm_models: VllmModels, tmp_path: Path
+) -> None:
+    spec = server_spec(
+        "ngram", "llama-ngram", vllm_models.llama_target, served_model_name=MODEL,
+        num_speculative_tokens=NUM_SPEC, prompt_lookup_max=3, prompt_lookup_min=1,
+    )  # fmt: skip
+    with serving([spec], tmp_path / "logs") as running:
+        servers = {"off": llama_off, "ngram": running["llama-ngram"]}
+        plan = build_plan(MODEL, llama_off, servers["ngram"], "ngram", "ngram")
+        run = run_pair(plan, servers, tmp_path, "Llama pair: off vs ngram (vLLM)")
+    check_requests(run, "ngram")
+    matches = check_verdict(run, "ngram")
+    check_counts(run, "ngram")
+    # n-gram speculation verifies every draft against the target: lossless
+    assert matches == [True] * len(matches)
+    texts = measured_texts(run)
+    assert texts["ngram"] == texts["off"]
+
+
+def test_draft_model_matches_off_and_is_credited(
+    llama_off: RunningVllmServer, vllm_models: VllmModels, tmp_path: Path
+) -> None:
+    spec = server_spec(
+        "draft", "llama-draft", vllm_models.llama_target, vllm_models.llama_draft,
+        served_model_name=MODEL, num_speculative_tokens=NUM_SPEC,
+    )  # fmt: skip
+    with serving([spec], tmp_path / "logs") as running:
+        servers = {"off": llama_off, "draft": running["llama-draft"]}
+        plan = build_plan(MODEL, llama_off, servers["draft"], "draft", "draft")
+        run = run_pair(plan, servers, tmp_path, "Llama pair: off vs draft model (vLLM)")
+    check_requests(run, "draft")
+    matches = check_verdict(run, "draft")
+    summary = check_counts(run, "draft")
+    assert matches == [True] * len(matches)
+    texts = measured_texts(run)
+    assert texts["draft"] == texts["off"]
+    # a trained draft of the same corpus: acceptance strictly between 0 and 1 drafts
+    assert 0 < summary["accepted"] <= summary["drafted"]
+
+
+def test_synthetic_acceptance_route_differs_and_is_refused(
+    llama_off: RunningVllmServer, vllm_models: VllmModels, tmp_path: Path
+) -> None:
+    spec = server_spec(
+        "draft", "llama-mistuned", vllm_models.llama_target, vllm_models.llama_draft,
+        served_model_name=MODEL, num_speculative_tokens=NUM_SPEC,
+    )  # fmt: skip
+    cfg = dict(spec.speculative_config or {})
+    cfg |= {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": MISTUNED_LENGTH}
+    spec = spec.model_copy(update={"speculative_config": cfg})
+    try:
+        with serving([spec], tmp_path / "logs") as running:
+            servers = {"off": llama_off, "draft-mistuned": running["llama-mistuned"]}
+            plan = build_plan(
+                MODEL, llama_off, servers["draft-mistuned"], "draft-mistuned", "draft"
+            )
+            run = run_pair(plan, servers, tmp_path, "Llama pair: off vs synthetic-acceptance draft")
+    except VllmServerError as exc:
+        # the CPU build: refused at start-up, before any request (see module docstring)
+        assert exc.name == "llama-mistuned" and exc.log_path is not None
+        log = exc.log_path.read_text(encoding="utf-8", errors="replace")
+        assert "Synthetic acceptance not supported with CPU sampling" in log, str(exc)
+        append_report(
+            "draft-mistuned (rejection_sample_method=synthetic): refused at start-up by this "
+            "vLLM build ('Synthetic acceptance not supported with CPU sampling'); no "
+            "output-changing speculative setting runs on vLLM's CPU build"
+        )
+        return
+    check_requests(run, "draft-mistuned")
+    matches = check_verdict(run, "draft-mistuned")
+    summary = check_counts(run, "draft-mistuned")
+    # accepting unverified drafts changes the text: the harness must see it and refuse
+    assert not all(matches)
+    row = next(r for r in run.result.rows if r.route_label == "draft-mistuned")
+    assert row.quality_parity is QualityParity.differs
+    texts = measured_texts(run)
+    assert texts["draft-mistuned"] != texts["off"]
+    # the synthetic sampler reports the acceptance it was told to produce
+    assert summary["accepted"] / summary["drafted"] > 0.7
+    append_report(
+        f"draft-mistuned: parity prompts matching off {matches.count(True)}/{len(matches)}; "
+        "refused"
+    )
