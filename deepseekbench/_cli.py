@@ -37,7 +37,7 @@ import anyio
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from deepseekbench._errors import LiveGateError, PlanError
+from deepseekbench._errors import LiveGateError, MissingExtraError, PlanError
 from deepseekbench._gate import LiveGate
 from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
 from deepseekbench._runner import (
@@ -72,7 +72,7 @@ EXIT_GATE = 3
 EXIT_INTERRUPTED = 130
 """Interrupted; results so far kept, a rerun resumes."""
 
-FORMATS = ("text", "markdown", "json", "csv")
+FORMATS = ("text", "markdown", "json", "csv", "html")
 _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
 
 
@@ -164,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
         "several (default: the last)",
     )
     report.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
+    report.add_argument(
+        "--plot",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="also draw speedup vs load and TPOT vs output throughput per route to PATH "
+        "(.png, .svg or .pdf; needs: pip install 'deepseekbench[plot]')",
+    )
 
     serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
     from deepseekbench._engine import add_serve_arguments
@@ -291,7 +299,15 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         for r in runs:
             err.write(f"  plan {r.plan_hash}  started {r.started_at}\n")
-    out.write(Scorecard.from_run(result).render(args.format))
+    card = Scorecard.from_run(result)
+    out.write(card.render(args.format))
+    if args.plot is not None:
+        try:
+            card.plot(args.plot)
+        except (MissingExtraError, ValueError) as exc:
+            err.write(f"deepseekbench: {exc}\n")
+            return EXIT_USAGE
+        err.write(f"plot: {args.plot}\n")
     return EXIT_OK
 
 

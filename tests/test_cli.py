@@ -67,6 +67,14 @@ def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(tmp_path
     as_json = _cli("report", str(written[0]), "--format", "json", cwd=tmp_path)
     lines = {ln["route"]: ln for ln in json.loads(as_json.stdout)["lines"]}
     assert lines["mtp"]["speedup"] > 0 and lines["mtp-mistuned"]["speedup"] is None
+    png = tmp_path / "demo.png"
+    plotted = _cli("report", str(written[0]), "--plot", str(png), "--format", "html", cwd=tmp_path)
+    assert plotted.returncode == EXIT_OK and f"plot: {png}" in plotted.stderr
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert plotted.stdout.startswith("<!DOCTYPE html>")
+    assert "data:image/png;base64," in plotted.stdout
+    unwritable = _cli("report", str(written[0]), "--plot", str(tmp_path / "x.bogus"), cwd=tmp_path)
+    assert unwritable.returncode == EXIT_USAGE and "cannot write" in unwritable.stderr
 
 
 def _plan_file(tmp_path: Path, urls: list[str], **extra: Any) -> Path:
