@@ -12,9 +12,12 @@ from deepseekbench._acceptance import (
     acceptance_from_vllm,
     read_acceptance,
 )
+from deepseekbench._analysis import MeasuredRequest, RouteParity, RunResult, load_results
 from deepseekbench._axes import (
     KEY_AXES,
+    LOAD_AXES,
     AcceptanceScope,
+    Arrival,
     ContextBucket,
     Dialect,
     Hosting,
@@ -82,6 +85,7 @@ from deepseekbench._plan import (
     WorkloadPlan,
 )
 from deepseekbench._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
+from deepseekbench._results import ResultsFormatError, ResultsRun, list_runs
 from deepseekbench._route import EngineRoute, reasoning_controls
 from deepseekbench._row import (
     REQUIRED_FIELDS,
@@ -94,19 +98,7 @@ from deepseekbench._row import (
     rows_html,
     write_rows,
 )
-from deepseekbench._runner import (
-    DryRunResult,
-    MeasuredRequest,
-    ProgressEvent,
-    ResultsFormatError,
-    ResultsRun,
-    RouteParity,
-    RunResult,
-    dry_run,
-    list_runs,
-    load_results,
-    run_plan,
-)
+from deepseekbench._runner import DryRunResult, ProgressEvent, dry_run, run_plan
 from deepseekbench._scorecard import (
     MissingExtraError,
     Scorecard,
@@ -147,12 +139,14 @@ __all__ = [
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
     "KEY_AXES",
+    "LOAD_AXES",
     "MIN_REQUESTS_FOR_SPEEDUP",
     "PASSTHROUGH_FIELDS",
     "REQUIRED_FIELDS",
     "SCHEMA_VERSION",
     "AcceptanceRecord",
     "AcceptanceScope",
+    "Arrival",
     "ArrivalPlan",
     "BenchmarkPlan",
     "CellPlan",

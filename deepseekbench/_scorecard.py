@@ -35,7 +35,7 @@ from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedu
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from deepseekbench._runner import RunResult
+    from deepseekbench._analysis import RunResult
 
 __all__ = [
     "MissingExtraError",
@@ -299,7 +299,7 @@ class Scorecard:
             ResultsFormatError: the file cannot be read back.
             ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
         """
-        from deepseekbench._runner import load_results
+        from deepseekbench._analysis import load_results
 
         return cls.from_run(load_results(path), metric=metric)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._axes import KEY_AXES, QualityParity, Speculative, _ClosedEnum
+from deepseekbench._axes import KEY_AXES, LOAD_AXES, QualityParity, Speculative, _ClosedEnum
 from deepseekbench._row import Row
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
@@ -43,6 +43,7 @@ class RefusalReason(_ClosedEnum):
     baseline_not_off = "baseline_not_off"
     candidate_is_off = "candidate_is_off"
     key_axis_mismatch = "key_axis_mismatch"
+    load_mismatch = "load_mismatch"
     baseline_incomplete = "baseline_incomplete"
     candidate_incomplete = "candidate_incomplete"
     baseline_too_few_requests = "baseline_too_few_requests"
@@ -140,7 +141,9 @@ def compare_speedup(
 
     A speedup is printed only when all hold: both rows have
     ``quality_parity == verified``; ``baseline.speculative == off`` and
-    ``candidate.speculative != off``; every other key axis is equal; both rows
+    ``candidate.speculative != off``; every other key axis is equal (a different
+    load — ``concurrency``, ``request_rate_per_s``, ``arrival`` — is refused with
+    ``load_mismatch``, other axes with ``key_axis_mismatch``); both rows
     are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
     ``n_requests >= min_requests``; the metric is present and positive on both.
 
@@ -176,8 +179,11 @@ def compare_speedup(
         for axis in KEY_AXES
         if axis != "speculative" and getattr(baseline, axis) != getattr(candidate, axis)
     )
-    if mismatched:
+    if any(axis not in LOAD_AXES for axis in mismatched):
         reasons.append(R.key_axis_mismatch)
+    if any(axis in LOAD_AXES for axis in mismatched):
+        # A schema-1 row (load unknown, None) never pairs with a row of known load.
+        reasons.append(R.load_mismatch)
     if not baseline.is_complete:
         reasons.append(R.baseline_incomplete)
     if not candidate.is_complete:
