@@ -188,6 +188,8 @@ class Scorecard:
     """Scorecard lines in row order, with renderings.
 
     Build with :meth:`from_rows`, :meth:`from_run` or :meth:`from_results`.
+    ``rows``: the rows behind the lines, in line order (empty when built from
+    lines alone; :meth:`plot` needs them).
     """
 
     def __init__(
@@ -196,7 +198,6 @@ class Scorecard:
         self.lines: tuple[ScorecardLine, ...] = tuple(lines)
         self.metric = metric
         self.rows: tuple[Row, ...] = tuple(rows)
-        """The rows behind the lines, same order (empty when built from lines alone)."""
 
     # ------------------------------------------------------------ building
     @classmethod
