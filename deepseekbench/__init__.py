@@ -79,9 +79,11 @@ from deepseekbench._plan import (
     ArrivalPlan,
     BenchmarkPlan,
     CellPlan,
+    LoadPoint,
     ParityPlan,
     PlanSources,
     RoutePlan,
+    SloPlan,
     WorkloadPlan,
 )
 from deepseekbench._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
@@ -104,6 +106,8 @@ from deepseekbench._scorecard import (
     Scorecard,
     ScorecardLine,
     bootstrap_speedup_ci,
+    crossover_text,
+    paired_speedup_ci,
 )
 from deepseekbench._server_metrics import (
     MetricsSnapshot,
@@ -177,6 +181,7 @@ __all__ = [
     "LiveGateError",
     "LlamaServerError",
     "LlamaServerSpec",
+    "LoadPoint",
     "MeasureStreamed",
     "MeasuredRequest",
     "MetricsSnapshot",
@@ -205,6 +210,7 @@ __all__ = [
     "RunningLlamaServer",
     "Scorecard",
     "ScorecardLine",
+    "SloPlan",
     "Speculative",
     "SpeedupMetric",
     "SpeedupVerdict",
@@ -224,6 +230,7 @@ __all__ = [
     "bootstrap_speedup_ci",
     "coerce_request",
     "compare_speedup",
+    "crossover_text",
     "determinism_control",
     "dry_run",
     "exact_acceptance",
@@ -239,6 +246,7 @@ __all__ = [
     "metrics_delta",
     "mtp_depth_from_gguf",
     "mtp_depth_from_hf_config",
+    "paired_speedup_ci",
     "parse_metrics",
     "probe_model_capability",
     "read_acceptance",

@@ -27,6 +27,8 @@ from deepseekbench._parity import ParityOutput
 from deepseekbench._plan import BenchmarkPlan
 
 __all__ = [
+    "MeasureInfo",
+    "MeasureKey",
     "ResultsFormatError",
     "ResultsRun",
     "ResultsState",
@@ -112,22 +114,59 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+MeasureKey = tuple[str, str, str | None, int]
+"""``(route, cell, load key, index)`` of a measured request."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureInfo:
+    """What a measurement record holds beside the measurement.
+
+    Attributes:
+        round: the round it ran in (0-based).
+        queue_ms: open loop: actual send − scheduled send (ms); ``None`` closed loop.
+        run_id: the run (process) that measured it: send times compare only within one.
+    """
+
+    round: int
+    queue_ms: float | None
+    run_id: str
+
+
 @dataclass(slots=True)
 class ResultsState:
-    """Records of one plan, indexed for resume and row building."""
+    """Records of one plan, indexed for resume and row building.
 
-    measurements: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
-    order: list[tuple[str, str, int]] = field(default_factory=list)
+    Keys: a measurement is ``(route, cell, load key, index)`` (load key
+    :attr:`~deepseekbench.LoadPoint.key`, ``None`` in files written before load
+    sweeps); a parity output ``(route, reasoning mode, pass, prompt id)``; a
+    ``/metrics`` window ``(route, cell, load key, round)``.
+    """
+
+    measurements: dict[MeasureKey, StreamMeasurement] = field(default_factory=dict)
+    order: list[MeasureKey] = field(default_factory=list)
+    info: dict[MeasureKey, MeasureInfo] = field(default_factory=dict)
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
-    server: dict[tuple[str, str], AcceptanceRecord] = field(default_factory=dict)
+    server: dict[tuple[str, str, str | None, int], AcceptanceRecord] = field(default_factory=dict)
 
     def add(self, rec: Mapping[str, Any]) -> None:
+        """Index one record (the latest record of a key wins).
+
+        Raises:
+            KeyError, TypeError, ValueError, pydantic.ValidationError: a malformed record.
+        """
         kind = rec.get("record")
         if kind == "measurement":
-            key = (str(rec["route"]), str(rec["cell"]), int(rec["index"]))
+            key = (str(rec["route"]), str(rec["cell"]), _load_key(rec), int(rec["index"]))
             if key not in self.measurements:
                 self.order.append(key)
             self.measurements[key] = StreamMeasurement.model_validate(rec["measurement"])
+            queue = rec.get("queue_ms")
+            self.info[key] = MeasureInfo(
+                round=int(rec.get("round", 0)),
+                queue_ms=float(queue) if queue is not None else None,
+                run_id=str(rec.get("run_id", "")),
+            )
         elif kind == "parity_output":
             pkey = (
                 str(rec["route"]),
@@ -137,9 +176,13 @@ class ResultsState:
             )
             self.outputs[pkey] = ParityOutput.model_validate(rec["output"])
         elif kind == "server_metrics":
-            self.server[(str(rec["route"]), str(rec["cell"]))] = AcceptanceRecord.model_validate(
-                rec["acceptance"]
-            )
+            skey = (str(rec["route"]), str(rec["cell"]), _load_key(rec), int(rec.get("round", 0)))
+            self.server[skey] = AcceptanceRecord.model_validate(rec["acceptance"])
+
+
+def _load_key(rec: Mapping[str, Any]) -> str | None:
+    load = rec.get("load")
+    return None if load is None else str(load)
 
 
 def state_from(records: Iterable[Mapping[str, Any]], plan_hash: str, path: Path) -> ResultsState:

@@ -1,16 +1,17 @@
 """``run_plan``: measure a :class:`~deepseekbench.BenchmarkPlan`, speed and parity in one run.
 
-Order of work (routes one after another, so a server's ``/metrics`` delta
-covers only its own requests):
+The run is a pipeline whose data flows one way::
 
-1. for each route, ``off`` first: the parity set (parity prompts and tasks,
-   deterministic: temperature 0, the plan's fixed seed) once per reasoning mode
-   in the plan's cells; then, per cell, the warm-up requests (not recorded) and
-   the measured requests, with a ``/metrics`` scrape before and after on
-   speculative routes (the server-wide acceptance fallback);
-2. the determinism control: the ``off`` route's parity set a second time;
-3. parity per route (:mod:`deepseekbench._parity`, :mod:`deepseekbench._tasks`)
-   and one :class:`~deepseekbench.Row` per route and cell.
+    plan ─▶ schedule ─▶ executor ─▶ results store ─▶ analysis ─▶ scorecard
+            (_schedule)  (_executor)  (_results)       (_analysis)  (_scorecard)
+
+This module only wires the stages: it builds the schedule
+(:func:`~deepseekbench._schedule.build_schedule`: parity set per route, then per
+cell and load point ``rounds`` rounds of every route's block with the route
+order alternating, then the determinism control), drops what an earlier run of
+the same plan already recorded, hands each block to the executor, appends every
+finished request to the results file as it arrives, and builds the rows from
+the records at the end.
 
 **Results file.** Records are appended and flushed as they arrive
 (:mod:`deepseekbench._results`); a crash or Ctrl-C loses nothing already
@@ -23,17 +24,20 @@ rebuilds exactly what the run returned.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._analysis import (
     MeasuredRequest,
     RouteParity,
@@ -41,17 +45,16 @@ from deepseekbench._analysis import (
     build_result,
     load_results,
     load_results_and_runs,
-    parity_ids,
-    reasoning_modes,
     row_identity,
 )
-from deepseekbench._axes import QualityParity, ReasoningMode, Speculative
+from deepseekbench._axes import QualityParity
+from deepseekbench._executor import Executor, Sent
 from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure import Timeouts
 from deepseekbench._parity import ParityOutput
-from deepseekbench._plan import BenchmarkPlan, CellPlan, RoutePlan
-from deepseekbench._request import ChatRequest
+from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._results import (
+    MeasureInfo,
     ResultsFormatError,
     ResultsRun,
     ResultsState,
@@ -62,7 +65,7 @@ from deepseekbench._results import (
 )
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
-from deepseekbench._tasks import Task
+from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
 
 __all__ = [
     "DryRunResult",
@@ -74,6 +77,7 @@ __all__ = [
     "RouteParity",
     "RunResult",
     "dry_run",
+    "grid_text",
     "list_runs",
     "load_results",
     "load_results_and_runs",
@@ -104,7 +108,8 @@ ProgressFn = Callable[[ProgressEvent], None]
 
 class DryRunResult(BaseModel):
     """What :func:`dry_run` found: the rows a run would write (no measurement, parity
-    ``unknown``) and, per route label, the gate's refusal message (``None`` = admitted)."""
+    ``unknown``; one per route, cell and load point), per route label the gate's
+    refusal message (``None`` = admitted), the requests it would send, and the grid."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -112,6 +117,7 @@ class DryRunResult(BaseModel):
     rows: tuple[Row, ...]
     refusals: dict[str, str | None]
     n_requests: int
+    grid: str = ""
 
     @property
     def refused(self) -> bool:
@@ -119,38 +125,8 @@ class DryRunResult(BaseModel):
         return any(v is not None for v in self.refusals.values())
 
 
-# ------------------------------------------------------------------ helpers --
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def _parity_request(
-    plan: BenchmarkPlan, prompt: str, task: Task | None, mode: ReasoningMode
-) -> ChatRequest:
-    temperature = plan.parity.task_temperature if task is not None else 0.0
-    max_tokens = (task.max_tokens if task is not None else None) or plan.parity.max_tokens
-    return ChatRequest(
-        messages=({"role": "user", "content": prompt},),
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=plan.parity.seed,
-        reasoning_mode=mode,
-    )
-
-
-def _measure_request(plan: BenchmarkPlan, cell: CellPlan, prompt: str) -> ChatRequest:
-    return ChatRequest(
-        messages=({"role": "user", "content": prompt},),
-        max_tokens=cell.request_max_tokens,
-        temperature=plan.temperature,
-        seed=plan.seed,
-        reasoning_mode=cell.reasoning_mode,
-    )
-
-
-# ---------------------------------------------------------------- running --
 
 
 class _Progress:
@@ -191,6 +167,141 @@ def _check_gate(routes: Iterable[EngineRoute], gate: LiveGate) -> None:
             raise err
 
 
+# ------------------------------------------------------------ resume filter --
+
+
+def _done(state: ResultsState, block: Block, item: WorkItem) -> bool:
+    """True when an earlier run of the plan already recorded ``item``."""
+    if block.phase is Phase.measure:
+        assert block.load is not None
+        return (block.route, block.cell, block.load.key, item.index) in state.measurements
+    key = (block.route, block.reasoning_mode.value, block.parity_pass, item.prompt_id)
+    o = state.outputs.get(key)
+    return o is not None and o.complete
+
+
+def pending(
+    blocks: Iterable[Block], state: ResultsState
+) -> list[tuple[Block, tuple[WorkItem, ...]]]:
+    """The blocks with requests still to make, each with those requests.
+
+    A route's warm-ups move to its first block with work at each cell and load
+    point, so a resumed run still warms the route up before measuring it.
+    """
+    out: list[tuple[Block, tuple[WorkItem, ...]]] = []
+    warmups: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    for block in blocks:
+        todo = tuple(it for it in block.items if not _done(state, block, it))
+        wkey = (block.route, block.cell, block.load.key if block.load else "")
+        if block.warmup:
+            warmups[wkey] = block.warmup
+        if not todo:
+            continue
+        warm = warmups.pop(wkey, ())
+        out.append((dataclasses.replace(block, warmup=warm), todo))
+    return out
+
+
+# ------------------------------------------------------------- the store side --
+
+
+class _Recorder:
+    """Writes each finished request to the results file and the in-memory state."""
+
+    def __init__(self, writer: ResultsWriter, state: ResultsState, base: Mapping[str, Any]):
+        self.writer = writer
+        self.state = state
+        self.base = dict(base)
+
+    def sent(self, block: Block, sent: Sent) -> None:
+        if sent.item is None:  # a warm-up: measured, not recorded
+            return
+        if block.phase is Phase.measure:
+            self._measurement(block, sent)
+        else:
+            self._parity_output(block, sent)
+
+    def _measurement(self, block: Block, sent: Sent) -> None:
+        assert block.load is not None and sent.item is not None
+        key = (block.route, block.cell, block.load.key, sent.item.index)
+        if key not in self.state.measurements:
+            self.state.order.append(key)
+        self.state.measurements[key] = sent.measurement
+        self.state.info[key] = MeasureInfo(block.round, sent.queue_ms, self.base["run_id"])
+        self.writer.write(
+            {
+                "record": "measurement",
+                **self.base,
+                "route": block.route,
+                "cell": block.cell,
+                "load": block.load.key,
+                "round": block.round,
+                "index": sent.item.index,
+                "queue_ms": sent.queue_ms,
+                "measurement": sent.measurement.model_dump(mode="json"),
+            }
+        )
+
+    def _parity_output(self, block: Block, sent: Sent) -> None:
+        assert sent.item is not None
+        out = ParityOutput.from_measurement(sent.item.prompt_id, sent.measurement)
+        mode = block.reasoning_mode.value
+        self.state.outputs[(block.route, mode, block.parity_pass, sent.item.prompt_id)] = out
+        self.writer.write(
+            {
+                "record": "parity_output",
+                **self.base,
+                "route": block.route,
+                "reasoning_mode": mode,
+                "pass": block.parity_pass,
+                "prompt_id": sent.item.prompt_id,
+                "output": out.model_dump(mode="json"),
+            }
+        )
+
+    def window(self, block: Block, delta: AcceptanceRecord) -> None:
+        assert block.load is not None
+        self.state.server[(block.route, block.cell, block.load.key, block.round)] = delta
+        self.writer.write(
+            {
+                "record": "server_metrics",
+                **self.base,
+                "route": block.route,
+                "cell": block.cell,
+                "load": block.load.key,
+                "round": block.round,
+                "acceptance": delta.model_dump(mode="json"),
+            }
+        )
+
+    def finish(self, result: RunResult) -> None:
+        for rpar in result.parity.values():
+            self.writer.write(
+                {
+                    "record": "parity",
+                    **self.base,
+                    "route": rpar.route,
+                    "reasoning_mode": rpar.reasoning_mode.value,
+                    "parity": rpar.model_dump(mode="json"),
+                }
+            )
+        for row in result.rows:
+            self.writer.write({"record": "row", **self.base, "row": row.model_dump(mode="json")})
+        self.writer.write(
+            {
+                "record": "run_end",
+                **self.base,
+                "finished_at": _now(),
+                "n_requests": len(result.measurements),
+                "n_errors": result.n_errors,
+            }
+        )
+
+
+def _resumed(state: ResultsState) -> int:
+    return len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
+
+
 async def run_plan(
     plan: BenchmarkPlan,
     *,
@@ -199,7 +310,8 @@ async def run_plan(
     progress: ProgressFn | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> RunResult:
-    """Run ``plan``: parity set and measured requests on every route, then rows.
+    """Run ``plan``: parity set, then every route at every cell and load point in
+    alternating rounds, then rows.
 
     Args:
         plan: the :class:`~deepseekbench.BenchmarkPlan`.
@@ -214,8 +326,9 @@ async def run_plan(
             and closed here otherwise).
 
     Returns:
-        :class:`RunResult`: rows (medians in ms, tokens/s), every per-request
-        measurement, and parity per route.
+        :class:`RunResult`: one row per route, cell and load point (medians in ms,
+        throughput in tokens/s and requests/s), every per-request measurement,
+        and parity per route.
 
     Raises:
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
@@ -230,8 +343,7 @@ async def run_plan(
         OSError: the results file or its folder cannot be created or written.
     """
     sources = plan.validate_sources()
-    capability, tasks, prompts = sources.capability, sources.tasks, sources.prompts
-    pids = parity_ids(plan, tasks)
+    schedule = build_schedule(plan, sources.prompts, parity_prompts(plan, sources.tasks))
     routes: dict[str, EngineRoute] = {r.label: r.engine_route(plan.model) for r in plan.routes}
     _check_gate(routes.values(), gate)
     path = Path(results_path) if results_path is not None else plan.results_path()
@@ -239,197 +351,43 @@ async def run_plan(
     state = ResultsState()
     if path is not None and path.exists():
         state = state_from(read_records(path), plan_hash, path)
-    resumed = len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
-    modes = reasoning_modes(plan)
-    passes = {plan.off_route.label: 2 if plan.parity.determinism_control else 1}
-
-    def parity_todo(
-        label: str, mode: ReasoningMode, run: int
-    ) -> list[tuple[str, str, Task | None]]:
-        return [
-            (pid, text, t)
-            for pid, text, t in pids
-            if not (
-                (o := state.outputs.get((label, mode.value, run, pid))) is not None and o.complete
-            )
-        ]
-
-    def measure_todo(label: str, cell: CellPlan) -> list[int]:
-        return [
-            i
-            for i in range(plan.requests_per_cell)
-            if (label, cell.cell_id, i) not in state.measurements
-        ]
-
-    total = 0
-    for r in plan.routes:
-        for mode in modes:
-            for run in range(1, passes.get(r.label, 1) + 1):
-                total += len(parity_todo(r.label, mode, run))
-        for cell in plan.cells:
-            todo = measure_todo(r.label, cell)
-            total += len(todo) + (plan.warmup_per_cell if todo else 0)
-    prog = _Progress(progress, total)
-    writer = ResultsWriter(path)
+    resumed = _resumed(state)
+    work = pending(schedule, state)
+    prog = _Progress(progress, sum(len(items) + len(b.warmup) for b, items in work))
     run_id = uuid.uuid4().hex[:12]
-    timeouts = Timeouts(total_s=plan.timeout_s)
-    base = {"plan_hash": plan_hash}
+    writer = ResultsWriter(path)
+    recorder = _Recorder(writer, state, {"plan_hash": plan_hash, "run_id": run_id})
     own_client = client is None
     http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
+    executor = Executor(routes, gate, http, Timeouts(total_s=plan.timeout_s))
+
+    def on_sent(block: Block, sent: Sent) -> None:
+        recorder.sent(block, sent)
+        prog.step(sent.measurement.error is not None)
+
     try:
+        cap = sources.capability
         writer.write(
             {
                 "record": "run_start",
-                **base,
-                "run_id": run_id,
+                **recorder.base,
                 "started_at": _now(),
                 "resumed": resumed,
                 "plan": plan.model_dump(mode="json"),
-                "model_capability": capability.model_dump(mode="json") if capability else None,
+                "model_capability": cap.model_dump(mode="json") if cap else None,
             }
         )
-
-        async def one(route: EngineRoute, req: ChatRequest) -> StreamMeasurement:
-            return await measure_streamed(
-                req, route=route, gate=gate, client=http, timeouts=timeouts
-            )
-
-        async def parity_pass(label: str, mode: ReasoningMode, run: int) -> None:
-            todo = parity_todo(label, mode, run)
-            if not todo:
-                return
-            prog.set_phase(f"parity {label} {mode.value} run {run}")
-            limiter = anyio.CapacityLimiter(plan.parity.concurrency)
-
-            async def do(pid: str, text: str, task: Task | None) -> None:
-                async with limiter:
-                    m = await one(routes[label], _parity_request(plan, text, task, mode))
-                out = ParityOutput.from_measurement(pid, m)
-                state.outputs[(label, mode.value, run, pid)] = out
-                writer.write(
-                    {
-                        "record": "parity_output",
-                        **base,
-                        "route": label,
-                        "reasoning_mode": mode.value,
-                        "pass": run,
-                        "prompt_id": pid,
-                        "output": out.model_dump(mode="json"),
-                    }
-                )
-                prog.step(out.error is not None)
-
-            async with anyio.create_task_group() as tg:
-                for pid, text, t in todo:
-                    tg.start_soon(do, pid, text, t)
-
-        async def cell_phase(rp: RoutePlan, cell: CellPlan, salt: int) -> None:
-            todo = measure_todo(rp.label, cell)
-            if not todo:
-                return
-            route = routes[rp.label]
-            prog.set_phase(f"measure {rp.label} {cell.cell_id}")
-            limiter = anyio.CapacityLimiter(plan.arrival.concurrency)
-
-            async def warm(i: int) -> None:
-                async with limiter:
-                    m = await one(route, _measure_request(plan, cell, prompts[i % len(prompts)]))
-                prog.step(m.error is not None)
-
-            async with anyio.create_task_group() as tg:
-                for i in range(plan.warmup_per_cell):
-                    tg.start_soon(warm, i)
-            before = None
-            scrape = rp.speculative is not Speculative.off and plan.hosting.value != "managed_api"
-            if scrape:
-                from deepseekbench._server_metrics import scrape_metrics
-
-                before = await scrape_metrics(route, gate=gate, client=http)
-
-            async def measure(i: int) -> None:
-                async with limiter:
-                    m = await one(route, _measure_request(plan, cell, prompts[i % len(prompts)]))
-                key = (rp.label, cell.cell_id, i)
-                state.measurements[key] = m
-                state.order.append(key)
-                writer.write(
-                    {
-                        "record": "measurement",
-                        **base,
-                        "route": rp.label,
-                        "speculative": rp.speculative.value,
-                        "cell": cell.cell_id,
-                        "index": i,
-                        "measurement": m.model_dump(mode="json"),
-                    }
-                )
-                prog.step(m.error is not None)
-
-            offsets = plan.arrival.offsets_s(len(todo), salt=salt)
-            async with anyio.create_task_group() as tg:
-                t0 = anyio.current_time()
-                for j, i in enumerate(todo):
-                    if offsets is not None:
-                        delay = t0 + offsets[j] - anyio.current_time()
-                        if delay > 0:
-                            await anyio.sleep(delay)
-                    tg.start_soon(measure, i)
-            if scrape and before is not None:
-                from deepseekbench._server_metrics import metrics_delta, scrape_metrics
-
-                after = await scrape_metrics(route, gate=gate, client=http)
-                delta = metrics_delta(before, after)
-                if delta is not None:
-                    state.server[(rp.label, cell.cell_id)] = delta
-                    writer.write(
-                        {
-                            "record": "server_metrics",
-                            **base,
-                            "route": rp.label,
-                            "cell": cell.cell_id,
-                            "acceptance": delta.model_dump(mode="json"),
-                        }
-                    )
-
         prog.emit()
-        run_order = (plan.off_route, *plan.speculative_routes)
-        for r_index, rp in enumerate(run_order):
-            for mode in modes:
-                await parity_pass(rp.label, mode, 1)
-            for c_index, cell in enumerate(plan.cells):
-                await cell_phase(rp, cell, salt=r_index * 1000 + c_index)
-        if plan.parity.determinism_control:
-            for mode in modes:
-                await parity_pass(plan.off_route.label, mode, 2)
+        for block, items in work:
+            prog.set_phase(block.title)
+            delta = await executor.run_block(block, items, on_sent)
+            if delta is not None:
+                recorder.window(block, delta)
         prog.set_phase("done")
         result = build_result(
-            plan, state, results_path=path, resumed=resumed, complete=True, tasks=tasks
+            plan, state, results_path=path, resumed=resumed, complete=True, tasks=sources.tasks
         )
-        for rpar in result.parity.values():
-            writer.write(
-                {
-                    "record": "parity",
-                    **base,
-                    "run_id": run_id,
-                    "route": rpar.route,
-                    "reasoning_mode": rpar.reasoning_mode.value,
-                    "parity": rpar.model_dump(mode="json"),
-                }
-            )
-        for row in result.rows:
-            writer.write(
-                {"record": "row", **base, "run_id": run_id, "row": row.model_dump(mode="json")}
-            )
-        writer.write(
-            {
-                "record": "run_end",
-                **base,
-                "run_id": run_id,
-                "finished_at": _now(),
-                "n_requests": len(result.measurements),
-                "n_errors": result.n_errors,
-            }
-        )
+        recorder.finish(result)
         return result
     finally:
         writer.close()
@@ -438,19 +396,39 @@ async def run_plan(
                 await http.aclose()
 
 
+def grid_text(plan: BenchmarkPlan) -> str:
+    """The measurement grid in one line, e.g. ``3 routes × 1 cell × 3 load points
+    (concurrency 1, 8, 32) × 3 rounds``."""
+    loads = plan.load_points
+    closed = loads[0].rate_per_s is None
+    levels = ", ".join(f"{lp.level:g}" for lp in loads)
+    what = f"concurrency {levels}" if closed else f"{levels} req/s, {loads[0].arrival.value}"
+
+    def n(k: int, word: str) -> str:
+        return f"{k} {word}{'' if k == 1 else 's'}"
+
+    return (
+        f"{n(len(plan.routes), 'route')} × {n(len(plan.cells), 'cell')} × "
+        f"{n(len(loads), 'load point')} ({what}) × {n(plan.rounds, 'round')}"
+    )
+
+
 def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
     """Validate ``plan`` and list the rows a run would write, without any connection.
 
-    Every row has no measurement (``n_requests`` 0) and parity ``unknown``;
-    ``refusals`` says, per route, what the gate would refuse (from
-    :meth:`LiveGate.refusal`, which consumes nothing and opens nothing).
+    Every row (one per route, cell and load point) has no measurement
+    (``n_requests`` 0) and parity ``unknown``; ``refusals`` says, per route,
+    what the gate would refuse (from :meth:`LiveGate.refusal`, which consumes
+    nothing and opens nothing); ``n_requests`` counts every request of the
+    schedule (parity, warm-ups, measured); ``grid`` is :func:`grid_text`.
 
     Raises:
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), or a task id collides with a parity prompt id.
     """
-    tasks = plan.validate_sources().tasks
+    sources = plan.validate_sources()
+    schedule = build_schedule(plan, sources.prompts, parity_prompts(plan, sources.tasks))
     refusals: dict[str, str | None] = {}
     for r in plan.routes:
         # A route with api_key_env will send its own Authorization header.
@@ -460,16 +438,16 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         refusals[r.label] = str(err) if err is not None else None
     rows = tuple(
         Row(
-            **row_identity(plan, cell, r),
+            **row_identity(plan, cell, r, load),
             quality_parity=QualityParity.unknown,
             parity_detail="dry run: nothing measured"
             + (f"; gate would refuse: {refusals[r.label]}" if refusals[r.label] else ""),
         )
-        for r in plan.routes
         for cell in plan.cells
+        for load in plan.load_points
+        for r in plan.routes
     )
-    n_parity = len(parity_ids(plan, tasks)) * len(reasoning_modes(plan))
-    n = len(plan.routes) * len(plan.cells) * (
-        plan.requests_per_cell + plan.warmup_per_cell
-    ) + n_parity * (len(plan.routes) + (1 if plan.parity.determinism_control else 0))
-    return DryRunResult(plan_hash=plan.plan_hash(), rows=rows, refusals=refusals, n_requests=n)
+    n = sum(len(b.items) + len(b.warmup) for b in schedule)
+    return DryRunResult(
+        plan_hash=plan.plan_hash(), rows=rows, refusals=refusals, n_requests=n, grid=grid_text(plan)
+    )

@@ -97,6 +97,8 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             tpot_ms=positive_ms,
             e2e_ms=positive_ms,
             output_toks_per_s=positive_ms,
+            output_throughput_toks_per_s=positive_ms,
+            goodput_req_per_s=positive_ms,
             n_requests=st.integers(min_value=5, max_value=10_000),
             n_errors=st.just(0),
         )
@@ -109,6 +111,8 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             tpot_ms=positive_ms,
             e2e_ms=positive_ms,
             output_toks_per_s=positive_ms,
+            output_throughput_toks_per_s=positive_ms,
+            goodput_req_per_s=positive_ms,
             n_requests=st.integers(min_value=5, max_value=10_000),
             n_errors=st.just(0),
         )
