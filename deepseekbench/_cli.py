@@ -3,7 +3,7 @@
 Subcommands::
 
     demo                 three embedded engines on loopback (off, mtp, mis-tuned mtp),
-                         a plan run through run_plan, the scorecard printed
+                         a concurrency sweep run through run_plan, the scorecard printed
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
     report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
     serve                the embedded reference engine as a server
@@ -73,6 +73,16 @@ EXIT_GATE = 3
 EXIT_INTERRUPTED = 130
 """Interrupted; results so far kept, a rerun resumes."""
 
+DEMO_CONCURRENCY: tuple[int, ...] = (1, 4, 12)
+"""The demo's load sweep: closed-loop streams per load point (the engine's mtp, k = 3,
+pays while its verify pass is memory-bound and costs past the knee; docs/engine.md)."""
+DEMO_REQUESTS = 36
+"""Measured requests per route and load point: 12 a round, so the top load is reached."""
+DEMO_DRAFT_DEPTH = 3
+"""Draft tokens per verify step of the demo's mtp engines (tokens)."""
+DEMO_MAX_TOKENS = 64
+"""The demo cell's output cap (tokens): every correct answer fits; a mis-tuned ramble stops."""
+
 FORMATS = ("text", "markdown", "json", "csv", "html")
 _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
 
@@ -117,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="run off, mtp and mis-tuned mtp on embedded loopback engines; print the scorecard",
+        help="run off, mtp and mis-tuned mtp on embedded loopback engines at concurrency "
+        "1, 4 and 12; print the scorecard and the crossover",
     )
     demo.add_argument(
         "--results",
@@ -128,8 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--requests",
         type=int,
-        default=10,
-        help="measured requests per route, >= 1, after one warm-up (default: %(default)s)",
+        default=DEMO_REQUESTS,
+        help="measured requests per route and load point, >= 1, after one warm-up "
+        "(default: %(default)s)",
     )
     demo.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
 
@@ -182,13 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def demo_plan(
-    base_urls: Sequence[str], *, requests: int = 10, results: str | None = None
+    base_urls: Sequence[str], *, requests: int = DEMO_REQUESTS, results: str | None = None
 ) -> BenchmarkPlan:
     """The demo's plan for three engines at ``base_urls`` (off, mtp, mis-tuned mtp).
 
-    One cell (1k prompts, 256 output tokens, non-think), ``requests`` measured
-    requests per route after one warm-up, the built-in smoke tasks as the parity
-    set (4 parity requests in flight).
+    One cell (1k prompts, 256 output tokens capped at ``DEMO_MAX_TOKENS``,
+    non-think) swept over closed-loop concurrency ``DEMO_CONCURRENCY``;
+    ``requests`` measured requests per route and load point after one warm-up,
+    in the plan's default rounds; the built-in smoke tasks as the parity set
+    (16 parity requests in flight).
 
     Raises:
         ValueError: not exactly three base URLs.
@@ -214,7 +228,9 @@ def demo_plan(
             ],
             "requests_per_cell": requests,
             "warmup_per_cell": 1,
-            "parity": ParityPlan(concurrency=4, max_tokens=96).model_dump(),
+            "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
+            "arrival": {"mode": "concurrency", "concurrency": list(DEMO_CONCURRENCY)},
+            "parity": ParityPlan(concurrency=16, max_tokens=96).model_dump(),
             "results": results,
         }
     )
@@ -232,8 +248,10 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     path: Path = args.results
     configs = (
         EngineConfig(speculative=Speculative.off),
-        EngineConfig(speculative=Speculative.mtp),
-        EngineConfig(speculative=Speculative.mtp, mistuned_draft=True),
+        EngineConfig(speculative=Speculative.mtp, draft_depth=DEMO_DRAFT_DEPTH),
+        EngineConfig(
+            speculative=Speculative.mtp, draft_depth=DEMO_DRAFT_DEPTH, mistuned_draft=True
+        ),
     )
     prog = _StderrProgress(err)
     async with (
