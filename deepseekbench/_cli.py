@@ -52,6 +52,10 @@ from deepseekbench._runner import (
 from deepseekbench._scorecard import Scorecard
 
 __all__ = [
+    "DEMO_CONCURRENCY",
+    "DEMO_DRAFT_DEPTH",
+    "DEMO_MAX_TOKENS",
+    "DEMO_REQUESTS",
     "EXIT_ERRORS",
     "EXIT_GATE",
     "EXIT_INTERRUPTED",
