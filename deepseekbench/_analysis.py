@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import QualityParity, ReasoningMode, Speculative
 from deepseekbench._errors import PlanError
 from deepseekbench._measure import StreamMeasurement
@@ -46,6 +47,7 @@ from deepseekbench._results import (
 from deepseekbench._row import Dispersion, Row
 from deepseekbench._rowstats import RowRequests, acceptance, combine_windows
 from deepseekbench._schedule import parity_prompts, reasoning_modes
+from deepseekbench._spec_fields import cell_spec_fields
 from deepseekbench._stats import percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
 
@@ -411,19 +413,24 @@ def _figures(rows: RowRequests, max_lag_ms: float) -> dict[str, Any]:
     }
 
 
+def _server_window(
+    state: ResultsState, route: str, cell: str, load: LoadPoint
+) -> AcceptanceRecord | None:
+    """The row's ``/metrics`` windows (one per round) as one record."""
+    windows = [
+        rec
+        for (label, cid, lk, _), rec in sorted(state.server.items(), key=lambda kv: kv[0][3])
+        if label == route and cid == cell and lk in (load.key, None)
+    ]
+    return combine_windows(windows)
+
+
 def _acceptance_fields(
-    state: ResultsState, route: RoutePlan, cell: str, load: LoadPoint, ok: list[StreamMeasurement]
+    route: RoutePlan, server: AcceptanceRecord | None, ok: list[StreamMeasurement]
 ) -> dict[str, Any]:
     if route.speculative is Speculative.off:
         return {}
-    windows = [
-        rec
-        for (label, cid, lk, _), rec in sorted(
-            state.server.items(), key=lambda kv: kv[0][3]
-        )
-        if label == route.label and cid == cell and lk in (load.key, None)
-    ]
-    ratio, length, scope, drafted, accepted = acceptance(ok, combine_windows(windows))
+    ratio, length, scope, drafted, accepted = acceptance(ok, server)
     return {
         "accepted_token_ratio": ratio,
         "acceptance_length": length,
@@ -454,12 +461,19 @@ def _build_row(
     else:
         traffic = traffic_parity(plan, off, mine) if plan.temperature == 0 else None
         parity, reason = _join_parity(plan, rp, traffic)
+    server = _server_window(inp.state, route.label, cell.cell_id, load)
     row = Row(
         **row_identity(plan, cell, route, load),
         **_figures(rows, plan.arrival.max_lag_ms),
-        **_acceptance_fields(inp.state, route, cell.cell_id, load, rows.ok),
+        **_acceptance_fields(route, server, rows.ok),
         quality_parity=parity,
         parity_detail=reason,
+        **cell_spec_fields(
+            [m for m, _ in rows.requests],
+            server,
+            speculative=route.speculative is not Speculative.off,
+            declared_spec_tokens=route.spec_tokens,
+        ),
     )
     return row, traffic
 

@@ -246,6 +246,18 @@ def list_runs(path: str | Path) -> tuple[ResultsRun, ...]:
     return runs_of([r for r in read_records(Path(path)) if r.get("record") == "run_start"])
 
 
+def _stored_plan(data: Any) -> BenchmarkPlan:
+    """The plan of a ``run_start`` record. A plan written before rounds existed
+    (no ``repeats`` key) ran the sequential design: one round.
+
+    Raises:
+        pydantic.ValidationError: not a valid plan. TypeError: not a mapping.
+    """
+    if isinstance(data, dict) and "repeats" not in data:
+        data = {**data, "repeats": 1}
+    return BenchmarkPlan.model_validate(data)
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRun:
     """One plan run read back from a results file.
@@ -285,10 +297,12 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
             raise ResultsFormatError(f"{p}: plan hash {plan_hash!r} {problem}; runs: {listing}")
         starts = [r for r in starts if r.get("plan_hash") == hashes[0]]
     try:
-        plan = BenchmarkPlan.model_validate(starts[-1]["plan"])
-    except (KeyError, ValidationError) as exc:
+        plan = _stored_plan(starts[-1]["plan"])
+    except (KeyError, TypeError, ValidationError) as exc:
         raise ResultsFormatError(f"{p}: the run_start record has no valid plan: {exc}") from exc
-    found_hash = plan.plan_hash()
+    # The hash the records carry: a plan written by an older version hashes
+    # differently now that the plan has more (defaulted) keys.
+    found_hash = str(starts[-1].get("plan_hash", plan.plan_hash()))
     state = state_from(records, found_hash, p)
     complete = any(
         r.get("record") == "run_end" and r.get("plan_hash") == found_hash for r in records

@@ -114,8 +114,26 @@ def combine_windows(records: Sequence[AcceptanceRecord]) -> AcceptanceRecord | N
             accepted_tokens=sum(a or 0 for _, a, _ in counts),
             verify_steps=_sum_known(s for _, _, s in counts),
             scope=last.scope,
+            by_position=_positions(records),
+            spec_tokens=last.spec_tokens,
         )
     return records[-1]
+
+
+def _positions(records: Sequence[AcceptanceRecord]) -> tuple[float, ...] | None:
+    """Per-position acceptance over windows, weighted by each window's verify steps;
+    ``None`` unless every window has both, of one depth."""
+    if any(r.acceptance_by_position is None or not r.verify_steps for r in records):
+        return None
+    depths = {len(r.acceptance_by_position or ()) for r in records}
+    if len(depths) != 1:
+        return None
+    steps = sum(r.verify_steps or 0 for r in records)
+    depth = depths.pop()
+    return tuple(
+        sum((r.acceptance_by_position or ())[k] * (r.verify_steps or 0) for r in records) / steps
+        for k in range(depth)
+    )
 
 
 def _output_tokens(m: StreamMeasurement) -> int:

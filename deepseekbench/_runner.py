@@ -66,6 +66,7 @@ from deepseekbench._results import (
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
 from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
+from deepseekbench._spec_config import check_spec_config
 
 __all__ = [
     "DryRunResult",
@@ -208,10 +209,17 @@ def pending(
 class _Recorder:
     """Writes each finished request to the results file and the in-memory state."""
 
-    def __init__(self, writer: ResultsWriter, state: ResultsState, base: Mapping[str, Any]):
+    def __init__(
+        self,
+        writer: ResultsWriter,
+        state: ResultsState,
+        base: Mapping[str, Any],
+        speculative: Mapping[str, str],
+    ) -> None:
         self.writer = writer
         self.state = state
         self.base = dict(base)
+        self.speculative = speculative  # route label -> speculative value
 
     def sent(self, block: Block, sent: Sent) -> None:
         if sent.item is None:  # a warm-up: measured, not recorded
@@ -233,6 +241,7 @@ class _Recorder:
                 "record": "measurement",
                 **self.base,
                 "route": block.route,
+                "speculative": self.speculative[block.route],
                 "cell": block.cell,
                 "load": block.load.key,
                 "round": block.round,
@@ -334,7 +343,10 @@ async def run_plan(
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), a task id that collides with a parity prompt
-            id, or an API-key variable is unset (all before any request).
+            id, or an API-key variable is unset (all before any request); a
+            route's declared ``spec_tokens`` differs from the depth its server
+            says it serves (llama.cpp ``/props``, SGLang ``/get_server_info``;
+            before any measured request).
         pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
             ``messages`` or ``stream`` (from
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
@@ -356,7 +368,12 @@ async def run_plan(
     prog = _Progress(progress, sum(len(items) + len(b.warmup) for b, items in work))
     run_id = uuid.uuid4().hex[:12]
     writer = ResultsWriter(path)
-    recorder = _Recorder(writer, state, {"plan_hash": plan_hash, "run_id": run_id})
+    recorder = _Recorder(
+        writer,
+        state,
+        {"plan_hash": plan_hash, "run_id": run_id},
+        {r.label: r.speculative.value for r in plan.routes},
+    )
     own_client = client is None
     http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
     executor = Executor(routes, gate, http, Timeouts(total_s=plan.timeout_s))
@@ -366,6 +383,7 @@ async def run_plan(
         prog.step(sent.measurement.error is not None)
 
     try:
+        await check_spec_config(plan.routes, routes, gate=gate, client=http)
         cap = sources.capability
         writer.write(
             {

@@ -1,13 +1,16 @@
-"""The scorecard: one line per cell and route, a speedup only where it was earned.
+"""The scorecard: one line per cell, load point and route, a speedup only where it was earned.
 
-Each speculative row is paired with the ``off`` row of the same cell (every key
-axis but ``speculative`` equal) and judged by
+Each speculative row is paired with the ``off`` row of the same cell and load
+(every key axis but ``speculative`` equal) and judged by
 :func:`~deepseekbench.compare_speedup`. The speedup column shows a number only
-when that verdict is printed; otherwise it shows the refusal reasons. With
-per-request samples a printed speedup carries a 95 % bootstrap interval
+when that verdict is printed; otherwise it shows the refusal reasons. With 2 or
+more paired rounds a printed figure is the geometric mean of the rounds' ratios
+with a Student-t interval on their logs (:func:`paired_speedup_ci`); otherwise,
+with per-request samples, it carries a 95 % bootstrap interval
 (``scipy.stats.bootstrap``, percentile method, each route's requests resampled
 independently; Efron & Tibshirani 1993, *An Introduction to the Bootstrap*).
-Refused lines list their first divergence and every task flip.
+Refused lines list their first divergence and every task flip; routes measured
+at several loads get a crossover note (:meth:`Scorecard.crossovers`).
 
 Renderings: :meth:`Scorecard.to_text` (terminal), :meth:`~Scorecard.to_markdown`,
 :meth:`~Scorecard.to_json`, :meth:`~Scorecard.to_csv`, ``_repr_html_`` (Jupyter)
@@ -112,6 +115,9 @@ class ScorecardLine(BaseModel):
     verdict: SpeedupVerdict | None
     first_divergence: str | None = None
     task_flips: tuple[str, ...] = ()
+    acceptance_by_position: tuple[float, ...] | None = None
+    spec_tokens: int | None = None
+    sse_ignored_lines: int = 0
     output_throughput_toks_per_s: float | None = None
     goodput_req_per_s: float | None = None
     slo_attainment: float | None = None
@@ -320,6 +326,9 @@ def _line(
         goodput_req_per_s=r.goodput_req_per_s,
         slo_attainment=r.slo_attainment,
         schedule_lagged=r.schedule_lagged,
+        acceptance_by_position=r.acceptance_by_position,
+        spec_tokens=r.spec_tokens,
+        sse_ignored_lines=r.sse_ignored_lines,
     )
 
 
@@ -354,6 +363,30 @@ def crossover_text(route: str, cell: str, points: Sequence[tuple[str, float]]) -
     )
     rest = [f"{_x(v)} at {p}" for p, v in points[paying + 1 :]]
     return text + (f" (then {', '.join(rest)})" if rest else "")
+
+
+def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
+    return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
+
+
+def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Per-position acceptance and ignored SSE lines, one note per line that has them."""
+    notes: list[str] = []
+    for ln in lines:
+        where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
+        if ln.acceptance_by_position is not None:
+            depth = f", depth {ln.spec_tokens}" if ln.spec_tokens is not None else ""
+            notes.append(
+                f"{where}: acceptance by draft position 1.."
+                f"{len(ln.acceptance_by_position)}{depth}: "
+                f"{_positions_text(ln.acceptance_by_position)}"
+            )
+        if ln.sse_ignored_lines:
+            notes.append(
+                f"{where}: {ln.sse_ignored_lines} SSE line(s) ignored "
+                "(unknown or padded field names): streamed text may be incomplete"
+            )
+    return notes
 
 
 class Scorecard:
@@ -435,11 +468,11 @@ class Scorecard:
             rounds[key] = result.round_values(route, cell, m.value, load)
             rp = result.parity.get((route, row.reasoning_mode))
             traffic = result.traffic.get((route, cell, load))
-            first = None
-            if traffic is not None and traffic.first_divergence is not None:
+            # the parity set's divergence first (it names the prompt); the measured
+            # traffic's when the parity set passed
+            first = rp.first_divergence if rp is not None else None
+            if first is None and traffic is not None and traffic.first_divergence is not None:
                 first = "measured traffic, " + traffic.first_divergence.describe("off", route)
-            elif rp is not None:
-                first = rp.first_divergence
             details[key] = ParityDetail(
                 first_divergence=first, task_flips=rp.task_flips if rp is not None else ()
             )
@@ -534,25 +567,30 @@ class Scorecard:
 
     def _notes(self) -> list[str]:
         notes: list[str] = [f"crossover: {c}" for c in self.crossovers()]
+        # One note per route, cell and explanation; the load points it holds at are listed.
+        groups: dict[tuple[Any, ...], list[str]] = {}
         for ln in self.lines:
-            if ln.credited:
+            if ln.credited or (
+                ln.speculative is Speculative.off and ln.quality_parity is QualityParity.verified
+            ):
                 continue
-            if ln.speculative is Speculative.off:
-                if ln.quality_parity is not QualityParity.verified:
-                    notes.append(
-                        f"{ln.route} @ {ln.cell}: baseline parity "
-                        f"{ln.quality_parity.value} — {ln.parity_detail or 'no detail'}"
-                    )
+            key = (ln.route, ln.cell, ln.speculative is Speculative.off, ln.quality_parity,
+                   ln.parity_detail, ln.first_divergence, ln.task_flips)  # fmt: skip
+            groups.setdefault(key, []).append(ln.load)
+        for (route, cell, is_off, parity, detail, first, flips), loads in groups.items():
+            where = f"{route} @ {cell}" + (f" ({', '.join(loads)})" if loads != ["—"] else "")
+            if is_off:
+                notes.append(f"{where}: baseline parity {parity.value} — {detail or 'no detail'}")
                 continue
             notes.append(
-                f"{ln.route} @ {ln.cell}: no speedup credited; parity "
-                f"{ln.quality_parity.value} — {ln.parity_detail or 'no detail'}"
+                f"{where}: no speedup credited; parity {parity.value} — {detail or 'no detail'}"
             )
-            if ln.first_divergence:
-                notes.append(f"  first divergence: {ln.first_divergence}")
-            if ln.task_flips:
-                notes.append(f"  task flips ({len(ln.task_flips)}):")
-                notes.extend(f"    {f}" for f in ln.task_flips)
+            if first:
+                notes.append(f"  first divergence: {first}")
+            if flips:
+                notes.append(f"  task flips ({len(flips)}):")
+                notes.extend(f"    {f}" for f in flips)
+        notes.extend(_detail_notes(self.lines))
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
         if any(ln.schedule_lagged for ln in self.lines):
@@ -651,6 +689,9 @@ class Scorecard:
         "parity_detail",
         "first_divergence",
         "task_flips",
+        "acceptance_by_position",
+        "spec_tokens",
+        "sse_ignored_lines",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -691,6 +732,9 @@ class Scorecard:
                     "parity_detail": ln.parity_detail,
                     "first_divergence": ln.first_divergence,
                     "task_flips": " | ".join(ln.task_flips),
+                    "acceptance_by_position": _positions_text(ln.acceptance_by_position),
+                    "spec_tokens": ln.spec_tokens,
+                    "sse_ignored_lines": ln.sse_ignored_lines,
                 }
             )
         return recs

@@ -231,5 +231,30 @@ def test_paired_rounds_give_the_credited_figure_and_interval(tmp_path: Path) -> 
     v = next(ln for ln in card.lines if ln.route == "mtp").verdict
     assert v is not None and v.printed and v.rounds == 3
     assert v.speedup == pytest.approx((2 * (1 / 0.55) * (1 / 0.45)) ** (1 / 3))
-    assert v.ci_low is not None and v.ci_high is not None
+    assert v.speedup is not None and v.ci_low is not None and v.ci_high is not None
     assert v.ci_low < v.speedup < v.ci_high and v.ci_low > 1
+
+
+def test_a_results_file_from_before_load_sweeps_still_reads(tmp_path: Path) -> None:
+    plan = _plan(arrival={"concurrency": 2}, repeats=1)
+    rec = Records(plan)
+    rec.parity_set()
+    for i in range(6):
+        rec.measure("off", "closed:c=2", i, _m(f"out {i}", start_ms=1000.0 * i, e2e_ms=100.0))
+        rec.measure("mtp", "closed:c=2", i, _m(f"out {i}", start_ms=1000.0 * i, e2e_ms=50.0))
+    old_plan = plan.model_dump(mode="json")
+    for key in ("repeats", "slo"):
+        del old_plan[key]
+    del old_plan["arrival"]["max_lag_ms"]
+    for line in rec.lines:  # what an older version wrote: other hash, no load, no round
+        line["plan_hash"] = "0ld0ld0ld0ld0ld0"
+        for key in ("load", "round", "queue_ms"):
+            line.pop(key, None)
+        if line["record"] == "run_start":
+            line["plan"] = old_plan
+    result = load_results(rec.write(tmp_path / "old.jsonl"))
+    off, mtp = result.rows
+    assert off.n_requests == mtp.n_requests == 6 and off.rounds == 1
+    assert (off.concurrency, off.arrival) == (2, Arrival.closed)  # the load its plan recorded
+    assert mtp.quality_parity is QualityParity.verified
+    assert "bit-exact on 6 of 6 requests" in (mtp.parity_detail or "")
