@@ -52,6 +52,7 @@ from deepseekbench._runner import (
 from deepseekbench._scorecard import Scorecard
 
 __all__ = [
+    "DEMO_COMPUTE_MS_PER_TOKEN",
     "DEMO_CONCURRENCY",
     "DEMO_DRAFT_DEPTH",
     "DEMO_MAX_TOKENS",
@@ -77,11 +78,14 @@ EXIT_GATE = 3
 EXIT_INTERRUPTED = 130
 """Interrupted; results so far kept, a rerun resumes."""
 
-DEMO_CONCURRENCY: tuple[int, ...] = (1, 4, 12)
+DEMO_CONCURRENCY: tuple[int, ...] = (1, 2, 8)
 """The demo's load sweep: closed-loop streams per load point (the engine's mtp, k = 3,
 pays while its verify pass is memory-bound and costs past the knee; docs/engine.md)."""
-DEMO_REQUESTS = 36
-"""Measured requests per route and load point: 12 a round, so the top load is reached."""
+DEMO_REQUESTS = 24
+"""Measured requests per route and load point: 8 a round, one per stream at the top load."""
+DEMO_COMPUTE_MS_PER_TOKEN = 3.0
+"""The demo engines' compute cost per scored position (ms/token; the default is 1.5): the
+knee comes at a few sequences, so the crossover shows at loads one process drives easily."""
 DEMO_DRAFT_DEPTH = 3
 """Draft tokens per verify step of the demo's mtp engines (tokens)."""
 DEMO_MAX_TOKENS = 64
@@ -132,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="run off, mtp and mis-tuned mtp on embedded loopback engines at concurrency "
-        "1, 4 and 12; print the scorecard and the crossover",
+        "1, 2 and 8; print the scorecard and the crossover",
     )
     demo.add_argument(
         "--results",
@@ -206,7 +210,10 @@ def demo_plan(
     non-think) swept over closed-loop concurrency ``DEMO_CONCURRENCY``;
     ``requests`` measured requests per route and load point after one warm-up,
     in the plan's default rounds; the built-in smoke tasks as the parity set
-    (16 parity requests in flight).
+    (8 parity requests in flight, the same output cap). The engines behind the
+    URLs are the caller's; ``python -m deepseekbench demo`` starts ``off`` and
+    mtp with ``DEMO_DRAFT_DEPTH`` draft tokens (plain and mis-tuned) on a cost
+    model with ``DEMO_COMPUTE_MS_PER_TOKEN``.
 
     Raises:
         ValueError: not exactly three base URLs.
@@ -234,7 +241,7 @@ def demo_plan(
             "warmup_per_cell": 1,
             "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
             "arrival": {"mode": "concurrency", "concurrency": list(DEMO_CONCURRENCY)},
-            "parity": ParityPlan(concurrency=16, max_tokens=96).model_dump(),
+            "parity": ParityPlan(concurrency=8, max_tokens=DEMO_MAX_TOKENS).model_dump(),
             "results": results,
         }
     )
@@ -246,17 +253,15 @@ def _exit_for(result: RunResult) -> int:
 
 async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from deepseekbench._axes import Speculative
-    from deepseekbench._engine import EmbeddedEngine, EngineConfig
+    from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
 
     t0 = time.perf_counter()
     path: Path = args.results
-    configs = (
-        EngineConfig(speculative=Speculative.off),
-        EngineConfig(speculative=Speculative.mtp, draft_depth=DEMO_DRAFT_DEPTH),
-        EngineConfig(
-            speculative=Speculative.mtp, draft_depth=DEMO_DRAFT_DEPTH, mistuned_draft=True
-        ),
+    off_config = EngineConfig(cost=CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN))
+    mtp_config = off_config.model_copy(
+        update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH}
     )
+    configs = (off_config, mtp_config, mtp_config.model_copy(update={"mistuned_draft": True}))
     prog = _StderrProgress(err)
     async with (
         EmbeddedEngine(configs[0]) as e_off,
