@@ -11,8 +11,9 @@ traffic** (per cell and load point, at temperature 0): each measured request's
 output against the ``off`` route's output of the same request index (same
 prompt, cell, load point and round); the ``off`` route's own rounds, which
 repeat the same prompts, are its determinism control. A divergence under load
-makes the row ``differs`` even when the parity set passed. Above temperature 0
-rows rely on the parity set's task parity, and say so.
+makes the row ``differs`` even when the parity set passed
+(:mod:`deepseekbench._traffic`). Above temperature 0 rows rely on the parity
+set's task parity, and say so.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from deepseekbench._schedule import parity_prompts, reasoning_modes
 from deepseekbench._spec_fields import cell_spec_fields
 from deepseekbench._stats import percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
+from deepseekbench._traffic import Indexed, traffic_control, traffic_parity
 
 __all__ = [
     "MeasuredRequest",
@@ -286,9 +288,6 @@ def row_identity(
     }
 
 
-Indexed = dict[int, tuple[StreamMeasurement, MeasureInfo]]
-
-
 def _row_records(
     plan: BenchmarkPlan, state: ResultsState, route: str, cell: str, load: LoadPoint
 ) -> Indexed:
@@ -299,49 +298,6 @@ def _row_records(
         for (label, cid, lk, i), m in state.measurements.items()
         if label == route and cid == cell and lk in keys and i < plan.requests_per_cell
     }
-
-
-def _outputs(requests: Indexed) -> dict[str, ParityOutput]:
-    return {
-        f"request-{i}": ParityOutput.from_measurement(f"request-{i}", m)
-        for i, (m, _) in requests.items()
-        if m.error is None
-    }
-
-
-def traffic_control(plan: BenchmarkPlan, off: Indexed) -> DeterminismControl:
-    """The ``off`` route's rounds against each other: the same prompt slot in round 0
-    and in every later round must give the same output (temperature 0)."""
-    checker = ExactAcceptance()
-    by_round: dict[int, dict[str, ParityOutput]] = {}
-    for i, (m, info) in off.items():
-        if m.error is None:
-            slot = f"slot-{i // plan.rounds}"
-            by_round.setdefault(info.round, {})[slot] = ParityOutput.from_measurement(slot, m)
-    first = by_round.get(0, {})
-    divergences = []
-    n = 0
-    for r, outs in sorted(by_round.items()):
-        if r == 0:
-            continue
-        ids = [pid for pid in outs if pid in first]
-        c = checker.control(first, outs, ids)
-        divergences += list(c.divergences)
-        n += c.n_prompts
-    deterministic = False if divergences else (True if n else None)
-    return DeterminismControl(
-        deterministic=deterministic, n_prompts=n, divergences=tuple(divergences)
-    )
-
-
-def traffic_parity(plan: BenchmarkPlan, off: Indexed, cand: Indexed) -> ParityResult:
-    """Each measured request of ``cand`` against ``off``'s of the same index (same
-    prompt, cell, load point and round); pairs where either side errored are skipped."""
-    base, other = _outputs(off), _outputs(cand)
-    ids = sorted((pid for pid in other if pid in base), key=lambda p: int(p.split("-")[1]))
-    return ExactAcceptance().compare(
-        base, other, control=traffic_control(plan, off), prompt_ids=ids
-    )
 
 
 def _join_parity(

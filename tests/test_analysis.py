@@ -258,3 +258,18 @@ def test_a_results_file_from_before_load_sweeps_still_reads(tmp_path: Path) -> N
     assert (off.concurrency, off.arrival) == (2, Arrival.closed)  # the load its plan recorded
     assert mtp.quality_parity is QualityParity.verified
     assert "bit-exact on 6 of 6 requests" in (mtp.parity_detail or "")
+
+
+def test_window_metrics_are_compared_round_by_round_higher_being_better(tmp_path: Path) -> None:
+    rec = Records(_plan(arrival={"concurrency": 1}, slo={"e2e_ms": 1000.0}))
+    rec.parity_set()
+    for i in range(6):
+        rec.measure("off", "closed:c=1", i, _m(f"out {i // 3}", start_ms=200.0 * i, e2e_ms=100.0))
+        rec.measure("mtp", "closed:c=1", i, _m(f"out {i // 3}", start_ms=100.0 * i, e2e_ms=50.0))
+    result = load_results(rec.write(tmp_path / "r.jsonl"))
+    for metric in ("output_throughput_toks_per_s", "goodput_req_per_s"):
+        card = Scorecard.from_run(result, metric=metric)
+        v = next(ln for ln in card.lines if ln.route == "mtp").verdict
+        # every mtp block takes half the time: 2x the throughput, candidate / baseline
+        assert v is not None and v.printed and v.rounds == 3, metric
+        assert v.speedup == pytest.approx(2.0) and not v.slower, metric
