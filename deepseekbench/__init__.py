@@ -136,6 +136,7 @@ from deepseekbench._tasks import (
     smoke_tasks,
     task_parity,
 )
+from deepseekbench._transport import pool_limits
 
 __version__ = "0.1.0"
 
@@ -250,6 +251,7 @@ __all__ = [
     "mtp_depth_from_hf_config",
     "paired_speedup_ci",
     "parse_metrics",
+    "pool_limits",
     "probe_model_capability",
     "read_acceptance",
     "read_rows",

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import QualityParity, ReasoningMode, Speculative
+from deepseekbench._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._errors import PlanError
 from deepseekbench._measure import StreamMeasurement
 from deepseekbench._parity import (
@@ -266,7 +267,6 @@ def _build_parity(
     return out
 
 
-
 def row_identity(
     plan: BenchmarkPlan, cell: CellPlan, route: RoutePlan, load: LoadPoint
 ) -> dict[str, Any]:
@@ -369,6 +369,17 @@ def _figures(rows: RowRequests, max_lag_ms: float) -> dict[str, Any]:
     }
 
 
+def _client_fields(rows: RowRequests, threshold_ms: float) -> dict[str, Any]:
+    """The row's client health (docs/measurement.md, "Fidelity"): ``client_saturated``
+    when any measured request saw the client's event loop lag past ``threshold_ms`` (ms),
+    and the longest pool wait of its measured requests (ms)."""
+    measured = [m for m, _ in rows.requests]
+    return {
+        "client_saturated": client_saturated(measured, threshold_ms),
+        "client_pool_wait_ms": max_pool_wait_ms(measured),
+    }
+
+
 def _server_window(
     state: ResultsState, route: str, cell: str, load: LoadPoint
 ) -> AcceptanceRecord | None:
@@ -421,6 +432,7 @@ def _build_row(
     row = Row(
         **row_identity(plan, cell, route, load),
         **_figures(rows, plan.arrival.max_lag_ms),
+        **_client_fields(rows, plan.client_lag_threshold_ms),
         **_acceptance_fields(route, server, rows.ok),
         quality_parity=parity,
         parity_detail=reason,

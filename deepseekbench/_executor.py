@@ -10,6 +10,13 @@ limiter); an open loop starts request ``j`` at ``block start + offsets_s[j]``
 and waits for a free slot when ``concurrency`` are already in flight. The wait
 from the scheduled to the actual send is the request's ``queue_ms`` (the
 schedule lag: an overloaded client, not a slow server).
+
+Self-check: a measure block's requests are sent inside a
+:class:`~deepseekbench._selfcheck.SelfCheck` (an event-loop lag ticker), so each
+measured request's ``client_lag_ms`` holds the largest lag of the client's own
+event loop during it; the analysis flags a row ``client_saturated`` from these
+(docs/measurement.md, "Fidelity"). Warm-ups, parity and control requests are
+sent without one (their ``client_lag_ms`` is ``None``).
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from deepseekbench._gate import LiveGate
 from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
 from deepseekbench._request import ChatRequest
 from deepseekbench._route import EngineRoute
-from deepseekbench._schedule import Block, WorkItem
+from deepseekbench._schedule import Block, Phase, WorkItem
+from deepseekbench._selfcheck import SelfCheck
 from deepseekbench._server_metrics import metrics_delta, scrape_metrics
 
 __all__ = ["Executor", "Sent", "SentFn"]
@@ -89,7 +97,11 @@ class Executor:
         before = None
         if block.scrape:
             before = await scrape_metrics(route, gate=self.gate, client=self.client)
-        await self._send(block, route, items, limiter, on_sent)
+        if block.phase is Phase.measure:
+            async with SelfCheck():  # per-request client_lag_ms (client_saturated rows)
+                await self._send(block, route, items, limiter, on_sent)
+        else:
+            await self._send(block, route, items, limiter, on_sent)
         if before is None:
             return None
         after = await scrape_metrics(route, gate=self.gate, client=self.client)

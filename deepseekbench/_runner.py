@@ -67,6 +67,7 @@ from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
 from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
 from deepseekbench._spec_config import check_spec_config
+from deepseekbench._transport import pool_limits
 
 __all__ = [
     "DryRunResult",
@@ -307,6 +308,12 @@ class _Recorder:
         )
 
 
+def _in_flight(plan: BenchmarkPlan) -> int:
+    """The most requests the run keeps in flight: the largest concurrency of the load
+    sweep (an open loop's in-flight cap) or the parity set's, whichever is larger."""
+    return max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
+
+
 def _resumed(state: ResultsState) -> int:
     return len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
 
@@ -375,7 +382,9 @@ async def run_plan(
         {r.label: r.speculative.value for r in plan.routes},
     )
     own_client = client is None
-    http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
+    timeout = httpx.Timeout(plan.timeout_s)
+    pool = pool_limits(_in_flight(plan))
+    http = client if client is not None else gate.client(timeout=timeout, limits=pool)
     executor = Executor(routes, gate, http, Timeouts(total_s=plan.timeout_s))
 
     def on_sent(block: Block, sent: Sent) -> None:

@@ -122,6 +122,7 @@ class ScorecardLine(BaseModel):
     goodput_req_per_s: float | None = None
     slo_attainment: float | None = None
     schedule_lagged: bool = False
+    client_saturated: bool = False
 
     @property
     def credited(self) -> bool:
@@ -326,6 +327,7 @@ def _line(
         goodput_req_per_s=r.goodput_req_per_s,
         slo_attainment=r.slo_attainment,
         schedule_lagged=r.schedule_lagged,
+        client_saturated=r.client_saturated,
         acceptance_by_position=r.acceptance_by_position,
         spec_tokens=r.spec_tokens,
         sse_ignored_lines=r.sse_ignored_lines,
@@ -370,7 +372,8 @@ def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
 
 
 def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
-    """Per-position acceptance and ignored SSE lines, one note per line that has them."""
+    """Per-position acceptance, ignored SSE lines and a saturated client, one note per
+    line that has them."""
     notes: list[str] = []
     for ln in lines:
         where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
@@ -385,6 +388,11 @@ def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
             notes.append(
                 f"{where}: {ln.sse_ignored_lines} SSE line(s) ignored "
                 "(unknown or padded field names): streamed text may be incomplete"
+            )
+        if ln.client_saturated:
+            notes.append(
+                f"{where}: CLIENT SATURATED — the measuring client's event loop lagged past "
+                "client_lag_threshold_ms; its times may hold client delay"
             )
     return notes
 

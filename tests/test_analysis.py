@@ -218,6 +218,38 @@ def test_an_open_loop_that_lagged_is_flagged(tmp_path: Path) -> None:
     assert "4/s!" in text and "the open-loop schedule lagged" in text
 
 
+def test_client_health_is_per_route_cell_and_load_point(tmp_path: Path) -> None:
+    """client_saturated: any measured request of that (route, cell, load point) lagged
+    past client_lag_threshold_ms; client_pool_wait_ms: the longest wait among them."""
+    rec = Records(_plan(client_lag_threshold_ms=20.0))
+    rec.parity_set()
+    for load in ("closed:c=1", "closed:c=8"):
+        for i in range(6):
+            for route in ("off", "mtp"):
+                lag = 35.0 if (route, load, i) == ("mtp", "closed:c=8", 5) else 19.0
+                wait = 7.0 if (route, load, i) == ("off", "closed:c=8", 2) else 0.5
+                m = _m(
+                    f"out {i // 3}",
+                    start_ms=1000.0 * i,
+                    e2e_ms=100.0,
+                    client_lag_ms=lag,
+                    pool_wait_ms=wait,
+                )
+                rec.measure(route, load, i, m)
+    result = load_results(rec.write(tmp_path / "r.jsonl"))
+    rows = {(r.route_label, r.concurrency): r for r in result.rows}
+    assert {k for k, r in rows.items() if r.client_saturated} == {("mtp", 8)}
+    assert {k: r.client_pool_wait_ms for k, r in rows.items()} == {
+        ("off", 1): 0.5,
+        ("mtp", 1): 0.5,
+        ("off", 8): 7.0,
+        ("mtp", 8): 0.5,
+    }
+    text = Scorecard.from_run(result).to_text()
+    assert "mtp @ 1k/256/non_think (c=8): CLIENT SATURATED" in text
+    assert text.count("CLIENT SATURATED") == 1
+
+
 def test_paired_rounds_give_the_credited_figure_and_interval(tmp_path: Path) -> None:
     rec = Records(_plan(arrival={"concurrency": 1}))
     rec.parity_set()

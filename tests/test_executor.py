@@ -82,3 +82,16 @@ def test_an_open_block_records_each_requests_schedule_lag() -> None:
     assert sorted(s.item.index for s in sent if s.item) == [1, 2, 3]
     lags = sorted(s.queue_ms for s in sent if s.queue_ms is not None)
     assert len(lags) == 3 and lags[0] >= 0 and lags[-1] > lags[0]  # one slot: they queue
+
+
+def test_measured_requests_carry_the_clients_event_loop_lag_and_others_do_not() -> None:
+    """The executor's SelfCheck runs around a measure block's requests only."""
+    block = _block()
+    sent, _ = _run(block, block.items)
+    measured = [s.measurement for s in sent if s.item is not None]
+    warm = [s.measurement for s in sent if s.item is None]
+    assert len(measured) == 4 and all(m.client_lag_ms is not None for m in measured)
+    assert warm and all(m.client_lag_ms is None for m in warm)
+    parity = _block(phase=Phase.parity, parity_pass=1, cell="", load=None, warmup=(), scrape=False)
+    sent, _ = _run(parity, parity.items)
+    assert len(sent) == 4 and all(s.measurement.client_lag_ms is None for s in sent)
