@@ -48,11 +48,11 @@ from deepseekbench._analysis import (
     row_identity,
 )
 from deepseekbench._axes import QualityParity
-from deepseekbench._executor import Executor, Sent
+from deepseekbench._executor import Sent
 from deepseekbench._gate import LiveGate
-from deepseekbench._measure import Timeouts
 from deepseekbench._parity import ParityOutput
 from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._pool_executor import executor_for
 from deepseekbench._results import (
     MeasureInfo,
     ResultsFormatError,
@@ -68,6 +68,7 @@ from deepseekbench._row import Row
 from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
 from deepseekbench._spec_config import check_spec_config
 from deepseekbench._transport import pool_limits
+from deepseekbench._workers import PoolReport
 
 __all__ = [
     "DryRunResult",
@@ -284,6 +285,27 @@ class _Recorder:
             }
         )
 
+    def workers(self, block: Block, report: PoolReport) -> None:
+        """One ``workers`` record per block sent by several workers: the window
+        edges (CLOCK_MONOTONIC ns; Ray: mapped from wall-clock time), the
+        workers that died, and each Ray actor's clock offset estimate (ns)."""
+        self.writer.write(
+            {
+                "record": "workers",
+                **self.base,
+                "route": block.route,
+                "phase": block.phase.value,
+                "cell": block.cell,
+                "load": block.load.key if block.load is not None else None,
+                "round": block.round,
+                "workers": report.workers,
+                "window_start_ns": report.start_ns,
+                "window_end_ns": report.end_ns,
+                "deaths": [dataclasses.asdict(d) for d in report.deaths],
+                "clock_offsets_ns": list(report.clock_offsets_ns),
+            }
+        )
+
     def finish(self, result: RunResult) -> None:
         for rpar in result.parity.values():
             self.writer.write(
@@ -385,7 +407,6 @@ async def run_plan(
     timeout = httpx.Timeout(plan.timeout_s)
     pool = pool_limits(_in_flight(plan))
     http = client if client is not None else gate.client(timeout=timeout, limits=pool)
-    executor = Executor(routes, gate, http, Timeouts(total_s=plan.timeout_s))
 
     def on_sent(block: Block, sent: Sent) -> None:
         recorder.sent(block, sent)
@@ -405,11 +426,12 @@ async def run_plan(
             }
         )
         prog.emit()
-        for block, items in work:
-            prog.set_phase(block.title)
-            delta = await executor.run_block(block, items, on_sent)
-            if delta is not None:
-                recorder.window(block, delta)
+        async with executor_for(plan, routes, gate, http, recorder.workers) as executor:
+            for block, items in work:
+                prog.set_phase(block.title)
+                delta = await executor.run_block(block, items, on_sent)
+                if delta is not None:
+                    recorder.window(block, delta)
         prog.set_phase("done")
         result = build_result(
             plan, state, results_path=path, resumed=resumed, complete=True, tasks=sources.tasks
