@@ -3,7 +3,7 @@
 Subcommands::
 
     demo                 three embedded engines on loopback (off, mtp, mis-tuned mtp),
-                         a plan run through run_plan, the scorecard printed
+                         a concurrency sweep run through run_plan, the scorecard printed
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
     report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
     serve                the embedded reference engine as a server
@@ -41,7 +41,7 @@ import anyio
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from deepseekbench._errors import LiveGateError, PlanError, RowFormatError
+from deepseekbench._errors import LiveGateError, MissingExtraError, PlanError, RowFormatError
 from deepseekbench._gate import ENV_API_KEY, LiveGate
 from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
 from deepseekbench._row import read_rows, write_rows
@@ -58,6 +58,11 @@ from deepseekbench._runner import (
 from deepseekbench._scorecard import Scorecard, cell_id, load_point
 
 __all__ = [
+    "DEMO_COMPUTE_MS_PER_TOKEN",
+    "DEMO_CONCURRENCY",
+    "DEMO_DRAFT_DEPTH",
+    "DEMO_MAX_TOKENS",
+    "DEMO_REQUESTS",
     "EXIT_ERRORS",
     "EXIT_GATE",
     "EXIT_INTERRUPTED",
@@ -79,7 +84,20 @@ EXIT_GATE = 3
 EXIT_INTERRUPTED = 130
 """Interrupted; results so far kept, a rerun resumes."""
 
-FORMATS = ("text", "markdown", "json", "csv")
+DEMO_CONCURRENCY: tuple[int, ...] = (1, 2, 8)
+"""The demo's load sweep: closed-loop streams per load point (the engine's mtp, k = 3,
+pays while its verify pass is memory-bound and costs past the knee; docs/engine.md)."""
+DEMO_REQUESTS = 24
+"""Measured requests per route and load point: 8 a round, one per stream at the top load."""
+DEMO_COMPUTE_MS_PER_TOKEN = 3.0
+"""The demo engines' compute cost per scored position (ms/token; the default is 1.5): the
+knee comes at a few sequences, so the crossover shows at loads one process drives easily."""
+DEMO_DRAFT_DEPTH = 3
+"""Draft tokens per verify step of the demo's mtp engines (tokens)."""
+DEMO_MAX_TOKENS = 64
+"""The demo cell's output cap (tokens): every correct answer fits; a mis-tuned ramble stops."""
+
+FORMATS = ("text", "markdown", "json", "csv", "html")
 _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
 
 
@@ -123,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="run off, mtp and mis-tuned mtp on embedded loopback engines; print the scorecard",
+        help="run off, mtp and mis-tuned mtp on embedded loopback engines at concurrency "
+        "1, 2 and 8; print the scorecard and the crossover",
     )
     demo.add_argument(
         "--results",
@@ -134,8 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--requests",
         type=int,
-        default=10,
-        help="measured requests per route, >= 1, after one warm-up (default: %(default)s)",
+        default=DEMO_REQUESTS,
+        help="measured requests per route and load point, >= 1, after one warm-up "
+        "(default: %(default)s)",
     )
     demo.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
 
@@ -195,6 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
         "several (default: the last)",
     )
     report.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
+    report.add_argument(
+        "--plot",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="also draw speedup vs load and TPOT vs output throughput per route to PATH "
+        "(.png, .svg or .pdf; needs: pip install 'deepseekbench[plot]')",
+    )
 
     serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
     from deepseekbench._engine import add_serve_arguments
@@ -204,13 +232,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def demo_plan(
-    base_urls: Sequence[str], *, requests: int = 10, results: str | None = None
+    base_urls: Sequence[str], *, requests: int = DEMO_REQUESTS, results: str | None = None
 ) -> BenchmarkPlan:
     """The demo's plan for three engines at ``base_urls`` (off, mtp, mis-tuned mtp).
 
-    One cell (1k prompts, 256 output tokens, non-think), ``requests`` measured
-    requests per route after one warm-up, the built-in smoke tasks as the parity
-    set (4 parity requests in flight).
+    One cell (1k prompts, 256 output tokens capped at ``DEMO_MAX_TOKENS``,
+    non-think) swept over closed-loop concurrency ``DEMO_CONCURRENCY``;
+    ``requests`` measured requests per route and load point after one warm-up,
+    in the plan's default rounds; the built-in smoke tasks as the parity set
+    (8 parity requests in flight, the same output cap). The engines behind the
+    URLs are the caller's; ``python -m deepseekbench demo`` starts ``off`` and
+    mtp with ``DEMO_DRAFT_DEPTH`` draft tokens (plain and mis-tuned) on a cost
+    model with ``DEMO_COMPUTE_MS_PER_TOKEN``.
 
     Raises:
         ValueError: not exactly three base URLs.
@@ -236,7 +269,9 @@ def demo_plan(
             ],
             "requests_per_cell": requests,
             "warmup_per_cell": 1,
-            "parity": ParityPlan(concurrency=4, max_tokens=96).model_dump(),
+            "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
+            "arrival": {"mode": "concurrency", "concurrency": list(DEMO_CONCURRENCY)},
+            "parity": ParityPlan(concurrency=8, max_tokens=DEMO_MAX_TOKENS).model_dump(),
             "results": results,
         }
     )
@@ -261,15 +296,15 @@ def _exit_for(result: RunResult) -> int:
 
 async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from deepseekbench._axes import Speculative
-    from deepseekbench._engine import EmbeddedEngine, EngineConfig
+    from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
 
     t0 = time.perf_counter()
     path: Path = args.results
-    configs = (
-        EngineConfig(speculative=Speculative.off),
-        EngineConfig(speculative=Speculative.mtp),
-        EngineConfig(speculative=Speculative.mtp, mistuned_draft=True),
+    off_config = EngineConfig(cost=CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN))
+    mtp_config = off_config.model_copy(
+        update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH}
     )
+    configs = (off_config, mtp_config, mtp_config.model_copy(update={"mistuned_draft": True}))
     prog = _StderrProgress(err)
     async with (
         EmbeddedEngine(configs[0]) as e_off,
@@ -431,9 +466,16 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for r in runs:
             err.write(f"  plan {r.plan_hash}  started {r.started_at}\n")
     secrets = _known_secrets(result.plan)
-    card = Scorecard.from_run(result).render(args.format)
-    out.write(_redact(card, secrets))
+    card = Scorecard.from_run(result)
+    out.write(_redact(card.render(args.format), secrets))
     _write_error_summary(result, err, secrets)
+    if args.plot is not None:
+        try:
+            card.plot(args.plot)
+        except (MissingExtraError, ValueError) as exc:
+            err.write(f"deepseekbench: {exc}\n")
+            return EXIT_USAGE
+        err.write(f"plot: {args.plot}\n")
     return EXIT_OK
 
 

@@ -38,3 +38,7 @@ class RowFormatError(DeepseekBenchError):
 
 class PlanError(DeepseekBenchError):
     """A benchmark plan is invalid (raised at validation, before any request)."""
+
+
+class MissingExtraError(DeepseekBenchError, ImportError):
+    """An optional dependency is not installed (the message names the extra to install)."""

@@ -25,18 +25,21 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis import RunResult, load_results
 from deepseekbench._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
-from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan import LoadPoint
 from deepseekbench._row import Row
 from deepseekbench._rowstats import WINDOW_METRICS
 from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup, speedup_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "MissingExtraError",
@@ -49,10 +52,6 @@ __all__ = [
     "load_point",
     "paired_speedup_ci",
 ]
-
-
-class MissingExtraError(DeepseekBenchError, ImportError):
-    """An optional dependency is not installed (the message names the extra to install)."""
 
 
 def cell_id(row: Row) -> str:
@@ -416,6 +415,8 @@ class Scorecard:
     """Scorecard lines in row order, with renderings.
 
     Build with :meth:`from_rows`, :meth:`from_run` or :meth:`from_results`.
+    ``rows``: the rows behind the lines, in line order (empty when built from
+    lines alone; :meth:`plot` needs them).
     """
 
     def __init__(
@@ -424,10 +425,12 @@ class Scorecard:
         *,
         metric: SpeedupMetric,
         client_workers: int | None = None,
+        rows: Sequence[Row] = (),
     ) -> None:
         self.lines: tuple[ScorecardLine, ...] = tuple(lines)
         self.metric = metric
         self.client_workers = client_workers  # the run's plan key workers, when known
+        self.rows: tuple[Row, ...] = tuple(rows)
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -470,7 +473,7 @@ class Scorecard:
             verdict = judge.verdict(base, r) if base is not None else None
             d = details.get(line_key(r)) if details is not None else None
             lines.append(_line(r, base, verdict, d))
-        return cls(lines, metric=m)
+        return cls(lines, metric=m, rows=rows)
 
     @classmethod
     def from_run(
@@ -799,8 +802,41 @@ class Scorecard:
             ) from exc
         return pd.DataFrame.from_records(self.to_records(), columns=list(self._CSV_FIELDS))
 
+    def plot(self, path: str | Path | None = None) -> Figure:
+        """Speedup vs load per route (95 % CI bars) and TPOT vs output throughput per route.
+
+        Returns the matplotlib ``Figure`` (a notebook displays it); with ``path``
+        it is also written there (format from the suffix: ``.png``, ``.svg``,
+        ``.pdf``). See ``docs/scorecard.md``.
+
+        Raises:
+            MissingExtraError: matplotlib is not installed (``pip install 'deepseekbench[plot]'``).
+            ValueError: the scorecard has no rows (built from lines alone), or
+                ``path`` has a suffix matplotlib cannot write.
+            OSError: ``path`` cannot be written.
+        """
+        from deepseekbench._plot import plot_lines, save_figure
+
+        if len(self.rows) != len(self.lines):
+            raise ValueError("plotting needs the rows: build the scorecard with from_rows/from_run")
+        fig = plot_lines(self.lines, self.rows, metric=self.metric.value)
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+    def to_html(self, *, plots: bool = True) -> str:
+        """One self-contained HTML page: the table, the notes and the plots as inline PNG.
+
+        Nothing is fetched from elsewhere (no scripts, styles or images by URL).
+        Without matplotlib the page says how to get the plots
+        (``pip install 'deepseekbench[plot]'``) instead of failing.
+        """
+        from deepseekbench._plot import html_page
+
+        return html_page(self._repr_html_(), self.plot if plots else None)
+
     def render(self, fmt: str = "text") -> str:
-        """Render as ``text``, ``markdown``, ``json`` or ``csv``.
+        """Render as ``text``, ``markdown``, ``json``, ``csv`` or ``html`` (a whole page).
 
         Raises:
             ValueError: unknown format.
@@ -810,6 +846,7 @@ class Scorecard:
             "markdown": self.to_markdown,
             "json": self.to_json,
             "csv": self.to_csv,
+            "html": self.to_html,
         }
         if fmt not in renderers:
             raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(renderers)}")

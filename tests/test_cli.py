@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from deepseekbench._cli import (
+    DEMO_CONCURRENCY,
     EXIT_ERRORS,
     EXIT_GATE,
     EXIT_INTERRUPTED,
@@ -67,6 +68,22 @@ def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(tmp_path
     as_json = _cli("report", str(written[0]), "--format", "json", cwd=tmp_path)
     lines = {ln["route"]: ln for ln in json.loads(as_json.stdout)["lines"]}
     assert lines["mtp"]["speedup"] > 0 and lines["mtp-mistuned"]["speedup"] is None
+    # the sweep: every route at every load; mtp's gain shrinks with load, the mis-tuned
+    # route is refused at every load, and the scorecard names the crossover
+    swept = json.loads(as_json.stdout)["lines"]
+    mtp_by_load = {ln["load_level"]: ln["speedup"] for ln in swept if ln["route"] == "mtp"}
+    assert sorted(mtp_by_load) == [float(c) for c in DEMO_CONCURRENCY]
+    assert mtp_by_load[1.0] > 1.3 * mtp_by_load[float(max(DEMO_CONCURRENCY))]
+    assert all(ln["speedup"] is None for ln in swept if ln["route"] == "mtp-mistuned")
+    assert re.search(r"^crossover: mtp @ 1k/256/non_think: ", out, re.MULTILINE)
+    png = tmp_path / "demo.png"
+    plotted = _cli("report", str(written[0]), "--plot", str(png), "--format", "html", cwd=tmp_path)
+    assert plotted.returncode == EXIT_OK and f"plot: {png}" in plotted.stderr
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert plotted.stdout.startswith("<!DOCTYPE html>")
+    assert "data:image/png;base64," in plotted.stdout
+    unwritable = _cli("report", str(written[0]), "--plot", str(tmp_path / "x.bogus"), cwd=tmp_path)
+    assert unwritable.returncode == EXIT_USAGE and "cannot write" in unwritable.stderr
 
 
 def _plan_file(tmp_path: Path, urls: list[str], **extra: Any) -> Path:

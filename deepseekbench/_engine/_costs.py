@@ -6,12 +6,23 @@ is not a measurement of, or a claim about, any real engine. Shape:
 
 * prefill costs ``prefill_ms_per_token`` per prompt token of the sequences
   admitted in the step (chunked prefill: new sequences join a running step);
-* one decode step for a batch of one costs ``target_step_ms``; verifying ``k``
-  draft tokens in the same pass adds ``k · verify_token_ms`` (≈ one target step
-  when ``verify_token_ms ≪ target_step_ms``); a model-based draft adds
-  ``k · draft_step_ms`` (prompt lookup drafts for free);
-* continuous batching: ``B`` concurrent sequences share one step whose cost is
-  multiplied by ``B ** batch_exponent`` (sublinear, 0 ≤ exponent < 1).
+* the target pass is a roofline (Williams, Waterman & Patterson, 2009,
+  "Roofline: an insightful visual performance model", CACM 52(4)): it takes the
+  longer of a *memory* time and a *compute* time.
+
+  - memory: reading the weights once per pass, ``target_step_ms`` for a batch of
+    one, plus ``k · verify_token_ms`` for ``k`` draft tokens verified in the same
+    pass, times ``B ** batch_exponent`` for ``B`` sequences in the step
+    (continuous batching: sublinear, 0 ≤ exponent < 1);
+  - compute: ``compute_ms_per_token`` for every token position the pass scores,
+    ``B · (k + 1)`` of them — each sequence's ``k`` draft tokens plus one.
+
+  Small batches are memory-bound, so verifying drafts is nearly free; past the
+  knee ``B · (k + 1) · compute_ms_per_token = memory time`` the pass is
+  compute-bound and every drafted token costs as much as a real one, rejected or
+  not — so speculation's gain shrinks with the batch and turns into a loss;
+* a model-based draft adds ``k · draft_step_ms · B ** batch_exponent`` (a small
+  head: memory-bound); prompt lookup drafts for free.
 """
 
 from __future__ import annotations
@@ -22,8 +33,12 @@ from pydantic import BaseModel, ConfigDict, Field
 class CostModel(BaseModel):
     """Step costs of the embedded engine in milliseconds (a model; see module docs).
 
-    Defaults make a correct ``mtp`` (k = 1, ≈0.8 acceptance) about 1.6× faster in
-    TPOT than ``off``.
+    One step of ``B`` sequences verifying ``k`` draft tokens each costs
+    ``max((target_step_ms + k·verify_token_ms)·B^batch_exponent,
+    compute_ms_per_token·B·(k+1)) + k·draft_step_ms·B^batch_exponent
+    + prefill_ms_per_token·prefill_tokens`` (ms). Defaults make a correct ``mtp``
+    (k = 1, ≈0.8 acceptance) about 1.6× faster in TPOT than ``off`` up to about
+    8 concurrent sequences, and slower than ``off`` at 32 (docs/engine.md).
 
     Raises:
         pydantic.ValidationError: a negative cost, a ``batch_exponent`` outside
@@ -49,8 +64,29 @@ class CostModel(BaseModel):
         description="One draft-head forward pass, batch of one (ms per draft token).",
     )
     batch_exponent: float = Field(
-        default=0.35, ge=0, lt=1, description="Step cost grows as batch_size ** batch_exponent."
+        default=0.35,
+        ge=0,
+        lt=1,
+        description="Memory-bound step cost grows as batch_size ** batch_exponent.",
     )
+    compute_ms_per_token: float = Field(
+        default=1.5,
+        ge=0,
+        description="Compute-bound target cost per token position scored in a pass "
+        "(ms/token); 0 = never compute-bound.",
+    )
+
+    def target_ms(self, batch_size: int, draft_tokens: int) -> float:
+        """The target pass alone (ms): the longer of its memory and compute times.
+
+        ``batch_size``: sequences in the step (≥ 1); ``draft_tokens``: the most
+        draft tokens any sequence verified in it (tokens).
+        """
+        b = max(batch_size, 1)
+        per_pass = self.target_step_ms + draft_tokens * self.verify_token_ms
+        memory = per_pass * b**self.batch_exponent
+        compute = self.compute_ms_per_token * b * (draft_tokens + 1)
+        return float(max(memory, compute))
 
     def step_ms(
         self, batch_size: int, draft_tokens: int, prefill_tokens: int, *, model_draft: bool
@@ -62,11 +98,11 @@ class CostModel(BaseModel):
         of newly admitted sequences; ``model_draft``: drafts came from a model head
         (``False`` for prompt lookup).
         """
-        per_pass = self.target_step_ms + draft_tokens * self.verify_token_ms
+        cost = self.target_ms(batch_size, draft_tokens)
         if model_draft:
-            per_pass += draft_tokens * self.draft_step_ms
-        scale: float = float(max(batch_size, 1)) ** self.batch_exponent
-        return per_pass * scale + self.prefill_ms_per_token * prefill_tokens
+            scale: float = float(max(batch_size, 1)) ** self.batch_exponent
+            cost += draft_tokens * self.draft_step_ms * scale
+        return cost + self.prefill_ms_per_token * prefill_tokens
 
 
 FAST_COSTS = CostModel(
@@ -75,5 +111,6 @@ FAST_COSTS = CostModel(
     verify_token_ms=0.0,
     draft_step_ms=0.0,
     batch_exponent=0.0,
+    compute_ms_per_token=0.0,
 )
 """A near-free cost model for tests where timing is not the point (≈0.2 ms/step)."""
