@@ -88,7 +88,16 @@ MAX_RECORD_BYTES = 1 << 30
 """Largest record (one JSON line) a results file may hold, in bytes (1 GiB)."""
 
 RECORD_KINDS = frozenset(
-    {"run_start", "measurement", "parity_output", "server_metrics", "parity", "row", "run_end"}
+    {
+        "run_start",
+        "measurement",
+        "parity_output",
+        "server_metrics",
+        "parity",
+        "row",
+        "run_end",
+        "workers",
+    }
 )
 """Every record kind a results file may hold."""
 
