@@ -89,6 +89,7 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             output_toks_per_s=positive_ms,
             n_requests=st.integers(min_value=5, max_value=10_000),
             n_errors=st.just(0),
+            tokens_estimated=False,
         )
     )
     cand = draw(
@@ -101,6 +102,7 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             output_toks_per_s=positive_ms,
             n_requests=st.integers(min_value=5, max_value=10_000),
             n_errors=st.just(0),
+            tokens_estimated=False,
         )
     )
     same_keys = {axis: getattr(base, axis) for axis in KEY_AXES if axis != "speculative"}
