@@ -23,6 +23,7 @@ from deepseekbench._axes import (
     ReasoningMode,
     Speculative,
 )
+from deepseekbench._breakdown import category_speedups
 from deepseekbench._capability import (
     ModelCapability,
     ModelCapabilityError,
@@ -82,13 +83,14 @@ from deepseekbench._plan import (
     WorkloadPlan,
 )
 from deepseekbench._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
-from deepseekbench._route import EngineRoute, reasoning_controls
+from deepseekbench._route import EngineRoute, eos_controls, reasoning_controls
 from deepseekbench._row import (
     REQUIRED_FIELDS,
     SCHEMA_VERSION,
     Dispersion,
     Percentiles,
     Row,
+    SliceStats,
     read_rows,
     row_json_schema,
     rows_html,
@@ -139,6 +141,23 @@ from deepseekbench._tasks import (
     smoke_tasks,
     task_parity,
 )
+from deepseekbench._tokens import (
+    EndpointTokenCounter,
+    HFTokenizerCounter,
+    TokenCounter,
+    TokenizeError,
+)
+from deepseekbench._workload import (
+    InputLength,
+    WorkloadFormatError,
+    WorkloadItem,
+    WorkloadLengthError,
+    check_bucket,
+    load_jsonl,
+    load_sharegpt,
+    load_spec_bench,
+    synthetic_items,
+)
 
 __version__ = "0.1.0"
 
@@ -167,6 +186,7 @@ __all__ = [
     "Divergence",
     "DryRunResult",
     "EmbeddedEngine",
+    "EndpointTokenCounter",
     "EngineConfig",
     "EngineCounters",
     "EngineRoute",
@@ -178,7 +198,9 @@ __all__ = [
     "GatedTransport",
     "Grader",
     "GraderKind",
+    "HFTokenizerCounter",
     "Hosting",
+    "InputLength",
     "LiveGate",
     "LiveGateError",
     "LlamaServerError",
@@ -211,6 +233,7 @@ __all__ = [
     "RunningLlamaServer",
     "Scorecard",
     "ScorecardLine",
+    "SliceStats",
     "Speculative",
     "SpeedupMetric",
     "SpeedupVerdict",
@@ -221,6 +244,11 @@ __all__ = [
     "TaskFormatError",
     "TaskParityResult",
     "Timeouts",
+    "TokenCounter",
+    "TokenizeError",
+    "WorkloadFormatError",
+    "WorkloadItem",
+    "WorkloadLengthError",
     "WorkloadPlan",
     "__version__",
     "acceptance_from_llamacpp",
@@ -228,10 +256,13 @@ __all__ = [
     "acceptance_from_vllm",
     "all_reference_tasks",
     "bootstrap_speedup_ci",
+    "category_speedups",
+    "check_bucket",
     "coerce_request",
     "compare_speedup",
     "determinism_control",
     "dry_run",
+    "eos_controls",
     "exact_acceptance",
     "find_llama_server",
     "is_loopback_host",
@@ -239,7 +270,10 @@ __all__ = [
     "llama_server",
     "llama_server_args",
     "llama_servers",
+    "load_jsonl",
     "load_results",
+    "load_sharegpt",
+    "load_spec_bench",
     "load_tasks",
     "measure_streamed",
     "metrics_delta",
@@ -256,6 +290,7 @@ __all__ = [
     "run_plan",
     "scrape_metrics",
     "smoke_tasks",
+    "synthetic_items",
     "task_parity",
     "write_rows",
 ]

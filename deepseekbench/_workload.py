@@ -45,6 +45,7 @@ __all__ = [
     "load_jsonl",
     "load_sharegpt",
     "load_spec_bench",
+    "sample_path",
     "synthetic_items",
 ]
 
@@ -252,10 +253,10 @@ def load_jsonl(path: str | Path) -> tuple[WorkloadItem, ...]:
 
 
 def _entry_line(text: str, index: int) -> int:
-    """1-based line where the ``index``-th top-level array entry starts (best effort)."""
+    """1-based line where the ``index``-th entry of the top-level array starts (0 if none)."""
     depth = 0
     entry = -1
-    in_str = escape = False
+    expecting = in_str = escape = False
     line = 1
     for ch in text:
         if ch == "\n":
@@ -268,16 +269,20 @@ def _entry_line(text: str, index: int) -> int:
             elif ch == '"':
                 in_str = False
             continue
+        if depth == 1 and expecting and not ch.isspace():
+            entry += 1
+            expecting = False
+            if entry == index:
+                return line
         if ch == '"':
             in_str = True
         elif ch in "[{":
             depth += 1
-            if depth == 2:
-                entry += 1
-                if entry == index:
-                    return line
+            expecting = depth == 1
         elif ch in "]}":
             depth -= 1
+        elif ch == "," and depth == 1:
+            expecting = True
     return 0
 
 
@@ -357,6 +362,24 @@ def _sharegpt_item(
         )
     category = _category(entry, where, p, number)
     return WorkloadItem(id=item_id, turns=tuple(human), category=category, source=where)
+
+
+_SAMPLES: dict[str, str] = {
+    "sharegpt": "sample_sharegpt.json",
+    "spec_bench": "sample_spec_bench.jsonl",
+    "jsonl": "sample_categories.jsonl",
+}
+
+
+def sample_path(fmt: Literal["sharegpt", "spec_bench", "jsonl"]) -> Path:
+    """Path of the small sample shipped for a format (written for this project).
+
+    Raises:
+        KeyError: an unknown format name.
+    """
+    from importlib import resources
+
+    return Path(str(resources.files("deepseekbench") / "data" / _SAMPLES[fmt]))
 
 
 # ---------------------------------------------------------------- synthetic ---
