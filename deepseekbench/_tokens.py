@@ -69,6 +69,9 @@ class TokenCounter(Protocol):
 
     ``name`` says which tokenizer (recorded on rows and in errors);
     ``count(texts)`` returns one count per text (tokens, special tokens excluded).
+
+    Raises:
+        TypeError: instantiated directly (a ``Protocol`` is a type, not a counter).
     """
 
     @property
@@ -134,7 +137,14 @@ class EndpointTokenCounter:
         return f"endpoint:{self._url}"
 
     async def count(self, texts: Sequence[str]) -> list[int]:
-        """Tokens in each text, asked of the engine one text at a time (tokens)."""
+        """Tokens in each text, asked of the engine one text at a time (tokens).
+
+        Raises:
+            LiveGateError: the gate refuses the URL, or the client is not gated
+                by this counter's gate (before any request).
+            TokenizeError: a non-2xx answer, a transport failure, or a body
+                without a ``tokens`` list or ``count`` (the URL named).
+        """
         headers = {
             k: v for k, v in self._route.request_headers().items() if k.lower() != "accept"
         }
