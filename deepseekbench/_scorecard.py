@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from deepseekbench._runner import RunResult
 
 __all__ = [
+    "CategoryLine",
     "MissingExtraError",
     "ParityDetail",
     "Scorecard",
@@ -69,6 +70,24 @@ class ParityDetail(BaseModel):
     task_flips: tuple[str, ...] = ()
 
 
+class CategoryLine(BaseModel):
+    """One dataset category of a scorecard line: acceptance, TPOT and the speedup.
+
+    ``verdict`` is the category's :func:`~deepseekbench.compare_speedup` verdict
+    against the same category of the cell's ``off`` row (``None`` on ``off``
+    lines or without a baseline). TPOT in ms per output token.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    n_requests: int
+    accepted_token_ratio: float | None
+    acceptance_length: float | None
+    tpot_ms: float | None
+    verdict: SpeedupVerdict | None = None
+
+
 class ScorecardLine(BaseModel):
     """One scorecard line: a row, its parity and acceptance, and its speedup verdict.
 
@@ -96,6 +115,9 @@ class ScorecardLine(BaseModel):
     verdict: SpeedupVerdict | None
     first_divergence: str | None = None
     task_flips: tuple[str, ...] = ()
+    output_short: bool = False
+    n_output_short: int = 0
+    categories: tuple[CategoryLine, ...] = ()
 
     @property
     def credited(self) -> bool:
@@ -171,6 +193,74 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+def _category_lines(
+    base: Row | None, row: Row, metric: SpeedupMetric
+) -> tuple[CategoryLine, ...]:
+    """Per-category lines of ``row``; verdicts against ``base``'s categories."""
+    if not row.categories:
+        return ()
+    from deepseekbench._breakdown import category_speedups
+
+    verdicts = category_speedups(base, row, metric=metric) if base is not None else {}
+    return tuple(
+        CategoryLine(
+            name=c.name,
+            n_requests=c.n_requests,
+            accepted_token_ratio=c.accepted_token_ratio,
+            acceptance_length=c.acceptance_length,
+            tpot_ms=c.tpot_ms,
+            verdict=verdicts.get(c.name),
+        )
+        for c in row.categories
+    )
+
+
+_CATEGORY_COLUMNS: tuple[str, ...] = (
+    "cell",
+    "route",
+    "category",
+    "n",
+    "accept",
+    "acc.len",
+    "TPOT ms",
+    "speedup",
+)
+
+
+def _category_cells(ln: ScorecardLine) -> list[list[str]]:
+    out = []
+    for c in ln.categories:
+        if ln.speculative is Speculative.off:
+            speedup = "baseline"
+        elif c.verdict is None:
+            speedup = "refused: no off baseline for this category"
+        else:
+            speedup = str(c.verdict)
+        out.append(
+            [
+                ln.cell,
+                ln.route,
+                c.name,
+                str(c.n_requests),
+                _fmt(c.accepted_token_ratio, 2),
+                _fmt(c.acceptance_length, 2),
+                _fmt(c.tpot_ms, 2),
+                speedup,
+            ]
+        )
+    return out
+
+
+def _fixed_width(table: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    out = []
+    for i, r in enumerate(table):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
 _COLUMNS: tuple[str, ...] = (
     "cell",
     "route",
@@ -241,6 +331,7 @@ class Scorecard:
                         if ci is not None:
                             verdict = verdict.with_interval(*ci)
             d = details.get(key) if details is not None else None
+            cats = _category_lines(base, r, m)
             lines.append(
                 ScorecardLine(
                     cell=cell_id(r),
@@ -261,6 +352,9 @@ class Scorecard:
                     verdict=verdict,
                     first_divergence=d.first_divergence if d else None,
                     task_flips=d.task_flips if d else (),
+                    output_short=r.output_short,
+                    n_output_short=r.n_output_short,
+                    categories=cats,
                 )
             )
         return cls(lines, metric=m)
@@ -356,6 +450,12 @@ class Scorecard:
             if ln.task_flips:
                 notes.append(f"  task flips ({len(ln.task_flips)}):")
                 notes.extend(f"    {f}" for f in ln.task_flips)
+        for ln in self.lines:
+            if ln.output_short:
+                notes.append(
+                    f"{ln.route} @ {ln.cell}: {ln.n_output_short} of {ln.n_requests} outputs "
+                    "fell short of max_tokens: decode is under-measured at this output target"
+                )
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
         return notes
@@ -373,6 +473,11 @@ class Scorecard:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
             if i == 0:
                 out.append("  ".join("-" * w for w in widths))
+        cats = [row for ln in self.lines for row in _category_cells(ln)]
+        if cats:
+            out.append("")
+            out.append("Per category (acceptance and speedup per dataset category)")
+            out.extend(_fixed_width([list(_CATEGORY_COLUMNS), *cats]))
         notes = self._notes()
         if notes:
             out.append("")
@@ -396,6 +501,11 @@ class Scorecard:
 
         out = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
         out += ["| " + " | ".join(esc(c) for c in self._cells(ln)) + " |" for ln in self.lines]
+        cats = [row for ln in self.lines for row in _category_cells(ln)]
+        if cats:
+            out += ["", "| " + " | ".join(_CATEGORY_COLUMNS) + " |"]
+            out.append("|" + "---|" * len(_CATEGORY_COLUMNS))
+            out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cats]
         notes = self._notes()
         if notes:
             out.append("")
