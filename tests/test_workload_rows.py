@@ -219,3 +219,40 @@ def test_category_speedups_go_through_compare_speedup() -> None:
     narrowed = category_row(cand, "qa")
     assert narrowed is not None and narrowed.tpot_ms == 2.0 and narrowed.categories == ()
     assert category_row(cand, "absent") is None
+
+
+def test_scorecard_shows_the_category_table_and_short_outputs() -> None:
+    from deepseekbench import Scorecard
+
+    def sl(name: str, tpot: float, acc: float | None = None) -> SliceStats:
+        return SliceStats(
+            name=name,
+            n_requests=5,
+            ttft_ms=1,
+            tpot_ms=tpot,
+            e2e_ms=3,
+            output_toks_per_s=4,
+            accepted_token_ratio=acc,
+            acceptance_length=None if acc is None else 1 + acc,
+        )
+
+    base = _row(Speculative.off, (sl("qa", 4.0), sl("rag", 4.0)))
+    cand = _row(Speculative.mtp, (sl("qa", 2.0, 0.8), sl("rag", 3.2, 0.4))).model_copy(
+        update={"output_short": True, "n_output_short": 3}
+    )
+    card = Scorecard.from_rows([base, cand])
+    text = card.to_text()
+    assert "Per category" in text
+    qa = next(ln for ln in text.splitlines() if " qa " in f" {ln} " and "mtp" in ln)
+    assert "0.80" in qa and "1.80" in qa and "2.00× by tpot_ms" in qa
+    rag = next(ln for ln in text.splitlines() if " rag " in f" {ln} " and "mtp" in ln)
+    assert "1.25× by tpot_ms" in rag
+    assert "3 of 10 outputs fell short of max_tokens" in text
+    md = card.to_markdown()
+    assert "| cell | route | category | n | accept |" in md
+    line = card.lines[1]
+    assert [c.name for c in line.categories] == ["qa", "rag"]
+    assert line.categories[0].verdict is not None and line.categories[0].verdict.printed
+    # no categories: no second table
+    plain = Scorecard.from_rows([_row(Speculative.off, ()), _row(Speculative.mtp, ())])
+    assert "Per category" not in plain.to_text()
