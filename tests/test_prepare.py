@@ -119,7 +119,7 @@ def test_plan_reads_dataset_files_at_validation(tmp_path: Path) -> None:
     with pytest.raises(WorkloadFormatError, match="no item of categories"):
         p.validate_sources()
     sources = plan([{}], source="sharegpt", path="sample").validate_sources()
-    assert sources.items is not None and [i.id for i in sources.items][0] == "conv-1"
+    assert sources.items is not None and sources.items[0].id == "conv-1"
 
 
 @pytest.mark.parametrize(
