@@ -12,6 +12,7 @@ from deepseekbench._acceptance import (
     acceptance_from_vllm,
     read_acceptance,
 )
+from deepseekbench._analysis import MeasuredRequest, RouteParity, RunResult, load_results
 from deepseekbench._axes import (
     KEY_AXES,
     AcceptanceScope,
@@ -58,6 +59,7 @@ from deepseekbench._measure import (
     ErrorKind,
     MeasureStreamed,
     StreamError,
+    StreamLimits,
     StreamMeasurement,
     Timeouts,
     measure_streamed,
@@ -83,6 +85,7 @@ from deepseekbench._plan import (
     WorkloadPlan,
 )
 from deepseekbench._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
+from deepseekbench._results import ResultsFormatError, ResultsRun, list_runs
 from deepseekbench._route import EngineRoute, eos_controls, reasoning_controls
 from deepseekbench._row import (
     REQUIRED_FIELDS,
@@ -96,19 +99,7 @@ from deepseekbench._row import (
     rows_html,
     write_rows,
 )
-from deepseekbench._runner import (
-    DryRunResult,
-    MeasuredRequest,
-    ProgressEvent,
-    ResultsFormatError,
-    ResultsRun,
-    RouteParity,
-    RunResult,
-    dry_run,
-    list_runs,
-    load_results,
-    run_plan,
-)
+from deepseekbench._runner import DryRunResult, ProgressEvent, dry_run, run_plan
 from deepseekbench._scorecard import (
     MissingExtraError,
     Scorecard,
@@ -238,6 +229,7 @@ __all__ = [
     "SpeedupMetric",
     "SpeedupVerdict",
     "StreamError",
+    "StreamLimits",
     "StreamMeasurement",
     "Task",
     "TaskFlip",

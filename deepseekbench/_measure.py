@@ -12,11 +12,14 @@ Timing (all in ms from ``start``, taken just before the request is sent):
 * E2E: arrival of the last token-bearing chunk; a trailing usage chunk does
   not extend it.
 * TPOT = (E2E - TTFT) / (completion_tokens - 1), ``None`` below 2 tokens.
+  With several choices (``n > 1``) usage counts all of them while the times
+  follow choice 0, so choice 0's own count is used (:attr:`StreamMeasurement.choice_tokens`).
 * ITL: gaps between consecutive token-bearing chunks.
 * output_toks_per_s = completion_tokens / (E2E / 1000).
 
 Faults never raise: they are recorded as a :class:`StreamError` with everything
-received so far. Caller mistakes raise (see :func:`measure_streamed`).
+received so far (an event over :class:`StreamLimits` too: it is dropped and
+recorded as ``invalid_event``). Caller mistakes raise (see :func:`measure_streamed`).
 """
 
 from __future__ import annotations
@@ -40,12 +43,18 @@ from deepseekbench._errors import LiveGateError
 from deepseekbench._gate import GatedTransport, LiveGate
 from deepseekbench._request import ChatRequest, coerce_request
 from deepseekbench._route import EngineRoute
-from deepseekbench._sse import SSEDecoder, SSEEvent
+from deepseekbench._sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    SSEDecoder,
+    SSEEvent,
+)
 
 __all__ = [
     "ErrorKind",
     "MeasureStreamed",
     "StreamError",
+    "StreamLimits",
     "StreamMeasurement",
     "Timeouts",
     "measure_streamed",
@@ -112,6 +121,24 @@ class Timeouts(BaseModel):
     connect_s: float | None = Field(default=10.0, gt=0)
     first_token_s: float | None = Field(default=600.0, gt=0)
     total_s: float | None = Field(default=3600.0, gt=0)
+
+
+class StreamLimits(BaseModel):
+    """Size bounds for one streamed response, in bytes.
+
+    ``max_line_bytes`` (default 8 MiB): the longest SSE line kept;
+    ``max_event_bytes`` (default 16 MiB): the most data one SSE event may hold.
+    An event over either bound is dropped and recorded as ``invalid_event``;
+    reading goes on, and memory stays bounded whatever the server sends.
+
+    Raises:
+        pydantic.ValidationError: a bound below 1 byte, or an unknown field.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, ge=1)
+    max_event_bytes: int = Field(default=DEFAULT_MAX_EVENT_BYTES, ge=1)
 
 
 class StreamMeasurement(BaseModel):
@@ -206,6 +233,51 @@ class StreamMeasurement(BaseModel):
     dialect: Dialect = Dialect.auto
     speculative: Speculative = Speculative.off
     route_label: str | None = None
+    acceptance_by_position: list[float] | None = Field(
+        default=None,
+        description="Per draft position k = 1, 2, ...: the fraction of verify steps whose "
+        "k-th draft token was accepted (ratio); None where the engine did not report it.",
+    )
+    spec_tokens: int | None = Field(
+        default=None, description="Speculative depth the engine reported (draft tokens/step)."
+    )
+    acceptance_source: str | None = Field(
+        default=None,
+        description="Where acceptance was read, e.g. 'sglext.spec_tokens_details', "
+        "'choices[].meta_info', 'metrics.speculative_decoding'.",
+    )
+    sse_ignored_lines: int = Field(
+        default=0,
+        description="Non-empty SSE lines the event-stream rules ignore (unknown or padded "
+        "field names such as ' data :'): >0 marks a stream whose text may be incomplete.",
+    )
+    choices_seen: int = Field(
+        default=1, description="Distinct choice indexes streamed (n > 1 gives several)."
+    )
+    choice_tokens: int | None = Field(
+        default=None,
+        description="With several choices: choice 0's own output tokens (token ids if "
+        "streamed, else its token-bearing chunks, a lower bound); TPOT and throughput "
+        "use it, since usage counts every choice.",
+    )
+    choice_tokens_estimated: bool = Field(
+        default=False, description="True when choice_tokens counts chunks, not tokens."
+    )
+    server_ttft_ms: float | None = Field(
+        default=None, description="The engine's own time to first token (ms; vLLM metrics)."
+    )
+    server_queue_ms: float | None = Field(
+        default=None, description="The engine's own queueing time (ms; vLLM metrics)."
+    )
+    server_generation_ms: float | None = Field(
+        default=None, description="The engine's own generation time (ms; vLLM metrics)."
+    )
+    server_mean_itl_ms: float | None = Field(
+        default=None, description="The engine's own mean inter-token latency (ms; vLLM)."
+    )
+    server_toks_per_s: float | None = Field(
+        default=None, description="The engine's own output rate (tokens/s; vLLM metrics)."
+    )
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -214,12 +286,69 @@ def _int_or_none(value: Any) -> int | None:
     return value if value >= 0 else None
 
 
+def _ms_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) and v >= 0 else None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads_lenient(data: str) -> Any:
+    """Parse JSON that orjson refuses although the JSON grammar allows it.
+
+    The case seen: lone UTF-16 surrogate escapes (``"\\ud83d"``), sent by
+    streamers that slice text by UTF-16 code units; the stdlib parser keeps them
+    as lone surrogates, which :func:`_join_surrogates` pairs up later. NaN and
+    Infinity stay refused (not JSON). Raises ``ValueError`` on invalid JSON.
+    """
+    return json.loads(data, parse_constant=_no_constant)
+
+
+def _join_surrogates(text: str) -> str:
+    """Pair surrogate halves that arrived in separate chunks; a lone one becomes U+FFFD."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _error_in(chunk: dict[str, Any]) -> Any:
+    """An error object anywhere a server puts one in a chunk, else ``None``.
+
+    Places: top-level ``error``, ``object: "error"`` (older vLLM ErrorResponse),
+    a choice's ``error`` and a delta's ``error``. Null or empty values are no error.
+    """
+    err = chunk.get("error")
+    if err:
+        return err
+    if chunk.get("object") == "error":
+        return chunk
+    choices = chunk.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, dict):
+                err = choice.get("error")
+                delta = choice.get("delta")
+                if not err and isinstance(delta, dict):
+                    err = delta.get("error")
+                if err:
+                    return err
+    return None
+
+
+def _is_done(data: str) -> bool:
+    """The ``[DONE]`` sentinel, also with whitespace around it (spaces, tabs, CR)."""
+    return data == "[DONE]" or data.strip() == "[DONE]"
+
+
 class _Accumulator:
     """Folds timed events into running totals. One per measurement."""
 
-    def __init__(self, dialect: Dialect, start_ns: int) -> None:
+    def __init__(self, dialect: Dialect, start_ns: int, limits: StreamLimits | None = None) -> None:
         self.dialect = dialect
         self.start_ns = start_ns
+        self.limits = limits or StreamLimits()
         self.text: list[str] = []
         self.reasoning: list[str] | None = None
         self.token_times: list[int] = []
@@ -227,22 +356,64 @@ class _Accumulator:
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.acceptance: AcceptanceRecord | None = None
+        self.server_timing: dict[str, Any] = {}
         self.token_ids: list[int] | None = None
         self.errors: list[StreamError] = []
         self.events = 0
         self.done = False
         self.status_code: int | None = None
         self.http_status: int | None = None
+        self.ignored_lines = 0
+        self.choice_indexes: set[int] = set()
+        self.surrogates = False  # a chunk needed the lenient parser: pair halves at the end
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         self.errors.append(StreamError(kind=kind, message=message[:_MESSAGE_LIMIT]))
 
+    # -- framing ------------------------------------------------------------------
+    def decoder(self) -> SSEDecoder:
+        """A decoder for this response, bounded by ``limits``, reporting back here."""
+        return SSEDecoder(
+            max_line_bytes=self.limits.max_line_bytes,
+            max_event_bytes=self.limits.max_event_bytes,
+            on_ignored=self.on_ignored_line,
+            on_oversized=self.on_oversized,
+        )
+
+    def on_ignored_line(self, name: bytes, value: bytes) -> None:
+        """Count a line the SSE rules ignore; an ``error:`` field is a server error."""
+        self.ignored_lines += 1
+        if name.strip().lower() == b"error":
+            text = value.decode("utf-8", errors="replace")
+            self.fail(ErrorKind.server_error_event, _error_text(text) or "error field")
+
+    def on_oversized(self, message: str) -> None:
+        self.fail(ErrorKind.invalid_event, message)
+
+    def end_of_stream(self, decoder: SSEDecoder) -> None:
+        """The body ended before ``[DONE]`` was dispatched: complete or truncated?
+
+        A ``[DONE]`` whose block lacked only its blank line ends the stream like a
+        dispatched one; any other unterminated event, or no finish reason, is
+        ``truncated``.
+        """
+        pending = decoder.pending
+        tail = decoder.flush(time.perf_counter_ns())
+        if tail is not None and _is_done(tail.data):
+            self.on_event(tail)
+        elif pending:
+            self.fail(ErrorKind.truncated, "stream ended inside an event")
+        elif self.finish_reason is None:
+            self.fail(ErrorKind.truncated, "stream ended without [DONE] or a finish_reason")
+
+    # -- events -------------------------------------------------------------------
     def on_event(self, event: SSEEvent) -> bool:
         """Fold one event; return True when it carried a token."""
         data = event.data
-        if data == "[DONE]":
+        if _is_done(data):
             self.events += 1
             self.done = True
+            self._check_delivered()
             return False
         if not data.strip():
             return False  # an empty data frame is a keep-alive, not an event to parse
@@ -253,48 +424,69 @@ class _Accumulator:
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            self.fail(ErrorKind.invalid_event, f"not JSON ({exc}): {data[:80]!r}")
-            return False
+            try:
+                chunk = _loads_lenient(data)
+            except ValueError:
+                self.fail(ErrorKind.invalid_event, f"not JSON ({exc}): {data[:80]!r}")
+                return False
+            self.surrogates = True
         if not isinstance(chunk, dict):
             self.fail(ErrorKind.invalid_event, f"not a JSON object: {data[:80]!r}")
             return False
         return self.on_chunk(chunk, event.arrival_ns)
 
+    def _check_delivered(self) -> None:
+        """``[DONE]`` after no token and no finish reason is no answer, not a success."""
+        if self.token_times or self.finish_reason is not None:
+            return
+        if any(e.kind is ErrorKind.server_error_event for e in self.errors):
+            return
+        self.fail(ErrorKind.truncated, "[DONE] arrived with no token and no finish_reason")
+
     def on_chunk(self, chunk: dict[str, Any], arrival_ns: int) -> bool:
-        err = chunk.get("error")
-        if err and "choices" not in chunk:
+        err = _error_in(chunk)
+        if err is not None:
             self.fail(ErrorKind.server_error_event, _error_text(err))
-            return False
-        if chunk.get("object") == "error":  # older vLLM ErrorResponse shape
-            self.fail(ErrorKind.server_error_event, _error_text(chunk))
-            return False
-        choices = chunk.get("choices", [])
+        choices = chunk.get("choices")
+        if choices is None:
+            choices = []  # null where a list is usual: no choices
         if not isinstance(choices, list):
             self.fail(ErrorKind.invalid_event, "'choices' is not a list")
             choices = []
         has_token = False
         # acceptance adapters run only where a chunk can carry acceptance figures
-        spec = "metrics" in chunk or "meta_info" in chunk or "timings" in chunk
+        spec = any(k in chunk for k in ("metrics", "meta_info", "timings", "sglext"))
         for choice in choices:
+            if choice is None:
+                continue
             if not isinstance(choice, dict):
                 self.fail(ErrorKind.invalid_event, "a choice is not an object")
                 continue
             spec = spec or "meta_info" in choice or "speculative_decoding_stats" in choice
-            if choice.get("index", 0) != 0:
+            index = choice.get("index", 0)
+            if isinstance(index, int):
+                self.choice_indexes.add(index)
+            if index not in (0, None):
                 continue
             has_token = self._on_choice(choice) or has_token
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
         if spec:
-            record = read_acceptance(chunk, self.dialect)
-            if record is not None:
-                self.acceptance = record
+            self._on_spec(chunk)
         if has_token:
             self.token_times.append(arrival_ns)
             ct = _int_or_none(usage.get("completion_tokens")) if isinstance(usage, dict) else None
             self.usage_at_token.append(ct)
         return has_token
+
+    def _on_spec(self, chunk: dict[str, Any]) -> None:
+        record = read_acceptance(chunk, self.dialect)
+        if record is not None:
+            self.acceptance = record
+        metrics = chunk.get("metrics")
+        if isinstance(metrics, dict):
+            self.server_timing = metrics
 
     def _on_choice(self, choice: dict[str, Any]) -> bool:
         has_token = False
@@ -330,6 +522,32 @@ class _Accumulator:
         return has_token
 
     # -- results ----------------------------------------------------------------
+    def _choice_tokens(self) -> tuple[int | None, bool]:
+        """Choice 0's own output tokens when several choices streamed, and whether estimated."""
+        if len(self.choice_indexes) <= 1:
+            return None, False
+        if self.token_ids:
+            return len(self.token_ids), False
+        return len(self.token_times), True
+
+    def _texts(self) -> tuple[str, str | None]:
+        text = "".join(self.text)
+        reasoning = "".join(self.reasoning) if self.reasoning is not None else None
+        if self.surrogates:
+            text = _join_surrogates(text)
+            reasoning = _join_surrogates(reasoning) if reasoning is not None else None
+        return text, reasoning
+
+    def _server_times(self) -> dict[str, float | None]:
+        m = self.server_timing
+        return {
+            "server_ttft_ms": _ms_or_none(m.get("time_to_first_token_ms")),
+            "server_queue_ms": _ms_or_none(m.get("queue_time_ms")),
+            "server_generation_ms": _ms_or_none(m.get("generation_time_ms")),
+            "server_mean_itl_ms": _ms_or_none(m.get("mean_itl_ms")),
+            "server_toks_per_s": _ms_or_none(m.get("tokens_per_second")),
+        }
+
     def measurement(self, route: EngineRoute) -> StreamMeasurement:
         usage = self.usage
         completion = _int_or_none(usage.get("completion_tokens")) if usage else None
@@ -339,7 +557,10 @@ class _Accumulator:
         estimated: int | None = None
         if completion is None:
             estimated = len(self.token_ids) if self.token_ids else len(self.token_times)
+        choice_tokens, choice_estimated = self._choice_tokens()
         n_tokens = completion if completion is not None else estimated
+        if choice_tokens is not None:
+            n_tokens = choice_tokens  # usage counts every choice; the times are choice 0's
         ms = [(t - self.start_ns) / 1e6 for t in self.token_times]
         ttft = ms[0] if ms else None
         e2e = ms[-1] if ms else None
@@ -350,7 +571,7 @@ class _Accumulator:
         if e2e is not None and e2e > 0 and n_tokens:
             tps = n_tokens / (e2e / 1000.0)
         itl = [b - a for a, b in itertools.pairwise(ms)]
-        per_chunk = self._tokens_per_chunk()
+        per_chunk = self._tokens_per_chunk() if choice_tokens is None else None
         per_token: list[float] | None = None
         if per_chunk is not None:
             per_token = []
@@ -358,9 +579,11 @@ class _Accumulator:
                 per_token.extend([gap / k] * k)
         acc = self.acceptance
         error = min(self.errors, key=lambda e: _SEVERITY[e.kind]) if self.errors else None
+        text, reasoning = self._texts()
+        by_pos = acc.acceptance_by_position if acc else None
         return StreamMeasurement(
-            text="".join(self.text),
-            reasoning_text="".join(self.reasoning) if self.reasoning is not None else None,
+            text=text,
+            reasoning_text=reasoning,
             completion_tokens=completion,
             prompt_tokens=prompt,
             reasoning_tokens=_int_or_none(details.get("reasoning_tokens")),
@@ -397,6 +620,14 @@ class _Accumulator:
             dialect=route.dialect,
             speculative=route.speculative,
             route_label=route.label,
+            acceptance_by_position=list(by_pos) if by_pos is not None else None,
+            spec_tokens=acc.spec_tokens if acc else None,
+            acceptance_source=acc.source if acc else None,
+            sse_ignored_lines=self.ignored_lines,
+            choices_seen=max(1, len(self.choice_indexes)),
+            choice_tokens=choice_tokens,
+            choice_tokens_estimated=choice_estimated,
+            **self._server_times(),
         )
 
     def _tokens_per_chunk(self) -> list[int] | None:
@@ -462,6 +693,7 @@ async def measure_streamed(
     gate: LiveGate,
     client: httpx.AsyncClient | None = None,
     timeouts: Timeouts | None = None,
+    limits: StreamLimits | None = None,
 ) -> StreamMeasurement:
     """Stream ``POST {route.base_url}/chat/completions`` once and measure it.
 
@@ -474,6 +706,9 @@ async def measure_streamed(
             ``None`` a gated client is made and closed here. Safe to share
             between concurrent calls.
         timeouts: connect / first-token / total deadlines (s).
+        limits: SSE line and event size bounds (bytes); default
+            :class:`StreamLimits` (8 MiB line, 16 MiB event). An event over them
+            is dropped and recorded as ``invalid_event``.
 
     Returns:
         A :class:`StreamMeasurement`. Times are milliseconds from just before the
@@ -504,9 +739,9 @@ async def measure_streamed(
     body = orjson.dumps(route.build_body(req))
     if client is None:
         async with gate.client() as own:
-            result = await _measure(own, url, headers, body, route, timeouts)
+            result = await _measure(own, url, headers, body, route, timeouts, limits)
     else:
-        result = await _measure(client, url, headers, body, route, timeouts)
+        result = await _measure(client, url, headers, body, route, timeouts, limits)
     # A server may echo request headers in an error body: no key may survive into
     # the measurement, whether it came from the route or was injected by the gate.
     for key in (route.api_key, gate.api_key):
@@ -531,12 +766,13 @@ async def _measure(
     body: bytes,
     route: EngineRoute,
     timeouts: Timeouts,
+    limits: StreamLimits | None = None,
 ) -> StreamMeasurement:
     http_timeout = httpx.Timeout(None, connect=timeouts.connect_s)
     http_request = client.build_request(
         "POST", url, content=body, headers=headers, timeout=http_timeout
     )
-    acc = _Accumulator(route.dialect, 0)
+    acc = _Accumulator(route.dialect, 0, limits)
     with anyio.move_on_after(math.inf if timeouts.total_s is None else timeouts.total_s) as total:
         first = math.inf if timeouts.first_token_s is None else timeouts.first_token_s
         with anyio.move_on_after(first) as first_token:
@@ -591,7 +827,7 @@ async def _exchange(
 async def _read_stream(
     response: httpx.Response, acc: _Accumulator, first_token: anyio.CancelScope
 ) -> None:
-    decoder = SSEDecoder()
+    decoder = acc.decoder()
     waiting_first = True
     try:
         async for raw in response.aiter_bytes():
@@ -608,10 +844,7 @@ async def _read_stream(
     except httpx.TransportError as exc:
         acc.fail(ErrorKind.truncated, f"connection broke mid-stream: {type(exc).__name__}: {exc}")
         return
-    if decoder.pending:
-        acc.fail(ErrorKind.truncated, "stream ended inside an event")
-    elif acc.finish_reason is None:
-        acc.fail(ErrorKind.truncated, "stream ended without [DONE] or a finish_reason")
+    acc.end_of_stream(decoder)
 
 
 async def _error_body(response: httpx.Response) -> str:

@@ -1,7 +1,7 @@
 """``EngineRoute``: where a request goes and what engine-scoped extras it carries.
 
 The route is the only place for engine-specific body fields: the extras a dialect
-needs to report acceptance (SGLang ``return_meta_info``, vLLM continuous usage)
+needs to report acceptance (SGLang ``return_spec_tokens_details``, vLLM continuous usage)
 and any per-request speculative settings an engine accepts
 (``request_extras``). It also maps :class:`~deepseekbench.ReasoningMode` to each
 dialect's DeepSeek V4 thinking controls; the table and its sources are in
@@ -205,7 +205,10 @@ class EngineRoute(BaseModel):
 
         Order: the request's fields, the dialect's reasoning controls, its
         :func:`eos_controls` when ``request.reach_max_tokens``, the
-        dialect's reporting extras (SGLang/auto ``return_meta_info: true``;
+        dialect's reporting extras (SGLang/auto ``return_spec_tokens_details:
+        true``, answered by a trailing ``sglext`` chunk; never
+        ``return_meta_info``, which current SGLang refuses with HTTP 400 on a
+        streamed request;
         ``stream_options.continuous_usage_stats`` when ``continuous_usage`` on
         vLLM/SGLang/auto), then ``request_extras`` deep-merged; finally
         ``model``, ``stream: true`` and ``stream_options.include_usage: true``
@@ -217,7 +220,7 @@ class EngineRoute(BaseModel):
             body.update(eos_controls(self.dialect, request.max_tokens))
         stream_options: dict[str, Any] = {}
         if self.dialect in (Dialect.sglang, Dialect.auto):
-            body["return_meta_info"] = True
+            body["return_spec_tokens_details"] = True
         if self.continuous_usage and self.dialect in (Dialect.vllm, Dialect.sglang, Dialect.auto):
             stream_options["continuous_usage_stats"] = True
         body["stream_options"] = stream_options

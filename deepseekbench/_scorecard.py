@@ -33,7 +33,7 @@ from deepseekbench._row import Row
 from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
 
 if TYPE_CHECKING:
-    from deepseekbench._runner import RunResult
+    from deepseekbench._analysis import RunResult
 
 __all__ = [
     "CategoryLine",
@@ -391,7 +391,7 @@ class Scorecard:
             ResultsFormatError: the file cannot be read back.
             ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
         """
-        from deepseekbench._runner import load_results
+        from deepseekbench._analysis import load_results
 
         return cls.from_run(load_results(path), metric=metric)
 

@@ -16,14 +16,27 @@ every request the server ran between the two scrapes, never one request.
   ``llamacpp:spec_decode_num_accepted_tokens_total``; treated like vLLM's. Their
   per-window delta equals the sum of the requests' ``timings.draft_n`` /
   ``timings.draft_n_accepted`` over the same window (checked against a real
-  server by ``tests/engine/test_llamacpp_plan.py``). The per-position family
-  ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total`` is not read.
+  server by ``tests/engine/test_llamacpp_plan.py``).
+* Per-position acceptance: ``vllm:spec_decode_num_accepted_tokens_per_pos``
+  (and llama.cpp's family of the same name), one series per 0-based
+  ``position`` label; position k's window delta over the window's verify steps
+  is the fraction of steps whose (k+1)-th draft token was accepted. A position
+  series missing from the first scrape counts as 0 there (labelled counters
+  appear at their first increment).
 * SGLang gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``
   are recent-window values, not counters: the after-scrape value is used.
+
+A window whose counts are not this window's gives no record, never a figure from
+part of it: a restart between the scrapes (a ``_created`` sample or
+``process_start_time_seconds`` changed, or a counter went down), a counter
+family or label set (e.g. a data-parallel engine) present in one scrape only,
+or accepted > drafted. Label sets of one family (vLLM data-parallel ``engine``
+labels) are summed.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 
@@ -46,21 +59,27 @@ _LLAMACPP_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens"
 _LLAMACPP_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens"
 _SGLANG_LENGTH = "sglang:spec_accept_length"
 _SGLANG_RATE = "sglang:spec_accept_rate"
-# (engine, source, (drafts = verify steps, draft tokens, accepted tokens)) per counter family
-_COUNTER_SETS: tuple[tuple[Dialect, str, tuple[str, str, str]], ...] = (
+_VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+_LLAMACPP_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos"
+_PROCESS_START = "process_start_time_seconds"
+# (engine, source, (drafts = verify steps, draft tokens, accepted tokens), per-position family)
+_COUNTER_SETS: tuple[tuple[Dialect, str, tuple[str, str, str], str], ...] = (
     (
         Dialect.vllm,
         "prometheus:vllm:spec_decode_*",
         (_VLLM_DRAFTS, _VLLM_DRAFT_TOKENS, _VLLM_ACCEPTED),
+        _VLLM_PER_POS,
     ),
     (
         Dialect.llamacpp,
         "prometheus:llamacpp:spec_decode_*",
         (_LLAMACPP_DRAFTS, _LLAMACPP_DRAFT_TOKENS, _LLAMACPP_ACCEPTED),
+        _LLAMACPP_PER_POS,
     ),
 )
+_PER_POS = frozenset({per_pos for *_, per_pos in _COUNTER_SETS})
 _WANTED = frozenset(
-    {name for _, _, names in _COUNTER_SETS for name in names} | {_SGLANG_LENGTH, _SGLANG_RATE}
+    {name for _, _, names, _ in _COUNTER_SETS for name in names} | {_SGLANG_LENGTH, _SGLANG_RATE}
 )
 
 
@@ -68,14 +87,19 @@ class MetricsSnapshot(BaseModel):
     """The speculative metrics from one ``/metrics`` scrape.
 
     ``values`` maps a metric name (``_total`` stripped) to its value summed over
-    label sets (filtered to one ``model_name`` when asked). ``error`` says why a
-    scrape gave nothing (HTTP status, connection, unparsable text); scrapes never
-    raise for server faults.
+    label sets (filtered to one ``model_name`` when asked); ``series`` keeps each
+    label set apart (name -> JSON of the sorted labels -> value), per-position
+    families included; ``restart_markers`` holds the counters' ``_created``
+    samples and ``process_start_time_seconds`` (s since the epoch), which change
+    when the server restarts. ``error`` says why a scrape gave nothing (HTTP
+    status, connection, unparsable text); scrapes never raise for server faults.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     values: dict[str, float] = Field(default_factory=dict)
+    series: dict[str, dict[str, float]] = Field(default_factory=dict)
+    restart_markers: dict[str, float] = Field(default_factory=dict)
     taken_ns: int = Field(description="time.perf_counter_ns() when the scrape finished.")
     error: str | None = None
 
@@ -87,23 +111,36 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
     are skipped. Unparsable text gives a snapshot with ``error`` set.
     """
     values: dict[str, float] = {}
+    series: dict[str, dict[str, float]] = {}
+    markers: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                name = sample.name
-                if name.endswith("_created"):
-                    continue
-                if name.endswith("_total"):
-                    name = name[: -len("_total")]
-                if name not in _WANTED:
-                    continue
                 label = sample.labels.get("model_name")
                 if model_name is not None and label is not None and label != model_name:
                     continue
-                values[name] = values.get(name, 0.0) + float(sample.value)
+                name, key = sample.name, _labels_key(sample.labels)
+                if name == _PROCESS_START or name.endswith("_created"):
+                    base = name.removesuffix("_created")
+                    if base == _PROCESS_START or base in _WANTED or base in _PER_POS:
+                        markers[f"{name}{key}"] = float(sample.value)
+                    continue
+                name = name.removesuffix("_total")
+                if name not in _WANTED and name not in _PER_POS:
+                    continue
+                per_label = series.setdefault(name, {})
+                per_label[key] = per_label.get(key, 0.0) + float(sample.value)
+                if name in _WANTED:
+                    values[name] = values.get(name, 0.0) + float(sample.value)
     except ValueError as exc:
         return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"unparsable metrics: {exc}")
-    return MetricsSnapshot(values=values, taken_ns=time.perf_counter_ns())
+    return MetricsSnapshot(
+        values=values, series=series, restart_markers=markers, taken_ns=time.perf_counter_ns()
+    )
+
+
+def _labels_key(labels: Mapping[str, str]) -> str:
+    return json.dumps(sorted(labels.items()), separators=(",", ":"))
 
 
 async def scrape_metrics(
@@ -147,39 +184,130 @@ async def scrape_metrics(
     return parse_metrics(response.text, model_name=model)
 
 
-def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> int | None:
-    if name not in before or name not in after:
+class _Inconsistent(Exception):
+    """The window's counters do not describe one clean window."""
+
+
+def _restarted(before: MetricsSnapshot, after: MetricsSnapshot) -> bool:
+    """A ``_created`` sample or ``process_start_time_seconds`` seen in both scrapes changed."""
+    b, a = before.restart_markers, after.restart_markers
+    return any(a[k] != v for k, v in b.items() if k in a)
+
+
+def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int:
+    """The window delta of a counter family, summed over its label sets.
+
+    Raises:
+        _Inconsistent: the family or one of its label sets is in one scrape only,
+            or a series went down.
+    """
+    b, a = before.series.get(name), after.series.get(name)
+    if b is None or a is None or b.keys() != a.keys():
+        raise _Inconsistent(f"{name}: not the same series in both scrapes")
+    total = 0.0
+    for key, value in a.items():
+        d = value - b[key]
+        if d < 0:
+            raise _Inconsistent(f"{name}: went down (a restart)")
+        total += d
+    return round(total)
+
+
+def _position(key: str) -> int | None:
+    try:
+        labels = dict(json.loads(key))
+        return int(labels["position"])
+    except (ValueError, KeyError, TypeError):
         return None
-    d = after[name] - before[name]
-    if d < 0:
-        return None  # counter reset (server restart) between the scrapes: unknown
-    return round(d)
+
+
+def _by_position(
+    before: MetricsSnapshot, after: MetricsSnapshot, family: str, steps: int, accepted: int
+) -> tuple[float, ...] | None:
+    """Per-position acceptance over the window, or ``None`` where not exported.
+
+    Raises:
+        _Inconsistent: a series went down or vanished, positions are not
+            0..K-1, a position accepted more often than there were steps, or the
+            positions do not add up to the accepted tokens.
+    """
+    a = after.series.get(family)
+    if not a:
+        return None
+    b = before.series.get(family, {})
+    if not b.keys() <= a.keys():
+        raise _Inconsistent(f"{family}: a series vanished")
+    counts: dict[int, float] = {}
+    for key, value in a.items():
+        pos = _position(key)
+        d = value - b.get(key, 0.0)
+        if pos is None or pos < 0 or d < 0:
+            raise _Inconsistent(f"{family}: bad position label or a series went down")
+        counts[pos] = counts.get(pos, 0.0) + d
+    if sorted(counts) != list(range(len(counts))):
+        raise _Inconsistent(f"{family}: positions are not 0..K-1")
+    per_pos = [round(counts[k]) for k in range(len(counts))]
+    if any(c > steps for c in per_pos) or sum(per_pos) != accepted:
+        raise _Inconsistent(f"{family}: positions disagree with the totals")
+    if steps == 0:
+        return None
+    return tuple(c / steps for c in per_pos)
+
+
+def _counter_record(
+    before: MetricsSnapshot,
+    after: MetricsSnapshot,
+    engine: Dialect,
+    source: str,
+    names: tuple[str, str, str],
+    per_pos: str,
+) -> AcceptanceRecord:
+    """The record of one counter set.
+
+    Raises:
+        _Inconsistent: see :func:`_delta` and :func:`_by_position`; also
+            accepted > drafted.
+    """
+    steps, drafted, accepted = (_delta(before, after, n) for n in names)
+    if accepted > drafted:
+        raise _Inconsistent("accepted tokens exceed drafted tokens")
+    by_pos = _by_position(before, after, per_pos, steps, accepted)
+    return AcceptanceRecord.from_counts(
+        engine=engine,
+        source=source,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        verify_steps=steps,
+        scope=AcceptanceScope.server_wide,
+        by_position=by_pos,
+        spec_tokens=len(by_pos) if by_pos else None,
+    )
 
 
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> AcceptanceRecord | None:
     """Server-wide acceptance between two scrapes, or ``None`` if none is known.
 
-    Counters win when both scrapes have them, vLLM's first, then llama.cpp's
+    Counters win when either scrape has them, vLLM's first, then llama.cpp's
     (``engine`` says which); otherwise the SGLang gauges of ``after`` are used.
-    Counts are in tokens (drafts in verify steps); the record's ``scope`` is
-    ``server_wide``.
+    Counts are in tokens (drafts in verify steps); ``acceptance_by_position``
+    holds fractions (position 1 first); the record's ``scope`` is
+    ``server_wide``. ``None`` for a window whose counts are unknown: a restart
+    between the scrapes, a family or label set in one scrape only, a counter
+    that went down, accepted > drafted, per-position counts that disagree with
+    the totals (module docstring).
     """
     if before.error is not None or after.error is not None:
         return None
-    b, a = before.values, after.values
-    for engine, source, (drafts, draft_tokens, accepted) in _COUNTER_SETS:
-        if not any(n in a for n in (drafts, draft_tokens, accepted)):
+    if _restarted(before, after):
+        return None
+    for engine, source, names, per_pos in _COUNTER_SETS:
+        if not any(n in after.series or n in before.series for n in names):
             continue
-        record = AcceptanceRecord.from_counts(
-            engine=engine,
-            source=source,
-            draft_tokens=_delta(b, a, draft_tokens),
-            accepted_tokens=_delta(b, a, accepted),
-            verify_steps=_delta(b, a, drafts),
-            scope=AcceptanceScope.server_wide,
-        )
-        if record.known:
-            return record
+        try:
+            return _counter_record(before, after, engine, source, names, per_pos)
+        except _Inconsistent:
+            return None
+    a = after.values
     if _SGLANG_LENGTH in a or _SGLANG_RATE in a:
         record = AcceptanceRecord.from_counts(
             engine=Dialect.sglang,

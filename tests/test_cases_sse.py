@@ -1,10 +1,17 @@
-"""Replay every shared case (../shared/cases/sse/*.json) over a real loopback socket.
+"""Replay every shared case (../shared/cases/{sse,requests,metrics}/*.json).
 
-Each case is served write by write with its delays, measured with
-``measure_streamed`` on asyncio and trio, and every ``expect`` field asserted.
-The cases are samples of fault kinds, so each one is also replayed re-framed:
-with CRLF and CR-only line ends, and re-split into small reads, and must give
-the same non-timing results.
+* ``sse/`` and ``requests/`` cases are served write by write with their delays
+  over a real loopback socket, measured with ``measure_streamed`` on asyncio and
+  trio, and every ``expect`` field asserted. ``requests/`` cases also set the
+  route's dialect (``harness.dialect``) and request fields (``harness.request``);
+  the server answers the case's refusal instead of the stream when the request
+  body carries every ``harness.refuse_when.body_has`` field, and the ``extra``
+  checks (``request_body_must_not_have``, ``tpot_ms_range``) are enforced.
+* The cases are samples of fault kinds, so each stream case is also replayed
+  re-framed: with CRLF and CR-only line ends, and re-split into small reads, and
+  must give the same non-timing results.
+* ``metrics/`` cases go through the library's Prometheus window code
+  (``parse_metrics`` on both scrapes, then ``metrics_delta``).
 
 Where the cases are: ``$DEEPSEEKBENCH_CASES`` or ``<repo>/../shared/cases``.
 Missing cases fail under ``CI=true`` and skip elsewhere.
@@ -23,7 +30,8 @@ from deepseekbench._axes import Dialect
 from deepseekbench._gate import LiveGate
 from deepseekbench._measure import StreamMeasurement, measure_streamed
 from deepseekbench._route import EngineRoute
-from tests._replay import Script, Write, replay_server
+from deepseekbench._server_metrics import metrics_delta, parse_metrics
+from tests._replay import RecordedRequest, Script, Write, replay_server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,16 +41,23 @@ def cases_dir() -> Path:
     return Path(env) if env else REPO_ROOT.parent / "shared" / "cases"
 
 
-def _case_files() -> list[Path]:
+def _case_files(folder: str) -> list[Path]:
     base = cases_dir()
-    sse = base / "sse"
-    return sorted((sse if sse.is_dir() else base).glob("*.json"))
+    sub = base / folder
+    if folder == "sse" and not sub.is_dir() and not (base / "requests").is_dir():
+        sub = base  # an old flat cases folder holds the sse cases directly
+    return sorted(sub.glob("*.json"))
 
 
-CASE_FILES = _case_files()
-CASE_PARAMS = [pytest.param(p, id=p.stem) for p in CASE_FILES] or [
-    pytest.param(None, id="shared-cases-missing")
-]
+def _params(folder: str) -> list[Any]:
+    files = _case_files(folder)
+    return [pytest.param(p, id=f"{folder}/{p.stem}") for p in files] or [
+        pytest.param(None, id=f"{folder}-cases-missing")
+    ]
+
+
+STREAM_PARAMS = _params("sse") + _params("requests")
+METRICS_PARAMS = _params("metrics")
 
 KNOWN_EXPECT = {
     "text",
@@ -58,7 +73,18 @@ KNOWN_EXPECT = {
     "acceptance_length",
     "draft_tokens",
     "accepted_tokens",
+    "acceptance_by_position",
 }
+KNOWN_EXTRA = {"request_body_must_not_have", "tpot_ms_range"}
+KNOWN_HARNESS = {"request", "refuse_when", "dialect"}
+RECORD_FIELDS = (
+    "draft_tokens",
+    "accepted_tokens",
+    "verify_steps",
+    "accepted_token_ratio",
+    "acceptance_length",
+    "scope",
+)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -70,22 +96,82 @@ def _load(path: Path | None) -> dict[str, Any]:
     if path is None:
         where = cases_dir()
         if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"shared SSE cases not found under {where}/sse (set DEEPSEEKBENCH_CASES)")
-        pytest.skip(f"shared SSE cases not found under {where}/sse")
+            pytest.fail(f"shared cases not found under {where} (set DEEPSEEKBENCH_CASES)")
+        pytest.skip(f"shared cases not found under {where}")
     case: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return case
 
 
-async def _measure(script: Script) -> StreamMeasurement:
-    async with replay_server(script) as server:
-        route = EngineRoute(base_url=server.base_url, model="dsv4-test", dialect=Dialect.auto)
-        m = await measure_streamed(
-            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16},
-            route=route,
-            gate=LiveGate(),
+def _refusal(case: dict[str, Any]) -> tuple[dict[str, Any], Script] | None:
+    """The case's ``refuse_when``: the fields that trigger it and the error response."""
+    refuse = case.get("harness", {}).get("refuse_when")
+    if refuse is None:
+        return None
+    body = refuse["body"]
+    text = body if isinstance(body, str) else json.dumps(body)
+    script = Script(
+        status=int(refuse["status"]),
+        headers=dict(refuse.get("headers", {"content-type": "application/json"})),
+        writes=(Write(0.0, text.encode("utf-8")),),
+    )
+    return dict(refuse["body_has"]), script
+
+
+def _serving(case: dict[str, Any], script: Script) -> Any:
+    """The replay source: the case's stream, or its refusal when the body triggers it."""
+    refusal = _refusal(case)
+    if refusal is None:
+        return script
+    body_has, refused = refusal
+
+    def answer(request: RecordedRequest) -> Script:
+        try:
+            sent = json.loads(request.body)
+        except ValueError:
+            return script
+        if all(k in sent and sent[k] == v for k, v in body_has.items()):
+            return refused
+        return script
+
+    return answer
+
+
+async def _measure(
+    case: dict[str, Any], script: Script, *, extras: dict[str, Any] | None = None
+) -> tuple[StreamMeasurement, dict[str, Any]]:
+    """Measure ``script`` as the case asks; return the measurement and the body sent."""
+    harness = case.get("harness", {})
+    unknown = set(harness) - KNOWN_HARNESS
+    assert not unknown, f"case has harness fields this test does not apply: {unknown}"
+    dialect = Dialect(harness.get("dialect", "auto"))
+    request: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
+    request.update(harness.get("request", {}))
+    async with replay_server(_serving(case, script)) as server:
+        route = EngineRoute(
+            base_url=server.base_url,
+            model="dsv4-test",
+            dialect=dialect,
+            request_extras=extras or {},
         )
+        m = await measure_streamed(request, route=route, gate=LiveGate())
         assert server.connections == 1
-        return m
+        sent: dict[str, Any] = json.loads(server.requests[0].body)
+        return m, sent
+
+
+def _approx_or_none(got: Any, want: Any, name: str) -> None:
+    if want is None:
+        assert got is None, name
+    else:
+        assert got == pytest.approx(want), name
+
+
+def _in_range(got: float | None, rng: list[float] | None, name: str) -> None:
+    if rng is None:
+        return
+    assert got is not None, name
+    low, high = rng
+    assert low <= got <= high, f"{name}: {got:.1f} ms not in [{low}, {high}]"
 
 
 def _assert_expect(m: StreamMeasurement, expect: dict[str, Any], *, timing: bool) -> None:
@@ -102,27 +188,32 @@ def _assert_expect(m: StreamMeasurement, expect: dict[str, Any], *, timing: bool
     for name in ("draft_tokens", "accepted_tokens"):
         assert getattr(m, name) == expect[name], name
     for name in ("accepted_token_ratio", "acceptance_length"):
-        want = expect[name]
-        got = getattr(m, name)
-        if want is None:
-            assert got is None, name
-        else:
-            assert got == pytest.approx(want), name
+        _approx_or_none(getattr(m, name), expect[name], name)
+    if "acceptance_by_position" in expect:
+        _approx_or_none(m.acceptance_by_position, expect["acceptance_by_position"], "by_pos")
     if timing:
-        for name, got in (("ttft_ms_range", m.ttft_ms), ("e2e_ms_range", m.e2e_ms)):
-            rng = expect[name]
-            if rng is not None:
-                assert got is not None, name
-                low, high = rng
-                assert low <= got <= high, f"{name}: {got:.1f} ms not in [{low}, {high}]"
+        _in_range(m.ttft_ms, expect["ttft_ms_range"], "ttft_ms_range")
+        _in_range(m.e2e_ms, expect["e2e_ms_range"], "e2e_ms_range")
+
+
+def _assert_extra(
+    m: StreamMeasurement, sent: dict[str, Any], extra: dict[str, Any], *, timing: bool
+) -> None:
+    unknown = {k for k in extra if not k.endswith("_note")} - KNOWN_EXTRA
+    assert not unknown, f"case has extra checks this test does not enforce: {unknown}"
+    for name in extra.get("request_body_must_not_have", []):
+        assert name not in sent, f"the request body carried {name!r}"
+    if timing:
+        _in_range(m.tpot_ms, extra.get("tpot_ms_range"), "tpot_ms_range")
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("path", CASE_PARAMS)
+@pytest.mark.parametrize("path", STREAM_PARAMS)
 async def test_shared_case(path: Path | None) -> None:
     case = _load(path)
-    m = await _measure(Script.from_case(case))
+    m, sent = await _measure(case, Script.from_case(case))
     _assert_expect(m, case["expect"], timing=True)
+    _assert_extra(m, sent, case.get("extra", {}), timing=True)
 
 
 def _reframed(case: dict[str, Any], variant: str) -> Script:
@@ -142,8 +233,49 @@ def _reframed(case: dict[str, Any], variant: str) -> Script:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("variant", ["crlf", "cr", "split7"])
-@pytest.mark.parametrize("path", CASE_PARAMS)
+@pytest.mark.parametrize("path", STREAM_PARAMS)
 async def test_shared_case_reframed(path: Path | None, variant: str) -> None:
     case = _load(path)
-    m = await _measure(_reframed(case, variant))
+    m, sent = await _measure(case, _reframed(case, variant))
     _assert_expect(m, case["expect"], timing=False)
+    _assert_extra(m, sent, case.get("extra", {}), timing=False)
+
+
+@pytest.mark.parametrize("path", METRICS_PARAMS)
+def test_shared_metrics_case(path: Path | None) -> None:
+    case = _load(path)
+    before = parse_metrics(case["before"], model_name=case.get("model"))
+    after = parse_metrics(case["after"], model_name=case.get("model"))
+    record = metrics_delta(before, after)
+    want = case["expect"]["record"]
+    if want is None:
+        assert record is None, record
+        return
+    assert record is not None
+    unknown = set(want) - set(RECORD_FIELDS) - {"acceptance_by_position"}
+    assert not unknown, f"case has record fields this test does not check: {unknown}"
+    for name in RECORD_FIELDS:
+        if name in want:
+            got = getattr(record, name)
+            got = got.value if name == "scope" else got
+            if isinstance(want[name], float):
+                assert got == pytest.approx(want[name]), name
+            else:
+                assert got == want[name], name
+    if "acceptance_by_position" in want:
+        _approx_or_none(record.acceptance_by_position, want["acceptance_by_position"], "by_pos")
+
+
+@pytest.mark.anyio
+async def test_refuse_when_is_enforced_by_the_replay_server() -> None:
+    """The harness can fail: a body carrying the refused fields gets the engine's error."""
+    refusing = [p for p in _case_files("requests") if "refuse_when" in _load(p).get("harness", {})]
+    if not refusing:
+        pytest.skip("no requests/ case with refuse_when")
+    case = _load(refusing[0])
+    body_has = dict(case["harness"]["refuse_when"]["body_has"])
+    body_has.pop("stream", None)  # the route forces stream itself
+    m, sent = await _measure(case, Script.from_case(case), extras=body_has)
+    assert all(sent.get(k) == v for k, v in body_has.items())
+    assert m.http_status == case["harness"]["refuse_when"]["status"]
+    assert m.error is not None and m.error.kind.value == "http_status"

@@ -1,11 +1,21 @@
 """How each engine dialect reports per-request speculative acceptance.
 
-Wire shapes (see ``shared/cases/sse/14``–``16``):
+Wire shapes (see ``shared/cases/sse/14``–``18`` and ``21``):
 
-* ``vllm``: ``metrics.speculative_decoding`` on the final usage chunk (or on the
-  finish chunk when no usage chunk is sent; top level of a non-stream body).
-* ``sglang``: ``meta_info`` on the finish choice, only when the request set
-  ``return_meta_info: true``.
+* ``vllm``: a ``metrics`` object (vLLM ``--enable-per-request-metrics``) on the
+  final usage chunk (or on the finish chunk when no usage chunk is sent; top
+  level of a non-stream body): the engine's own ``time_to_first_token_ms``,
+  ``generation_time_ms``, ``queue_time_ms``, ``mean_itl_ms``,
+  ``tokens_per_second``, and, when anything was drafted, ``speculative_decoding``
+  with the counts, ``acceptance_histogram`` and the per-step lists
+  ``per_step_accepted`` / ``per_step_drafted`` (``--per-request-spec-decode-metrics
+  detailed``).
+* ``sglang``: current SGLang: a trailing ``choices: []`` chunk holding
+  ``sglext.spec_tokens_details`` after the finish chunk (top-level ``sglext`` in
+  a non-stream body), when the request set ``return_spec_tokens_details: true``;
+  older SGLang: ``meta_info`` on the finish choice of a non-stream response when
+  the request set ``return_meta_info: true`` (a streamed request carrying it is
+  refused with HTTP 400, as current SGLang does).
 * ``llamacpp``: ``timings`` on the final usage chunk (or finish chunk / top
   level); ``draft_n`` and ``draft_n_accepted`` are absent when nothing was drafted.
 * ``openai``: nothing beyond ``usage``.
@@ -27,8 +37,10 @@ class RequestStats:
     """Per-request counts the dialects report.
 
     Token counts in tokens; ``prompt_ms``: admission to first token (ms);
-    ``predicted_ms``: first to last token (ms); ``histogram[j]``: verify steps
-    that accepted exactly ``j`` draft tokens.
+    ``predicted_ms``: first to last token (ms); ``queue_ms``: submission to
+    admission (ms); ``histogram[j]``: verify steps that accepted exactly ``j``
+    draft tokens; ``per_step_accepted`` / ``per_step_drafted``: each verify
+    step's counts, in order.
     """
 
     prompt_tokens: int
@@ -41,6 +53,9 @@ class RequestStats:
     histogram: list[int] = field(default_factory=list)
     prompt_ms: float = 0.0
     predicted_ms: float = 0.0
+    queue_ms: float = 0.0
+    per_step_accepted: list[int] = field(default_factory=list)
+    per_step_drafted: list[int] = field(default_factory=list)
 
     def add_step(self, drafted: int, accepted: int) -> None:
         """Record one step's verify counts (no-op for a step without drafts)."""
@@ -49,6 +64,8 @@ class RequestStats:
         self.drafted += drafted
         self.accepted += accepted
         self.spec_steps += 1
+        self.per_step_accepted.append(accepted)
+        self.per_step_drafted.append(drafted)
         while len(self.histogram) <= max(accepted, self.depth):
             self.histogram.append(0)
         self.histogram[accepted] += 1
@@ -67,21 +84,28 @@ def usage_block(stats: RequestStats) -> dict[str, Any]:
 
 
 def _vllm(stats: RequestStats) -> dict[str, Any]:
-    if stats.drafted == 0:
-        return {}
-    return {
-        "metrics": {
-            "speculative_decoding": {
-                "mean_acceptance_length": 1.0 + stats.accepted / stats.spec_steps,
-                "draft_acceptance_rate": stats.accepted / stats.drafted,
-                "num_spec_steps": stats.spec_steps,
-                "num_accepted_draft_tokens": stats.accepted,
-                "num_draft_tokens": stats.drafted,
-                "num_spec_tokens": stats.depth,
-                "acceptance_histogram": list(stats.histogram),
-            }
-        }
+    n = stats.completion_tokens
+    gen_ms = stats.predicted_ms
+    metrics: dict[str, Any] = {
+        "time_to_first_token_ms": stats.prompt_ms,
+        "generation_time_ms": gen_ms,
+        "queue_time_ms": stats.queue_ms,
+        "mean_itl_ms": gen_ms / (n - 1) if n > 1 else 0.0,
+        "tokens_per_second": 1000.0 * n / gen_ms if gen_ms > 0 else 0.0,
     }
+    if stats.drafted:
+        metrics["speculative_decoding"] = {
+            "mean_acceptance_length": 1.0 + stats.accepted / stats.spec_steps,
+            "draft_acceptance_rate": stats.accepted / stats.drafted,
+            "acceptance_histogram": list(stats.histogram),
+            "num_spec_steps": stats.spec_steps,
+            "num_accepted_draft_tokens": stats.accepted,
+            "num_draft_tokens": stats.drafted,
+            "num_spec_tokens": stats.depth,
+            "per_step_accepted": list(stats.per_step_accepted),
+            "per_step_drafted": list(stats.per_step_drafted),
+        }
+    return {"metrics": metrics}
 
 
 def _llamacpp(stats: RequestStats) -> dict[str, Any]:
@@ -107,6 +131,23 @@ def _llamacpp(stats: RequestStats) -> dict[str, Any]:
     return {"timings": timings}
 
 
+def _sglang_spec(stats: RequestStats) -> dict[str, Any]:
+    return {
+        "spec_verify_ct": stats.spec_steps,
+        "spec_accept_rate": stats.accepted / stats.drafted,
+        "spec_accept_length": 1.0 + stats.accepted / stats.spec_steps,
+        "spec_num_correct_drafts": stats.accepted,
+        "spec_num_proposed_drafts": stats.drafted,
+    }
+
+
+def sglang_sglext(stats: RequestStats) -> dict[str, Any] | None:
+    """Current SGLang's ``sglext`` block (``spec_tokens_details``), ``None`` when undrafted."""
+    if not stats.drafted:
+        return None
+    return {"spec_tokens_details": _sglang_spec(stats)}
+
+
 def sglang_meta_info(stats: RequestStats) -> dict[str, Any]:
     """SGLang ``meta_info`` for the finish choice (spec fields only when drafted)."""
     meta: dict[str, Any] = {
@@ -114,13 +155,7 @@ def sglang_meta_info(stats: RequestStats) -> dict[str, Any]:
         "completion_tokens": stats.completion_tokens,
     }
     if stats.drafted:
-        meta.update(
-            spec_verify_ct=stats.spec_steps,
-            spec_accept_rate=stats.accepted / stats.drafted,
-            spec_accept_length=1.0 + stats.accepted / stats.spec_steps,
-            spec_num_correct_drafts=stats.accepted,
-            spec_num_proposed_drafts=stats.drafted,
-        )
+        meta.update(_sglang_spec(stats))
     return meta
 
 

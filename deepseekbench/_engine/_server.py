@@ -21,10 +21,12 @@ import anyio
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from deepseekbench._axes import Dialect
 from deepseekbench._engine._config import EngineConfig
 from deepseekbench._engine._dialects import (
     RequestStats,
     choice_extras,
+    sglang_sglext,
     tail_extras,
     usage_block,
 )
@@ -86,6 +88,7 @@ class ChatRequest(BaseModel):
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1, le=1)
     return_meta_info: bool = False
+    return_spec_tokens_details: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     thinking: dict[str, Any] | bool | None = None
@@ -261,6 +264,11 @@ class EngineState:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"])
             raise ApiError(400, f"invalid field {param}: {first['msg']}", param=param) from None
+        if req.stream and req.return_meta_info and self.config.dialect is Dialect.sglang:
+            # current SGLang refuses this combination (shared/cases/requests/01)
+            raise ApiError(
+                400, "return_meta_info is not supported with streaming", param="return_meta_info"
+            )
         if req.model is not None and req.model != self.config.model_name:
             raise ApiError(
                 404,
@@ -436,6 +444,9 @@ class _Stream:
             "usage": usage_block(self.stats),
         }
         body.update(tail_extras(dialect, self.stats))
+        sglext = sglang_sglext(self.stats) if dialect is Dialect.sglang else None
+        if sglext is not None and self.req.return_spec_tokens_details:
+            body["sglext"] = sglext
         if FaultKind.error_event in self.faults:
             raise ApiError(500, "internal engine error (injected)", kind="InternalServerError")
         await responder.full(200, [*_JSON, ("x-request-id", self.id)], orjson.dumps(body))
@@ -557,6 +568,9 @@ class _Stream:
         if opts.continuous_usage_stats:
             finish_extra["usage"] = usage_block(self.stats)
         await self._write(responder, self._chunk([finish_choice], **finish_extra), "finish")
+        sglext = sglang_sglext(self.stats) if dialect is Dialect.sglang else None
+        if sglext is not None and self.req.return_spec_tokens_details:
+            await self._write(responder, self._chunk([], sglext=sglext), "spec")
         if send_usage:
             data = self._chunk([], usage=usage_block(self.stats), **extras)
             await self._write(responder, data, "usage")

@@ -135,10 +135,15 @@ def _reported(dialect: Dialect, evs: list[Any]) -> tuple[int, int, int | None]:
             sd["num_accepted_draft_tokens"] / sd["num_draft_tokens"]
         )
         assert sum(sd["acceptance_histogram"]) == sd["num_spec_steps"]
+        assert sum(sd["per_step_accepted"]) == sd["num_accepted_draft_tokens"]
+        assert sum(sd["per_step_drafted"]) == sd["num_draft_tokens"]
+        assert len(sd["per_step_accepted"]) == sd["num_spec_steps"]
         assert "usage" in next(e for e in objs if "metrics" in e)
         return sd["num_draft_tokens"], sd["num_accepted_draft_tokens"], sd["num_spec_steps"]
     if dialect is Dialect.sglang:
-        meta = next(c["meta_info"] for e in objs for c in e["choices"] if "meta_info" in c)
+        tail = next(e for e in objs if "sglext" in e)
+        assert tail["choices"] == []  # a trailing chunk of its own, as current SGLang sends
+        meta = tail["sglext"]["spec_tokens_details"]
         assert meta["spec_accept_length"] == pytest.approx(
             1 + meta["spec_num_correct_drafts"] / meta["spec_verify_ct"]
         )
@@ -155,7 +160,7 @@ def _reported(dialect: Dialect, evs: list[Any]) -> tuple[int, int, int | None]:
 @pytest.mark.parametrize("dialect", [Dialect.vllm, Dialect.sglang, Dialect.llamacpp])
 async def test_dialect_acceptance_equals_counters_and_metrics(dialect: Dialect) -> None:
     tasks = reference_tasks(12, seed=5)
-    extra = {"stream_options": {"include_usage": True}, "return_meta_info": True}
+    extra = {"stream_options": {"include_usage": True}, "return_spec_tokens_details": True}
     async with running(speculative=Speculative.dspark, dialect=dialect) as (engine, client):
         results = [await stream(client, body(t.prompt, **extra)) for t in tasks]
         metrics = (await client.get("/metrics")).text
@@ -177,7 +182,7 @@ async def test_dialect_acceptance_equals_counters_and_metrics(dialect: Dialect) 
 
 async def test_off_reports_no_acceptance_in_any_dialect() -> None:
     task = reference_tasks(1)[0]
-    extra = {"stream_options": {"include_usage": True}, "return_meta_info": True}
+    extra = {"stream_options": {"include_usage": True}, "return_spec_tokens_details": True}
     for dialect in (Dialect.vllm, Dialect.sglang, Dialect.llamacpp, Dialect.openai):
         async with running(dialect=dialect) as (engine, client):
             evs = await stream(client, body(task.prompt, **extra))
@@ -436,3 +441,17 @@ async def test_an_exception_in_the_block_comes_out_unwrapped() -> None:
             assert off.base_url.startswith("http://127.0.0.1:")
             raise ValueError("user bug")
     assert type(info.value) is ValueError
+
+
+async def test_sglang_refuses_return_meta_info_on_a_streamed_request() -> None:
+    """As current SGLang does (shared/cases/requests/01); a non-stream request may ask."""
+    task = reference_tasks(1, seed=2)[0]
+    async with running(speculative=Speculative.dspark, dialect=Dialect.sglang) as (_, client):
+        r = await client.post(
+            "/v1/chat/completions",
+            json=body(task.prompt, stream=True, return_meta_info=True),
+        )
+        assert r.status_code == 400 and "return_meta_info" in r.text
+        r = await client.post("/v1/chat/completions", json=body(task.prompt, return_meta_info=True))
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["meta_info"]["spec_verify_ct"] > 0
