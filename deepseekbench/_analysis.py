@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import AcceptanceScope, QualityParity, ReasoningMode, Speculative
+from deepseekbench._breakdown import slice_stats, workload_fields
 from deepseekbench._errors import PlanError
 from deepseekbench._measure import StreamMeasurement
 from deepseekbench._parity import (
@@ -27,6 +28,7 @@ from deepseekbench._parity import (
     row_parity,
 )
 from deepseekbench._plan import BenchmarkPlan, CellPlan, RoutePlan
+from deepseekbench._prepare import conversation_pid, parity_conversations
 from deepseekbench._results import (
     ResultsFormatError,
     ResultsRun,
@@ -87,12 +89,17 @@ class RouteParity(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class MeasuredRequest:
-    """One measured (not warm-up) request: route label, cell id, index in the cell."""
+    """One measured (not warm-up) request: route label, cell id, index in the cell,
+    conversation turn (0-based; 0 for single-turn items), and the workload item's
+    id and category when known."""
 
     route: str
     cell: str
     index: int
     measurement: StreamMeasurement
+    turn: int = 0
+    item: str | None = None
+    category: str | None = None
 
 
 @dataclass(slots=True)
@@ -157,6 +164,9 @@ def parity_ids(plan: BenchmarkPlan, tasks: Sequence[Task]) -> list[tuple[str, st
         if t.id in ids:
             raise PlanError(f"task id {t.id!r} collides with a parity prompt id")
         out.append((t.id, t.prompt, t))
+    for item in parity_conversations(plan):
+        for k, turn in enumerate(item.turns):
+            out.append((conversation_pid(item.id, k), turn, None))
     return out
 
 
@@ -305,11 +315,12 @@ def _build_row(
     state: ResultsState,
     parity: Mapping[tuple[str, ReasoningMode], RouteParity],
 ) -> Row:
-    measured = [
-        m
-        for (label, cid, i), m in state.measurements.items()
-        if label == route.label and cid == cell.cell_id and i < plan.requests_per_cell
+    keys = [
+        k
+        for k in state.measurements
+        if k[0] == route.label and k[1] == cell.cell_id and k[2] < plan.requests_per_cell
     ]
+    measured = [state.measurements[k] for k in keys]
     ok = [m for m in measured if m.error is None]
     rp = parity.get((route.label, cell.reasoning_mode))
     ratio = length = None
@@ -343,7 +354,32 @@ def _build_row(
             itl_ms=percentiles(itl),
             output_toks_per_s=percentiles(m.output_toks_per_s for m in ok),
         ),
+        **_workload_breakdown(state, keys, cell.request_max_tokens),
     )
+
+
+def _workload_breakdown(
+    state: ResultsState, keys: Sequence[tuple[str, str, int, int]], max_tokens: int
+) -> dict[str, Any]:
+    """Short-output flag, length percentiles and per-category / per-turn slices."""
+    measured = [state.measurements[k] for k in keys]
+    out = workload_fields([m for m in measured if m.error is None], max_tokens)
+    by_cat: dict[str, list[StreamMeasurement]] = {}
+    by_turn: dict[int, list[StreamMeasurement]] = {}
+    for k, m in zip(keys, measured, strict=True):
+        category = state.items.get(k, (None, None))[1]
+        if category is not None:
+            by_cat.setdefault(category, []).append(m)
+        by_turn.setdefault(k[3], []).append(m)
+    out["categories"] = tuple(
+        slice_stats(name, ms, max_tokens=max_tokens) for name, ms in sorted(by_cat.items())
+    )
+    if len(by_turn) > 1:
+        out["turns"] = tuple(
+            slice_stats(f"turn {t + 1}", ms, max_tokens=max_tokens)
+            for t, ms in sorted(by_turn.items())
+        )
+    return out
 
 
 def build_result(
@@ -363,7 +399,15 @@ def build_result(
             rows.append(_build_row(plan, route, cell, state, parity))
             cells.append((route.label, cell.cell_id))
     measurements = tuple(
-        MeasuredRequest(route=k[0], cell=k[1], index=k[2], measurement=state.measurements[k])
+        MeasuredRequest(
+            route=k[0],
+            cell=k[1],
+            index=k[2],
+            measurement=state.measurements[k],
+            turn=k[3],
+            item=state.items.get(k, (None, None))[0],
+            category=state.items.get(k, (None, None))[1],
+        )
         for k in state.order
     )
     return RunResult(

@@ -177,9 +177,10 @@ def demo_plan(
 ) -> BenchmarkPlan:
     """The demo's plan for three engines at ``base_urls`` (off, mtp, mis-tuned mtp).
 
-    One cell (1k prompts, 256 output tokens, non-think), ``requests`` measured
-    requests per route after one warm-up, the built-in smoke tasks as the parity
-    set (4 parity requests in flight).
+    One cell (1k prompts, output target 256 with ``max_tokens`` 64, generated to
+    the end past EOS; non-think), ``requests`` measured requests per route after
+    one warm-up, the built-in smoke tasks as the parity set (4 parity requests in
+    flight).
 
     Raises:
         ValueError: not exactly three base URLs.
@@ -203,6 +204,7 @@ def demo_plan(
                     "dialect": "vllm",
                 },
             ],
+            "cells": [{"max_tokens": 64}],
             "requests_per_cell": requests,
             "warmup_per_cell": 1,
             "parity": ParityPlan(concurrency=4, max_tokens=96).model_dump(),

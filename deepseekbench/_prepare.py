@@ -40,9 +40,11 @@ from deepseekbench._workload import (
 __all__ = [
     "PreparedWorkload",
     "base_items",
+    "conversation_pid",
     "converse",
     "default_input_length",
     "make_counter",
+    "parity_conversations",
     "prepare_workload",
 ]
 
@@ -160,6 +162,27 @@ async def prepare_workload(
     return PreparedWorkload(
         cells=cells, tokenizer=counter.name if counter else None, counter=counter
     )
+
+
+def conversation_pid(item_id: str, turn: int) -> str:
+    """Parity prompt id of turn ``turn`` (0-based) of a conversation: ``conv:<id>#<n>``
+    with ``n`` 1-based."""
+    return f"conv:{item_id}#{turn + 1}"
+
+
+def parity_conversations(plan: BenchmarkPlan) -> tuple[WorkloadItem, ...]:
+    """The multi-turn workload items that join the parity set: those measured in
+    the plan (the first ``requests_per_cell`` items) with more than one turn.
+
+    Each is run on every route with natural EOS, temperature 0 and the parity
+    seed, every turn carrying that route's own earlier answers; exact acceptance
+    compares every turn (prompt ids from :func:`conversation_pid`).
+
+    Raises:
+        PlanError, WorkloadFormatError: as ``BenchmarkPlan.workload_items``.
+    """
+    items = plan.workload_items() or ()
+    return tuple(i for i in items[: plan.requests_per_cell] if len(i.turns) > 1)
 
 
 async def converse(

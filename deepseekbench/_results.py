@@ -116,18 +116,30 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 class ResultsState:
     """Records of one plan, indexed for resume and row building."""
 
-    measurements: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
-    order: list[tuple[str, str, int]] = field(default_factory=list)
+    # keyed (route, cell, index, turn); turn is 0 for single-turn requests
+    measurements: dict[tuple[str, str, int, int], StreamMeasurement] = field(
+        default_factory=dict
+    )
+    order: list[tuple[str, str, int, int]] = field(default_factory=list)
+    # (item id, category) of each measurement, when the record names them
+    items: dict[tuple[str, str, int, int], tuple[str | None, str | None]] = field(
+        default_factory=dict
+    )
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
     server: dict[tuple[str, str], AcceptanceRecord] = field(default_factory=dict)
 
     def add(self, rec: Mapping[str, Any]) -> None:
         kind = rec.get("record")
         if kind == "measurement":
-            key = (str(rec["route"]), str(rec["cell"]), int(rec["index"]))
+            key = (str(rec["route"]), str(rec["cell"]), int(rec["index"]), int(rec.get("turn", 0)))
             if key not in self.measurements:
                 self.order.append(key)
             self.measurements[key] = StreamMeasurement.model_validate(rec["measurement"])
+            item, category = rec.get("item"), rec.get("category")
+            self.items[key] = (
+                item if isinstance(item, str) else None,
+                category if isinstance(category, str) else None,
+            )
         elif kind == "parity_output":
             pkey = (
                 str(rec["route"]),

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -50,6 +51,13 @@ from deepseekbench._gate import LiveGate
 from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
 from deepseekbench._parity import ParityOutput
 from deepseekbench._plan import BenchmarkPlan, CellPlan, RoutePlan
+from deepseekbench._prepare import (
+    conversation_pid,
+    converse,
+    make_counter,
+    parity_conversations,
+    prepare_workload,
+)
 from deepseekbench._request import ChatRequest
 from deepseekbench._results import (
     ResultsFormatError,
@@ -63,6 +71,8 @@ from deepseekbench._results import (
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
 from deepseekbench._tasks import Task
+from deepseekbench._tokens import recount_output
+from deepseekbench._workload import WorkloadItem
 
 __all__ = [
     "DryRunResult",
@@ -127,12 +137,16 @@ def _now() -> str:
 
 
 def _parity_request(
-    plan: BenchmarkPlan, prompt: str, task: Task | None, mode: ReasoningMode
+    plan: BenchmarkPlan,
+    prompt: str,
+    task: Task | None,
+    mode: ReasoningMode,
+    history: tuple[dict[str, Any], ...] = (),
 ) -> ChatRequest:
     temperature = plan.parity.task_temperature if task is not None else 0.0
     max_tokens = (task.max_tokens if task is not None else None) or plan.parity.max_tokens
     return ChatRequest(
-        messages=({"role": "user", "content": prompt},),
+        messages=(*history, {"role": "user", "content": prompt}),
         max_tokens=max_tokens,
         temperature=temperature,
         seed=plan.parity.seed,
@@ -140,14 +154,21 @@ def _parity_request(
     )
 
 
-def _measure_request(plan: BenchmarkPlan, cell: CellPlan, prompt: str) -> ChatRequest:
+def _measure_request(
+    plan: BenchmarkPlan, cell: CellPlan, messages: tuple[dict[str, Any], ...]
+) -> ChatRequest:
     return ChatRequest(
-        messages=({"role": "user", "content": prompt},),
+        messages=messages,
         max_tokens=cell.request_max_tokens,
         temperature=plan.temperature,
         seed=plan.seed,
         reasoning_mode=cell.reasoning_mode,
+        reach_max_tokens=plan.workload.reach_max_tokens,
     )
+
+
+def _first_turn(item: WorkloadItem) -> tuple[dict[str, Any], ...]:
+    return ({"role": "user", "content": item.turns[0]},)
 
 
 # ---------------------------------------------------------------- running --
@@ -230,10 +251,21 @@ async def run_plan(
         OSError: the results file or its folder cannot be created or written.
     """
     sources = plan.validate_sources()
-    capability, tasks, prompts = sources.capability, sources.tasks, sources.prompts
+    capability, tasks = sources.capability, sources.tasks
     pids = parity_ids(plan, tasks)
+    conversations = {i.id: i for i in parity_conversations(plan)}
     routes: dict[str, EngineRoute] = {r.label: r.engine_route(plan.model) for r in plan.routes}
     _check_gate(routes.values(), gate)
+    own_client = client is None
+    http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
+    try:
+        counter = make_counter(plan, off_route=routes[plan.off_route.label], gate=gate, client=http)
+        prepared = await prepare_workload(plan, counter=counter, items=sources.items)
+    except BaseException:
+        if own_client:
+            with anyio.CancelScope(shield=True):
+                await http.aclose()
+        raise
     path = Path(results_path) if results_path is not None else plan.results_path()
     plan_hash = plan.plan_hash()
     state = ResultsState()
@@ -254,12 +286,24 @@ async def run_plan(
             )
         ]
 
+    def turns_done(label: str, cell: CellPlan, i: int) -> list[StreamMeasurement]:
+        """The conversation's recorded turns, in order, up to the first gap."""
+        done: list[StreamMeasurement] = []
+        for t in range(len(prepared.item(cell.cell_id, i).turns)):
+            m = state.measurements.get((label, cell.cell_id, i, t))
+            if m is None:
+                break
+            done.append(m)
+        return done
+
+    def turns_left(label: str, cell: CellPlan, i: int) -> int:
+        done = turns_done(label, cell, i)
+        if any(m.error is not None for m in done):
+            return 0  # an errored turn ended the conversation
+        return len(prepared.item(cell.cell_id, i).turns) - len(done)
+
     def measure_todo(label: str, cell: CellPlan) -> list[int]:
-        return [
-            i
-            for i in range(plan.requests_per_cell)
-            if (label, cell.cell_id, i) not in state.measurements
-        ]
+        return [i for i in range(plan.requests_per_cell) if turns_left(label, cell, i) > 0]
 
     total = 0
     for r in plan.routes:
@@ -268,14 +312,13 @@ async def run_plan(
                 total += len(parity_todo(r.label, mode, run))
         for cell in plan.cells:
             todo = measure_todo(r.label, cell)
-            total += len(todo) + (plan.warmup_per_cell if todo else 0)
+            total += sum(turns_left(r.label, cell, i) for i in todo)
+            total += plan.warmup_per_cell if todo else 0
     prog = _Progress(progress, total)
     writer = ResultsWriter(path)
     run_id = uuid.uuid4().hex[:12]
     timeouts = Timeouts(total_s=plan.timeout_s)
     base = {"plan_hash": plan_hash}
-    own_client = client is None
-    http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
     try:
         writer.write(
             {
@@ -289,10 +332,32 @@ async def run_plan(
             }
         )
 
+        writer.write(
+            {
+                "record": "workload",
+                **base,
+                "run_id": run_id,
+                "tokenizer": prepared.tokenizer,
+                "cells": {
+                    cid: [
+                        {
+                            "id": i.id,
+                            "category": i.category,
+                            "turns": len(i.turns),
+                            "prompt_tokens": i.prompt_tokens,
+                        }
+                        for i in items
+                    ]
+                    for cid, items in prepared.cells.items()
+                },
+            }
+        )
+
         async def one(route: EngineRoute, req: ChatRequest) -> StreamMeasurement:
-            return await measure_streamed(
-                req, route=route, gate=gate, client=http, timeouts=timeouts
-            )
+            m = await measure_streamed(req, route=route, gate=gate, client=http, timeouts=timeouts)
+            if prepared.counter is not None and m.tokens_estimated and m.error is None:
+                m = await recount_output(m, prepared.counter)
+            return m
 
         async def parity_pass(label: str, mode: ReasoningMode, run: int) -> None:
             todo = parity_todo(label, mode, run)
@@ -301,9 +366,11 @@ async def run_plan(
             prog.set_phase(f"parity {label} {mode.value} run {run}")
             limiter = anyio.CapacityLimiter(plan.parity.concurrency)
 
-            async def do(pid: str, text: str, task: Task | None) -> None:
+            async def do(
+                pid: str, text: str, task: Task | None, history: tuple[dict[str, Any], ...] = ()
+            ) -> ParityOutput:
                 async with limiter:
-                    m = await one(routes[label], _parity_request(plan, text, task, mode))
+                    m = await one(routes[label], _parity_request(plan, text, task, mode, history))
                 out = ParityOutput.from_measurement(pid, m)
                 state.outputs[(label, mode.value, run, pid)] = out
                 writer.write(
@@ -318,10 +385,32 @@ async def run_plan(
                     }
                 )
                 prog.step(out.error is not None)
+                return out
 
+            async def do_conversation(item: WorkloadItem) -> None:
+                # each turn carries this route's own earlier answers
+                history: tuple[dict[str, Any], ...] = ()
+                for k, turn in enumerate(item.turns):
+                    pid = conversation_pid(item.id, k)
+                    out = state.outputs.get((label, mode.value, run, pid))
+                    if out is None or not out.complete:
+                        out = await do(pid, turn, None, history)
+                    if out.error is not None:
+                        return
+                    history = (
+                        *history,
+                        {"role": "user", "content": turn},
+                        {"role": "assistant", "content": out.text},
+                    )
+
+            waiting = {pid for pid, _, _ in todo}
             async with anyio.create_task_group() as tg:
                 for pid, text, t in todo:
-                    tg.start_soon(do, pid, text, t)
+                    if not pid.startswith("conv:"):
+                        tg.start_soon(do, pid, text, t)
+                for item in conversations.values():
+                    if any(conversation_pid(item.id, k) in waiting for k in range(len(item.turns))):
+                        tg.start_soon(do_conversation, item)
 
         async def cell_phase(rp: RoutePlan, cell: CellPlan, salt: int) -> None:
             todo = measure_todo(rp.label, cell)
@@ -332,8 +421,9 @@ async def run_plan(
             limiter = anyio.CapacityLimiter(plan.arrival.concurrency)
 
             async def warm(i: int) -> None:
+                first = _first_turn(prepared.item(cell.cell_id, i))
                 async with limiter:
-                    m = await one(route, _measure_request(plan, cell, prompts[i % len(prompts)]))
+                    m = await one(route, _measure_request(plan, cell, first))
                 prog.step(m.error is not None)
 
             async with anyio.create_task_group() as tg:
@@ -347,23 +437,37 @@ async def run_plan(
                 before = await scrape_metrics(route, gate=gate, client=http)
 
             async def measure(i: int) -> None:
-                async with limiter:
-                    m = await one(route, _measure_request(plan, cell, prompts[i % len(prompts)]))
-                key = (rp.label, cell.cell_id, i)
-                state.measurements[key] = m
-                state.order.append(key)
-                writer.write(
-                    {
-                        "record": "measurement",
-                        **base,
-                        "route": rp.label,
-                        "speculative": rp.speculative.value,
-                        "cell": cell.cell_id,
-                        "index": i,
-                        "measurement": m.model_dump(mode="json"),
-                    }
+                item = prepared.item(cell.cell_id, i)
+                done = turns_done(rp.label, cell, i)
+
+                async def send(req: ChatRequest) -> StreamMeasurement:
+                    async with limiter:
+                        m = await one(route, req)
+                    turn = len(req.messages) // 2  # user/assistant pairs before this turn
+                    key = (rp.label, cell.cell_id, i, turn)
+                    state.measurements[key] = m
+                    state.order.append(key)
+                    state.items[key] = (item.id, item.category)
+                    writer.write(
+                        {
+                            "record": "measurement",
+                            **base,
+                            "route": rp.label,
+                            "speculative": rp.speculative.value,
+                            "cell": cell.cell_id,
+                            "index": i,
+                            "turn": turn,
+                            "item": item.id,
+                            "category": item.category,
+                            "measurement": m.model_dump(mode="json"),
+                        }
+                    )
+                    prog.step(m.error is not None)
+                    return m
+
+                await converse(
+                    item, lambda msgs: _measure_request(plan, cell, msgs), send, done=done
                 )
-                prog.step(m.error is not None)
 
             offsets = plan.arrival.offsets_s(len(todo), salt=salt)
             async with anyio.create_task_group() as tg:
