@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from deepseekbench._errors import LiveGateError, PlanError
+from deepseekbench._tokens import TokenizeError
 from deepseekbench._gate import LiveGate
 from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
 from deepseekbench._runner import (
@@ -354,7 +355,7 @@ def main(
         err.write(f"deepseekbench: invalid {exc.title}:\n")
         err.writelines(f"  {line}\n" for line in validation_error_lines(exc))
         return EXIT_USAGE
-    except (PlanError, ResultsFormatError) as exc:
+    except (PlanError, ResultsFormatError, TokenizeError) as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_USAGE
     except OSError as exc:

@@ -246,6 +246,11 @@ async def run_plan(
         pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
             ``messages`` or ``stream`` (from
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
+        WorkloadLengthError: a cell's prompts fall outside its context bucket's
+            token range (a ``PlanError``; counted before any measured request,
+            every such prompt named).
+        TokenizeError: the plan's tokenizer could not count (endpoint failure,
+            unreadable ``tokenizer.json``), before any measured request.
         LiveGateError: the gate refuses a route (before any request).
         ResultsFormatError: the results file exists but cannot be read back.
         OSError: the results file or its folder cannot be created or written.
