@@ -38,7 +38,6 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from deepseekbench._errors import LiveGateError, PlanError
-from deepseekbench._tokens import TokenizeError
 from deepseekbench._gate import LiveGate
 from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
 from deepseekbench._runner import (
@@ -50,6 +49,7 @@ from deepseekbench._runner import (
     run_plan,
 )
 from deepseekbench._scorecard import Scorecard
+from deepseekbench._tokens import TokenizeError
 
 __all__ = [
     "EXIT_ERRORS",

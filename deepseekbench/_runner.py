@@ -72,7 +72,7 @@ from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
 from deepseekbench._tasks import Task
 from deepseekbench._tokens import recount_output
-from deepseekbench._workload import WorkloadItem
+from deepseekbench._workload import WorkloadItem, check_bucket_bytes
 
 __all__ = [
     "DryRunResult",
@@ -558,8 +558,14 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), or a task id collides with a parity prompt id.
+        WorkloadLengthError: a cell's prompts are certainly below its bucket (the
+            byte bound; token counts need the run's tokenizer), each prompt named.
     """
-    tasks = plan.validate_sources().tasks
+    sources = plan.validate_sources()
+    tasks = sources.tasks
+    for cell in plan.cells:
+        if sources.items is not None:
+            check_bucket_bytes(cell.cell_id, cell.context_bucket, sources.items)
     refusals: dict[str, str | None] = {}
     for r in plan.routes:
         # A route with api_key_env will send its own Authorization header.

@@ -49,7 +49,7 @@ def test_a_32k_synthetic_cell_runs_within_its_bucket_and_reaches_the_target(
     tmp_path: Path,
 ) -> None:
     results = tmp_path / "run.jsonl"
-    big = {"cost": FAST_COSTS, "max_context_tokens": 40_000}
+    big: dict[str, Any] = {"cost": FAST_COSTS, "max_context_tokens": 40_000}
 
     async def main() -> Any:
         async with (
@@ -196,3 +196,17 @@ def test_dialect_field_is_used_for_the_tokenize_shape() -> None:
                 return n
 
     assert anyio.run(main) == 3
+
+
+def test_dry_run_refuses_short_prompts_in_a_long_bucket_without_any_connection() -> None:
+    from deepseekbench import dry_run
+
+    plan = _plan(
+        "http://127.0.0.1:9/v1",
+        "http://127.0.0.1:10/v1",
+        cells=[{"context_bucket": "128k"}],
+    )
+    with pytest.raises(WorkloadLengthError, match="arith-add-17-25"):
+        dry_run(plan, gate=LiveGate())
+    ok = _plan("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
+    assert len(dry_run(ok, gate=LiveGate()).rows) == 2
