@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._errors import DeepseekBenchError
-from deepseekbench._row import Row
+from deepseekbench._row import Row, SliceStats
 from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
 
 if TYPE_CHECKING:
@@ -118,6 +118,7 @@ class ScorecardLine(BaseModel):
     output_short: bool = False
     n_output_short: int = 0
     categories: tuple[CategoryLine, ...] = ()
+    turns: tuple[SliceStats, ...] = ()
 
     @property
     def credited(self) -> bool:
@@ -251,6 +252,24 @@ def _category_cells(ln: ScorecardLine) -> list[list[str]]:
     return out
 
 
+_TURN_COLUMNS: tuple[str, ...] = ("cell", "route", "turn", "n", "TTFT ms", "TPOT ms", "acc.len")
+
+
+def _turn_cells(ln: ScorecardLine) -> list[list[str]]:
+    return [
+        [
+            ln.cell,
+            ln.route,
+            t.name,
+            str(t.n_requests),
+            _fmt(t.ttft_ms, 1),
+            _fmt(t.tpot_ms, 2),
+            _fmt(t.acceptance_length, 2),
+        ]
+        for t in ln.turns
+    ]
+
+
 def _fixed_width(table: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     out = []
@@ -355,6 +374,7 @@ class Scorecard:
                     output_short=r.output_short,
                     n_output_short=r.n_output_short,
                     categories=cats,
+                    turns=r.turns,
                 )
             )
         return cls(lines, metric=m)
@@ -478,6 +498,11 @@ class Scorecard:
             out.append("")
             out.append("Per category (acceptance and speedup per dataset category)")
             out.extend(_fixed_width([list(_CATEGORY_COLUMNS), *cats]))
+        turns = [row for ln in self.lines for row in _turn_cells(ln)]
+        if turns:
+            out.append("")
+            out.append("Per turn (multi-turn conversations)")
+            out.extend(_fixed_width([list(_TURN_COLUMNS), *turns]))
         notes = self._notes()
         if notes:
             out.append("")
@@ -506,6 +531,11 @@ class Scorecard:
             out += ["", "| " + " | ".join(_CATEGORY_COLUMNS) + " |"]
             out.append("|" + "---|" * len(_CATEGORY_COLUMNS))
             out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cats]
+        turns = [row for ln in self.lines for row in _turn_cells(ln)]
+        if turns:
+            out += ["", "| " + " | ".join(_TURN_COLUMNS) + " |"]
+            out.append("|" + "---|" * len(_TURN_COLUMNS))
+            out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in turns]
         notes = self._notes()
         if notes:
             out.append("")

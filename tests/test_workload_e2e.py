@@ -148,7 +148,8 @@ def test_spec_bench_sample_gives_per_category_acceptance_and_per_turn_figures(
     compared = {c.prompt_id for c in mtp_parity.exact.prompts if c.match}
     assert {"conv:spec_bench-1#1", "conv:spec_bench-1#2", "conv:spec_bench-2#2"} <= compared
     text = Scorecard.from_results(results).to_text()
-    assert "Per category" in text
+    assert "Per category" in text and "Per turn" in text
+    assert any("turn 2" in ln and "mtp" in ln for ln in text.splitlines())
     assert any("mt_bench" in ln and "mtp" in ln for ln in text.splitlines())
     assert load_results(results).rows == result.rows
 
@@ -210,3 +211,39 @@ def test_dry_run_refuses_short_prompts_in_a_long_bucket_without_any_connection()
         dry_run(plan, gate=LiveGate())
     ok = _plan("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
     assert len(dry_run(ok, gate=LiveGate()).rows) == 2
+
+
+def test_outputs_without_usage_are_counted_by_the_tokenizer_and_never_credited() -> None:
+    from deepseekbench import FaultConfig
+    from deepseekbench._speedup import RefusalReason
+
+    quiet = FaultConfig(missing_usage=True)
+
+    async def main() -> Any:
+        async with (
+            EmbeddedEngine(EngineConfig(cost=FAST_COSTS, faults=quiet)) as off,
+            EmbeddedEngine(
+                EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS, faults=quiet)
+            ) as mtp,
+        ):
+            plan = _plan(
+                off.base_url,
+                mtp.base_url,
+                requests_per_cell=5,
+                cells=[{"max_tokens": 40}],
+                workload={"prompts": ["Count from 1 to 9."], "tokenizer": "endpoint"},
+            )
+            return await run_plan(plan, gate=LiveGate())
+
+    result = anyio.run(main)
+    for req in result.measurements:
+        m = req.measurement
+        assert m.completion_tokens is None and m.tokens_estimated
+        assert m.tokens_estimated_by is not None and m.tokens_estimated_by.startswith("endpoint:")
+        # the engine's tokenizer is one token per character
+        assert m.estimated_completion_tokens == len(m.text) == 40
+        if req.route == "mtp":  # several tokens per chunk: chunks would under-count
+            assert len(m.chunk_arrival_ms) < 40
+    assert all(r.tokens_estimated for r in result.rows)
+    (line,) = result.scorecard().refused
+    assert line.verdict is not None and RefusalReason.tokens_estimated in line.verdict.reasons
