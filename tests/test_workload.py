@@ -6,9 +6,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -30,6 +31,9 @@ from deepseekbench._workload import (
 )
 
 pytestmark = pytest.mark.anyio
+
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BROKEN = settings(PROPERTY, phases=[Phase.explicit, Phase.generate], database=None)
 
 
 @pytest.fixture
@@ -320,3 +324,65 @@ def test_byte_check_refuses_ten_token_prompts_in_a_128k_cell() -> None:
     check_bucket_bytes("1k", ContextBucket.k1, items)
     big = [WorkloadItem(id="big", turns=("x" * 40_000,))]
     check_bucket_bytes("128k", ContextBucket.k128, big)
+
+
+# --- any file content: items or a WorkloadFormatError, nothing else ------------------
+
+LOADERS = {"sharegpt": load_sharegpt, "spec_bench": load_spec_bench, "jsonl": load_jsonl}
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(
+        st.sampled_from(["id", "question_id", "category", "turns", "prompt",
+                         "conversations", "from", "value"]),
+        inner,
+        max_size=4,
+    ),
+    max_leaves=12,
+)
+
+
+def check_loader_property(loader: Any, cfg: settings = PROPERTY) -> None:
+    import json
+    import tempfile
+
+    @cfg
+    @given(
+        lines=st.lists(json_values.map(json.dumps) | st.text(max_size=12), max_size=4),
+        as_array=st.booleans(),
+    )
+    def prop(lines: list[str], as_array: bool) -> None:
+        text = ("[" + ",".join(lines) + "]") if as_array else "\n".join(lines)
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "w"
+            p.write_text(text, encoding="utf-8")
+            try:
+                items = loader(p)
+            except WorkloadFormatError as exc:
+                assert str(p) in str(exc)
+                return
+            assert items and all(isinstance(i, WorkloadItem) for i in items)
+
+    prop()
+
+
+def broken_jsonl(path: Path) -> tuple[WorkloadItem, ...]:
+    """Reads lines with no checks at all: malformed input escapes as other errors."""
+    import json
+
+    return tuple(
+        WorkloadItem(id=str(n), turns=(json.loads(line)["prompt"],))
+        for n, line in enumerate(Path(path).read_text().splitlines())
+    )
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_any_content_gives_items_or_a_workload_format_error(name: str) -> None:
+    check_loader_property(LOADERS[name])
+
+
+def test_loader_property_catches_a_loader_that_lets_other_errors_escape() -> None:
+    with pytest.raises(Exception) as info:
+        check_loader_property(broken_jsonl, BROKEN)
+    assert not isinstance(info.value, WorkloadFormatError)
