@@ -178,10 +178,11 @@ def demo_plan(
 ) -> BenchmarkPlan:
     """The demo's plan for three engines at ``base_urls`` (off, mtp, mis-tuned mtp).
 
-    One cell (1k prompts, output target 256 with ``max_tokens`` 64, generated to
-    the end past EOS; non-think), ``requests`` measured requests per route after
-    one warm-up, the built-in smoke tasks as the parity set (4 parity requests in
-    flight).
+    One cell (1k prompts, 256 output tokens, non-think), ``requests`` measured
+    requests per route after one warm-up, the built-in smoke tasks as the parity
+    set (4 parity requests in flight). The smoke prompts are answered with
+    natural EOS (``workload.reach_max_tokens = false``): the demo measures the
+    reference model's real answers, so its rows carry the short-output flag.
 
     Raises:
         ValueError: not exactly three base URLs.
@@ -205,7 +206,7 @@ def demo_plan(
                     "dialect": "vllm",
                 },
             ],
-            "cells": [{"max_tokens": 64}],
+            "workload": {"reach_max_tokens": False},
             "requests_per_cell": requests,
             "warmup_per_cell": 1,
             "parity": ParityPlan(concurrency=4, max_tokens=96).model_dump(),

@@ -229,7 +229,11 @@ _CATEGORY_COLUMNS: tuple[str, ...] = (
 
 
 def _category_cells(ln: ScorecardLine) -> list[list[str]]:
-    out = []
+    """Category table rows of a line; none when the line has a single category
+    (the main table already gives those figures)."""
+    out: list[list[str]] = []
+    if len(ln.categories) < 2:
+        return out
     for c in ln.categories:
         if ln.speculative is Speculative.off:
             speedup = "baseline"
