@@ -247,3 +247,45 @@ def test_outputs_without_usage_are_counted_by_the_tokenizer_and_never_credited()
     assert all(r.tokens_estimated for r in result.rows)
     (line,) = result.scorecard().refused
     assert line.verdict is not None and RefusalReason.tokens_estimated in line.verdict.reasons
+
+
+def test_a_resumed_run_sends_only_the_missing_turns(tmp_path: Path) -> None:
+    results = tmp_path / "run.jsonl"
+
+    async def run(engines: tuple[EmbeddedEngine, EmbeddedEngine]) -> Any:
+        off, mtp = engines
+        plan = _plan(
+            off.base_url,
+            mtp.base_url,
+            requests_per_cell=2,
+            cells=[{"max_tokens": 16}],
+            workload={"source": "spec_bench", "path": "sample", "categories": ["mt_bench"]},
+        )
+        return await run_plan(plan, gate=LiveGate(), results_path=results)
+
+    async def main() -> tuple[int, int, Any]:
+        async with (
+            EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as off,
+            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
+        ):
+            await run((off, mtp))
+            # drop the mtp route's second turn of spec_bench-2 (as if the run had stopped)
+            kept = [
+                line
+                for line in results.read_bytes().splitlines()
+                if not (
+                    (r := orjson.loads(line))["record"] == "measurement"
+                    and r["route"] == "mtp"
+                    and r["item"] == "spec_bench-2"
+                    and r["turn"] == 1
+                )
+            ]
+            results.write_bytes(b"\n".join(kept) + b"\n")
+            before = (off.counters.requests, mtp.counters.requests)
+            result = await run((off, mtp))
+            return off.counters.requests - before[0], mtp.counters.requests - before[1], result
+
+    off_sent, mtp_sent, result = anyio.run(main)
+    assert (off_sent, mtp_sent) == (0, 1)
+    mtp_row = result.rows[1]
+    assert mtp_row.n_requests == 4 and [t.n_requests for t in mtp_row.turns] == [2, 2]
