@@ -36,6 +36,7 @@ from deepseekbench._results import (
     read_stored_run,
 )
 from deepseekbench._row import Dispersion, Row
+from deepseekbench._spec_fields import cell_spec_fields
 from deepseekbench._stats import median, percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
 
@@ -353,6 +354,12 @@ def _build_row(
             e2e_ms=percentiles(m.e2e_ms for m in ok),
             itl_ms=percentiles(itl),
             output_toks_per_s=percentiles(m.output_toks_per_s for m in ok),
+        ),
+        **cell_spec_fields(
+            measured,
+            state.server.get((route.label, cell.cell_id)),
+            speculative=route.speculative is not Speculative.off,
+            declared_spec_tokens=route.spec_tokens,
         ),
         **_workload_breakdown(state, keys, cell.request_max_tokens),
     )

@@ -32,9 +32,11 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -149,6 +151,10 @@ class RoutePlan(BaseModel):
             itself never appears in a plan, a row or a report).
         request_extras: engine-scoped body fields for every request.
         continuous_usage: ask for usage on every chunk (vLLM/SGLang).
+        spec_tokens: the speculative depth (draft tokens per verify step) the
+            endpoint is declared to serve; checked against what the server says
+            before measuring (``deepseekbench._spec_config``). Left out of the
+            plan's content (and hash) when not set.
 
     Raises:
         pydantic.ValidationError: a label that is empty, over 64 characters or not
@@ -167,6 +173,14 @@ class RoutePlan(BaseModel):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     request_extras: dict[str, Any] = Field(default_factory=dict)
     continuous_usage: bool = False
+    spec_tokens: int | None = Field(default=None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_depth(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("spec_tokens") is None:
+            data.pop("spec_tokens", None)  # plans written before the field keep their hash
+        return data
 
     @field_validator("base_url")
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -201,6 +201,32 @@ class Row(BaseModel):
     n_errors: int = Field(default=0, ge=0, description="measured requests that ended in error")
     dispersion: Dispersion = Field(
         default_factory=Dispersion, description="p50/p90/p99 per timing field"
+    )
+    # --- speculation detail and stream health ------------------------------
+    acceptance_by_position: tuple[Annotated[float, Field(ge=0, le=1)], ...] | None = Field(
+        default=None,
+        description="per draft position k = 1, 2, ...: fraction of verify steps whose k-th "
+        "draft token was accepted, ratio, position 1 first (None = not reported)",
+    )
+    spec_tokens: int | None = Field(
+        default=None, ge=1, description="speculative depth: draft tokens per verify step"
+    )
+    acceptance_source: str | None = Field(
+        default=None,
+        description="where acceptance was read, e.g. 'sglext.spec_tokens_details', "
+        "'metrics.speculative_decoding', 'prometheus:vllm:spec_decode_*'",
+    )
+    server_ttft_ms: float | None = Field(
+        default=None, ge=0, description="median of the engine's own TTFT, ms (vLLM metrics)"
+    )
+    server_queue_ms: float | None = Field(
+        default=None, ge=0, description="median of the engine's own queueing time, ms"
+    )
+    sse_ignored_lines: int = Field(
+        default=0,
+        ge=0,
+        description="non-empty SSE lines the event-stream rules ignored, summed over the "
+        "cell's requests (e.g. a padded ' data :' field); > 0 means text may be missing",
     )
     # --- workload (issue 13) ---------------------------------------------
     output_short: bool = Field(

@@ -70,6 +70,7 @@ from deepseekbench._results import (
 )
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
+from deepseekbench._spec_config import check_spec_config
 from deepseekbench._tasks import Task
 from deepseekbench._tokens import recount_output
 from deepseekbench._workload import WorkloadItem, check_bucket_bytes
@@ -242,7 +243,10 @@ async def run_plan(
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), a task id that collides with a parity prompt
-            id, or an API-key variable is unset (all before any request).
+            id, or an API-key variable is unset (all before any request); a
+            route's declared ``spec_tokens`` differs from the depth its server
+            says it serves (llama.cpp ``/props``, SGLang ``/get_server_info``;
+            before any measured request).
         pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
             ``messages`` or ``stream`` (from
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
@@ -325,6 +329,7 @@ async def run_plan(
     timeouts = Timeouts(total_s=plan.timeout_s)
     base = {"plan_hash": plan_hash}
     try:
+        await check_spec_config(plan.routes, routes, gate=gate, client=http)
         writer.write(
             {
                 "record": "run_start",

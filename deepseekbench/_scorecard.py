@@ -115,6 +115,9 @@ class ScorecardLine(BaseModel):
     verdict: SpeedupVerdict | None
     first_divergence: str | None = None
     task_flips: tuple[str, ...] = ()
+    acceptance_by_position: tuple[float, ...] | None = None
+    spec_tokens: int | None = None
+    sse_ignored_lines: int = 0
     output_short: bool = False
     n_output_short: int = 0
     categories: tuple[CategoryLine, ...] = ()
@@ -299,6 +302,29 @@ _COLUMNS: tuple[str, ...] = (
 )
 
 
+def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
+    return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
+
+
+def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Per-position acceptance and ignored SSE lines, one note per line that has them."""
+    notes: list[str] = []
+    for ln in lines:
+        if ln.acceptance_by_position is not None:
+            depth = f", depth {ln.spec_tokens}" if ln.spec_tokens is not None else ""
+            notes.append(
+                f"{ln.route} @ {ln.cell}: acceptance by draft position 1.."
+                f"{len(ln.acceptance_by_position)}{depth}: "
+                f"{_positions_text(ln.acceptance_by_position)}"
+            )
+        if ln.sse_ignored_lines:
+            notes.append(
+                f"{ln.route} @ {ln.cell}: {ln.sse_ignored_lines} SSE line(s) ignored "
+                "(unknown or padded field names): streamed text may be incomplete"
+            )
+    return notes
+
+
 class Scorecard:
     """Scorecard lines in row order, with renderings.
 
@@ -375,6 +401,9 @@ class Scorecard:
                     verdict=verdict,
                     first_divergence=d.first_divergence if d else None,
                     task_flips=d.task_flips if d else (),
+                    acceptance_by_position=r.acceptance_by_position,
+                    spec_tokens=r.spec_tokens,
+                    sse_ignored_lines=r.sse_ignored_lines,
                     output_short=r.output_short,
                     n_output_short=r.n_output_short,
                     categories=cats,
@@ -474,6 +503,7 @@ class Scorecard:
             if ln.task_flips:
                 notes.append(f"  task flips ({len(ln.task_flips)}):")
                 notes.extend(f"    {f}" for f in ln.task_flips)
+        notes.extend(_detail_notes(self.lines))
         for ln in self.lines:
             if ln.output_short:
                 notes.append(
@@ -582,6 +612,9 @@ class Scorecard:
         "parity_detail",
         "first_divergence",
         "task_flips",
+        "acceptance_by_position",
+        "spec_tokens",
+        "sse_ignored_lines",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -616,6 +649,9 @@ class Scorecard:
                     "parity_detail": ln.parity_detail,
                     "first_divergence": ln.first_divergence,
                     "task_flips": " | ".join(ln.task_flips),
+                    "acceptance_by_position": _positions_text(ln.acceptance_by_position),
+                    "spec_tokens": ln.spec_tokens,
+                    "sse_ignored_lines": ln.sse_ignored_lines,
                 }
             )
         return recs

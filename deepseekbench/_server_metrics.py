@@ -22,7 +22,9 @@ every request the server ran between the two scrapes, never one request.
   ``position`` label; position k's window delta over the window's verify steps
   is the fraction of steps whose (k+1)-th draft token was accepted. A position
   series missing from the first scrape counts as 0 there (labelled counters
-  appear at their first increment).
+  appear at their first increment); positions that disagree with the totals
+  (not 0..K-1, more than the steps, not summing to the accepted tokens) give no
+  per-position figure, the totals still stand.
 * SGLang gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``
   are recent-window values, not counters: the after-scrape value is used.
 
@@ -226,10 +228,12 @@ def _by_position(
 ) -> tuple[float, ...] | None:
     """Per-position acceptance over the window, or ``None`` where not exported.
 
+    Positions that are not 0..K-1, a position accepted more often than there
+    were steps, or positions that do not add up to the accepted tokens give
+    ``None`` (the totals stay usable; no per-position figure is taken from them).
+
     Raises:
-        _Inconsistent: a series went down or vanished, positions are not
-            0..K-1, a position accepted more often than there were steps, or the
-            positions do not add up to the accepted tokens.
+        _Inconsistent: a position series went down or vanished (a restart).
     """
     a = after.series.get(family)
     if not a:
@@ -241,15 +245,15 @@ def _by_position(
     for key, value in a.items():
         pos = _position(key)
         d = value - b.get(key, 0.0)
-        if pos is None or pos < 0 or d < 0:
-            raise _Inconsistent(f"{family}: bad position label or a series went down")
+        if d < 0:
+            raise _Inconsistent(f"{family}: a series went down (a restart)")
+        if pos is None or pos < 0:
+            return None
         counts[pos] = counts.get(pos, 0.0) + d
     if sorted(counts) != list(range(len(counts))):
-        raise _Inconsistent(f"{family}: positions are not 0..K-1")
+        return None
     per_pos = [round(counts[k]) for k in range(len(counts))]
-    if any(c > steps for c in per_pos) or sum(per_pos) != accepted:
-        raise _Inconsistent(f"{family}: positions disagree with the totals")
-    if steps == 0:
+    if steps == 0 or any(c > steps for c in per_pos) or sum(per_pos) != accepted:
         return None
     return tuple(c / steps for c in per_pos)
 
@@ -280,7 +284,6 @@ def _counter_record(
         verify_steps=steps,
         scope=AcceptanceScope.server_wide,
         by_position=by_pos,
-        spec_tokens=len(by_pos) if by_pos else None,
     )
 
 
@@ -293,8 +296,7 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> Acceptance
     holds fractions (position 1 first); the record's ``scope`` is
     ``server_wide``. ``None`` for a window whose counts are unknown: a restart
     between the scrapes, a family or label set in one scrape only, a counter
-    that went down, accepted > drafted, per-position counts that disagree with
-    the totals (module docstring).
+    that went down, accepted > drafted (module docstring).
     """
     if before.error is not None or after.error is not None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,26 @@ def test_verdicts_credit_correct_mtp_and_refuse_the_mistuned_one(tmp_path: Path)
     assert 0 < rows["mtp"].accepted_token_ratio < 1
     assert rows["mtp-openai"].acceptance_scope is AcceptanceScope.server_wide
     assert rows["mtp-openai"].accepted_token_ratio is not None
+    # per-position acceptance: vLLM per-step lists per request, the Prometheus
+    # per-position window where requests report nothing; fractions of the verify
+    # steps, so they add up to acceptance length - 1
+    for label in ("mtp", "mtp-openai"):
+        row = rows[label]
+        by_pos = row.acceptance_by_position
+        assert by_pos is not None and row.acceptance_length is not None, label
+        assert all(a >= b for a, b in itertools.pairwise(by_pos))
+        assert sum(by_pos) == pytest.approx(row.acceptance_length - 1), label
+    assert rows["mtp"].spec_tokens == len(rows["mtp"].acceptance_by_position or ())
+    assert rows["mtp"].acceptance_source == "metrics.speculative_decoding"
+    assert rows["mtp-openai"].acceptance_source == "prometheus:vllm:spec_decode_*"
+    assert rows["off"].acceptance_by_position is None and rows["off"].spec_tokens is None
+    assert rows["mtp"].server_ttft_ms is not None and rows["mtp"].sse_ignored_lines == 0
     assert len(result.measurements) == 4 * 5
 
     card = Scorecard.from_run(result)
     lines = {ln.route: ln for ln in card.lines}
     assert lines["mtp"].credited and lines["mtp-openai"].credited
+    assert "mtp @ " in card.to_text() and "acceptance by draft position 1.." in card.to_text()
     bad_line = lines["mtp-mistuned"]
     assert not bad_line.credited and bad_line.verdict is not None
     assert RefusalReason.candidate_parity_not_verified in bad_line.verdict.reasons

@@ -102,6 +102,8 @@ class EngineMetrics:
         self._draft_tokens_n = 0
         self._accepted_n = 0
         self._per_pos_n = [0] * depth
+        for pos in range(depth):  # as vLLM does: every position exported from the start
+            self._per_pos.labels(**self._labels, position=str(pos))
 
     def admitted(self, prompt_tokens: int) -> None:
         """Count one admitted request and its prompt tokens."""

@@ -1,0 +1,135 @@
+"""The speculative depth a server says it serves, checked against the plan before measuring.
+
+Where each engine says it (read once per route, before any measured request):
+
+* llama.cpp ``GET /props``: ``default_generation_settings.params`` key
+  ``speculative.n_max`` (the most draft tokens per verify step, set by
+  ``--spec-draft-n-max`` / ``--draft-max``), unless ``speculative.types`` is
+  ``"none"``;
+* SGLang ``GET /get_server_info`` (``/server_info`` when that is 404):
+  ``speculative_num_steps`` (draft tokens per verify step of a chain draft,
+  ``--speculative-num-steps``);
+* vLLM: no configuration endpoint; its depth is reported per request
+  (``metrics.speculative_decoding.num_spec_tokens``) and lands in the rows.
+
+A route whose plan declares ``spec_tokens`` that the server contradicts stops the
+run with :class:`~deepseekbench.PlanError` before any measured request. A server
+that does not say (no endpoint, an error, another engine) is not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from deepseekbench._axes import Dialect, Speculative
+from deepseekbench._errors import PlanError
+from deepseekbench._gate import LiveGate
+from deepseekbench._plan import RoutePlan
+from deepseekbench._route import EngineRoute
+
+__all__ = ["check_spec_config", "served_spec_tokens", "spec_tokens_from_info"]
+
+_ENDPOINTS: dict[Dialect, tuple[str, ...]] = {
+    Dialect.llamacpp: ("/props",),
+    Dialect.sglang: ("/get_server_info", "/server_info"),  # the second on newer releases
+}
+
+
+def _depth(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    depth = int(value)
+    return depth if depth >= 1 else None
+
+
+def spec_tokens_from_info(dialect: Dialect, info: Any) -> int | None:
+    """The depth in one parsed ``/props`` (llama.cpp) or ``/get_server_info`` (SGLang) body.
+
+    Returns draft tokens per verify step, or ``None`` where the body does not say
+    (speculation off, another shape). Never raises on wire data.
+    """
+    if not isinstance(info, Mapping):
+        return None
+    if dialect is Dialect.llamacpp:
+        settings = info.get("default_generation_settings")
+        params = settings.get("params") if isinstance(settings, Mapping) else None
+        if not isinstance(params, Mapping) or params.get("speculative.types") == "none":
+            return None  # newer builds say when nothing speculates (n_max keeps its default)
+        return _depth(params.get("speculative.n_max"))
+    if dialect is Dialect.sglang:
+        if info.get("speculative_algorithm") in (None, "", "NONE"):
+            return None
+        return _depth(info.get("speculative_num_steps"))
+    return None
+
+
+def _origin(route: EngineRoute) -> str:
+    base = route.base_url
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+async def served_spec_tokens(
+    route: EngineRoute, *, gate: LiveGate, client: httpx.AsyncClient, timeout_s: float = 10.0
+) -> int | None:
+    """GET the route's configuration endpoint through ``gate`` and read its depth.
+
+    Only ``llamacpp`` and ``sglang`` routes ask (module docstring); others, and
+    any server fault (connection, HTTP error, not JSON), give ``None``.
+
+    Raises:
+        LiveGateError: the gate refuses the URL (nothing is sent).
+    """
+    headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
+    for path in _ENDPOINTS.get(route.dialect, ()):
+        url = _origin(route) + path
+        refusal = gate.refusal(url, has_auth_header=route.has_api_key)
+        if refusal is not None:
+            raise refusal
+        try:
+            response = await client.get(url, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError:
+            return None
+        if response.status_code == 404:
+            continue  # an older or newer name for the same endpoint may follow
+        if not response.is_success:
+            return None
+        try:
+            info = response.json()
+        except ValueError:
+            return None
+        return spec_tokens_from_info(route.dialect, info)
+    return None
+
+
+async def check_spec_config(
+    plans: Sequence[RoutePlan],
+    routes: Mapping[str, EngineRoute],
+    *,
+    gate: LiveGate,
+    client: httpx.AsyncClient,
+) -> None:
+    """Compare each speculative route's declared ``spec_tokens`` with what its server says.
+
+    Args:
+        plans: the plan's routes; only speculative ones declaring ``spec_tokens`` are asked.
+        routes: the :class:`EngineRoute` per route label.
+
+    Raises:
+        PlanError: a server serves another depth than its route declares.
+        LiveGateError: the gate refuses a configuration URL.
+    """
+    for rp in plans:
+        if rp.spec_tokens is None or rp.speculative is Speculative.off:
+            continue
+        route = routes[rp.label]
+        served = await served_spec_tokens(route, gate=gate, client=client)
+        if served is not None and served != rp.spec_tokens:
+            raise PlanError(
+                f"route {rp.label!r} declares spec_tokens={rp.spec_tokens} but the server "
+                f"({route.dialect.value}) serves {served} draft tokens per verify step"
+            )
