@@ -54,7 +54,12 @@ from deepseekbench._capability import (
     probe_model_capability,
 )
 from deepseekbench._errors import PlanError
-from deepseekbench._route import EngineRoute, check_base_url, check_request_extras
+from deepseekbench._route import (
+    EngineRoute,
+    can_ignore_eos,
+    check_base_url,
+    check_request_extras,
+)
 from deepseekbench._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
 from deepseekbench._workload import (
     InputLength,
@@ -514,6 +519,16 @@ class BenchmarkPlan(BaseModel):
     def off_route(self) -> RoutePlan:
         """The baseline route (``speculative == off``)."""
         return next(r for r in self.routes if r.speculative is Speculative.off)
+
+    @property
+    def reach_max_tokens(self) -> bool:
+        """Whether measured requests ask the engines to generate past EOS: the
+        workload asks for it and every route's dialect can (a route that cannot —
+        ``openai``, ``deepseek`` — would decode different work than the others, so
+        then no route is asked and short outputs are flagged instead)."""
+        return self.workload.reach_max_tokens and all(
+            can_ignore_eos(r.dialect) for r in self.routes
+        )
 
     @property
     def speculative_routes(self) -> tuple[RoutePlan, ...]:

@@ -82,6 +82,12 @@ def eos_controls(dialect: Dialect, max_tokens: int | None) -> dict[str, Any]:
     return body
 
 
+def can_ignore_eos(dialect: Dialect) -> bool:
+    """Whether ``dialect`` has a field that generates past end-of-sequence
+    (:func:`eos_controls` sends something)."""
+    return bool(eos_controls(dialect, 1))
+
+
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():

@@ -164,7 +164,7 @@ def _measure_request(
         temperature=plan.temperature,
         seed=plan.seed,
         reasoning_mode=cell.reasoning_mode,
-        reach_max_tokens=plan.workload.reach_max_tokens,
+        reach_max_tokens=plan.reach_max_tokens,
     )
 
 

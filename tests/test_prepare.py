@@ -205,3 +205,16 @@ def test_every_workload_example_in_docs_plan_md_is_a_valid_plan() -> None:
         p.validate_sources()
     assert sources == {"default", "sharegpt", "spec_bench", "synthetic"}
     assert len(blocks) == 5
+
+
+def test_no_route_is_forced_past_eos_when_one_route_cannot_be() -> None:
+    p = plan([{}])
+    assert p.reach_max_tokens  # auto dialects take ignore_eos / min_tokens
+    routes = [r.model_dump() for r in p.routes]
+    routes[1]["dialect"] = "openai"
+    mixed = BenchmarkPlan.model_validate({**p.model_dump(), "routes": routes})
+    assert not mixed.reach_max_tokens
+    off = BenchmarkPlan.model_validate(
+        {**p.model_dump(), "workload": {"reach_max_tokens": False}}
+    )
+    assert not off.reach_max_tokens
