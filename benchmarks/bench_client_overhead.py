@@ -1,14 +1,23 @@
-"""Client CPU cost per streamed chunk: ``measure_streamed`` vs a minimal httpx + orjson loop.
+"""Client CPU cost per streamed chunk and per request: ``measure_streamed`` vs raw loops.
 
-A loopback server in a separate process streams ``--chunks`` OpenAI chat
-chunks per request (each SSE event its own HTTP chunk) as fast as it can. The
-client process's CPU time (``time.process_time``) is measured for both readers,
-alternating, over the same responses, so the server's CPU is not counted.
+A loopback server in a separate process streams OpenAI chat chunks. Two modes:
 
-Prints, per reader: CPU µs per chunk and the chunk rate one core sustains
-(chunks per CPU-second), and the ratio ours / baseline.
+* ``burst``: each response written at once (many SSE events per read): parsing cost.
+* ``paced`` (default): ``--streams`` concurrent responses, one event per write
+  every ``--interval-ms`` — how an engine streams, so each read carries one event
+  and the transport's per-read cost counts.
 
-Run: ``python benchmarks/bench_client_overhead.py [--chunks 20000 --requests 4 --rounds 3]``
+Readers, alternating over the same responses: ``measure_streamed`` (through
+``gate.client()``), a raw aiohttp loop (lines, orjson, a timestamp per token
+chunk: how vLLM's bench client and AIPerf read) and a raw httpx loop. The
+client process's CPU time (``time.process_time``) is measured, so the server's
+CPU is not counted. A second phase sends ``--short`` one-chunk requests
+(``--streams`` at a time) for the CPU cost of a request itself.
+
+Prints CPU µs per chunk, CPU µs per request, and the ratios to the raw aiohttp
+loop (targets: per chunk ≤ 1.2×, per request ≤ 1.5×, paced mode).
+
+Run: ``python benchmarks/bench_client_overhead.py [--mode paced --streams 32 --chunks 200]``
 """
 
 from __future__ import annotations
@@ -16,9 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -32,8 +43,8 @@ from deepseekbench._measure import Timeouts, measure_streamed
 from deepseekbench._route import EngineRoute
 
 
-def _body(chunks: int) -> bytes:
-    """A chunked-encoded SSE body: ``chunks`` token chunks, finish, usage, [DONE]."""
+def _events(chunks: int) -> list[bytes]:
+    """SSE events: ``chunks`` token chunks, finish, usage, [DONE]."""
     events: list[bytes] = []
     for i in range(chunks):
         obj = {
@@ -44,20 +55,40 @@ def _body(chunks: int) -> bytes:
             "choices": [{"index": 0, "delta": {"content": f" tok{i % 97}"}, "finish_reason": None}],
         }
         events.append(b"data: " + orjson.dumps(obj) + b"\n\n")
+    events.append(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n')
     events.append(
-        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
-        + b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\n' % chunks
-        + b"data: [DONE]\n\n"
+        b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\n' % chunks
     )
-    return b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    events.append(b"data: [DONE]\n\n")
+    return events
 
 
-def _serve(port_queue: mp.Queue[int], chunks: int) -> None:
-    body = _body(chunks)
+def _chunked(event: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+def _serve(port_queue: mp.Queue[int], mode: str, interval_ms: float) -> None:
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
     )
+    cache: dict[int, list[bytes]] = {}
+
+    async def respond(writer: asyncio.StreamWriter, chunks: int) -> None:
+        if chunks not in cache:
+            cache[chunks] = [_chunked(e) for e in _events(chunks)]
+        events = cache[chunks]
+        if mode == "burst":
+            writer.write(head + b"".join(events) + b"0\r\n\r\n")
+            await writer.drain()
+            return
+        writer.write(head)
+        for e in events:
+            writer.write(e)  # one event per write, as an engine sends
+            await writer.drain()
+            await asyncio.sleep(interval_ms / 1000)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -67,9 +98,8 @@ def _serve(port_queue: mp.Queue[int], chunks: int) -> None:
                 for line in request_head.split(b"\r\n"):
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                writer.write(head + body)
-                await writer.drain()
+                body = orjson.loads(await reader.readexactly(length))
+                await respond(writer, int(body["max_tokens"]))
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
@@ -81,75 +111,153 @@ def _serve(port_queue: mp.Queue[int], chunks: int) -> None:
     asyncio.run(main())
 
 
-REQUEST = {"messages": [{"role": "user", "content": "go"}], "max_tokens": 1}
+def _request(chunks: int) -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": "go"}], "max_tokens": chunks}
 
 
-async def _ours(client: httpx.AsyncClient, gate: LiveGate, route: EngineRoute, chunks: int) -> None:
-    m = await measure_streamed(
-        REQUEST, route=route, gate=gate, client=client, timeouts=Timeouts(total_s=600)
-    )
-    assert m.error is None and m.completion_tokens == chunks, m.error
+Reader = Callable[[int], Awaitable[None]]
 
 
-async def _baseline(client: httpx.AsyncClient, url: str, chunks: int) -> None:
-    """The minimal loop: lines, orjson, content, a timestamp per token chunk."""
-    body = orjson.dumps({"model": "bench", "stream": True, **REQUEST})
-    text: list[str] = []
-    stamps: list[int] = []
-    async with client.stream("POST", url, content=body) as response:
-        async for line in response.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            payload = line[6:]
-            if payload == "[DONE]":
-                break
-            obj = orjson.loads(payload)
-            for choice in obj.get("choices", ()):
-                content = choice["delta"].get("content")
-                if content:
-                    text.append(content)
-                    stamps.append(time.perf_counter_ns())
-    assert len(stamps) == chunks
+def _ours(client: httpx.AsyncClient, gate: LiveGate, route: EngineRoute) -> Reader:
+    async def read(chunks: int) -> None:
+        m = await measure_streamed(
+            _request(chunks), route=route, gate=gate, client=client, timeouts=Timeouts()
+        )
+        assert m.error is None and m.completion_tokens == chunks, m.error
+
+    return read
 
 
-async def _run(port: int, chunks: int, requests: int, rounds: int) -> None:
+def _raw_httpx(client: httpx.AsyncClient, url: str) -> Reader:
+    async def read(chunks: int) -> None:
+        body = orjson.dumps({"model": "bench", "stream": True, **_request(chunks)})
+        stamps: list[int] = []
+        text: list[str] = []
+        async with client.stream("POST", url, content=body) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                payload = line[6:]
+                if payload == "[DONE]":
+                    break
+                for choice in orjson.loads(payload).get("choices", ()):
+                    content = choice["delta"].get("content")
+                    if content:
+                        text.append(content)
+                        stamps.append(time.perf_counter_ns())
+        assert len(stamps) == chunks
+
+    return read
+
+
+def _raw_aiohttp(session: object, url: str) -> Reader:
+    import aiohttp
+
+    assert isinstance(session, aiohttp.ClientSession)
+
+    async def read(chunks: int) -> None:
+        body = orjson.dumps({"model": "bench", "stream": True, **_request(chunks)})
+        stamps: list[int] = []
+        text: list[str] = []
+        headers = {"content-type": "application/json"}
+        async with session.post(url, data=body, headers=headers) as response:
+            async for raw in response.content:  # one line per iteration
+                arrival = time.perf_counter_ns()
+                line = raw.strip()
+                if not line.startswith(b"data: "):
+                    continue
+                payload = line[6:]
+                if payload == b"[DONE]":
+                    break
+                for choice in orjson.loads(payload).get("choices", ()):
+                    content = choice["delta"].get("content")
+                    if content:
+                        text.append(content)
+                        stamps.append(arrival)
+        assert len(stamps) == chunks
+
+    return read
+
+
+async def _cpu_of(read: Reader, n: int, chunks: int, streams: int) -> float:
+    """Client CPU seconds for ``n`` requests of ``chunks`` chunks, ``streams`` at a time."""
+    limiter = anyio.CapacityLimiter(streams)
+
+    async def one() -> None:
+        async with limiter:
+            await read(chunks)
+
+    t0 = time.process_time()
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(one)
+    return time.process_time() - t0
+
+
+async def _run(port: int, args: argparse.Namespace) -> None:
+    import aiohttp
+
     gate = LiveGate()
     route = EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="bench")
-    ours_us: list[float] = []
-    base_us: list[float] = []
-    async with gate.client(timeout=60) as client:
-        await _ours(client, gate, route, chunks)  # warm-up
-        await _baseline(client, route.chat_url, chunks)
-        for _ in range(rounds):
-            t0 = time.process_time()
-            for _ in range(requests):
-                await _baseline(client, route.chat_url, chunks)
-            base_us.append((time.process_time() - t0) / (requests * chunks) * 1e6)
-            t0 = time.process_time()
-            for _ in range(requests):
-                await _ours(client, gate, route, chunks)
-            ours_us.append((time.process_time() - t0) / (requests * chunks) * 1e6)
-    ours, base = statistics.median(ours_us), statistics.median(base_us)
-    print(f"chunks per request: {chunks}, requests per round: {requests}, rounds: {rounds}")
-    print(f"{'reader':<28}{'CPU us/chunk':>14}{'chunks/CPU-s':>16}")
-    print(f"{'measure_streamed':<28}{ours:>14.2f}{1e6 / ours:>16,.0f}")
-    print(f"{'raw httpx + orjson loop':<28}{base:>14.2f}{1e6 / base:>16,.0f}")
-    print(f"ratio (measure_streamed / baseline CPU per chunk): {ours / base:.2f}")
+    connector = aiohttp.TCPConnector(limit=0)
+    async with (
+        gate.client(timeout=60) as client,
+        httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=None)) as plain,
+        aiohttp.ClientSession(connector=connector) as session,
+    ):
+        readers: dict[str, Reader] = {"measure_streamed": _ours(client, gate, route)}
+        readers["raw aiohttp loop"] = _raw_aiohttp(session, route.chat_url)
+        if args.backend == "asyncio":
+            readers["raw httpx loop"] = _raw_httpx(plain, route.chat_url)
+        per_chunk: dict[str, list[float]] = {k: [] for k in readers}
+        per_request: dict[str, list[float]] = {k: [] for k in readers}
+        for read in readers.values():  # warm-up: connections, imports
+            await _cpu_of(read, args.streams, 2, args.streams)
+        n = args.streams * args.requests
+        for _ in range(args.rounds):
+            for name, read in readers.items():
+                cpu = await _cpu_of(read, n, args.chunks, args.streams)
+                short = await _cpu_of(read, args.short, 1, args.streams)
+                per_request[name].append(short / args.short * 1e6)
+                # chunk cost: the long run's CPU less its requests' own cost
+                chunk_us = (cpu / n - short / args.short) / args.chunks * 1e6
+                per_chunk[name].append(chunk_us)
+    load = os.getloadavg()
+    print(
+        f"mode {args.mode}, {args.streams} streams x {args.requests} requests x {args.chunks} "
+        f"chunks, interval {args.interval_ms} ms, rounds {args.rounds}, backend {args.backend}; "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    print(f"{'reader':<20}{'CPU us/chunk':>14}{'CPU us/request':>16}")
+    medians = {
+        k: (statistics.median(per_chunk[k]), statistics.median(per_request[k])) for k in readers
+    }
+    for name, (chunk, req) in medians.items():
+        print(f"{name:<20}{chunk:>14.2f}{req:>16.1f}")
+    ours, raw = medians["measure_streamed"], medians["raw aiohttp loop"]
+    print(
+        f"measure_streamed / raw aiohttp: per chunk {ours[0] / raw[0]:.2f}x (target <= 1.2), "
+        f"per request {ours[1] / raw[1]:.2f}x (target <= 1.5)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--chunks", type=int, default=20_000)
-    parser.add_argument("--requests", type=int, default=4)
+    parser.add_argument("--mode", choices=["paced", "burst"], default="paced")
+    parser.add_argument("--streams", type=int, default=32, help="requests in flight")
+    parser.add_argument("--chunks", type=int, default=200, help="token chunks per response")
+    parser.add_argument("--requests", type=int, default=2, help="requests per stream per round")
+    parser.add_argument("--short", type=int, default=256, help="one-chunk requests per round")
+    parser.add_argument("--interval-ms", type=float, default=2.0, help="paced: ms between writes")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    parser.add_argument("--backend", choices=["asyncio"], default="asyncio")
     args = parser.parse_args()
     queue: mp.Queue[int] = mp.Queue()
-    server = mp.Process(target=_serve, args=(queue, args.chunks), daemon=True)
+    server = mp.Process(target=_serve, args=(queue, args.mode, args.interval_ms), daemon=True)
     server.start()
     try:
         port = queue.get(timeout=30)
-        anyio.run(_run, port, args.chunks, args.requests, args.rounds, backend=args.backend)
+        anyio.run(_run, port, args, backend=args.backend)
     finally:
         server.terminate()
         server.join(5)

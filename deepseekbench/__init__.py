@@ -138,6 +138,7 @@ from deepseekbench._tokens import (
     TokenCounter,
     TokenizeError,
 )
+from deepseekbench._transport import pool_limits
 from deepseekbench._workload import (
     InputLength,
     WorkloadFormatError,
@@ -272,6 +273,7 @@ __all__ = [
     "mtp_depth_from_gguf",
     "mtp_depth_from_hf_config",
     "parse_metrics",
+    "pool_limits",
     "probe_model_capability",
     "read_acceptance",
     "read_rows",

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import AcceptanceScope, QualityParity, ReasoningMode, Speculative
 from deepseekbench._breakdown import slice_stats, workload_fields
+from deepseekbench._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._errors import PlanError
 from deepseekbench._measure import StreamMeasurement
 from deepseekbench._parity import (
@@ -348,6 +349,8 @@ def _build_row(
         parity_detail=rp.reason if rp is not None else "parity not run",
         n_requests=len(measured),
         n_errors=len(measured) - len(ok),
+        client_saturated=client_saturated(measured, plan.client_lag_threshold_ms),
+        client_pool_wait_ms=max_pool_wait_ms(measured),
         dispersion=Dispersion(
             ttft_ms=percentiles(m.ttft_ms for m in ok),
             tpot_ms=percentiles(m.tpot_ms for m in ok),

@@ -32,6 +32,7 @@ import httpx
 from pydantic import SecretStr
 
 from deepseekbench._errors import LiveGateError
+from deepseekbench._transport import BenchTransport
 
 ENV_API_KEY = "DEEPSEEKBENCH_API_KEY"
 """Environment variable :meth:`LiveGate.from_env` reads the API key from."""
@@ -245,17 +246,32 @@ class LiveGate:
         """Return an ``httpx.AsyncClient`` whose every request passes this gate.
 
         Accepts ``httpx.AsyncClient`` keyword arguments; a given ``transport`` is
-        wrapped. ``trust_env`` is off (no environment proxies or netrc).
+        wrapped. ``trust_env`` is off (no environment proxies or netrc). Without
+        a ``transport`` the client sends through aiohttp on asyncio and httpcore
+        on trio (``deepseekbench._transport``), with a pool following ``limits``
+        (default: no connection limit, so nothing waits for a connection).
 
         Raises:
-            TypeError: ``mounts`` or ``proxy`` is given (they would bypass the gate).
+            TypeError: ``mounts`` or ``proxy`` is given (they would bypass the gate),
+                or both ``transport`` and ``limits`` (a given transport's pool is
+                its own: the limits could not be honoured).
+            ValueError: ``limits`` would close reusable connections
+                (``max_keepalive_connections`` below ``max_connections``).
         """
         for banned in ("mounts", "proxy", "proxies"):
             if banned in kwargs:
                 raise TypeError(
                     f"LiveGate.client() does not accept {banned!r}: it would bypass the gate"
                 )
-        inner = kwargs.pop("transport", None) or httpx.AsyncHTTPTransport()
+        inner = kwargs.pop("transport", None)
+        limits = kwargs.pop("limits", None)
+        if inner is not None and limits is not None:
+            raise TypeError(
+                "LiveGate.client() got both 'transport' and 'limits': the transport's own "
+                "pool decides; set the limits on the transport instead"
+            )
+        if inner is None:
+            inner = BenchTransport(limits)
         kwargs.setdefault("trust_env", False)
         return httpx.AsyncClient(transport=self.wrap(inner), **kwargs)
 

@@ -4,7 +4,9 @@ Layers, kept apart: bytes (httpx ``aiter_bytes``, each read stamped with
 ``time.perf_counter_ns()`` before any parsing) -> events (:class:`SSEDecoder`)
 -> timed deltas (:class:`_Accumulator`) -> :class:`StreamMeasurement`.
 
-Timing (all in ms from ``start``, taken just before the request is sent):
+Timing (all in ms from ``start``: the moment the request is handed its own
+connection, or just before it is sent where the transport does not say; a wait
+for a pooled connection is kept apart in ``pool_wait_ms``):
 
 * TTFT: arrival of the first chunk carrying a token (non-empty ``content``,
   ``reasoning_content``/``reasoning`` or ``tool_calls``); role-only and empty
@@ -28,7 +30,7 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -43,12 +45,14 @@ from deepseekbench._errors import LiveGateError
 from deepseekbench._gate import GatedTransport, LiveGate
 from deepseekbench._request import ChatRequest, coerce_request
 from deepseekbench._route import EngineRoute
+from deepseekbench._selfcheck import current_selfcheck
 from deepseekbench._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
     SSEDecoder,
     SSEEvent,
 )
+from deepseekbench._transport import POOL_CLOCK, PoolClock, fast_reads
 
 __all__ = [
     "ErrorKind",
@@ -61,6 +65,8 @@ __all__ = [
 ]
 
 _ERROR_BODY_LIMIT = 64 * 1024
+_DRAIN_LIMIT = 64 * 1024  # bytes read after [DONE] before the connection is given up
+_DRAIN_S = 1.0  # seconds waited after [DONE] for the body's end
 _MESSAGE_LIMIT = 500
 
 
@@ -144,7 +150,8 @@ class StreamLimits(BaseModel):
 class StreamMeasurement(BaseModel):
     """What one streamed chat completion produced and how fast.
 
-    Times are ms from the moment just before the request was sent; token counts
+    Times are ms from the moment the request got its own connection (see
+    ``pool_wait_ms``; just before sending where unknown); token counts
     in tokens; ``None`` = unknown (never 0 for unknown). Definitions and
     sources: ``docs/measurement.md``.
     """
@@ -225,7 +232,7 @@ class StreamMeasurement(BaseModel):
     )
     start_perf_ns: int | None = Field(
         default=None,
-        description="time.perf_counter_ns() just before the request was sent: the zero of "
+        description="time.perf_counter_ns() when the request got its connection: the zero of "
         "every *_ms time here, to align them with other perf_counter records (ns).",
     )
     events: int = Field(default=0, description="Data events received (incl. [DONE]).")
@@ -277,6 +284,16 @@ class StreamMeasurement(BaseModel):
     )
     server_toks_per_s: float | None = Field(
         default=None, description="The engine's own output rate (tokens/s; vLLM metrics)."
+    )
+    pool_wait_ms: float | None = Field(
+        default=None,
+        description="Wait for a pooled connection before the request got its own (ms); the "
+        "times above start after it. None when the transport does not report hand-over.",
+    )
+    client_lag_ms: float | None = Field(
+        default=None,
+        description="Largest lag of the client's own event loop during this request (ms), "
+        "from a running SelfCheck; None without one.",
     )
 
 
@@ -366,6 +383,7 @@ class _Accumulator:
         self.ignored_lines = 0
         self.choice_indexes: set[int] = set()
         self.surrogates = False  # a chunk needed the lenient parser: pair halves at the end
+        self.pool_wait_ns: int | None = None
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         self.errors.append(StreamError(kind=kind, message=message[:_MESSAGE_LIMIT]))
@@ -628,6 +646,7 @@ class _Accumulator:
             choice_tokens=choice_tokens,
             choice_tokens_estimated=choice_estimated,
             **self._server_times(),
+            pool_wait_ms=self.pool_wait_ns / 1e6 if self.pool_wait_ns is not None else None,
         )
 
     def _tokens_per_chunk(self) -> list[int] | None:
@@ -667,10 +686,10 @@ def _error_text(err: Any) -> str:
     return str(err)[:_MESSAGE_LIMIT]
 
 
-def _check_gated(client: httpx.AsyncClient, gate: LiveGate, url: str) -> None:
+def _check_gated(client: httpx.AsyncClient, gate: LiveGate, url: httpx.URL) -> None:
     """Raise unless requests to ``url`` from ``client`` pass through ``gate``."""
-    transport = client._transport_for_url(httpx.URL(url))
-    host = httpx.URL(url).host
+    transport = client._transport_for_url(url)
+    host = url.host
     if not isinstance(transport, GatedTransport):
         raise LiveGateError(
             "measure_streamed needs a client made by gate.client() (or a transport "
@@ -711,8 +730,9 @@ async def measure_streamed(
             is dropped and recorded as ``invalid_event``.
 
     Returns:
-        A :class:`StreamMeasurement`. Times are milliseconds from just before the
-        request was sent: ``ttft_ms``, ``e2e_ms``, ``tpot_ms`` (ms per output
+        A :class:`StreamMeasurement`. Times are milliseconds from the moment the
+        request was handed its own connection (any wait for a pooled connection is
+        ``pool_wait_ms``, not part of TTFT): ``ttft_ms``, ``e2e_ms``, ``tpot_ms`` (ms per output
         token after the first) and ``itl_ms`` (one gap per pair of token-bearing
         chunks, ms); ``output_toks_per_s`` is tokens/s; token counts are tokens.
         Definitions and sources: ``docs/measurement.md``. Server faults (HTTP
@@ -729,7 +749,7 @@ async def measure_streamed(
     """
     req = coerce_request(request)
     timeouts = timeouts or Timeouts()
-    url = route.chat_url
+    url = httpx.URL(route.chat_url)  # parsed once: httpx re-parses a str at every step
     headers = route.request_headers()
     refusal = gate.refusal(url, has_auth_header="authorization" in headers)
     if refusal is not None:
@@ -737,11 +757,16 @@ async def measure_streamed(
     if client is not None:
         _check_gated(client, gate, url)
     body = orjson.dumps(route.build_body(req))
+    check = current_selfcheck()
+    begin_ns = time.perf_counter_ns()
     if client is None:
         async with gate.client() as own:
             result = await _measure(own, url, headers, body, route, timeouts, limits)
     else:
         result = await _measure(client, url, headers, body, route, timeouts, limits)
+    if check is not None:
+        lag = check.max_lag_ms(begin_ns, time.perf_counter_ns())
+        result = result.model_copy(update={"client_lag_ms": lag})
     # A server may echo request headers in an error body: no key may survive into
     # the measurement, whether it came from the route or was injected by the gate.
     for key in (route.api_key, gate.api_key):
@@ -761,7 +786,7 @@ MeasureStreamed = measure_streamed
 
 async def _measure(
     client: httpx.AsyncClient,
-    url: str,
+    url: httpx.URL,
     headers: dict[str, str],
     body: bytes,
     route: EngineRoute,
@@ -801,14 +826,22 @@ async def _exchange(
     acc: _Accumulator,
     first_token: anyio.CancelScope,
 ) -> None:
+    clock = PoolClock()
+    http_request.extensions[POOL_CLOCK] = clock
+    direct = _direct_transport(client, http_request.url)
     try:
-        response = await client.send(http_request, stream=True)
+        if direct is not None:
+            response = await direct.handle_async_request(http_request)
+        else:
+            response = await client.send(http_request, stream=True)
     except httpx.TimeoutException as exc:
         acc.fail(ErrorKind.timeout, f"connect: {type(exc).__name__}: {exc}")
         return
     except httpx.TransportError as exc:
         acc.fail(ErrorKind.connect, f"{type(exc).__name__}: {exc}")
         return
+    finally:
+        _start_at_handover(acc, clock)
     try:
         acc.status_code = response.status_code
         if not response.is_success:
@@ -829,14 +862,16 @@ async def _read_stream(
 ) -> None:
     decoder = acc.decoder()
     waiting_first = True
+    parts = fast_reads(response) or response.aiter_bytes()
     try:
-        async for raw in response.aiter_bytes():
+        async for raw in parts:
             arrival = time.perf_counter_ns()  # stamped before any parsing
             for event in decoder.feed(raw, arrival):
                 if acc.on_event(event) and waiting_first:
                     waiting_first = False
                     first_token.deadline = math.inf
                 if acc.done:
+                    await _drain(parts)
                     return
     except httpx.TimeoutException as exc:
         acc.fail(ErrorKind.timeout, f"read: {type(exc).__name__}: {exc}")
@@ -845,6 +880,45 @@ async def _read_stream(
         acc.fail(ErrorKind.truncated, f"connection broke mid-stream: {type(exc).__name__}: {exc}")
         return
     acc.end_of_stream(decoder)
+
+
+def _direct_transport(
+    client: httpx.AsyncClient, url: httpx.URL
+) -> httpx.AsyncBaseTransport | None:
+    """The client's (gated) transport for ``url`` when ``client.send`` would add nothing
+    to one POST — no redirects to follow, no auth flow, no event hooks — else ``None``.
+
+    Skipping ``client.send`` halves the client's CPU per request, which at high
+    concurrency is time every other stream waits; the request still passes the
+    gate (``_check_gated`` made sure the transport is a ``GatedTransport``).
+    """
+    if client.follow_redirects or client.auth is not None:
+        return None
+    if any(client.event_hooks.values()):
+        return None
+    return client._transport_for_url(url)
+
+
+def _start_at_handover(acc: _Accumulator, clock: PoolClock) -> None:
+    """Move the clock's zero to the connection hand-over; keep the wait apart."""
+    if clock.acquired_ns is None or clock.acquired_ns < acc.start_ns:
+        return  # a transport that does not stamp (a test's MockTransport, a caller's own)
+    acc.pool_wait_ns = clock.acquired_ns - acc.start_ns
+    acc.start_ns = clock.acquired_ns
+
+
+async def _drain(parts: AsyncIterator[bytes]) -> None:
+    """Read what follows ``[DONE]`` (the chunked terminator) unstamped, so the
+    connection goes back to the pool; give up past a size or time bound."""
+    size = 0
+    with anyio.move_on_after(_DRAIN_S):
+        try:
+            async for part in parts:
+                size += len(part)
+                if size > _DRAIN_LIMIT:
+                    return  # a server still talking after [DONE]: drop the connection
+        except httpx.HTTPError:
+            return
 
 
 async def _error_body(response: httpx.Response) -> str:

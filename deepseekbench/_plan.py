@@ -60,6 +60,7 @@ from deepseekbench._route import (
     check_base_url,
     check_request_extras,
 )
+from deepseekbench._selfcheck import DEFAULT_LAG_THRESHOLD_MS
 from deepseekbench._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
 from deepseekbench._workload import (
     InputLength,
@@ -448,6 +449,8 @@ class BenchmarkPlan(BaseModel):
         arrival: :class:`ArrivalPlan`. workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
         results: JSONL results path (relative to the plan file when loaded), or ``None``.
         timeout_s: total deadline per request (s).
+        client_lag_threshold_ms: the client's own event-loop lag (ms, default 10)
+            above which a row is flagged ``client_saturated`` (docs/measurement.md).
         model_source: optional path to the model's GGUF file or Hugging Face
             ``config.json`` (or checkpoint folder), relative to the plan file. When
             set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
@@ -477,6 +480,11 @@ class BenchmarkPlan(BaseModel):
     parity: ParityPlan = ParityPlan()
     results: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
+    client_lag_threshold_ms: float = Field(
+        default=DEFAULT_LAG_THRESHOLD_MS,
+        gt=0,
+        description="client event-loop lag (ms) above which a row is flagged client_saturated",
+    )
     model_source: str | None = Field(
         default=None,
         description="GGUF file or HF config.json/checkpoint folder to probe for MTP depth",
@@ -633,9 +641,11 @@ class BenchmarkPlan(BaseModel):
         return items
 
     def plan_hash(self) -> str:
-        """A 16-hex-digit digest of the plan's content (``base_dir`` and ``results``
-        excluded): a results file resumes only records with the same hash."""
-        data = self.model_dump(mode="json", exclude={"base_dir", "results"})
+        """A 16-hex-digit digest of the plan's content (``base_dir``, ``results`` and
+        ``client_lag_threshold_ms``, which changes no request, excluded): a results
+        file resumes only records with the same hash."""
+        excluded = {"base_dir", "results", "client_lag_threshold_ms"}
+        data = self.model_dump(mode="json", exclude=excluded)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
     def validate_sources(self) -> PlanSources:

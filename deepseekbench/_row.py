@@ -228,6 +228,18 @@ class Row(BaseModel):
         description="non-empty SSE lines the event-stream rules ignored, summed over the "
         "cell's requests (e.g. a padded ' data :' field); > 0 means text may be missing",
     )
+    # --- client self-check (docs/measurement.md, "Fidelity") ----------------
+    client_saturated: bool = Field(
+        default=False,
+        description="a measured request saw the client's own event loop lag past the plan's "
+        "client_lag_threshold_ms: its times may hold client delay, not server latency",
+    )
+    client_pool_wait_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="longest wait of a measured request for a pooled connection, ms "
+        "(kept out of TTFT); None when the transport did not report it",
+    )
     # --- workload (issue 13) ---------------------------------------------
     output_short: bool = Field(
         default=False,

@@ -70,9 +70,11 @@ from deepseekbench._results import (
 )
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
+from deepseekbench._selfcheck import SelfCheck
 from deepseekbench._spec_config import check_spec_config
 from deepseekbench._tasks import Task
 from deepseekbench._tokens import recount_output
+from deepseekbench._transport import pool_limits
 from deepseekbench._workload import WorkloadItem, check_bucket_bytes
 
 __all__ = [
@@ -266,7 +268,9 @@ async def run_plan(
     routes: dict[str, EngineRoute] = {r.label: r.engine_route(plan.model) for r in plan.routes}
     _check_gate(routes.values(), gate)
     own_client = client is None
-    http = client if client is not None else gate.client(timeout=httpx.Timeout(plan.timeout_s))
+    pool = pool_limits(max(plan.arrival.concurrency, plan.parity.concurrency))
+    timeout = httpx.Timeout(plan.timeout_s)
+    http = client if client is not None else gate.client(timeout=timeout, limits=pool)
     try:
         counter = make_counter(plan, off_route=routes[plan.off_route.label], gate=gate, client=http)
         prepared = await prepare_workload(plan, counter=counter, items=sources.items)
@@ -328,6 +332,7 @@ async def run_plan(
     run_id = uuid.uuid4().hex[:12]
     timeouts = Timeouts(total_s=plan.timeout_s)
     base = {"plan_hash": plan_hash}
+    check = SelfCheck()  # the client's own event-loop lag, per request (client_saturated)
     try:
         await check_spec_config(plan.routes, routes, gate=gate, client=http)
         writer.write(
@@ -506,6 +511,7 @@ async def run_plan(
                     )
 
         prog.emit()
+        await check.start()
         run_order = (plan.off_route, *plan.speculative_routes)
         for r_index, rp in enumerate(run_order):
             for mode in modes:
@@ -550,6 +556,7 @@ async def run_plan(
         if own_client:
             with anyio.CancelScope(shield=True):
                 await http.aclose()
+        await check.aclose()  # not inside a shield: its task group was opened outside one
 
 
 def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:

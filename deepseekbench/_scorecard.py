@@ -118,6 +118,7 @@ class ScorecardLine(BaseModel):
     acceptance_by_position: tuple[float, ...] | None = None
     spec_tokens: int | None = None
     sse_ignored_lines: int = 0
+    client_saturated: bool = False
     output_short: bool = False
     n_output_short: int = 0
     categories: tuple[CategoryLine, ...] = ()
@@ -404,6 +405,7 @@ class Scorecard:
                     acceptance_by_position=r.acceptance_by_position,
                     spec_tokens=r.spec_tokens,
                     sse_ignored_lines=r.sse_ignored_lines,
+                    client_saturated=r.client_saturated,
                     output_short=r.output_short,
                     n_output_short=r.n_output_short,
                     categories=cats,
@@ -504,6 +506,12 @@ class Scorecard:
                 notes.append(f"  task flips ({len(ln.task_flips)}):")
                 notes.extend(f"    {f}" for f in ln.task_flips)
         notes.extend(_detail_notes(self.lines))
+        notes.extend(
+            f"{ln.route} @ {ln.cell}: CLIENT SATURATED — the measuring client's event loop "
+            "lagged past client_lag_threshold_ms; its times may hold client delay"
+            for ln in self.lines
+            if ln.client_saturated
+        )
         for ln in self.lines:
             if ln.output_short:
                 notes.append(

@@ -151,7 +151,7 @@ class EndpointTokenCounter:
         refusal = self._gate.refusal(self._url, has_auth_header="authorization" in headers)
         if refusal is not None:
             raise refusal
-        _check_gated(self._client, self._gate, self._url)
+        _check_gated(self._client, self._gate, httpx.URL(self._url))
         return [await self._one(text, headers) for text in texts]
 
     async def _one(self, text: str, headers: dict[str, str]) -> int:

@@ -1,7 +1,8 @@
 """The LiveGate is the only seam: no library module opens an outgoing connection itself.
 
 A static check over the package source: outgoing-connection APIs may appear only in
-``_gate.py`` (which builds the one gated client). The embedded engine *listens* on
+``_gate.py`` (which builds the one gated client) and ``_transport.py`` (the transport
+under it, which only ``_gate.py`` constructs). The embedded engine *listens* on
 loopback (``create_tcp_listener``), which opens no outgoing connection.
 """
 
@@ -18,10 +19,14 @@ OUTGOING = re.compile(
 )
 
 
+_SEAM = ("_gate.py", "_transport.py")
+BUILDS_TRANSPORT = re.compile(r"BenchTransport\(|_AiohttpTransport\(|_HttpcoreTransport\(")
+
+
 def offending_lines(root: Path) -> list[str]:
     found: list[str] = []
     for path in sorted(root.rglob("*.py")):
-        if path.name == "_gate.py":
+        if path.name in _SEAM:
             continue
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             code = line.split("#", 1)[0]
@@ -32,6 +37,17 @@ def offending_lines(root: Path) -> list[str]:
 
 def test_only_the_gate_opens_connections() -> None:
     assert offending_lines(PACKAGE) == []
+
+
+def test_only_the_gate_builds_the_transport() -> None:
+    builders = [
+        f"{path.name}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "_transport.py"
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if BUILDS_TRANSPORT.search(line.split("#", 1)[0])
+    ]
+    assert builders and all(b.startswith("_gate.py:") for b in builders), builders
 
 
 def test_the_check_catches_an_ungated_client(tmp_path: Path) -> None:

@@ -6,10 +6,18 @@ anyio sockets let the same server run under asyncio and trio, like the rest of
 the library. It does keep-alive, chunked streaming (``Transfer-Encoding:
 chunked`` is chosen by h11 when no ``Content-Length`` is given), and lets a
 fault handler close the socket mid-body.
+
+No request can end the server: ``HEAD`` gets the headers of the matching
+``GET`` with no body, malformed request lines and oversized headers (h11's
+16 KiB limit) get a 4xx and a closed connection, a peer that leaves early just
+ends its connection, and any error a handler raises closes that one connection
+(a 500 first when nothing was sent yet).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
@@ -23,6 +31,11 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 
 Headers = list[tuple[str, str]]
 
+_LINGER_S = 1.0  # longest wait for a refused request's sender to stop (s)
+_LINGER_READS = 64  # reads of up to 64 KiB discarded after a refusal
+
+_log = logging.getLogger(__name__)
+
 
 class ConnectionGone(Exception):
     """The peer went away (or a fault dropped the connection) mid-response."""
@@ -30,20 +43,25 @@ class ConnectionGone(Exception):
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
-    """One parsed request: method and target as text, lower-cased header names."""
+    """One parsed request: method and target as text, lower-cased header names.
+
+    ``arrival_s``: ``time.perf_counter()`` when the request head was parsed (s).
+    """
 
     method: str
     target: str
     headers: dict[str, str]
     body: bytes
+    arrival_s: float = 0.0
 
 
 class Responder:
     """Writes one response on an h11 connection; every write may raise ConnectionGone."""
 
-    def __init__(self, stream: ByteStream, conn: h11.Connection) -> None:
+    def __init__(self, stream: ByteStream, conn: h11.Connection, *, head: bool = False) -> None:
         self._stream = stream
         self._conn = conn
+        self._head = head  # a HEAD request: headers only, every body write skipped
         self.started = False
         self.dropped = False
 
@@ -61,8 +79,8 @@ class Responder:
         await self._send(h11.Response(status_code=status, headers=headers))
 
     async def write(self, data: bytes) -> None:
-        """Send one body piece (one HTTP chunk when streaming)."""
-        if data:
+        """Send one body piece (one HTTP chunk when streaming); nothing for HEAD."""
+        if data and not self._head:
             await self._send(h11.Data(data=data))
 
     async def end(self) -> None:
@@ -100,6 +118,7 @@ async def _read_request(stream: ByteStream, conn: h11.Connection) -> HttpRequest
     event = await _next_event(stream, conn)
     if not isinstance(event, h11.Request):
         return None
+    arrival = time.perf_counter()
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -115,33 +134,61 @@ async def _read_request(stream: ByteStream, conn: h11.Connection) -> HttpRequest
             return None
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers}
     return HttpRequest(
-        event.method.decode("ascii"), event.target.decode("latin-1"), headers, b"".join(chunks)
+        event.method.decode("ascii"),
+        event.target.decode("latin-1"),
+        headers,
+        b"".join(chunks),
+        arrival,
     )
 
 
 async def serve_connection(stream: ByteStream, handler: Handler) -> None:
-    """Serve requests on one connection until either side closes it."""
+    """Serve requests on one connection until either side closes it.
+
+    Never raises (cancellation aside): whatever goes wrong ends this connection only.
+    """
     conn = h11.Connection(h11.SERVER)
     async with stream:
-        while True:
-            try:
-                request = await _read_request(stream, conn)
-            except h11.RemoteProtocolError as exc:
-                await _protocol_error(stream, conn, exc)
-                return
-            if request is None:
-                return
-            responder = Responder(stream, conn)
-            try:
-                await handler(request, responder)
-            except ConnectionGone:
-                return
-            if responder.dropped or conn.our_state is not h11.DONE:
-                return
-            try:
-                conn.start_next_cycle()
-            except h11.LocalProtocolError:
-                return
+        try:
+            await _serve(stream, conn, handler)
+        except (ConnectionGone, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return
+        except Exception:
+            _log.exception("request handling failed; connection closed")
+
+
+async def _serve(stream: ByteStream, conn: h11.Connection, handler: Handler) -> None:
+    while True:
+        try:
+            request = await _read_request(stream, conn)
+        except h11.RemoteProtocolError as exc:
+            await _protocol_error(stream, conn, exc)
+            return
+        if request is None:
+            return
+        responder = Responder(stream, conn, head=request.method == "HEAD")
+        try:
+            await handler(request, responder)
+        except ConnectionGone:
+            return
+        except Exception:
+            if not responder.started and not responder.dropped:
+                await _internal_error(stream, conn)
+            raise
+        if responder.dropped or conn.our_state is not h11.DONE:
+            return
+        try:
+            conn.start_next_cycle()
+        except h11.LocalProtocolError:
+            return
+
+
+async def _internal_error(stream: ByteStream, conn: h11.Connection) -> None:
+    body = b'{"error":{"message":"internal engine error","type":"InternalServerError"}}'
+    try:
+        await Responder(stream, conn).full(500, [("content-type", "application/json")], body)
+    except (ConnectionGone, h11.LocalProtocolError):
+        return
 
 
 async def _protocol_error(
@@ -156,3 +203,16 @@ async def _protocol_error(
         await responder.full(status, [("content-type", "application/json")], body)
     except (ConnectionGone, h11.LocalProtocolError):
         return
+    await _linger(stream)
+
+
+async def _linger(stream: ByteStream) -> None:
+    """Half-close, then read what the peer still sends (bounded) before closing, so
+    unread input does not turn the close into a reset that loses the error response."""
+    with anyio.move_on_after(_LINGER_S):
+        try:
+            await stream.send_eof()
+            for _ in range(_LINGER_READS):
+                await stream.receive(65536)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return

@@ -1,7 +1,8 @@
 """The reference engine's HTTP routes: OpenAI-compatible chat completions and friends.
 
 Routes: ``POST /v1/chat/completions`` (stream and non-stream), ``GET /v1/models``,
-``GET /health``, ``GET /metrics`` (Prometheus text), ``POST /tokenize``. Streaming follows vLLM's
+``GET /health``, ``GET /metrics`` (Prometheus text), ``POST /tokenize``, ``GET /v1/timelines``
+(ground truth, with ``record_send_times``); ``HEAD`` on any ``GET`` route. Streaming follows vLLM's
 layout: a role-only first frame at the first output, one content chunk per
 verify step (all tokens the step accepted), a finish chunk, a usage chunk with
 ``choices: []`` when ``stream_options.include_usage`` is true, then ``[DONE]``.
@@ -173,6 +174,7 @@ class EngineState:
         model_draft = config.speculative.value not in ("off", "ngram")
         self.scheduler = Scheduler(config.cost, self.metrics, model_draft=model_draft)
         self.send_times: dict[str, list[ChunkSend]] = {}
+        self.arrivals: dict[str, tuple[float, str | None]] = {}
         self._fault_rng = random.Random(config.seed)
         self._request_rng = random.Random(config.seed ^ 0x5EED)
         self._next_id = 0
@@ -201,10 +203,12 @@ class EngineState:
             "/health": "GET",
             "/metrics": "GET",
             "/tokenize": "POST",
+            "/v1/timelines": "GET",
         }
         if path not in routes:
             raise ApiError(404, f"no route {path}", kind="not_found_error", code="not_found")
-        if request.method != routes[path]:
+        method = "GET" if request.method == "HEAD" else request.method  # HEAD: GET minus body
+        if method != routes[path]:
             raise ApiError(
                 405, f"{request.method} not allowed on {path}", code="method_not_allowed"
             )
@@ -224,6 +228,8 @@ class EngineState:
             await responder.full(200, _JSON, orjson.dumps({"object": "list", "data": [card]}))
         elif path == "/tokenize":
             await responder.full(200, _JSON, orjson.dumps(self._tokenize(request)))
+        elif path == "/v1/timelines":
+            await responder.full(200, _JSON, self._timelines())
         else:
             await self._chat(request, responder)
 
@@ -248,6 +254,28 @@ class EngineState:
             raise ApiError(400, "give a string 'prompt', 'content' or a 'messages' list")
         ids = TOKENIZER.encode(text)
         return {"tokens": ids, "count": len(ids), "max_model_len": self.config.max_context_tokens}
+
+    def _timelines(self) -> bytes:
+        """Every recorded completion's timeline as JSON (see docs/engine.md)."""
+        if not self.config.record_send_times:
+            raise ApiError(
+                404,
+                "timelines are recorded only with --record-send-times",
+                kind="not_found_error",
+                code="not_recorded",
+            )
+        data = []
+        for cid, sends in list(self.send_times.items()):
+            arrival, request_id = self.arrivals.get(cid, (None, None))
+            chunks = [
+                {"index": c.index, "kind": c.kind, "t_s": c.t_s, "tokens": c.tokens}
+                for c in sends
+            ]
+            data.append(
+                {"id": cid, "request_id": request_id, "arrival_s": arrival, "chunks": chunks}
+            )
+        clock = time.get_clock_info("perf_counter").implementation
+        return orjson.dumps({"object": "list", "clock": clock, "data": data})
 
     # -- chat completions ---------------------------------------------------
 
@@ -329,6 +357,8 @@ class EngineState:
             min_tokens=max_tokens if req.ignore_eos else min(req.min_tokens, max_tokens),
         )
         stream = _Stream(self, req, faults, prompt_tokens, len(reasoning))
+        if self.config.record_send_times:
+            self.arrivals[stream.id] = (request.arrival_s, request.headers.get("x-request-id"))
         try:
             async with receive:
                 if req.stream:

@@ -1,0 +1,393 @@
+"""The HTTP transport under ``LiveGate.client()``: aiohttp on asyncio, httpcore on trio.
+
+Why two: with one SSE event per read (how engines stream), httpx's own stack
+(httpcore + h11) costs about three times the CPU per chunk of an aiohttp read
+loop, and on asyncio the ``httpx-aiohttp`` package gives httpx's API on top of
+aiohttp's connection pool. aiohttp runs only on asyncio, so under trio the
+request goes to ``httpx.AsyncHTTPTransport`` (httpcore). The choice is made per
+event loop on first use (``sniffio``), so one client object works on both.
+
+Pool rules (a benchmark client must not queue requests the caller did not ask
+it to queue): the pool follows the given :class:`httpx.Limits`
+(``max_connections=None`` = no limit), and a limit that would close reusable
+connections (``max_keepalive_connections`` below ``max_connections``) is
+refused, not dropped.
+
+Connection hand-over: a request carrying a :class:`PoolClock` in its
+extensions (key :data:`POOL_CLOCK`) gets it stamped with
+``time.perf_counter_ns()`` when it is handed its own connection — aiohttp's
+connection-queue / reuse / create trace events, httpcore's first connection
+trace event — so a measurement can start its clock there and record any wait
+for a pooled connection apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import sniffio
+
+POOL_CLOCK = "deepseekbench.pool_clock"
+"""Request-extension key of the :class:`PoolClock` a transport stamps."""
+
+# httpcore trace events that mean "this request now owns a connection"
+_HTTPCORE_ACQUIRED = frozenset(
+    {"connection.connect_tcp.started", "http11.send_request_headers.started"}
+)
+_CURRENT: contextvars.ContextVar[PoolClock | None] = contextvars.ContextVar(
+    "deepseekbench_pool_clock", default=None
+)
+
+
+class PoolClock:
+    """When a request got its own connection (``acquired_ns``, perf_counter ns)."""
+
+    __slots__ = ("acquired_ns", "queued")
+
+    def __init__(self) -> None:
+        self.acquired_ns: int | None = None
+        self.queued = False
+
+    def mark(self) -> None:
+        """Stamp the hand-over (first call wins)."""
+        if self.acquired_ns is None:
+            self.acquired_ns = time.perf_counter_ns()
+
+
+KEEPALIVE_S = 15.0
+"""Idle connections are kept this long (s; aiohttp's default, as in vLLM's bench client)."""
+
+
+def unbounded_limits() -> httpx.Limits:
+    """The default pool: no connection limit, every idle connection kept ``KEEPALIVE_S``."""
+    return httpx.Limits(
+        max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
+    )
+
+
+def pool_limits(concurrency: int) -> httpx.Limits:
+    """A pool of ``concurrency`` connections (requests), all kept alive for reuse
+    (idle ones for ``KEEPALIVE_S`` = 15 s).
+
+    Raises:
+        ValueError: ``concurrency`` below 1.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1 (got {concurrency})")
+    return httpx.Limits(
+        max_connections=concurrency,
+        max_keepalive_connections=concurrency,
+        keepalive_expiry=KEEPALIVE_S,
+    )
+
+
+def check_limits(limits: httpx.Limits) -> None:
+    """Refuse pool limits that would close connections a benchmark could reuse.
+
+    Raises:
+        ValueError: ``max_keepalive_connections`` is set and below
+            ``max_connections`` (or set while ``max_connections`` is unlimited).
+    """
+    keep, most = limits.max_keepalive_connections, limits.max_connections
+    if keep is not None and (most is None or keep < most):
+        raise ValueError(
+            f"limits keep {keep} idle connections of {most or 'unlimited'}: closed connections "
+            "put connect time into TTFT; use max_keepalive_connections=None or >= "
+            "max_connections (deepseekbench.pool_limits(concurrency) does)"
+        )
+
+
+class BenchTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that picks aiohttp (asyncio) or httpcore (trio) on first use.
+
+    Args:
+        limits: connection pool limits (checked by :func:`check_limits`);
+            ``None`` = :func:`unbounded_limits`.
+
+    Raises:
+        ValueError: ``limits`` refused by :func:`check_limits`.
+    """
+
+    def __init__(self, limits: httpx.Limits | None = None) -> None:
+        self.limits = limits if limits is not None else unbounded_limits()
+        check_limits(self.limits)
+        self._inner: httpx.AsyncBaseTransport | None = None
+        self._library: str | None = None
+        # Built now, like httpx's own transport, so the first request's clock holds no
+        # certificate loading (~0.1 s) and no import.
+        self._ssl = httpx.create_ssl_context(trust_env=False)
+        with contextlib.suppress(sniffio.AsyncLibraryNotFoundError):  # no loop: pick later
+            self._pick()
+
+    @property
+    def library(self) -> str | None:
+        """``"asyncio"`` or ``"trio"`` once the first request picked a transport."""
+        return self._library
+
+    def _pick(self) -> httpx.AsyncBaseTransport:
+        library = sniffio.current_async_library()
+        if self._inner is None:
+            self._library = library
+            if library == "asyncio":
+                self._inner = _AiohttpTransport(self.limits, self._ssl)
+            else:
+                self._inner = _HttpcoreTransport(self.limits, self._ssl)
+        elif library != self._library:
+            raise RuntimeError(
+                f"this client was first used under {self._library}; it cannot serve {library}"
+            )
+        return self._inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` on the event loop's transport.
+
+        Raises:
+            httpx.TransportError: connect, read or protocol failures.
+            RuntimeError: the client is used under a second event-loop library.
+        """
+        return await self._pick().handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close pooled connections."""
+        if self._inner is not None:
+            await self._inner.aclose()
+
+
+# -- trio (and any non-asyncio loop): httpcore ------------------------------------
+
+
+class _HttpcoreTransport(httpx.AsyncBaseTransport):
+    """httpcore pools of at most ``_SHARD`` connections, as many as the limits allow.
+
+    httpcore's pool rescans every connection for every queued request on each
+    state change (cubic in the streams in flight): one pool of 256 streams
+    stalls for seconds. Requests go to the least busy shard; a shard keeps its
+    connections, so sequential requests still reuse one.
+    """
+
+    def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+        self._limits = limits
+        self._shards: list[_Shard] = []
+        self._ssl = ssl_context  # one for all shards (each would cost ~0.1 s)
+
+    def _pick(self) -> _Shard:
+        free = [s for s in self._shards if s.active < s.cap]
+        if free:
+            return min(free, key=lambda s: s.active)
+        most = self._limits.max_connections
+        room = _SHARD if most is None else most - sum(s.cap for s in self._shards)
+        if room > 0:
+            cap = min(_SHARD, room)
+            limits = httpx.Limits(
+                max_connections=cap,
+                max_keepalive_connections=cap,
+                keepalive_expiry=self._limits.keepalive_expiry,
+            )
+            inner = httpx.AsyncHTTPTransport(verify=self._ssl, limits=limits, trust_env=False)
+            shard = _Shard(inner, cap)
+            self._shards.append(shard)
+            return shard
+        return min(self._shards, key=lambda s: s.active)  # all full: wait in the pool
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        clock = request.extensions.get(POOL_CLOCK)
+        if isinstance(clock, PoolClock):
+            request.extensions = {**request.extensions, "trace": _httpcore_trace(clock)}
+        shard = self._pick()
+        shard.active += 1
+        try:
+            response = await shard.transport.handle_async_request(request)
+        except BaseException:
+            shard.active -= 1
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _Releasing(response.stream, shard)
+        return response
+
+    async def aclose(self) -> None:
+        for shard in self._shards:
+            await shard.transport.aclose()
+
+
+_SHARD = 32  # connections per httpcore pool
+
+
+class _Shard:
+    __slots__ = ("active", "cap", "transport")
+
+    def __init__(self, transport: httpx.AsyncHTTPTransport, cap: int) -> None:
+        self.transport = transport
+        self.cap = cap
+        self.active = 0
+
+
+class _Releasing(httpx.AsyncByteStream):
+    """A response stream that frees its shard's slot once closed."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, shard: _Shard) -> None:
+        self._inner = inner
+        self._shard: _Shard | None = shard
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self._inner:
+            yield part
+
+    async def aclose(self) -> None:
+        shard, self._shard = self._shard, None
+        if shard is not None:
+            shard.active -= 1
+        await self._inner.aclose()
+
+
+def _httpcore_trace(clock: PoolClock) -> Callable[[str, Mapping[str, Any]], Awaitable[None]]:
+    async def trace(event: str, info: Mapping[str, Any]) -> None:
+        if event in _HTTPCORE_ACQUIRED:
+            clock.mark()
+
+    return trace
+
+
+# -- asyncio: aiohttp through httpx-aiohttp ---------------------------------------
+
+
+class _AiohttpTransport(httpx.AsyncBaseTransport):
+    """``httpx_aiohttp.AiohttpTransport`` on our own connector, with httpx's error kinds.
+
+    httpx-aiohttp maps every ``aiohttp.ClientConnectionError`` (a refused connect,
+    a server that hung up mid-body) to ``httpx.ConnectTimeout``; a measurement
+    must tell those apart, so the aiohttp cause is mapped again here.
+    """
+
+    def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+        import aiohttp  # noqa: F401  (imported now, not inside the first request)
+        from httpx_aiohttp import AiohttpTransport
+
+        self._limits = limits
+        self._ssl = ssl_context
+        self._inner = AiohttpTransport(
+            verify=ssl_context, limits=limits, trust_env=False, client=self._session
+        )
+
+    def _session(self) -> Any:
+        import aiohttp
+
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_queued_start.append(_on_queued)
+        trace.on_connection_queued_end.append(_on_acquired)
+        trace.on_connection_reuseconn.append(_on_acquired)
+        trace.on_connection_create_start.append(_on_acquired)
+        expiry = self._limits.keepalive_expiry
+        connector = aiohttp.TCPConnector(
+            limit=self._limits.max_connections or 0,  # 0 = no limit
+            limit_per_host=0,
+            keepalive_timeout=expiry if expiry is not None else 3600.0,
+            force_close=False,
+            ssl=self._ssl,
+        )
+        return aiohttp.ClientSession(
+            connector=connector, trace_configs=[trace], trust_env=False, auto_decompress=False
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        clock = request.extensions.get(POOL_CLOCK)
+        token = _CURRENT.set(clock if isinstance(clock, PoolClock) else None)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx.TransportError as exc:
+            raise _remap(exc, body=False) from exc.__cause__
+        finally:
+            _CURRENT.reset(token)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _RemappedStream(response.stream)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def _on_queued(session: object, ctx: SimpleNamespace, params: object) -> None:
+    clock = _CURRENT.get()
+    if clock is not None:
+        clock.queued = True
+
+
+async def _on_acquired(session: object, ctx: SimpleNamespace, params: object) -> None:
+    clock = _CURRENT.get()
+    if clock is not None:
+        clock.mark()
+
+
+class _RemappedStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._inner:
+                yield part
+        except httpx.TransportError as exc:
+            raise _remap(exc, body=True) from exc.__cause__
+
+    def reads(self) -> AsyncIterator[bytes] | None:
+        """Each socket read as aiohttp hands it over, without httpx's layers; ``None``
+        when httpx-aiohttp's stream no longer exposes its aiohttp response."""
+        response = getattr(self._inner, "_aiohttp_response", None)
+        content = getattr(response, "content", None)
+        if content is None or not hasattr(content, "iter_any"):
+            return None
+        return self._reads(content)
+
+    async def _reads(self, content: Any) -> AsyncIterator[bytes]:
+
+        import aiohttp
+
+        try:
+            async for part in content.iter_any():
+                yield part
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            wrapped = httpx.ReadError(str(exc) or type(exc).__name__)
+            wrapped.__cause__ = exc
+            raise _remap(wrapped, body=True) from exc
+
+
+def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
+    """The response body's reads straight from aiohttp (no content decoding), when the
+    response came from this module's aiohttp transport with no ``content-encoding``;
+    else ``None`` (read ``response.aiter_bytes()`` then). Errors are httpx's kinds.
+    """
+    stream = response.stream
+    if not isinstance(stream, _RemappedStream) or "content-encoding" in response.headers:
+        return None
+    return stream.reads()
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
+            await self._inner.aclose()
+
+
+def _remap(exc: httpx.TransportError, *, body: bool) -> httpx.TransportError:
+    """httpx's error kind for the aiohttp error behind ``exc``."""
+    import aiohttp
+
+    cause = exc.__cause__
+    msg = str(exc) or type(cause).__name__
+    if isinstance(cause, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(msg)
+    if isinstance(cause, aiohttp.SocketTimeoutError | aiohttp.ServerTimeoutError):
+        return httpx.ReadTimeout(msg)
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(msg)
+    if body:
+        return httpx.ReadError(msg)
+    if isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientResponseError):
+        return httpx.RemoteProtocolError(msg)
+    if isinstance(cause, aiohttp.ClientError):
+        return httpx.ConnectError(msg)
+    return exc
