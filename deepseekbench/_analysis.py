@@ -1,13 +1,24 @@
-"""Analysis of a run's records: parity per route, one row per route and cell.
+"""Analysis of a run's records (pure): parity, one row per route, cell and load point.
 
-Pure functions of the records a run wrote (:class:`~deepseekbench._results.ResultsState`)
+Functions of the records a run wrote (:class:`~deepseekbench._results.ResultsState`)
 and its plan, so :func:`load_results` rebuilds exactly what
 :func:`~deepseekbench.run_plan` returned.
+
+Parity of a row joins two checks. The **parity set** (per route and reasoning
+mode): exact acceptance and task parity against ``off``
+(:mod:`deepseekbench._parity`, :mod:`deepseekbench._tasks`). The **measured
+traffic** (per cell and load point, at temperature 0): each measured request's
+output against the ``off`` route's output of the same request index (same
+prompt, cell, load point and round); the ``off`` route's own rounds, which
+repeat the same prompts, are its determinism control. A divergence under load
+makes the row ``differs`` even when the parity set passed
+(:mod:`deepseekbench._traffic`). Above temperature 0 rows rely on the parity
+set's task parity, and say so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._acceptance import AcceptanceRecord
-from deepseekbench._axes import AcceptanceScope, QualityParity, ReasoningMode, Speculative
+from deepseekbench._axes import QualityParity, ReasoningMode, Speculative
 from deepseekbench._breakdown import slice_stats, workload_fields
 from deepseekbench._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._errors import PlanError
@@ -28,18 +39,21 @@ from deepseekbench._parity import (
     baseline_parity,
     row_parity,
 )
-from deepseekbench._plan import BenchmarkPlan, CellPlan, RoutePlan
-from deepseekbench._prepare import conversation_pid, parity_conversations
+from deepseekbench._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
 from deepseekbench._results import (
+    MeasureInfo,
     ResultsFormatError,
     ResultsRun,
     ResultsState,
     read_stored_run,
 )
 from deepseekbench._row import Dispersion, Row
+from deepseekbench._rowstats import RowRequests, acceptance, combine_windows
+from deepseekbench._schedule import parity_ids, parity_prompts, reasoning_modes
 from deepseekbench._spec_fields import cell_spec_fields
-from deepseekbench._stats import median, percentiles
+from deepseekbench._stats import percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
+from deepseekbench._traffic import Indexed, traffic_control, traffic_parity
 
 __all__ = [
     "MeasuredRequest",
@@ -48,10 +62,11 @@ __all__ = [
     "build_result",
     "load_results",
     "load_results_and_runs",
-    "parity_ids",
-    "reasoning_modes",
     "row_identity",
 ]
+
+RowKey = tuple[str, str, str]
+"""``(route label, cell id, load key)`` of a row."""
 
 
 class RouteParity(BaseModel):
@@ -91,14 +106,27 @@ class RouteParity(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class MeasuredRequest:
-    """One measured (not warm-up) request: route label, cell id, index in the cell,
-    conversation turn (0-based; 0 for single-turn items), and the workload item's
-    id and category when known."""
+    """One measured (not warm-up) request.
+
+    Attributes:
+        route: route label. cell: cell id. index: its index in the (route, cell,
+            load point). measurement: what was measured.
+        load: the load point's key (``None`` in files written before load sweeps).
+        round: the round it ran in (0-based).
+        queue_ms: open loop: actual send − scheduled send (ms); ``None`` closed loop.
+        run_id: the run (process) that measured it.
+        turn: the conversation turn (0-based; 0 for single-turn items).
+        item, category: the workload item's id and dataset category, when known.
+    """
 
     route: str
     cell: str
     index: int
     measurement: StreamMeasurement
+    load: str | None = None
+    round: int = 0
+    queue_ms: float | None = None
+    run_id: str = ""
     turn: int = 0
     item: str | None = None
     category: str | None = None
@@ -110,12 +138,16 @@ class RunResult:
 
     Attributes:
         plan: the plan run. plan_hash: its digest.
-        rows: one :class:`Row` per route and cell (plan order).
+        rows: one :class:`Row` per route, cell and load point (plan order: cells,
+            then load points, then routes).
         measurements: every measured request, in completion order.
-        parity: :class:`RouteParity` per ``(route label, reasoning mode)``.
+        parity: :class:`RouteParity` (the parity set) per ``(route label, reasoning mode)``.
         results_path: the JSONL file, when one was written.
         resumed: measured requests and parity outputs taken from an earlier run's file.
         complete: False when the run stopped before every request was made.
+        row_keys: ``(route label, cell id, load key)`` of each row, in row order.
+        traffic: exact comparison of each speculative row's measured outputs with
+            ``off``'s, by row key (temperature 0 only).
     """
 
     plan: BenchmarkPlan
@@ -126,122 +158,69 @@ class RunResult:
     results_path: Path | None = None
     resumed: int = 0
     complete: bool = True
-    row_cells: tuple[tuple[str, str], ...] = field(default=())
+    row_keys: tuple[RowKey, ...] = field(default=())
+    traffic: dict[RowKey, ParityResult] = field(default_factory=dict)
 
     @property
     def n_errors(self) -> int:
         """Measured requests that ended in an error."""
         return sum(m.measurement.error is not None for m in self.measurements)
 
-    def samples(self, route: str, cell: str, metric: str = "tpot_ms") -> list[float]:
-        """Per-request values of ``metric`` (e.g. ``tpot_ms``, ms) for a route and cell,
-        successful requests only.
+    def _matching(self, route: str, cell: str, load: str | None) -> list[MeasuredRequest]:
+        single = len(self.plan.load_points) == 1
+        return [
+            m
+            for m in self.measurements
+            if m.route == route
+            and m.cell == cell
+            and (load is None or m.load == load or (single and m.load is None))
+        ]
+
+    def samples(
+        self, route: str, cell: str, metric: str = "tpot_ms", load: str | None = None
+    ) -> list[float]:
+        """Per-request values of ``metric`` (e.g. ``tpot_ms``, ms) for a route and cell
+        (and load point key; ``None`` = every load point), successful requests only.
 
         Raises:
             AttributeError: ``metric`` names no :class:`~deepseekbench.StreamMeasurement`
                 field (only noticed when a matching successful request exists).
         """
         out: list[float] = []
-        for m in self.measurements:
-            if m.route == route and m.cell == cell and m.measurement.error is None:
+        for m in self._matching(route, cell, load):
+            if m.measurement.error is None:
                 v = getattr(m.measurement, metric)
                 if v is not None:
                     out.append(float(v))
         return out
 
-    def scorecard(self) -> Any:
-        """The :class:`~deepseekbench.Scorecard` of this run (with bootstrap intervals)."""
-        from deepseekbench._scorecard import Scorecard
-
-        return Scorecard.from_run(self)
-
-
-def parity_ids(plan: BenchmarkPlan, tasks: Sequence[Task]) -> list[tuple[str, str, Task | None]]:
-    """``(prompt_id, prompt, task)`` for every parity request, prompts first."""
-    out: list[tuple[str, str, Task | None]] = [
-        (f"prompt-{i + 1}", text, None) for i, text in enumerate(plan.parity.prompts)
-    ]
-    ids = {pid for pid, _, _ in out}
-    for t in tasks:
-        if t.id in ids:
-            raise PlanError(f"task id {t.id!r} collides with a parity prompt id")
-        out.append((t.id, t.prompt, t))
-    for item in parity_conversations(plan):
-        for k, turn in enumerate(item.turns):
-            out.append((conversation_pid(item.id, k), turn, None))
-    return out
-
-
-def reasoning_modes(plan: BenchmarkPlan) -> list[ReasoningMode]:
-    seen: list[ReasoningMode] = []
-    for c in plan.cells:
-        if c.reasoning_mode not in seen:
-            seen.append(c.reasoning_mode)
-    return seen
-
-
-# --------------------------------------------------------------- building --
-
-
-def _sum_known(values: Iterable[int | None]) -> int | None:
-    vals = list(values)
-    if not vals or any(v is None for v in vals):
-        return None
-    return sum(v for v in vals if v is not None)
-
-
-def _window_steps(server: AcceptanceRecord | None, drafted: int, accepted: int) -> int | None:
-    """The server-wide verify steps when that record covers exactly these sums, else None."""
-    if server is None or not server.verify_steps:
-        return None
-    if server.draft_tokens != drafted or server.accepted_tokens != accepted:
-        return None
-    return server.verify_steps
-
-
-def _acceptance(
-    ok: Sequence[StreamMeasurement], server: AcceptanceRecord | None
-) -> tuple[float | None, float | None, AcceptanceScope | None, int | None, int | None]:
-    """``(ratio, length, scope, drafted, accepted)`` for a route's cell."""
-    with_counts = [m for m in ok if m.draft_tokens is not None and m.accepted_tokens is not None]
-    if with_counts:
-        drafted = sum(m.draft_tokens or 0 for m in with_counts)
-        accepted = sum(m.accepted_tokens or 0 for m in with_counts)
-        ratio = accepted / drafted if drafted > 0 and accepted <= drafted else None
-        steps = _sum_known(
-            m.acceptance.verify_steps if m.acceptance is not None else None for m in with_counts
+    def row_requests(self, route: str, cell: str, load: str | None = None) -> RowRequests:
+        """The measured requests of one row, for its window figures (see :mod:`_rowstats`)."""
+        return RowRequests(
+            tuple(
+                (m.measurement, MeasureInfo(m.round, m.queue_ms, m.run_id))
+                for m in self._matching(route, cell, load)
+            ),
+            self.plan.slo.limits,
         )
-        length: float | None
-        if steps is not None and steps > 0:
-            length = 1.0 + accepted / steps
-        else:
-            length = median(m.acceptance_length for m in with_counts)
-        window_steps = _window_steps(server, drafted, accepted)
-        if length is None and window_steps is not None:
-            # llama.cpp reports no per-request verify steps; its counters do. When the
-            # counter delta over the measurement window holds exactly the per-request
-            # drafted/accepted sums, its step count belongs to those same requests.
-            length = 1.0 + accepted / window_steps
-        return ratio, length, AcceptanceScope.per_request, drafted, accepted
-    lengths = [m.acceptance_length for m in ok if m.acceptance_length is not None]
-    ratios = [m.accepted_token_ratio for m in ok if m.accepted_token_ratio is not None]
-    if lengths or ratios:
-        return median(ratios), median(lengths), AcceptanceScope.per_request, None, None
-    if server is not None and server.known:
-        return (
-            server.accepted_token_ratio,
-            server.acceptance_length,
-            AcceptanceScope.server_wide,
-            server.draft_tokens,
-            server.accepted_tokens,
-        )
-    return None, None, None, None, None
+
+    def round_values(
+        self, route: str, cell: str, metric: str = "tpot_ms", load: str | None = None
+    ) -> dict[int, float]:
+        """``metric`` per round of one row: the median of a per-request field (ms), or a
+        window figure (``output_throughput_toks_per_s`` tokens/s,
+        ``request_throughput_per_s`` / ``goodput_req_per_s`` requests/s).
+
+        Raises:
+            AttributeError: ``metric`` names neither.
+        """
+        return self.row_requests(route, cell, load).round_values(metric)
 
 
 def _build_parity(
     plan: BenchmarkPlan, state: ResultsState, tasks: Sequence[Task]
 ) -> dict[tuple[str, ReasoningMode], RouteParity]:
-    ids = parity_ids(plan, tasks)
+    ids = parity_ids(parity_prompts(plan, tasks))
     det_ids = [pid for pid, _, t in ids if t is None or plan.parity.task_temperature == 0]
     checker = ExactAcceptance()
     off = plan.off_route
@@ -294,8 +273,10 @@ def _build_parity(
     return out
 
 
-def row_identity(plan: BenchmarkPlan, cell: CellPlan, route: RoutePlan) -> dict[str, Any]:
-    """The key axes (and route label) of the row for ``route`` in ``cell``."""
+def row_identity(
+    plan: BenchmarkPlan, cell: CellPlan, route: RoutePlan, load: LoadPoint
+) -> dict[str, Any]:
+    """The key axes (and route label) of the row for ``route`` in ``cell`` at ``load``."""
     return {
         "model_id": plan.model,
         "provider_route": plan.provider_route,
@@ -307,80 +288,183 @@ def row_identity(plan: BenchmarkPlan, cell: CellPlan, route: RoutePlan) -> dict[
         "stream": True,
         "speculative": route.speculative,
         "route_label": route.label,
+        "concurrency": load.concurrency,
+        "request_rate_per_s": load.rate_per_s,
+        "arrival": load.arrival,
     }
 
 
-def _build_row(
-    plan: BenchmarkPlan,
-    route: RoutePlan,
-    cell: CellPlan,
-    state: ResultsState,
-    parity: Mapping[tuple[str, ReasoningMode], RouteParity],
-) -> Row:
-    keys = [
-        k
-        for k in state.measurements
-        if k[0] == route.label and k[1] == cell.cell_id and k[2] < plan.requests_per_cell
-    ]
-    measured = [state.measurements[k] for k in keys]
-    ok = [m for m in measured if m.error is None]
-    rp = parity.get((route.label, cell.reasoning_mode))
-    ratio = length = None
-    scope: AcceptanceScope | None = None
-    drafted = accepted = None
-    if route.speculative is not Speculative.off:
-        ratio, length, scope, drafted, accepted = _acceptance(
-            ok, state.server.get((route.label, cell.cell_id))
+def _row_records(
+    plan: BenchmarkPlan, state: ResultsState, route: str, cell: str, load: LoadPoint
+) -> Indexed:
+    """The row's measured requests by (index, turn) (``None`` load keys match a
+    one-point plan)."""
+    keys = {load.key} | ({None} if len(plan.load_points) == 1 else set())
+    return {
+        (i, t): (m, state.info[(label, cid, lk, i, t)])
+        for (label, cid, lk, i, t), m in state.measurements.items()
+        if label == route and cid == cell and lk in keys and i < plan.requests_per_cell
+    }
+
+
+def _join_parity(
+    plan: BenchmarkPlan, rp: RouteParity | None, traffic: ParityResult | None
+) -> tuple[QualityParity, str]:
+    """A row's parity: the parity set's, overruled by a divergence of the measured traffic."""
+    parity = rp.parity if rp is not None else QualityParity.unknown
+    reason = rp.reason if rp is not None else "parity not run"
+    if traffic is None:
+        return parity, (
+            f"{reason}; measured traffic sampled at temperature {plan.temperature:g}: "
+            "the row relies on task parity"
         )
+    note = "measured traffic: " + traffic.reason.replace("prompts", "requests")
+    if traffic.parity is QualityParity.differs:
+        return QualityParity.differs, f"{note}; parity set: {reason}"
+    if traffic.control is not None and traffic.control.deterministic is False:
+        return QualityParity.unknown, f"{note}; parity set: {reason}"
+    return parity, f"{reason}; {note}"
+
+
+def _off_parity(
+    plan: BenchmarkPlan, rp: RouteParity | None, off: Indexed
+) -> tuple[QualityParity, str]:
+    """The ``off`` row's parity: the parity set's, unless ``off`` differed from itself
+    between rounds at this load (then ``unknown``)."""
+    parity = rp.parity if rp is not None else QualityParity.unknown
+    reason = rp.reason if rp is not None else "parity not run"
+    if plan.temperature > 0:
+        return parity, reason
+    control = traffic_control(plan, off)
+    if control.deterministic is False:
+        d = control.divergences[0].describe("round 1", "a later round")
+        return QualityParity.unknown, (
+            f"baseline nondeterministic under load: off differed from itself between "
+            f"rounds on {len(control.divergences)} of {control.n_prompts} prompts ({d}); "
+            f"parity set: {reason}"
+        )
+    if control.deterministic:
+        reason += f"; measured traffic: deterministic across rounds on {control.n_prompts}"
+    return parity, reason
+
+
+def _figures(rows: RowRequests, max_lag_ms: float) -> dict[str, Any]:
+    ok = rows.ok
     itl: list[float] = [x for m in ok for x in m.itl_ms]
-    return Row(
-        **row_identity(plan, cell, route),
-        ttft_ms=median(m.ttft_ms for m in ok),
-        tpot_ms=median(m.tpot_ms for m in ok),
-        e2e_ms=median(m.e2e_ms for m in ok),
-        output_toks_per_s=median(m.output_toks_per_s for m in ok),
-        accepted_token_ratio=ratio,
-        acceptance_length=length,
-        acceptance_scope=scope,
-        draft_tokens=drafted,
-        accepted_tokens=accepted,
-        tokens_estimated=any(m.tokens_estimated for m in ok),
-        quality_parity=rp.parity if rp is not None else QualityParity.unknown,
-        parity_detail=rp.reason if rp is not None else "parity not run",
-        n_requests=len(measured),
-        n_errors=len(measured) - len(ok),
-        client_saturated=client_saturated(measured, plan.client_lag_threshold_ms),
-        client_pool_wait_ms=max_pool_wait_ms(measured),
-        dispersion=Dispersion(
+    lag = rows.queue_p90_ms()
+    return {
+        "ttft_ms": rows.value("ttft_ms"),
+        "tpot_ms": rows.value("tpot_ms"),
+        "e2e_ms": rows.value("e2e_ms"),
+        "output_toks_per_s": rows.value("output_toks_per_s"),
+        "tokens_estimated": any(m.tokens_estimated for m in ok),
+        "n_requests": len(rows.requests),
+        "n_errors": len(rows.requests) - len(ok),
+        "dispersion": Dispersion(
             ttft_ms=percentiles(m.ttft_ms for m in ok),
             tpot_ms=percentiles(m.tpot_ms for m in ok),
             e2e_ms=percentiles(m.e2e_ms for m in ok),
             itl_ms=percentiles(itl),
             output_toks_per_s=percentiles(m.output_toks_per_s for m in ok),
         ),
+        "output_throughput_toks_per_s": rows.output_throughput(),
+        "request_throughput_per_s": rows.request_throughput(),
+        "goodput_req_per_s": rows.goodput(),
+        "slo_attainment": rows.slo_attainment(),
+        "rounds": len(rows.rounds()) or None,
+        "schedule_lagged": lag is not None and lag > max_lag_ms,
+    }
+
+
+def _client_fields(rows: RowRequests, threshold_ms: float) -> dict[str, Any]:
+    """The row's client health (docs/measurement.md, "Fidelity"): ``client_saturated``
+    when any measured request saw the client's event loop lag past ``threshold_ms`` (ms),
+    and the longest pool wait of its measured requests (ms)."""
+    measured = [m for m, _ in rows.requests]
+    return {
+        "client_saturated": client_saturated(measured, threshold_ms),
+        "client_pool_wait_ms": max_pool_wait_ms(measured),
+    }
+
+
+def _server_window(
+    state: ResultsState, route: str, cell: str, load: LoadPoint
+) -> AcceptanceRecord | None:
+    """The row's ``/metrics`` windows (one per round) as one record."""
+    windows = [
+        rec
+        for (label, cid, lk, _), rec in sorted(state.server.items(), key=lambda kv: kv[0][3])
+        if label == route and cid == cell and lk in (load.key, None)
+    ]
+    return combine_windows(windows)
+
+
+def _acceptance_fields(
+    route: RoutePlan, server: AcceptanceRecord | None, ok: list[StreamMeasurement]
+) -> dict[str, Any]:
+    if route.speculative is Speculative.off:
+        return {}
+    ratio, length, scope, drafted, accepted = acceptance(ok, server)
+    return {
+        "accepted_token_ratio": ratio,
+        "acceptance_length": length,
+        "acceptance_scope": scope,
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _RowInput:
+    plan: BenchmarkPlan
+    state: ResultsState
+    parity: dict[tuple[str, ReasoningMode], RouteParity]
+
+
+def _build_row(
+    inp: _RowInput, route: RoutePlan, cell: CellPlan, load: LoadPoint
+) -> tuple[Row, ParityResult | None]:
+    plan = inp.plan
+    mine = _row_records(plan, inp.state, route.label, cell.cell_id, load)
+    off = _row_records(plan, inp.state, plan.off_route.label, cell.cell_id, load)
+    rows = RowRequests(tuple(mine[k] for k in sorted(mine)), plan.slo.limits)
+    rp = inp.parity.get((route.label, cell.reasoning_mode))
+    traffic: ParityResult | None = None
+    if route.speculative is Speculative.off:
+        parity, reason = _off_parity(plan, rp, off)
+    else:
+        traffic = traffic_parity(plan, off, mine) if plan.temperature == 0 else None
+        parity, reason = _join_parity(plan, rp, traffic)
+    server = _server_window(inp.state, route.label, cell.cell_id, load)
+    row = Row(
+        **row_identity(plan, cell, route, load),
+        **_figures(rows, plan.arrival.max_lag_ms),
+        **_client_fields(rows, plan.client_lag_threshold_ms),
+        **_acceptance_fields(route, server, rows.ok),
+        quality_parity=parity,
+        parity_detail=reason,
         **cell_spec_fields(
-            measured,
-            state.server.get((route.label, cell.cell_id)),
+            [m for m, _ in rows.requests],
+            server,
             speculative=route.speculative is not Speculative.off,
             declared_spec_tokens=route.spec_tokens,
         ),
-        **_workload_breakdown(state, keys, cell.request_max_tokens),
+        **_workload_breakdown(mine, cell.request_max_tokens),
     )
+    return row, traffic
 
 
-def _workload_breakdown(
-    state: ResultsState, keys: Sequence[tuple[str, str, int, int]], max_tokens: int
-) -> dict[str, Any]:
+def _workload_breakdown(mine: Indexed, max_tokens: int) -> dict[str, Any]:
     """Short-output flag, length percentiles and per-category / per-turn slices."""
-    measured = [state.measurements[k] for k in keys]
+    keys = sorted(mine)
+    measured = [mine[k][0] for k in keys]
     out = workload_fields([m for m in measured if m.error is None], max_tokens)
     by_cat: dict[str, list[StreamMeasurement]] = {}
     by_turn: dict[int, list[StreamMeasurement]] = {}
-    for k, m in zip(keys, measured, strict=True):
-        category = state.items.get(k, (None, None))[1]
-        if category is not None:
-            by_cat.setdefault(category, []).append(m)
-        by_turn.setdefault(k[3], []).append(m)
+    for (_, turn), (m, info) in ((k, mine[k]) for k in keys):
+        if info.category is not None:
+            by_cat.setdefault(info.category, []).append(m)
+        by_turn.setdefault(turn, []).append(m)
     out["categories"] = tuple(
         slice_stats(name, ms, max_tokens=max_tokens) for name, ms in sorted(by_cat.items())
     )
@@ -401,22 +485,37 @@ def build_result(
     complete: bool,
     tasks: Sequence[Task],
 ) -> RunResult:
-    parity = _build_parity(plan, state, tasks)
+    """The :class:`RunResult` of ``plan``'s records (pure: same records, same result).
+
+    Raises:
+        PlanError: a task id collides with a parity prompt id.
+    """
+    inp = _RowInput(plan, state, _build_parity(plan, state, tasks))
     rows: list[Row] = []
-    cells: list[tuple[str, str]] = []
-    for route in plan.routes:
-        for cell in plan.cells:
-            rows.append(_build_row(plan, route, cell, state, parity))
-            cells.append((route.label, cell.cell_id))
+    keys: list[RowKey] = []
+    traffic: dict[RowKey, ParityResult] = {}
+    for cell in plan.cells:
+        for load in plan.load_points:
+            for route in plan.routes:
+                row, tr = _build_row(inp, route, cell, load)
+                key = (route.label, cell.cell_id, load.key)
+                rows.append(row)
+                keys.append(key)
+                if tr is not None:
+                    traffic[key] = tr
     measurements = tuple(
         MeasuredRequest(
             route=k[0],
             cell=k[1],
-            index=k[2],
+            index=k[3],
             measurement=state.measurements[k],
-            turn=k[3],
-            item=state.items.get(k, (None, None))[0],
-            category=state.items.get(k, (None, None))[1],
+            load=k[2],
+            round=state.info[k].round,
+            queue_ms=state.info[k].queue_ms,
+            run_id=state.info[k].run_id,
+            turn=k[4],
+            item=state.info[k].item,
+            category=state.info[k].category,
         )
         for k in state.order
     )
@@ -425,11 +524,12 @@ def build_result(
         plan_hash=plan.plan_hash(),
         rows=tuple(rows),
         measurements=measurements,
-        parity=parity,
+        parity=inp.parity,
         results_path=results_path,
         resumed=resumed,
         complete=complete,
-        row_cells=tuple(cells),
+        row_keys=tuple(keys),
+        traffic=traffic,
     )
 
 
@@ -437,9 +537,9 @@ def load_results(path: str | Path, *, plan_hash: str | None = None) -> RunResult
     """Rebuild a :class:`RunResult` from a results file: the last plan run in it, or
     the run whose plan hash starts with ``plan_hash`` (see :func:`~deepseekbench.list_runs`).
 
-    Rows are rebuilt from the per-request records exactly as :func:`run_plan`
-    built them, so a report equals the run's own; an unfinished run gives rows
-    of what was measured (``complete`` False).
+    Rows are rebuilt from the per-request records exactly as
+    :func:`~deepseekbench.run_plan` built them, so a report equals the run's own;
+    an unfinished run gives rows of what was measured (``complete`` False).
 
     Raises:
         ResultsFormatError: the file is unreadable, has no ``run_start`` record,

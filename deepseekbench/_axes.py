@@ -160,6 +160,23 @@ class AcceptanceScope(_ClosedEnum):
     server_wide = "server_wide"
 
 
+class Arrival(_ClosedEnum):
+    """How requests arrive at a load point.
+
+    ``closed``: a closed loop of ``concurrency`` streams, each sending its next
+    request when the previous one ends; ``poisson``: an open loop at a fixed
+    rate with exponential gaps (a Poisson process); ``gamma``: an open loop
+    with gamma-distributed gaps (shape < 1 is burstier than Poisson).
+    """
+
+    closed = "closed"
+    poisson = "poisson"
+    gamma = "gamma"
+
+
+LOAD_AXES: tuple[str, ...] = ("concurrency", "request_rate_per_s", "arrival")
+"""The key axes that describe the offered load (a subset of :data:`KEY_AXES`)."""
+
 KEY_AXES: tuple[str, ...] = (
     "model_id",
     "provider_route",
@@ -170,5 +187,6 @@ KEY_AXES: tuple[str, ...] = (
     "reasoning_mode",
     "stream",
     "speculative",
+    *LOAD_AXES,
 )
-"""The fields that key a ``Row``: a cell of the benchmark grid."""
+"""The fields that key a ``Row``: a cell of the benchmark grid at one load point."""

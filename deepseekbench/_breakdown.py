@@ -109,6 +109,14 @@ def slice_stats(
     )
 
 
+_WINDOW_FIELDS = (
+    "output_throughput_toks_per_s",
+    "request_throughput_per_s",
+    "goodput_req_per_s",
+    "slo_attainment",
+)
+
+
 def category_row(row: Row, name: str) -> Row | None:
     """``row`` narrowed to category ``name`` (its medians, counts and acceptance),
     or ``None`` when the row has no such category. Parity is the row's (it is
@@ -132,6 +140,8 @@ def category_row(row: Row, name: str) -> Row | None:
             "n_errors": s.n_errors,
             "categories": (),
             "turns": (),
+            # window figures cover the whole row, not one category
+            **{k: None for k in _WINDOW_FIELDS if k in Row.model_fields},
         }
     )
 

@@ -45,6 +45,7 @@ from deepseekbench._runner import (
     ResultsFormatError,
     RunResult,
     dry_run,
+    grid_text,
     load_results_and_runs,
     run_plan,
 )
@@ -253,6 +254,7 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 async def _run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
     gate = LiveGate.from_env(spend=True if args.spend else None)
     path: Path = args.results
+    err.write(f"grid: {grid_text(plan)}\n")
     prog = _StderrProgress(err)
     try:
         result = await run_plan(plan, gate=gate, results_path=path, progress=prog)
@@ -277,6 +279,7 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     err.write(
         f"dry run: plan {result.plan_hash}, {len(result.rows)} rows, "
         f"{result.n_requests} requests would be sent; no connection opened\n"
+        f"  grid: {result.grid}\n"
     )
     for label, refusal in result.refusals.items():
         verdict = f"gate would refuse: {refusal}" if refusal else "admitted"

@@ -19,14 +19,11 @@ and when ``off`` does, exact acceptance cannot be established: the result is
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._axes import QualityParity
-
-if TYPE_CHECKING:
-    from deepseekbench._tasks import TaskParityResult
 
 __all__ = [
     "BASELINE_NONDETERMINISTIC",
@@ -412,7 +409,22 @@ def baseline_parity(
     return QualityParity.verified, f"deterministic on {control.n_prompts} prompts"
 
 
-def row_parity(exact: ParityResult, tasks: TaskParityResult | None) -> tuple[QualityParity, str]:
+class JudgedParity(Protocol):
+    """What :func:`row_parity` reads of a task-parity result
+    (:class:`~deepseekbench.TaskParityResult` has both attributes)."""
+
+    @property
+    def parity(self) -> QualityParity:
+        """The task-parity verdict."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """Why, in one sentence."""
+        ...
+
+
+def row_parity(exact: ParityResult, tasks: JudgedParity | None) -> tuple[QualityParity, str]:
     """Parity of a speculative row from exact acceptance and task parity.
 
     ``verified`` only when exact acceptance is verified and task parity (when a

@@ -24,7 +24,7 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union, cast, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 
 import orjson
 from pydantic import (
@@ -41,6 +41,7 @@ from pydantic import (
 )
 
 from deepseekbench._axes import (
+    Arrival,
     ContextBucket,
     Dialect,
     Hosting,
@@ -76,8 +77,10 @@ __all__ = [
     "ArrivalPlan",
     "BenchmarkPlan",
     "CellPlan",
+    "LoadPoint",
     "ParityPlan",
     "RoutePlan",
+    "SloPlan",
     "WorkloadPlan",
     "validation_error_lines",
 ]
@@ -266,30 +269,86 @@ class CellPlan(BaseModel):
         return self.max_tokens or self.output_target.max_output_tokens
 
 
-class ArrivalPlan(BaseModel):
-    """How requests are offered within a cell.
+_Concurrency = Annotated[int, Field(ge=1, le=4096)]
+_Rate = Annotated[float, Field(gt=0)]
 
-    ``mode="concurrency"``: a closed loop of ``concurrency`` workers.
-    ``mode="rate"``: an open loop at ``rate_per_s`` requests/s with
-    ``distribution`` ``poisson`` (exponential gaps) or ``gamma`` (gaps of shape
-    ``gamma_shape``, mean ``1/rate_per_s``; shape < 1 is burstier), drawn from
-    ``numpy.random.default_rng(seed)``; ``concurrency`` then caps requests in flight.
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """One offered load of a sweep: what a row's load axes hold.
+
+    Attributes:
+        arrival: ``closed`` (a closed loop), ``poisson`` or ``gamma`` (an open loop).
+        concurrency: closed-loop streams, or the open loop's in-flight cap (requests).
+        rate_per_s: the open loop's offered rate (requests/s); ``None`` when closed.
+    """
+
+    arrival: Arrival
+    concurrency: int
+    rate_per_s: float | None = None
+
+    @property
+    def key(self) -> str:
+        """A stable text key for results records, e.g. ``closed:c=16``, ``poisson:r=8:c=64``."""
+        if self.rate_per_s is None:
+            return f"{self.arrival.value}:c={self.concurrency}"
+        return f"{self.arrival.value}:r={self.rate_per_s:g}:c={self.concurrency}"
+
+    @property
+    def label(self) -> str:
+        """What a scorecard shows, e.g. ``c=16`` or ``8/s``."""
+        return f"c={self.concurrency}" if self.rate_per_s is None else f"{self.rate_per_s:g}/s"
+
+    @property
+    def phrase(self) -> str:
+        """In words, e.g. ``concurrency 16`` or ``8 req/s``."""
+        if self.rate_per_s is None:
+            return f"concurrency {self.concurrency}"
+        return f"{self.rate_per_s:g} req/s"
+
+    @property
+    def level(self) -> float:
+        """The sweep's ordering value: concurrency (closed) or rate (open), ascending load."""
+        return float(self.concurrency if self.rate_per_s is None else self.rate_per_s)
+
+
+def _unique(values: tuple[Any, ...], name: str) -> None:
+    if not values:
+        raise ValueError(f"{name} needs at least one value")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} values must be unique, got {list(values)}")
+
+
+class ArrivalPlan(BaseModel):
+    """How requests are offered within a cell, at one load point or a sweep of them.
+
+    ``mode="concurrency"``: a closed loop of ``concurrency`` workers; a list
+    (``concurrency = [1, 4, 16, 64]``) sweeps it, one load point per value.
+    ``mode="rate"``: an open loop at ``rate_per_s`` requests/s (a list sweeps
+    it) with ``distribution`` ``poisson`` (exponential gaps) or ``gamma`` (gaps
+    of shape ``gamma_shape``, mean ``1/rate_per_s``; shape < 1 is burstier),
+    drawn from ``numpy.random.default_rng(seed)``; ``concurrency`` (one value)
+    then caps requests in flight. ``max_lag_ms``: an open-loop row whose p90
+    schedule lag (scheduled send → actual send) exceeds it is flagged
+    ``schedule_lagged`` (ms).
 
     Raises:
-        pydantic.ValidationError: ``concurrency`` outside 1..4096 (requests),
-            ``rate_per_s`` or ``gamma_shape`` not > 0, ``mode="rate"`` without
-            ``rate_per_s`` or ``rate_per_s`` with ``mode="concurrency"``, or an
-            unknown field.
+        pydantic.ValidationError: a ``concurrency`` outside 1..4096 (requests),
+            a ``rate_per_s``, ``gamma_shape`` or ``max_lag_ms`` not > 0, an empty
+            or repeated sweep list, ``mode="rate"`` without ``rate_per_s``,
+            ``rate_per_s`` with ``mode="concurrency"``, a ``concurrency`` list with
+            ``mode="rate"``, or an unknown field.
     """
 
     model_config = _CONFIG
 
     mode: Literal["concurrency", "rate"] = "concurrency"
-    concurrency: int = Field(default=1, ge=1, le=4096)
-    rate_per_s: float | None = Field(default=None, gt=0)
+    concurrency: _Concurrency | tuple[_Concurrency, ...] = 1
+    rate_per_s: _Rate | tuple[_Rate, ...] | None = None
     distribution: Literal["poisson", "gamma"] = "poisson"
     gamma_shape: float = Field(default=1.0, gt=0)
     seed: int = 0
+    max_lag_ms: float = Field(default=100.0, gt=0)
 
     @model_validator(mode="after")
     def _rate(self) -> ArrivalPlan:
@@ -297,27 +356,76 @@ class ArrivalPlan(BaseModel):
             raise ValueError("mode='rate' needs rate_per_s")
         if self.mode == "concurrency" and self.rate_per_s is not None:
             raise ValueError("rate_per_s is only used with mode='rate'")
+        if isinstance(self.concurrency, tuple):
+            if self.mode == "rate":
+                raise ValueError(
+                    "with mode='rate', concurrency is one in-flight cap; sweep rate_per_s instead"
+                )
+            _unique(self.concurrency, "concurrency")
+        if isinstance(self.rate_per_s, tuple):
+            _unique(self.rate_per_s, "rate_per_s")
         return self
 
-    def offsets_s(self, n: int, *, salt: int = 0) -> list[float] | None:
-        """Send times of ``n`` requests in seconds from the cell start (``None`` = closed loop).
+    def load_points(self) -> tuple[LoadPoint, ...]:
+        """The sweep's load points, in plan order (one when nothing is swept)."""
+        if self.mode == "rate" and self.rate_per_s is not None:
+            rates = self.rate_per_s if isinstance(self.rate_per_s, tuple) else (self.rate_per_s,)
+            cap = self.concurrency if isinstance(self.concurrency, int) else self.concurrency[0]
+            kind = Arrival(self.distribution)
+            return tuple(LoadPoint(kind, cap, float(r)) for r in rates)
+        levels = self.concurrency if isinstance(self.concurrency, tuple) else (self.concurrency,)
+        return tuple(LoadPoint(Arrival.closed, c) for c in levels)
 
-        Gaps: exponential with mean ``1/rate_per_s`` (Poisson process) or
-        gamma(shape ``k``, scale ``1/(k·rate_per_s)``); the first request at 0.
-        ``salt`` varies the stream per cell reproducibly.
+    def offsets_s(
+        self, n: int, *, salt: int = 0, rate_per_s: float | None = None
+    ) -> list[float] | None:
+        """Send times of ``n`` requests in seconds from the block start (``None`` = closed loop).
+
+        Gaps: exponential with mean ``1/rate`` (Poisson process) or gamma(shape
+        ``k``, scale ``1/(k·rate)``); the first request at 0. ``rate_per_s``
+        picks the load point (default: the plan's first rate). ``salt`` varies
+        the stream reproducibly.
         """
         if self.mode != "rate" or self.rate_per_s is None:
             return None
         import numpy as np
 
+        if rate_per_s is None:
+            rate_per_s = self.load_points()[0].rate_per_s
+        assert rate_per_s is not None
         rng = np.random.default_rng([self.seed, salt])
-        mean = 1.0 / self.rate_per_s
+        mean = 1.0 / rate_per_s
         if self.distribution == "poisson":
             gaps = rng.exponential(mean, size=n)
         else:
             gaps = rng.gamma(self.gamma_shape, mean / self.gamma_shape, size=n)
-        gaps[0] = 0.0
+        if n:
+            gaps[0] = 0.0
         return [float(x) for x in np.cumsum(gaps)]
+
+
+class SloPlan(BaseModel):
+    """Service-level objectives for goodput: a request is *good* when it meets every
+    limit given (any subset; none set = no goodput).
+
+    Attributes:
+        ttft_ms: TTFT limit (ms). tpot_ms: TPOT limit (ms/token). e2e_ms: E2E limit (ms).
+
+    Raises:
+        pydantic.ValidationError: a limit not > 0, or an unknown field.
+    """
+
+    model_config = _CONFIG
+
+    ttft_ms: float | None = Field(default=None, gt=0, description="TTFT limit, ms")
+    tpot_ms: float | None = Field(default=None, gt=0, description="TPOT limit, ms/token")
+    e2e_ms: float | None = Field(default=None, gt=0, description="E2E latency limit, ms")
+
+    @property
+    def limits(self) -> dict[str, float]:
+        """The limits set, by metric name (``ttft_ms``, ``tpot_ms``, ``e2e_ms``)."""
+        given = {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms}
+        return {k: v for k, v in given.items() if v is not None}
 
 
 class WorkloadPlan(BaseModel):
@@ -443,10 +551,18 @@ class BenchmarkPlan(BaseModel):
         provider_route, engine_route, hosting: the rows' other key axes.
         routes: at least two; exactly one ``off``; unique labels.
         cells: at least one; unique.
-        requests_per_cell: measured requests per route and cell (>= 1).
-        warmup_per_cell: unmeasured requests first (>= 0).
+        requests_per_cell: measured requests per route, cell and load point (>= 1),
+            split over the rounds.
+        warmup_per_cell: unmeasured requests before a route's first round at each
+            cell and load point (>= 0).
+        repeats: measurement rounds per cell and load point (1..100, default 3):
+            each round runs every route's block of the same prompts, the route
+            order alternating between rounds (see ``docs/measurement.md``); 1 is
+            the old sequential design.
         temperature, seed: sampling for measured requests (default greedy, seed 0).
-        arrival: :class:`ArrivalPlan`. workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
+        arrival: :class:`ArrivalPlan` (the load, or a sweep of loads).
+        workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
+        slo: :class:`SloPlan` (limits for goodput; none by default).
         results: JSONL results path (relative to the plan file when loaded), or ``None``.
         timeout_s: total deadline per request (s).
         client_lag_threshold_ms: the client's own event-loop lag (ms, default 10)
@@ -473,11 +589,13 @@ class BenchmarkPlan(BaseModel):
     cells: tuple[CellPlan, ...] = Field(default=(CellPlan(),), json_schema_extra={"minItems": 1})
     requests_per_cell: int = Field(default=8, ge=1, le=100_000)
     warmup_per_cell: int = Field(default=1, ge=0, le=10_000)
+    repeats: int = Field(default=3, ge=1, le=100)
     temperature: float = Field(default=0.0, ge=0, le=2)
     seed: int = 0
     arrival: ArrivalPlan = ArrivalPlan()
     workload: WorkloadPlan = WorkloadPlan()
     parity: ParityPlan = ParityPlan()
+    slo: SloPlan = SloPlan()
     results: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
     client_lag_threshold_ms: float = Field(
@@ -527,6 +645,16 @@ class BenchmarkPlan(BaseModel):
     def off_route(self) -> RoutePlan:
         """The baseline route (``speculative == off``)."""
         return next(r for r in self.routes if r.speculative is Speculative.off)
+
+    @property
+    def load_points(self) -> tuple[LoadPoint, ...]:
+        """The load points every route is measured at (:meth:`ArrivalPlan.load_points`)."""
+        return self.arrival.load_points()
+
+    @property
+    def rounds(self) -> int:
+        """Rounds actually run per cell and load point: ``min(repeats, requests_per_cell)``."""
+        return min(self.repeats, self.requests_per_cell)
 
     @property
     def reach_max_tokens(self) -> bool:

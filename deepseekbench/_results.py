@@ -27,6 +27,8 @@ from deepseekbench._parity import ParityOutput
 from deepseekbench._plan import BenchmarkPlan
 
 __all__ = [
+    "MeasureInfo",
+    "MeasureKey",
     "ResultsFormatError",
     "ResultsRun",
     "ResultsState",
@@ -112,33 +114,71 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+MeasureKey = tuple[str, str, str | None, int, int]
+"""``(route, cell, load key, index, turn)`` of a measured request (turn 0-based;
+0 for a single-turn item and in files written before conversations)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureInfo:
+    """What a measurement record holds beside the measurement.
+
+    Attributes:
+        round: the round it ran in (0-based).
+        queue_ms: open loop: actual send − scheduled send (ms); ``None`` closed loop.
+        run_id: the run (process) that measured it: send times compare only within one.
+        item, category: the workload item's id and dataset category, when recorded.
+    """
+
+    round: int
+    queue_ms: float | None
+    run_id: str
+    item: str | None = None
+    category: str | None = None
+
+
 @dataclass(slots=True)
 class ResultsState:
-    """Records of one plan, indexed for resume and row building."""
+    """Records of one plan, indexed for resume and row building.
 
-    # keyed (route, cell, index, turn); turn is 0 for single-turn requests
-    measurements: dict[tuple[str, str, int, int], StreamMeasurement] = field(
-        default_factory=dict
-    )
-    order: list[tuple[str, str, int, int]] = field(default_factory=list)
-    # (item id, category) of each measurement, when the record names them
-    items: dict[tuple[str, str, int, int], tuple[str | None, str | None]] = field(
-        default_factory=dict
-    )
+    Keys: a measurement is ``(route, cell, load key, index, turn)`` (load key
+    :attr:`~deepseekbench.LoadPoint.key`, ``None`` in files written before load
+    sweeps); a parity output ``(route, reasoning mode, pass, prompt id)``; a
+    ``/metrics`` window ``(route, cell, load key, round)``.
+    """
+
+    measurements: dict[MeasureKey, StreamMeasurement] = field(default_factory=dict)
+    order: list[MeasureKey] = field(default_factory=list)
+    info: dict[MeasureKey, MeasureInfo] = field(default_factory=dict)
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
-    server: dict[tuple[str, str], AcceptanceRecord] = field(default_factory=dict)
+    server: dict[tuple[str, str, str | None, int], AcceptanceRecord] = field(default_factory=dict)
 
     def add(self, rec: Mapping[str, Any]) -> None:
+        """Index one record (the latest record of a key wins).
+
+        Raises:
+            KeyError, TypeError, ValueError, pydantic.ValidationError: a malformed record.
+        """
         kind = rec.get("record")
         if kind == "measurement":
-            key = (str(rec["route"]), str(rec["cell"]), int(rec["index"]), int(rec.get("turn", 0)))
+            key = (
+                str(rec["route"]),
+                str(rec["cell"]),
+                _load_key(rec),
+                int(rec["index"]),
+                int(rec.get("turn", 0)),
+            )
             if key not in self.measurements:
                 self.order.append(key)
             self.measurements[key] = StreamMeasurement.model_validate(rec["measurement"])
+            queue = rec.get("queue_ms")
             item, category = rec.get("item"), rec.get("category")
-            self.items[key] = (
-                item if isinstance(item, str) else None,
-                category if isinstance(category, str) else None,
+            self.info[key] = MeasureInfo(
+                round=int(rec.get("round", 0)),
+                queue_ms=float(queue) if queue is not None else None,
+                run_id=str(rec.get("run_id", "")),
+                item=item if isinstance(item, str) else None,
+                category=category if isinstance(category, str) else None,
             )
         elif kind == "parity_output":
             pkey = (
@@ -149,9 +189,13 @@ class ResultsState:
             )
             self.outputs[pkey] = ParityOutput.model_validate(rec["output"])
         elif kind == "server_metrics":
-            self.server[(str(rec["route"]), str(rec["cell"]))] = AcceptanceRecord.model_validate(
-                rec["acceptance"]
-            )
+            skey = (str(rec["route"]), str(rec["cell"]), _load_key(rec), int(rec.get("round", 0)))
+            self.server[skey] = AcceptanceRecord.model_validate(rec["acceptance"])
+
+
+def _load_key(rec: Mapping[str, Any]) -> str | None:
+    load = rec.get("load")
+    return None if load is None else str(load)
 
 
 def state_from(records: Iterable[Mapping[str, Any]], plan_hash: str, path: Path) -> ResultsState:
@@ -215,6 +259,18 @@ def list_runs(path: str | Path) -> tuple[ResultsRun, ...]:
     return runs_of([r for r in read_records(Path(path)) if r.get("record") == "run_start"])
 
 
+def _stored_plan(data: Any) -> BenchmarkPlan:
+    """The plan of a ``run_start`` record. A plan written before rounds existed
+    (no ``repeats`` key) ran the sequential design: one round.
+
+    Raises:
+        pydantic.ValidationError: not a valid plan. TypeError: not a mapping.
+    """
+    if isinstance(data, dict) and "repeats" not in data:
+        data = {**data, "repeats": 1}
+    return BenchmarkPlan.model_validate(data)
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRun:
     """One plan run read back from a results file.
@@ -254,10 +310,12 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
             raise ResultsFormatError(f"{p}: plan hash {plan_hash!r} {problem}; runs: {listing}")
         starts = [r for r in starts if r.get("plan_hash") == hashes[0]]
     try:
-        plan = BenchmarkPlan.model_validate(starts[-1]["plan"])
-    except (KeyError, ValidationError) as exc:
+        plan = _stored_plan(starts[-1]["plan"])
+    except (KeyError, TypeError, ValidationError) as exc:
         raise ResultsFormatError(f"{p}: the run_start record has no valid plan: {exc}") from exc
-    found_hash = plan.plan_hash()
+    # The hash the records carry: a plan written by an older version hashes
+    # differently now that the plan has more (defaulted) keys.
+    found_hash = str(starts[-1].get("plan_hash", plan.plan_hash()))
     state = state_from(records, found_hash, p)
     complete = any(
         r.get("record") == "run_end" and r.get("plan_hash") == found_hash for r in records

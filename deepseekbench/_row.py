@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from deepseekbench._axes import (
     AcceptanceScope,
+    Arrival,
     ContextBucket,
     Hosting,
     OutputTarget,
@@ -26,8 +27,12 @@ from deepseekbench._axes import (
 )
 from deepseekbench._errors import RowFormatError
 
-SCHEMA_VERSION = 1
-"""Version of the ``Row`` JSON contract; bumped on any incompatible change."""
+SCHEMA_VERSION = 2
+"""Version of the ``Row`` JSON contract; bumped on any incompatible change.
+
+2: the load joined the key (``concurrency``, ``request_rate_per_s``,
+``arrival``), plus window throughput, goodput and SLO attainment. Version-1
+rows read with those fields ``None`` and never pair with rows of known load."""
 
 REQUIRED_FIELDS: tuple[str, ...] = (
     "ttft_ms",
@@ -239,6 +244,51 @@ class Row(BaseModel):
         ge=0,
         description="longest wait of a measured request for a pooled connection, ms "
         "(kept out of TTFT); None when the transport did not report it",
+    )
+    # --- load (key axes since schema 2) -------------------------------------
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="closed-loop streams, or an open loop's in-flight cap, requests "
+        "(None = unknown: a schema-1 row)",
+    )
+    request_rate_per_s: float | None = Field(
+        default=None, gt=0, description="open-loop offered rate, requests/s (None = closed loop)"
+    )
+    arrival: Arrival | None = Field(
+        default=None, description="closed, poisson or gamma (None = unknown: a schema-1 row)"
+    )
+    # --- window throughput and goodput ----------------------------------------
+    output_throughput_toks_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="output tokens of the successful measured requests / measurement window "
+        "(first send to last token, summed over rounds), tokens/s",
+    )
+    request_throughput_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="successful measured requests / measurement window, requests/s",
+    )
+    goodput_req_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="measured requests meeting every [slo] limit / measurement window, "
+        "requests/s (None = no [slo])",
+    )
+    slo_attainment: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="fraction of measured requests meeting every [slo] limit (None = no [slo])",
+    )
+    rounds: int | None = Field(
+        default=None, ge=1, description="measurement rounds the row's requests ran in"
+    )
+    schedule_lagged: bool = Field(
+        default=False,
+        description="True when the open-loop schedule lagged badly (p90 queue_ms above the "
+        "plan's arrival.max_lag_ms): the client, not the server, may have limited the load",
     )
     # --- workload (issue 13) ---------------------------------------------
     output_short: bool = Field(

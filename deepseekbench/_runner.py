@@ -1,16 +1,20 @@
 """``run_plan``: measure a :class:`~deepseekbench.BenchmarkPlan`, speed and parity in one run.
 
-Order of work (routes one after another, so a server's ``/metrics`` delta
-covers only its own requests):
+The run is a pipeline whose data flows one way::
 
-1. for each route, ``off`` first: the parity set (parity prompts and tasks,
-   deterministic: temperature 0, the plan's fixed seed) once per reasoning mode
-   in the plan's cells; then, per cell, the warm-up requests (not recorded) and
-   the measured requests, with a ``/metrics`` scrape before and after on
-   speculative routes (the server-wide acceptance fallback);
-2. the determinism control: the ``off`` route's parity set a second time;
-3. parity per route (:mod:`deepseekbench._parity`, :mod:`deepseekbench._tasks`)
-   and one :class:`~deepseekbench.Row` per route and cell.
+    plan ─▶ schedule ─▶ executor ─▶ results store ─▶ analysis ─▶ scorecard
+            (_schedule)  (_executor)  (_results)       (_analysis)  (_scorecard)
+
+This module only wires the stages: it prepares the workload
+(:mod:`deepseekbench._prepare`: each cell's items, counted with the plan's
+tokenizer and checked against the cell's bucket before any measured request),
+builds the schedule
+(:func:`~deepseekbench._schedule.build_schedule`: parity set per route, then per
+cell and load point ``rounds`` rounds of every route's block with the route
+order alternating, then the determinism control), drops what an earlier run of
+the same plan already recorded, hands each block to the executor, appends every
+finished request to the results file as it arrives, and builds the rows from
+the records at the end.
 
 **Results file.** Records are appended and flushed as they arrive
 (:mod:`deepseekbench._results`); a crash or Ctrl-C loses nothing already
@@ -23,10 +27,11 @@ rebuilds exactly what the run returned.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +40,7 @@ import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._analysis import (
     MeasuredRequest,
     RouteParity,
@@ -42,24 +48,22 @@ from deepseekbench._analysis import (
     build_result,
     load_results,
     load_results_and_runs,
-    parity_ids,
-    reasoning_modes,
     row_identity,
 )
-from deepseekbench._axes import QualityParity, ReasoningMode, Speculative
+from deepseekbench._axes import QualityParity
+from deepseekbench._executor import Executor, Sent
 from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure import StreamMeasurement, Timeouts
 from deepseekbench._parity import ParityOutput
-from deepseekbench._plan import BenchmarkPlan, CellPlan, RoutePlan
+from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._prepare import (
+    PreparedWorkload,
     conversation_pid,
-    converse,
     make_counter,
-    parity_conversations,
     prepare_workload,
 )
-from deepseekbench._request import ChatRequest
 from deepseekbench._results import (
+    MeasureInfo,
     ResultsFormatError,
     ResultsRun,
     ResultsState,
@@ -70,12 +74,10 @@ from deepseekbench._results import (
 )
 from deepseekbench._route import EngineRoute
 from deepseekbench._row import Row
-from deepseekbench._selfcheck import SelfCheck
+from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
 from deepseekbench._spec_config import check_spec_config
-from deepseekbench._tasks import Task
-from deepseekbench._tokens import recount_output
 from deepseekbench._transport import pool_limits
-from deepseekbench._workload import WorkloadItem, check_bucket_bytes
+from deepseekbench._workload import check_bucket_bytes
 
 __all__ = [
     "DryRunResult",
@@ -87,6 +89,7 @@ __all__ = [
     "RouteParity",
     "RunResult",
     "dry_run",
+    "grid_text",
     "list_runs",
     "load_results",
     "load_results_and_runs",
@@ -117,7 +120,8 @@ ProgressFn = Callable[[ProgressEvent], None]
 
 class DryRunResult(BaseModel):
     """What :func:`dry_run` found: the rows a run would write (no measurement, parity
-    ``unknown``) and, per route label, the gate's refusal message (``None`` = admitted)."""
+    ``unknown``; one per route, cell and load point), per route label the gate's
+    refusal message (``None`` = admitted), the requests it would send, and the grid."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -125,6 +129,7 @@ class DryRunResult(BaseModel):
     rows: tuple[Row, ...]
     refusals: dict[str, str | None]
     n_requests: int
+    grid: str = ""
 
     @property
     def refused(self) -> bool:
@@ -132,49 +137,8 @@ class DryRunResult(BaseModel):
         return any(v is not None for v in self.refusals.values())
 
 
-# ------------------------------------------------------------------ helpers --
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def _parity_request(
-    plan: BenchmarkPlan,
-    prompt: str,
-    task: Task | None,
-    mode: ReasoningMode,
-    history: tuple[dict[str, Any], ...] = (),
-) -> ChatRequest:
-    temperature = plan.parity.task_temperature if task is not None else 0.0
-    max_tokens = (task.max_tokens if task is not None else None) or plan.parity.max_tokens
-    return ChatRequest(
-        messages=(*history, {"role": "user", "content": prompt}),
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=plan.parity.seed,
-        reasoning_mode=mode,
-    )
-
-
-def _measure_request(
-    plan: BenchmarkPlan, cell: CellPlan, messages: tuple[dict[str, Any], ...]
-) -> ChatRequest:
-    return ChatRequest(
-        messages=messages,
-        max_tokens=cell.request_max_tokens,
-        temperature=plan.temperature,
-        seed=plan.seed,
-        reasoning_mode=cell.reasoning_mode,
-        reach_max_tokens=plan.reach_max_tokens,
-    )
-
-
-def _first_turn(item: WorkloadItem) -> tuple[dict[str, Any], ...]:
-    return ({"role": "user", "content": item.turns[0]},)
-
-
-# ---------------------------------------------------------------- running --
 
 
 class _Progress:
@@ -215,6 +179,222 @@ def _check_gate(routes: Iterable[EngineRoute], gate: LiveGate) -> None:
             raise err
 
 
+# ------------------------------------------------------------ resume filter --
+
+
+def _turns(item: WorkItem) -> int:
+    return len(item.workload.turns) if item.workload is not None else 1
+
+
+def _recorded(state: ResultsState, block: Block, item: WorkItem) -> list[StreamMeasurement]:
+    """The turns of ``item`` an earlier run recorded, in order, up to the first gap
+    (measured requests; a parity conversation's complete outputs as measurements)."""
+    out: list[StreamMeasurement] = []
+    for t in range(_turns(item)):
+        if block.phase is Phase.measure:
+            assert block.load is not None
+            m = state.measurements.get((block.route, block.cell, block.load.key, item.index, t))
+        else:
+            o = state.outputs.get(
+                (block.route, block.reasoning_mode.value, block.parity_pass, _parity_pid(item, t))
+            )
+            m = StreamMeasurement(text=o.text) if o is not None and o.complete else None
+        if m is None:
+            break
+        out.append(m)
+    return out
+
+
+def _parity_pid(item: WorkItem, turn: int) -> str:
+    """The parity prompt id of ``turn`` of a parity item (its own id when single-turn)."""
+    if item.workload is not None and len(item.workload.turns) > 1:
+        return conversation_pid(item.workload.id, turn)
+    return item.prompt_id
+
+
+def _remaining(state: ResultsState, block: Block, item: WorkItem) -> WorkItem | None:
+    """``item`` with the turns already recorded attached (``done``), or ``None`` when
+    nothing is left to send (every turn recorded, or an errored turn ended it)."""
+    done = _recorded(state, block, item)
+    if len(done) == _turns(item) or any(m.error is not None for m in done):
+        return None
+    return dataclasses.replace(item, done=tuple(done)) if done else item
+
+
+def pending(
+    blocks: Iterable[Block], state: ResultsState
+) -> list[tuple[Block, tuple[WorkItem, ...]]]:
+    """The blocks with requests still to make, each with those requests.
+
+    A route's warm-ups move to its first block with work at each cell and load
+    point, so a resumed run still warms the route up before measuring it.
+    """
+    out: list[tuple[Block, tuple[WorkItem, ...]]] = []
+    warmups: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    for block in blocks:
+        todo = tuple(
+            r for it in block.items if (r := _remaining(state, block, it)) is not None
+        )
+        wkey = (block.route, block.cell, block.load.key if block.load else "")
+        if block.warmup:
+            warmups[wkey] = block.warmup
+        if not todo:
+            continue
+        warm = warmups.pop(wkey, ())
+        out.append((dataclasses.replace(block, warmup=warm), todo))
+    return out
+
+
+# ------------------------------------------------------------- the store side --
+
+
+class _Recorder:
+    """Writes each finished request to the results file and the in-memory state."""
+
+    def __init__(
+        self,
+        writer: ResultsWriter,
+        state: ResultsState,
+        base: Mapping[str, Any],
+        speculative: Mapping[str, str],
+    ) -> None:
+        self.writer = writer
+        self.state = state
+        self.base = dict(base)
+        self.speculative = speculative  # route label -> speculative value
+
+    def sent(self, block: Block, sent: Sent) -> None:
+        if sent.item is None:  # a warm-up: measured, not recorded
+            return
+        if block.phase is Phase.measure:
+            self._measurement(block, sent)
+        else:
+            self._parity_output(block, sent)
+
+    def _measurement(self, block: Block, sent: Sent) -> None:
+        assert block.load is not None and sent.item is not None
+        key = (block.route, block.cell, block.load.key, sent.item.index, sent.turn)
+        if key not in self.state.measurements:
+            self.state.order.append(key)
+        self.state.measurements[key] = sent.measurement
+        w = sent.item.workload
+        item, category = (w.id, w.category) if w is not None else (None, None)
+        self.state.info[key] = MeasureInfo(
+            block.round, sent.queue_ms, self.base["run_id"], item, category
+        )
+        self.writer.write(
+            {
+                "record": "measurement",
+                **self.base,
+                "route": block.route,
+                "speculative": self.speculative[block.route],
+                "cell": block.cell,
+                "load": block.load.key,
+                "round": block.round,
+                "index": sent.item.index,
+                "turn": sent.turn,
+                "item": item,
+                "category": category,
+                "queue_ms": sent.queue_ms,
+                "measurement": sent.measurement.model_dump(mode="json"),
+            }
+        )
+
+    def _parity_output(self, block: Block, sent: Sent) -> None:
+        assert sent.item is not None
+        pid = _parity_pid(sent.item, sent.turn)
+        out = ParityOutput.from_measurement(pid, sent.measurement)
+        mode = block.reasoning_mode.value
+        self.state.outputs[(block.route, mode, block.parity_pass, pid)] = out
+        self.writer.write(
+            {
+                "record": "parity_output",
+                **self.base,
+                "route": block.route,
+                "reasoning_mode": mode,
+                "pass": block.parity_pass,
+                "prompt_id": pid,
+                "output": out.model_dump(mode="json"),
+            }
+        )
+
+    def workload(self, prepared: PreparedWorkload) -> None:
+        """One ``workload`` record: the tokenizer and, per cell, each item's id,
+        category, turn count and counted prompt tokens."""
+        self.writer.write(
+            {
+                "record": "workload",
+                **self.base,
+                "tokenizer": prepared.tokenizer,
+                "cells": {
+                    cid: [
+                        {
+                            "id": i.id,
+                            "category": i.category,
+                            "turns": len(i.turns),
+                            "prompt_tokens": i.prompt_tokens,
+                        }
+                        for i in items
+                    ]
+                    for cid, items in prepared.cells.items()
+                },
+            }
+        )
+
+    def window(self, block: Block, delta: AcceptanceRecord) -> None:
+        assert block.load is not None
+        self.state.server[(block.route, block.cell, block.load.key, block.round)] = delta
+        self.writer.write(
+            {
+                "record": "server_metrics",
+                **self.base,
+                "route": block.route,
+                "cell": block.cell,
+                "load": block.load.key,
+                "round": block.round,
+                "acceptance": delta.model_dump(mode="json"),
+            }
+        )
+
+    def finish(self, result: RunResult) -> None:
+        for rpar in result.parity.values():
+            self.writer.write(
+                {
+                    "record": "parity",
+                    **self.base,
+                    "route": rpar.route,
+                    "reasoning_mode": rpar.reasoning_mode.value,
+                    "parity": rpar.model_dump(mode="json"),
+                }
+            )
+        for row in result.rows:
+            self.writer.write({"record": "row", **self.base, "row": row.model_dump(mode="json")})
+        self.writer.write(
+            {
+                "record": "run_end",
+                **self.base,
+                "finished_at": _now(),
+                "n_requests": len(result.measurements),
+                "n_errors": result.n_errors,
+            }
+        )
+
+
+def _in_flight(plan: BenchmarkPlan) -> int:
+    """The most requests the run keeps in flight: the largest concurrency of the load
+    sweep (an open loop's in-flight cap) or the parity set's, whichever is larger."""
+    return max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
+
+
+def _to_send(items: Iterable[WorkItem]) -> int:
+    """Requests the items will send: every turn not yet recorded."""
+    return sum(_turns(it) - len(it.done) for it in items)
+
+
+def _resumed(state: ResultsState) -> int:
+    return len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
+
+
 async def run_plan(
     plan: BenchmarkPlan,
     *,
@@ -223,7 +403,8 @@ async def run_plan(
     progress: ProgressFn | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> RunResult:
-    """Run ``plan``: parity set and measured requests on every route, then rows.
+    """Run ``plan``: parity set, then every route at every cell and load point in
+    alternating rounds, then rows.
 
     Args:
         plan: the :class:`~deepseekbench.BenchmarkPlan`.
@@ -238,8 +419,9 @@ async def run_plan(
             and closed here otherwise).
 
     Returns:
-        :class:`RunResult`: rows (medians in ms, tokens/s), every per-request
-        measurement, and parity per route.
+        :class:`RunResult`: one row per route, cell and load point (medians in ms,
+        throughput in tokens/s and requests/s), every per-request measurement,
+        and parity per route.
 
     Raises:
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
@@ -262,322 +444,113 @@ async def run_plan(
         OSError: the results file or its folder cannot be created or written.
     """
     sources = plan.validate_sources()
-    capability, tasks = sources.capability, sources.tasks
-    pids = parity_ids(plan, tasks)
-    conversations = {i.id: i for i in parity_conversations(plan)}
+    parity_set = parity_prompts(plan, sources.tasks)
     routes: dict[str, EngineRoute] = {r.label: r.engine_route(plan.model) for r in plan.routes}
     _check_gate(routes.values(), gate)
-    own_client = client is None
-    pool = pool_limits(max(plan.arrival.concurrency, plan.parity.concurrency))
-    timeout = httpx.Timeout(plan.timeout_s)
-    http = client if client is not None else gate.client(timeout=timeout, limits=pool)
-    try:
-        counter = make_counter(plan, off_route=routes[plan.off_route.label], gate=gate, client=http)
-        prepared = await prepare_workload(plan, counter=counter, items=sources.items)
-    except BaseException:
-        if own_client:
-            with anyio.CancelScope(shield=True):
-                await http.aclose()
-        raise
     path = Path(results_path) if results_path is not None else plan.results_path()
     plan_hash = plan.plan_hash()
     state = ResultsState()
     if path is not None and path.exists():
         state = state_from(read_records(path), plan_hash, path)
-    resumed = len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
-    modes = reasoning_modes(plan)
-    passes = {plan.off_route.label: 2 if plan.parity.determinism_control else 1}
-
-    def parity_todo(
-        label: str, mode: ReasoningMode, run: int
-    ) -> list[tuple[str, str, Task | None]]:
-        return [
-            (pid, text, t)
-            for pid, text, t in pids
-            if not (
-                (o := state.outputs.get((label, mode.value, run, pid))) is not None and o.complete
-            )
-        ]
-
-    def turns_done(label: str, cell: CellPlan, i: int) -> list[StreamMeasurement]:
-        """The conversation's recorded turns, in order, up to the first gap."""
-        done: list[StreamMeasurement] = []
-        for t in range(len(prepared.item(cell.cell_id, i).turns)):
-            m = state.measurements.get((label, cell.cell_id, i, t))
-            if m is None:
-                break
-            done.append(m)
-        return done
-
-    def turns_left(label: str, cell: CellPlan, i: int) -> int:
-        done = turns_done(label, cell, i)
-        if any(m.error is not None for m in done):
-            return 0  # an errored turn ended the conversation
-        return len(prepared.item(cell.cell_id, i).turns) - len(done)
-
-    def measure_todo(label: str, cell: CellPlan) -> list[int]:
-        return [i for i in range(plan.requests_per_cell) if turns_left(label, cell, i) > 0]
-
-    total = 0
-    for r in plan.routes:
-        for mode in modes:
-            for run in range(1, passes.get(r.label, 1) + 1):
-                total += len(parity_todo(r.label, mode, run))
-        for cell in plan.cells:
-            todo = measure_todo(r.label, cell)
-            total += sum(turns_left(r.label, cell, i) for i in todo)
-            total += plan.warmup_per_cell if todo else 0
-    prog = _Progress(progress, total)
-    writer = ResultsWriter(path)
+    resumed = _resumed(state)
+    prog = _Progress(progress, 0)
     run_id = uuid.uuid4().hex[:12]
-    timeouts = Timeouts(total_s=plan.timeout_s)
-    base = {"plan_hash": plan_hash}
-    check = SelfCheck()  # the client's own event-loop lag, per request (client_saturated)
+    writer = ResultsWriter(path)
+    recorder = _Recorder(
+        writer,
+        state,
+        {"plan_hash": plan_hash, "run_id": run_id},
+        {r.label: r.speculative.value for r in plan.routes},
+    )
+    own_client = client is None
+    timeout = httpx.Timeout(plan.timeout_s)
+    pool = pool_limits(_in_flight(plan))
+    http = client if client is not None else gate.client(timeout=timeout, limits=pool)
+
+    def on_sent(block: Block, sent: Sent) -> None:
+        recorder.sent(block, sent)
+        prog.step(sent.measurement.error is not None)
+
     try:
         await check_spec_config(plan.routes, routes, gate=gate, client=http)
+        # the workload stage: items per cell, counted and checked against each bucket
+        counter = make_counter(plan, off_route=routes[plan.off_route.label], gate=gate, client=http)
+        prepared = await prepare_workload(plan, counter=counter, items=sources.items)
+        schedule = build_schedule(plan, sources.prompts, parity_set, items=prepared.cells)
+        work = pending(schedule, state)
+        prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
+        executor = Executor(routes, gate, http, Timeouts(total_s=plan.timeout_s), counter)
+        cap = sources.capability
         writer.write(
             {
                 "record": "run_start",
-                **base,
-                "run_id": run_id,
+                **recorder.base,
                 "started_at": _now(),
                 "resumed": resumed,
                 "plan": plan.model_dump(mode="json"),
-                "model_capability": capability.model_dump(mode="json") if capability else None,
+                "model_capability": cap.model_dump(mode="json") if cap else None,
             }
         )
-
-        writer.write(
-            {
-                "record": "workload",
-                **base,
-                "run_id": run_id,
-                "tokenizer": prepared.tokenizer,
-                "cells": {
-                    cid: [
-                        {
-                            "id": i.id,
-                            "category": i.category,
-                            "turns": len(i.turns),
-                            "prompt_tokens": i.prompt_tokens,
-                        }
-                        for i in items
-                    ]
-                    for cid, items in prepared.cells.items()
-                },
-            }
-        )
-
-        async def one(route: EngineRoute, req: ChatRequest) -> StreamMeasurement:
-            m = await measure_streamed(req, route=route, gate=gate, client=http, timeouts=timeouts)
-            if prepared.counter is not None and m.tokens_estimated and m.error is None:
-                m = await recount_output(m, prepared.counter)
-            return m
-
-        async def parity_pass(label: str, mode: ReasoningMode, run: int) -> None:
-            todo = parity_todo(label, mode, run)
-            if not todo:
-                return
-            prog.set_phase(f"parity {label} {mode.value} run {run}")
-            limiter = anyio.CapacityLimiter(plan.parity.concurrency)
-
-            async def do(
-                pid: str, text: str, task: Task | None, history: tuple[dict[str, Any], ...] = ()
-            ) -> ParityOutput:
-                async with limiter:
-                    m = await one(routes[label], _parity_request(plan, text, task, mode, history))
-                out = ParityOutput.from_measurement(pid, m)
-                state.outputs[(label, mode.value, run, pid)] = out
-                writer.write(
-                    {
-                        "record": "parity_output",
-                        **base,
-                        "route": label,
-                        "reasoning_mode": mode.value,
-                        "pass": run,
-                        "prompt_id": pid,
-                        "output": out.model_dump(mode="json"),
-                    }
-                )
-                prog.step(out.error is not None)
-                return out
-
-            async def do_conversation(item: WorkloadItem) -> None:
-                # each turn carries this route's own earlier answers
-                history: tuple[dict[str, Any], ...] = ()
-                for k, turn in enumerate(item.turns):
-                    pid = conversation_pid(item.id, k)
-                    out = state.outputs.get((label, mode.value, run, pid))
-                    if out is None or not out.complete:
-                        out = await do(pid, turn, None, history)
-                    if out.error is not None:
-                        return
-                    history = (
-                        *history,
-                        {"role": "user", "content": turn},
-                        {"role": "assistant", "content": out.text},
-                    )
-
-            waiting = {pid for pid, _, _ in todo}
-            async with anyio.create_task_group() as tg:
-                for pid, text, t in todo:
-                    if not pid.startswith("conv:"):
-                        tg.start_soon(do, pid, text, t)
-                for item in conversations.values():
-                    if any(conversation_pid(item.id, k) in waiting for k in range(len(item.turns))):
-                        tg.start_soon(do_conversation, item)
-
-        async def cell_phase(rp: RoutePlan, cell: CellPlan, salt: int) -> None:
-            todo = measure_todo(rp.label, cell)
-            if not todo:
-                return
-            route = routes[rp.label]
-            prog.set_phase(f"measure {rp.label} {cell.cell_id}")
-            limiter = anyio.CapacityLimiter(plan.arrival.concurrency)
-
-            async def warm(i: int) -> None:
-                first = _first_turn(prepared.item(cell.cell_id, i))
-                async with limiter:
-                    m = await one(route, _measure_request(plan, cell, first))
-                prog.step(m.error is not None)
-
-            async with anyio.create_task_group() as tg:
-                for i in range(plan.warmup_per_cell):
-                    tg.start_soon(warm, i)
-            before = None
-            scrape = rp.speculative is not Speculative.off and plan.hosting.value != "managed_api"
-            if scrape:
-                from deepseekbench._server_metrics import scrape_metrics
-
-                before = await scrape_metrics(route, gate=gate, client=http)
-
-            async def measure(i: int) -> None:
-                item = prepared.item(cell.cell_id, i)
-                done = turns_done(rp.label, cell, i)
-
-                async def send(req: ChatRequest) -> StreamMeasurement:
-                    async with limiter:
-                        m = await one(route, req)
-                    turn = len(req.messages) // 2  # user/assistant pairs before this turn
-                    key = (rp.label, cell.cell_id, i, turn)
-                    state.measurements[key] = m
-                    state.order.append(key)
-                    state.items[key] = (item.id, item.category)
-                    writer.write(
-                        {
-                            "record": "measurement",
-                            **base,
-                            "route": rp.label,
-                            "speculative": rp.speculative.value,
-                            "cell": cell.cell_id,
-                            "index": i,
-                            "turn": turn,
-                            "item": item.id,
-                            "category": item.category,
-                            "measurement": m.model_dump(mode="json"),
-                        }
-                    )
-                    prog.step(m.error is not None)
-                    return m
-
-                await converse(
-                    item, lambda msgs: _measure_request(plan, cell, msgs), send, done=done
-                )
-
-            offsets = plan.arrival.offsets_s(len(todo), salt=salt)
-            async with anyio.create_task_group() as tg:
-                t0 = anyio.current_time()
-                for j, i in enumerate(todo):
-                    if offsets is not None:
-                        delay = t0 + offsets[j] - anyio.current_time()
-                        if delay > 0:
-                            await anyio.sleep(delay)
-                    tg.start_soon(measure, i)
-            if scrape and before is not None:
-                from deepseekbench._server_metrics import metrics_delta, scrape_metrics
-
-                after = await scrape_metrics(route, gate=gate, client=http)
-                delta = metrics_delta(before, after)
-                if delta is not None:
-                    state.server[(rp.label, cell.cell_id)] = delta
-                    writer.write(
-                        {
-                            "record": "server_metrics",
-                            **base,
-                            "route": rp.label,
-                            "cell": cell.cell_id,
-                            "acceptance": delta.model_dump(mode="json"),
-                        }
-                    )
-
+        recorder.workload(prepared)
         prog.emit()
-        await check.start()
-        run_order = (plan.off_route, *plan.speculative_routes)
-        for r_index, rp in enumerate(run_order):
-            for mode in modes:
-                await parity_pass(rp.label, mode, 1)
-            for c_index, cell in enumerate(plan.cells):
-                await cell_phase(rp, cell, salt=r_index * 1000 + c_index)
-        if plan.parity.determinism_control:
-            for mode in modes:
-                await parity_pass(plan.off_route.label, mode, 2)
+        for block, items in work:
+            prog.set_phase(block.title)
+            delta = await executor.run_block(block, items, on_sent)
+            if delta is not None:
+                recorder.window(block, delta)
         prog.set_phase("done")
         result = build_result(
-            plan, state, results_path=path, resumed=resumed, complete=True, tasks=tasks
+            plan, state, results_path=path, resumed=resumed, complete=True, tasks=sources.tasks
         )
-        for rpar in result.parity.values():
-            writer.write(
-                {
-                    "record": "parity",
-                    **base,
-                    "run_id": run_id,
-                    "route": rpar.route,
-                    "reasoning_mode": rpar.reasoning_mode.value,
-                    "parity": rpar.model_dump(mode="json"),
-                }
-            )
-        for row in result.rows:
-            writer.write(
-                {"record": "row", **base, "run_id": run_id, "row": row.model_dump(mode="json")}
-            )
-        writer.write(
-            {
-                "record": "run_end",
-                **base,
-                "run_id": run_id,
-                "finished_at": _now(),
-                "n_requests": len(result.measurements),
-                "n_errors": result.n_errors,
-            }
-        )
+        recorder.finish(result)
         return result
     finally:
         writer.close()
         if own_client:
             with anyio.CancelScope(shield=True):
                 await http.aclose()
-        await check.aclose()  # not inside a shield: its task group was opened outside one
+
+
+def grid_text(plan: BenchmarkPlan) -> str:
+    """The measurement grid in one line, e.g. ``3 routes × 1 cell × 3 load points
+    (concurrency 1, 8, 32) × 3 rounds``."""
+    loads = plan.load_points
+    closed = loads[0].rate_per_s is None
+    levels = ", ".join(f"{lp.level:g}" for lp in loads)
+    what = f"concurrency {levels}" if closed else f"{levels} req/s, {loads[0].arrival.value}"
+
+    def n(k: int, word: str) -> str:
+        return f"{k} {word}{'' if k == 1 else 's'}"
+
+    return (
+        f"{n(len(plan.routes), 'route')} × {n(len(plan.cells), 'cell')} × "
+        f"{n(len(loads), 'load point')} ({what}) × {n(plan.rounds, 'round')}"
+    )
 
 
 def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
     """Validate ``plan`` and list the rows a run would write, without any connection.
 
-    Every row has no measurement (``n_requests`` 0) and parity ``unknown``;
-    ``refusals`` says, per route, what the gate would refuse (from
-    :meth:`LiveGate.refusal`, which consumes nothing and opens nothing).
+    Every row (one per route, cell and load point) has no measurement
+    (``n_requests`` 0) and parity ``unknown``; ``refusals`` says, per route,
+    what the gate would refuse (from :meth:`LiveGate.refusal`, which consumes
+    nothing and opens nothing); ``n_requests`` counts every request of the
+    schedule (parity, warm-ups, measured); ``grid`` is :func:`grid_text`.
 
     Raises:
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), or a task id collides with a parity prompt id.
-        WorkloadLengthError: a cell's prompts are certainly below its bucket (the
-            byte bound; token counts need the run's tokenizer), each prompt named.
     """
     sources = plan.validate_sources()
-    tasks = sources.tasks
-    for cell in plan.cells:
-        if sources.items is not None:
+    items = None
+    if sources.items is not None:
+        for cell in plan.cells:
             check_bucket_bytes(cell.cell_id, cell.context_bucket, sources.items)
+        items = {cell.cell_id: sources.items for cell in plan.cells}
+    schedule = build_schedule(
+        plan, sources.prompts, parity_prompts(plan, sources.tasks), items=items
+    )
     refusals: dict[str, str | None] = {}
     for r in plan.routes:
         # A route with api_key_env will send its own Authorization header.
@@ -587,16 +560,16 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         refusals[r.label] = str(err) if err is not None else None
     rows = tuple(
         Row(
-            **row_identity(plan, cell, r),
+            **row_identity(plan, cell, r, load),
             quality_parity=QualityParity.unknown,
             parity_detail="dry run: nothing measured"
             + (f"; gate would refuse: {refusals[r.label]}" if refusals[r.label] else ""),
         )
-        for r in plan.routes
         for cell in plan.cells
+        for load in plan.load_points
+        for r in plan.routes
     )
-    n_parity = len(parity_ids(plan, tasks)) * len(reasoning_modes(plan))
-    n = len(plan.routes) * len(plan.cells) * (
-        plan.requests_per_cell + plan.warmup_per_cell
-    ) + n_parity * (len(plan.routes) + (1 if plan.parity.determinism_control else 0))
-    return DryRunResult(plan_hash=plan.plan_hash(), rows=rows, refusals=refusals, n_requests=n)
+    n = sum(_to_send(b.items) + len(b.warmup) for b in schedule)
+    return DryRunResult(
+        plan_hash=plan.plan_hash(), rows=rows, refusals=refusals, n_requests=n, grid=grid_text(plan)
+    )

@@ -1,13 +1,16 @@
-"""The scorecard: one line per cell and route, a speedup only where it was earned.
+"""The scorecard: one line per cell, load point and route, a speedup only where it was earned.
 
-Each speculative row is paired with the ``off`` row of the same cell (every key
-axis but ``speculative`` equal) and judged by
+Each speculative row is paired with the ``off`` row of the same cell and load
+(every key axis but ``speculative`` equal) and judged by
 :func:`~deepseekbench.compare_speedup`. The speedup column shows a number only
-when that verdict is printed; otherwise it shows the refusal reasons. With
-per-request samples a printed speedup carries a 95 % bootstrap interval
+when that verdict is printed; otherwise it shows the refusal reasons. With 2 or
+more paired rounds a printed figure is the geometric mean of the rounds' ratios
+with a Student-t interval on their logs (:func:`paired_speedup_ci`); otherwise,
+with per-request samples, it carries a 95 % bootstrap interval
 (``scipy.stats.bootstrap``, percentile method, each route's requests resampled
 independently; Efron & Tibshirani 1993, *An Introduction to the Bootstrap*).
-Refused lines list their first divergence and every task flip.
+Refused lines list their first divergence and every task flip; routes measured
+at several loads get a crossover note (:meth:`Scorecard.crossovers`).
 
 Renderings: :meth:`Scorecard.to_text` (terminal), :meth:`~Scorecard.to_markdown`,
 :meth:`~Scorecard.to_json`, :meth:`~Scorecard.to_csv`, ``_repr_html_`` (Jupyter)
@@ -22,18 +25,18 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict
 
+from deepseekbench._analysis import RunResult, load_results
 from deepseekbench._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._plan import LoadPoint
 from deepseekbench._row import Row, SliceStats
-from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
-
-if TYPE_CHECKING:
-    from deepseekbench._analysis import RunResult
+from deepseekbench._rowstats import WINDOW_METRICS
+from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup, speedup_of
 
 __all__ = [
     "CategoryLine",
@@ -44,6 +47,8 @@ __all__ = [
     "bootstrap_speedup_ci",
     "cell_id",
     "line_key",
+    "load_point",
+    "paired_speedup_ci",
 ]
 
 
@@ -56,9 +61,19 @@ def cell_id(row: Row) -> str:
     return f"{row.context_bucket.value}/{row.output_target.value}/{row.reasoning_mode.value}"
 
 
+def load_point(row: Row) -> LoadPoint | None:
+    """The row's load point, or ``None`` when its load is unknown (a schema-1 row)."""
+    if row.arrival is None or row.concurrency is None:
+        return None
+    return LoadPoint(row.arrival, row.concurrency, row.request_rate_per_s)
+
+
 def line_key(row: Row) -> str:
-    """The key of a row's samples and details: ``<route label or speculative>@<cell id>``."""
-    return f"{row.route_label or row.speculative.value}@{cell_id(row)}"
+    """The key of a row's samples and details:
+    ``<route label or speculative>@<cell id>[@<load key>]``."""
+    lp = load_point(row)
+    tail = f"@{lp.key}" if lp is not None else ""
+    return f"{row.route_label or row.speculative.value}@{cell_id(row)}{tail}"
 
 
 class ParityDetail(BaseModel):
@@ -92,7 +107,9 @@ class ScorecardLine(BaseModel):
     """One scorecard line: a row, its parity and acceptance, and its speedup verdict.
 
     ``verdict`` is ``None`` on ``off`` lines and where the cell has no ``off`` row
-    (``baseline`` is then ``None``). Times in ms, throughput in tokens/s.
+    at the same load (``baseline`` is then ``None``). ``load``: the load point
+    (``c=16``, ``8/s``; ``—`` unknown). Times in ms, throughput in tokens/s,
+    goodput in requests/s.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -101,6 +118,9 @@ class ScorecardLine(BaseModel):
     route: str
     speculative: Speculative
     baseline: str | None
+    load: str = "—"
+    load_level: float | None = None
+    load_phrase: str = ""
     quality_parity: QualityParity
     parity_detail: str | None
     accepted_token_ratio: float | None
@@ -118,6 +138,10 @@ class ScorecardLine(BaseModel):
     acceptance_by_position: tuple[float, ...] | None = None
     spec_tokens: int | None = None
     sse_ignored_lines: int = 0
+    output_throughput_toks_per_s: float | None = None
+    goodput_req_per_s: float | None = None
+    slo_attainment: float | None = None
+    schedule_lagged: bool = False
     client_saturated: bool = False
     output_short: bool = False
     n_output_short: int = 0
@@ -165,7 +189,7 @@ def bootstrap_speedup_ci(
     c = np.asarray([x for x in candidate if math.isfinite(x) and x > 0], dtype=float)
     if len(b) < 2 or len(c) < 2:
         return None
-    invert = SpeedupMetric(metric) is SpeedupMetric.output_toks_per_s
+    invert = SpeedupMetric(metric).higher_is_better
 
     def ratio(x: Any, y: Any, axis: int = -1) -> Any:
         mx, my = np.median(x, axis=axis), np.median(y, axis=axis)
@@ -186,6 +210,50 @@ def bootstrap_speedup_ci(
     if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
         return None
     return low, high
+
+
+def paired_speedup_ci(
+    baseline: Mapping[int, float],
+    candidate: Mapping[int, float],
+    *,
+    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+) -> tuple[float, float, float, int] | None:
+    """The speedup and its 95 % interval from paired rounds.
+
+    ``baseline``/``candidate``: the metric per round (ms, tokens/s or requests/s),
+    by round number. Each round common to both gives a ratio (times faster,
+    :func:`~deepseekbench._speedup.speedup_of`); the speedup is their geometric
+    mean and the interval a Student-t interval on the mean of the log ratios
+    with ``n − 1`` degrees of freedom (``scipy.stats.t``), exponentiated. Suited
+    to few rounds, where a bootstrap has too few values to resample (Student
+    1908; geometric mean of ratios: Fleming & Wallace 1986; paired repetitions:
+    Kalibera & Jones 2013 — see ``docs/measurement.md``).
+
+    Returns:
+        ``(speedup, low, high, rounds)``, or ``None`` with fewer than 2 usable rounds.
+
+    Raises:
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
+    """
+    import numpy as np
+    from scipy.stats import t
+
+    m = SpeedupMetric(metric)
+    ratios = [
+        speedup_of(baseline[r], candidate[r], m)
+        for r in sorted(set(baseline) & set(candidate))
+        if baseline[r] > 0 and candidate[r] > 0
+    ]
+    logs = np.log(np.asarray([x for x in ratios if math.isfinite(x) and x > 0], dtype=float))
+    n = len(logs)
+    if n < 2:
+        return None
+    mean = float(np.mean(logs))
+    half = float(t.ppf(0.975, n - 1)) * float(np.std(logs, ddof=1)) / math.sqrt(n)
+    values = (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        return None
+    return (*values, n)
 
 
 def _pair_key(row: Row) -> tuple[Any, ...]:
@@ -290,6 +358,7 @@ def _fixed_width(table: list[list[str]]) -> list[str]:
 
 _COLUMNS: tuple[str, ...] = (
     "cell",
+    "load",
     "route",
     "spec",
     "parity",
@@ -298,9 +367,122 @@ _COLUMNS: tuple[str, ...] = (
     "TPOT ms",
     "TTFT ms",
     "tok/s",
+    "thru tok/s",
     "n (err)",
     "speedup",
 )
+_GOODPUT_COLUMN = "goodput/s"
+
+
+class _Judge:
+    """compare_speedup plus the interval: paired rounds first, else a bootstrap."""
+
+    def __init__(
+        self,
+        metric: SpeedupMetric,
+        samples: Mapping[str, Sequence[float]] | None,
+        rounds: Mapping[str, Mapping[int, float]] | None,
+        n_resamples: int,
+        seed: int,
+    ) -> None:
+        self.metric = metric
+        self.samples = samples or {}
+        self.rounds = rounds or {}
+        self.n_resamples = n_resamples
+        self.seed = seed
+
+    def verdict(self, base: Row, row: Row) -> SpeedupVerdict:
+        verdict = compare_speedup(base, row, metric=self.metric)
+        if not verdict.printed:
+            return verdict
+        bk, ck = line_key(base), line_key(row)
+        paired = paired_speedup_ci(
+            self.rounds.get(bk, {}), self.rounds.get(ck, {}), metric=self.metric
+        )
+        if paired is not None:
+            return verdict.with_paired_rounds(*paired)
+        bs, cs = self.samples.get(bk), self.samples.get(ck)
+        if bs and cs:
+            ci = bootstrap_speedup_ci(
+                bs, cs, metric=self.metric, n_resamples=self.n_resamples, seed=self.seed
+            )
+            if ci is not None:
+                return verdict.with_interval(*ci)
+        return verdict
+
+
+def _line(
+    r: Row, base: Row | None, verdict: SpeedupVerdict | None, d: ParityDetail | None
+) -> ScorecardLine:
+    lp = load_point(r)
+    return ScorecardLine(
+        cell=cell_id(r),
+        route=r.route_label or r.speculative.value,
+        speculative=r.speculative,
+        baseline=(base.route_label or base.speculative.value) if base else None,
+        load=lp.label if lp is not None else "—",
+        load_level=lp.level if lp is not None else None,
+        load_phrase=lp.phrase if lp is not None else "",
+        quality_parity=r.quality_parity,
+        parity_detail=r.parity_detail,
+        accepted_token_ratio=r.accepted_token_ratio,
+        acceptance_length=r.acceptance_length,
+        acceptance_scope=r.acceptance_scope,
+        ttft_ms=r.ttft_ms,
+        tpot_ms=r.tpot_ms,
+        e2e_ms=r.e2e_ms,
+        output_toks_per_s=r.output_toks_per_s,
+        n_requests=r.n_requests,
+        n_errors=r.n_errors,
+        verdict=verdict,
+        first_divergence=d.first_divergence if d else None,
+        task_flips=d.task_flips if d else (),
+        output_throughput_toks_per_s=r.output_throughput_toks_per_s,
+        goodput_req_per_s=r.goodput_req_per_s,
+        slo_attainment=r.slo_attainment,
+        schedule_lagged=r.schedule_lagged,
+        client_saturated=r.client_saturated,
+        acceptance_by_position=r.acceptance_by_position,
+        spec_tokens=r.spec_tokens,
+        sse_ignored_lines=r.sse_ignored_lines,
+        output_short=r.output_short,
+        n_output_short=r.n_output_short,
+        categories=_category_lines(base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms),
+        turns=r.turns,
+    )
+
+
+def _x(v: float) -> str:
+    """A speedup figure, e.g. ``1.60×``."""
+    return f"{v:.2f}×"
+
+
+def crossover_text(route: str, cell: str, points: Sequence[tuple[str, float]]) -> str:
+    """One sentence on where ``route`` stops paying in ``cell``.
+
+    ``points``: ``(load phrase, credited speedup)`` in ascending load, e.g.
+    ``[("concurrency 1", 1.6), ("concurrency 16", 1.2), ("concurrency 64", 0.91)]``
+    gives "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.20×); at
+    concurrency 64 it is 0.91×".
+    """
+    head = f"{route} @ {cell}: "
+    paying = 0
+    while paying < len(points) and points[paying][1] > 1.0:
+        paying += 1
+    if paying == len(points):
+        first, last = points[0], points[-1]
+        return head + f"pays at every load measured ({_x(first[1])} at {first[0]} → " + (
+            f"{_x(last[1])} at {last[0]})"
+        )
+    if paying == 0:
+        listing = ", ".join(f"{_x(v)} at {p}" for p, v in points)
+        return head + f"does not pay at any load measured ({listing})"
+    text = (
+        head + f"pays up to {points[paying - 1][0]} ({_x(points[0][1])} → "
+        f"{_x(points[paying - 1][1])}); at {points[paying][0]} it is {_x(points[paying][1])}"
+    )
+    rest = [f"{_x(v)} at {p}" for p, v in points[paying + 1 :]]
+    return text + (f" (then {', '.join(rest)})" if rest else "")
 
 
 def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
@@ -308,20 +490,27 @@ def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
 
 
 def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
-    """Per-position acceptance and ignored SSE lines, one note per line that has them."""
+    """Per-position acceptance, ignored SSE lines and a saturated client, one note per
+    line that has them."""
     notes: list[str] = []
     for ln in lines:
+        where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
         if ln.acceptance_by_position is not None:
             depth = f", depth {ln.spec_tokens}" if ln.spec_tokens is not None else ""
             notes.append(
-                f"{ln.route} @ {ln.cell}: acceptance by draft position 1.."
+                f"{where}: acceptance by draft position 1.."
                 f"{len(ln.acceptance_by_position)}{depth}: "
                 f"{_positions_text(ln.acceptance_by_position)}"
             )
         if ln.sse_ignored_lines:
             notes.append(
-                f"{ln.route} @ {ln.cell}: {ln.sse_ignored_lines} SSE line(s) ignored "
+                f"{where}: {ln.sse_ignored_lines} SSE line(s) ignored "
                 "(unknown or padded field names): streamed text may be incomplete"
+            )
+        if ln.client_saturated:
+            notes.append(
+                f"{where}: CLIENT SATURATED — the measuring client's event loop lagged past "
+                "client_lag_threshold_ms; its times may hold client delay"
             )
     return notes
 
@@ -347,15 +536,20 @@ class Scorecard:
         metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
         n_resamples: int = 2000,
         seed: int = 0,
+        rounds: Mapping[str, Mapping[int, float]] | None = None,
     ) -> Scorecard:
-        """Judge every speculative row against its cell's ``off`` row.
+        """Judge every speculative row against the ``off`` row of its cell and load.
 
         Args:
-            rows: rows of any cells and routes.
+            rows: rows of any cells, load points and routes.
             samples: per-request values of ``metric`` keyed by :func:`line_key`;
-                where both sides have them, a printed speedup gets a 95 % interval.
+                where both sides have them, a printed speedup gets a 95 % bootstrap
+                interval.
             details: first divergence and task flips keyed by :func:`line_key`.
             metric: the speedup metric (default TPOT).
+            rounds: ``metric`` per round keyed by :func:`line_key`; where both sides
+                share 2 or more rounds, a printed speedup's figure and interval come
+                from the paired rounds (:func:`paired_speedup_ci`) instead.
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -365,76 +559,45 @@ class Scorecard:
         for r in rows:
             if r.speculative is Speculative.off:
                 offs.setdefault(_pair_key(r), r)
+        judge = _Judge(m, samples, rounds, n_resamples, seed)
         lines: list[ScorecardLine] = []
         for r in rows:
-            key = line_key(r)
             base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))
-            verdict: SpeedupVerdict | None = None
-            if base is not None:
-                verdict = compare_speedup(base, r, metric=m)
-                if verdict.printed and samples is not None:
-                    bs, cs = samples.get(line_key(base)), samples.get(key)
-                    if bs and cs:
-                        ci = bootstrap_speedup_ci(
-                            bs, cs, metric=m, n_resamples=n_resamples, seed=seed
-                        )
-                        if ci is not None:
-                            verdict = verdict.with_interval(*ci)
-            d = details.get(key) if details is not None else None
-            cats = _category_lines(base, r, m)
-            lines.append(
-                ScorecardLine(
-                    cell=cell_id(r),
-                    route=r.route_label or r.speculative.value,
-                    speculative=r.speculative,
-                    baseline=(base.route_label or base.speculative.value) if base else None,
-                    quality_parity=r.quality_parity,
-                    parity_detail=r.parity_detail,
-                    accepted_token_ratio=r.accepted_token_ratio,
-                    acceptance_length=r.acceptance_length,
-                    acceptance_scope=r.acceptance_scope,
-                    ttft_ms=r.ttft_ms,
-                    tpot_ms=r.tpot_ms,
-                    e2e_ms=r.e2e_ms,
-                    output_toks_per_s=r.output_toks_per_s,
-                    n_requests=r.n_requests,
-                    n_errors=r.n_errors,
-                    verdict=verdict,
-                    first_divergence=d.first_divergence if d else None,
-                    task_flips=d.task_flips if d else (),
-                    acceptance_by_position=r.acceptance_by_position,
-                    spec_tokens=r.spec_tokens,
-                    sse_ignored_lines=r.sse_ignored_lines,
-                    client_saturated=r.client_saturated,
-                    output_short=r.output_short,
-                    n_output_short=r.n_output_short,
-                    categories=cats,
-                    turns=r.turns,
-                )
-            )
+            verdict = judge.verdict(base, r) if base is not None else None
+            d = details.get(line_key(r)) if details is not None else None
+            lines.append(_line(r, base, verdict, d))
         return cls(lines, metric=m)
 
     @classmethod
     def from_run(
         cls, result: RunResult, *, metric: SpeedupMetric | str = SpeedupMetric.tpot_ms
     ) -> Scorecard:
-        """The scorecard of a :class:`~deepseekbench.RunResult` (samples and details included).
+        """The scorecard of a :class:`~deepseekbench.RunResult` (samples, rounds and
+        details included).
 
         Raises:
             ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
         """
         m = SpeedupMetric(metric)
         samples: dict[str, list[float]] = {}
+        rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
-        for row, (route, cell) in zip(result.rows, result.row_cells, strict=True):
+        for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
-            samples[key] = result.samples(route, cell, m.value)
+            if m.value not in WINDOW_METRICS:
+                samples[key] = result.samples(route, cell, m.value, load)
+            rounds[key] = result.round_values(route, cell, m.value, load)
             rp = result.parity.get((route, row.reasoning_mode))
-            if rp is not None:
-                details[key] = ParityDetail(
-                    first_divergence=rp.first_divergence, task_flips=rp.task_flips
-                )
-        return cls.from_rows(result.rows, samples=samples, details=details, metric=m)
+            traffic = result.traffic.get((route, cell, load))
+            # the parity set's divergence first (it names the prompt); the measured
+            # traffic's when the parity set passed
+            first = rp.first_divergence if rp is not None else None
+            if first is None and traffic is not None and traffic.first_divergence is not None:
+                first = "measured traffic, " + traffic.first_divergence.describe("off", route)
+            details[key] = ParityDetail(
+                first_divergence=first, task_flips=rp.task_flips if rp is not None else ()
+            )
+        return cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
 
     @classmethod
     def from_results(
@@ -446,8 +609,6 @@ class Scorecard:
             ResultsFormatError: the file cannot be read back.
             ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
         """
-        from deepseekbench._analysis import load_results
-
         return cls.from_run(load_results(path), metric=metric)
 
     # ------------------------------------------------------------ queries
@@ -470,8 +631,9 @@ class Scorecard:
             f"{ln.accepted_token_ratio:.2f}{scope}" if ln.accepted_token_ratio is not None else "—"
         )
         length = f"{ln.acceptance_length:.2f}{scope}" if ln.acceptance_length is not None else "—"
-        return [
+        cells = [
             ln.cell,
+            ln.load + ("!" if ln.schedule_lagged else ""),
             ln.route,
             ln.speculative.value,
             ln.quality_parity.value,
@@ -480,38 +642,76 @@ class Scorecard:
             _fmt(ln.tpot_ms, 2),
             _fmt(ln.ttft_ms, 1),
             _fmt(ln.output_toks_per_s, 1),
+            _fmt(ln.output_throughput_toks_per_s, 1),
             f"{ln.n_requests} ({ln.n_errors})",
             ln.speedup_text,
         ]
+        if self._with_goodput:
+            slo = f" ({ln.slo_attainment:.0%})" if ln.slo_attainment is not None else ""
+            cells.insert(-2, _fmt(ln.goodput_req_per_s, 2) + slo)
+        return cells
+
+    @property
+    def _with_goodput(self) -> bool:
+        return any(ln.goodput_req_per_s is not None for ln in self.lines)
+
+    @property
+    def _columns(self) -> tuple[str, ...]:
+        if not self._with_goodput:
+            return _COLUMNS
+        return (*_COLUMNS[:-2], _GOODPUT_COLUMN, *_COLUMNS[-2:])
+
+    def crossovers(self) -> tuple[str, ...]:
+        """Per route and cell measured at 2 or more load points: where it stops paying
+        (:func:`crossover_text` over its credited speedups, ascending load), plus the
+        loads where no speedup was credited."""
+        groups: dict[tuple[str, str], list[ScorecardLine]] = {}
+        for ln in self.lines:
+            if ln.speculative is not Speculative.off and ln.load_level is not None:
+                groups.setdefault((ln.route, ln.cell), []).append(ln)
+        out: list[str] = []
+        for (route, cell), lns in groups.items():
+            if len(lns) < 2:
+                continue
+            lns.sort(key=lambda x: x.load_level or 0.0)
+            points = [
+                (x.load_phrase, x.verdict.speedup)
+                for x in lns
+                if x.verdict is not None and x.verdict.speedup is not None
+            ]
+            refused = [x.load_phrase for x in lns if not x.credited]
+            text = crossover_text(route, cell, points) if points else f"{route} @ {cell}: "
+            if refused:
+                text += ("; " if points else "") + "no speedup credited at " + ", ".join(refused)
+            out.append(text)
+        return tuple(out)
 
     def _notes(self) -> list[str]:
-        notes: list[str] = []
+        notes: list[str] = [f"crossover: {c}" for c in self.crossovers()]
+        # One note per route, cell and explanation; the load points it holds at are listed.
+        groups: dict[tuple[Any, ...], list[str]] = {}
         for ln in self.lines:
-            if ln.credited:
+            if ln.credited or (
+                ln.speculative is Speculative.off and ln.quality_parity is QualityParity.verified
+            ):
                 continue
-            if ln.speculative is Speculative.off:
-                if ln.quality_parity is not QualityParity.verified:
-                    notes.append(
-                        f"{ln.route} @ {ln.cell}: baseline parity "
-                        f"{ln.quality_parity.value} — {ln.parity_detail or 'no detail'}"
-                    )
+            key = (ln.route, ln.cell, ln.speculative is Speculative.off, ln.quality_parity,
+                   ln.parity_detail, ln.first_divergence, ln.task_flips)  # fmt: skip
+            groups.setdefault(key, []).append(ln.load)
+        for (route, cell, is_off, parity, detail, first, flips), loads in groups.items():
+            where = f"{route} @ {cell}" + (f" ({', '.join(loads)})" if loads != ["—"] else "")
+            if is_off:
+                notes.append(f"{where}: baseline parity {parity.value} — {detail or 'no detail'}")
                 continue
             notes.append(
-                f"{ln.route} @ {ln.cell}: no speedup credited; parity "
-                f"{ln.quality_parity.value} — {ln.parity_detail or 'no detail'}"
+                f"{where}: no speedup credited; parity {parity.value} — {detail or 'no detail'}"
             )
-            if ln.first_divergence:
-                notes.append(f"  first divergence: {ln.first_divergence}")
-            if ln.task_flips:
-                notes.append(f"  task flips ({len(ln.task_flips)}):")
-                notes.extend(f"    {f}" for f in ln.task_flips)
+            if first:
+                notes.append(f"  first divergence: {first}")
+            if flips:
+                notes.append(f"  task flips ({len(flips)}):")
+                notes.extend(f"    {f}" for f in flips)
         notes.extend(_detail_notes(self.lines))
-        notes.extend(
-            f"{ln.route} @ {ln.cell}: CLIENT SATURATED — the measuring client's event loop "
-            "lagged past client_lag_threshold_ms; its times may hold client delay"
-            for ln in self.lines
-            if ln.client_saturated
-        )
         for ln in self.lines:
             if ln.output_short:
                 notes.append(
@@ -520,13 +720,23 @@ class Scorecard:
                 )
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
+        if any(ln.schedule_lagged for ln in self.lines):
+            notes.append(
+                "! the open-loop schedule lagged (p90 queue_ms above arrival.max_lag_ms): "
+                "the client, not the server, may have limited the load"
+            )
+        if any(ln.verdict is not None and ln.verdict.rounds for ln in self.lines):
+            notes.append(
+                "speedups with rounds: geometric mean of the paired round ratios, 95% CI a "
+                "Student-t interval on their logs"
+            )
         return notes
 
     # ------------------------------------------------------------ renderings
     def to_text(self) -> str:
         """A fixed-width terminal table plus notes on every refused line."""
-        table = [list(_COLUMNS)] + [self._cells(ln) for ln in self.lines]
-        widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
+        table = [list(self._columns)] + [self._cells(ln) for ln in self.lines]
+        widths = [max(len(r[i]) for r in table) for i in range(len(self._columns))]
         out = [
             f"Scorecard (speedup by {self.metric.value}; credited only with parity verified "
             "on both sides)"
@@ -566,7 +776,7 @@ class Scorecard:
         def esc(s: str) -> str:
             return s.replace("|", "\\|").replace("\n", " ")
 
-        out = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+        out = ["| " + " | ".join(self._columns) + " |", "|" + "---|" * len(self._columns)]
         out += ["| " + " | ".join(esc(c) for c in self._cells(ln)) + " |" for ln in self.lines]
         cats = [row for ln in self.lines for row in _category_cells(ln)]
         if cats:
@@ -600,6 +810,7 @@ class Scorecard:
 
     _CSV_FIELDS: tuple[str, ...] = (
         "cell",
+        "load",
         "route",
         "speculative",
         "baseline",
@@ -611,11 +822,16 @@ class Scorecard:
         "tpot_ms",
         "e2e_ms",
         "output_toks_per_s",
+        "output_throughput_toks_per_s",
+        "goodput_req_per_s",
+        "slo_attainment",
+        "schedule_lagged",
         "n_requests",
         "n_errors",
         "speedup",
         "ci95_low",
         "ci95_high",
+        "rounds",
         "refusal_reasons",
         "parity_detail",
         "first_divergence",
@@ -633,6 +849,7 @@ class Scorecard:
             recs.append(
                 {
                     "cell": ln.cell,
+                    "load": ln.load,
                     "route": ln.route,
                     "speculative": ln.speculative.value,
                     "baseline": ln.baseline,
@@ -644,11 +861,16 @@ class Scorecard:
                     "tpot_ms": ln.tpot_ms,
                     "e2e_ms": ln.e2e_ms,
                     "output_toks_per_s": ln.output_toks_per_s,
+                    "output_throughput_toks_per_s": ln.output_throughput_toks_per_s,
+                    "goodput_req_per_s": ln.goodput_req_per_s,
+                    "slo_attainment": ln.slo_attainment,
+                    "schedule_lagged": ln.schedule_lagged,
                     "n_requests": ln.n_requests,
                     "n_errors": ln.n_errors,
                     "speedup": v.speedup if v is not None else None,
                     "ci95_low": v.ci_low if v is not None else None,
                     "ci95_high": v.ci_high if v is not None else None,
+                    "rounds": v.rounds if v is not None else None,
                     "refusal_reasons": (
                         " ".join(r.value for r in v.reasons)
                         if v is not None
@@ -674,7 +896,7 @@ class Scorecard:
         return buf.getvalue()
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in _COLUMNS)
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns)
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(ln)) + "</tr>"
             for ln in self.lines

@@ -4,7 +4,7 @@ A client whose event loop is late stamps every arrival late, and that delay
 reads as server latency. ``SelfCheck`` runs a ticker task that asks to wake
 every ``interval_s`` and records how late it woke (the lag, ms) and the
 process CPU time; :func:`measure_streamed` reads the largest lag seen during
-its own request (``StreamMeasurement.client_lag_ms``), and the runner flags a
+its own request (``StreamMeasurement.client_lag_ms``), and the analysis flags a
 row ``client_saturated`` when a measured request saw a lag above the plan's
 ``client_lag_threshold_ms``. Works on asyncio and trio.
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._axes import KEY_AXES, QualityParity, Speculative, _ClosedEnum
+from deepseekbench._axes import KEY_AXES, LOAD_AXES, QualityParity, Speculative, _ClosedEnum
 from deepseekbench._row import Row
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
@@ -22,17 +22,42 @@ is printed: a median of fewer is too noisy to credit."""
 
 
 class SpeedupMetric(_ClosedEnum):
-    """What a speedup is computed from.
+    """What a speedup is computed from; every figure reads "times faster" (> 1: the
+    candidate is faster).
 
-    ``tpot_ms``: decode speed, ``baseline.tpot_ms / candidate.tpot_ms`` (default);
-    ``e2e_ms``: ``baseline.e2e_ms / candidate.e2e_ms``;
-    ``output_toks_per_s``: ``candidate.output_toks_per_s / baseline.output_toks_per_s``.
-    All are "times faster": above 1 means the candidate is faster.
+    Lower is better (speedup = baseline / candidate): ``tpot_ms`` (decode speed,
+    the default), ``ttft_ms``, ``e2e_ms``. Higher is better (speedup = candidate /
+    baseline): ``output_toks_per_s`` (per-request median),
+    ``output_throughput_toks_per_s`` (tokens/s over the measurement window),
+    ``goodput_req_per_s`` (requests/s meeting every SLO limit).
     """
 
     tpot_ms = "tpot_ms"
+    ttft_ms = "ttft_ms"
     e2e_ms = "e2e_ms"
     output_toks_per_s = "output_toks_per_s"
+    output_throughput_toks_per_s = "output_throughput_toks_per_s"
+    goodput_req_per_s = "goodput_req_per_s"
+
+    @property
+    def higher_is_better(self) -> bool:
+        """True for throughput metrics (speedup = candidate / baseline)."""
+        return self in _HIGHER_IS_BETTER
+
+
+_HIGHER_IS_BETTER = frozenset(
+    {
+        SpeedupMetric.output_toks_per_s,
+        SpeedupMetric.output_throughput_toks_per_s,
+        SpeedupMetric.goodput_req_per_s,
+    }
+)
+
+
+def speedup_of(baseline: float, candidate: float, metric: SpeedupMetric) -> float:
+    """Times faster: ``candidate / baseline`` for a higher-is-better metric, else
+    ``baseline / candidate`` (dimensionless)."""
+    return candidate / baseline if metric.higher_is_better else baseline / candidate
 
 
 class RefusalReason(_ClosedEnum):
@@ -43,6 +68,7 @@ class RefusalReason(_ClosedEnum):
     baseline_not_off = "baseline_not_off"
     candidate_is_off = "candidate_is_off"
     key_axis_mismatch = "key_axis_mismatch"
+    load_mismatch = "load_mismatch"
     baseline_incomplete = "baseline_incomplete"
     candidate_incomplete = "candidate_incomplete"
     baseline_too_few_requests = "baseline_too_few_requests"
@@ -67,8 +93,11 @@ class SpeedupVerdict(BaseModel):
         speedup: times faster (dimensionless, > 0), or ``None`` when refused.
         reasons: every :class:`RefusalReason` that applies (empty when printed).
         mismatched_axes: key axes other than ``speculative`` that differ.
-        ci_low, ci_high: optional 95 % bootstrap interval of the speedup,
-            attached by the scorecard when per-request samples exist.
+        ci_low, ci_high: optional 95 % interval of the speedup, attached by the
+            scorecard: from paired rounds when the run had 2 or more (then
+            ``rounds`` is set and ``speedup`` is their geometric mean), else a
+            per-request bootstrap.
+        rounds: the paired rounds behind ``speedup`` and the interval, or ``None``.
 
     Raises:
         pydantic.ValidationError: the invariant above fails, ``speedup``/``ci_*``
@@ -84,6 +113,12 @@ class SpeedupVerdict(BaseModel):
     mismatched_axes: tuple[str, ...] = ()
     ci_low: float | None = Field(default=None, gt=0, description="bootstrap 95% CI low")
     ci_high: float | None = Field(default=None, gt=0, description="bootstrap 95% CI high")
+    rounds: int | None = Field(
+        default=None,
+        ge=2,
+        description="paired rounds the figure and interval come from (None: row medians, "
+        "per-request bootstrap interval)",
+    )
 
     @model_validator(mode="after")
     def _check_invariant(self) -> SpeedupVerdict:
@@ -105,6 +140,23 @@ class SpeedupVerdict(BaseModel):
             and self.ci_low <= 1.0 <= self.ci_high
         )
 
+    @property
+    def slower(self) -> bool:
+        """True when a credited figure is below 1: the candidate is slower, and says so."""
+        return self.speedup is not None and self.speedup < 1.0
+
+    def with_paired_rounds(
+        self, speedup: float, low: float, high: float, rounds: int
+    ) -> SpeedupVerdict:
+        """A copy whose figure and 95 % interval come from ``rounds`` paired round
+        ratios (see :func:`~deepseekbench.paired_speedup_ci`); a refused verdict is
+        returned unchanged."""
+        if not self.printed:
+            return self
+        return self.model_copy(
+            update={"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
+        )
+
     def with_interval(self, low: float, high: float) -> SpeedupVerdict:
         """A copy carrying a 95 % interval; a refused verdict is returned unchanged."""
         if not self.printed:
@@ -118,7 +170,8 @@ class SpeedupVerdict(BaseModel):
                 ci = f" (95% CI {self.ci_low:.2f}–{self.ci_high:.2f})"
                 if self.within_noise:
                     ci += " within noise"
-            return f"{self.speedup:.2f}× by {self.metric.value}{ci}"
+            slower = " — slower" if self.slower else ""
+            return f"{self.speedup:.2f}× by {self.metric.value}{slower}{ci}"
         text = "refused: " + ", ".join(r.value for r in self.reasons)
         if self.mismatched_axes:
             text += " [" + ", ".join(self.mismatched_axes) + "]"
@@ -141,7 +194,9 @@ def compare_speedup(
 
     A speedup is printed only when all hold: both rows have
     ``quality_parity == verified``; ``baseline.speculative == off`` and
-    ``candidate.speculative != off``; every other key axis is equal; both rows
+    ``candidate.speculative != off``; every other key axis is equal (a different
+    load — ``concurrency``, ``request_rate_per_s``, ``arrival`` — is refused with
+    ``load_mismatch``, other axes with ``key_axis_mismatch``); both rows
     are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
     ``n_requests >= min_requests``; neither row's token counts were estimated
     (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
@@ -179,8 +234,11 @@ def compare_speedup(
         for axis in KEY_AXES
         if axis != "speculative" and getattr(baseline, axis) != getattr(candidate, axis)
     )
-    if mismatched:
+    if any(axis not in LOAD_AXES for axis in mismatched):
         reasons.append(R.key_axis_mismatch)
+    if any(axis in LOAD_AXES for axis in mismatched):
+        # A schema-1 row (load unknown, None) never pairs with a row of known load.
+        reasons.append(R.load_mismatch)
     if not baseline.is_complete:
         reasons.append(R.baseline_incomplete)
     if not candidate.is_complete:
@@ -205,7 +263,7 @@ def compare_speedup(
         return SpeedupVerdict(
             metric=metric, printed=False, reasons=tuple(reasons), mismatched_axes=mismatched
         )
-    speedup = c / b if metric is SpeedupMetric.output_toks_per_s else b / c
+    speedup = speedup_of(b, c, metric)
     if not (math.isfinite(speedup) and speedup > 0):
         return SpeedupVerdict(metric=metric, printed=False, reasons=(R.speedup_not_finite,))
     return SpeedupVerdict(metric=metric, printed=True, speedup=speedup)

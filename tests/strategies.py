@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from deepseekbench import (
     KEY_AXES,
+    Arrival,
     ContextBucket,
     Dispersion,
     Hosting,
@@ -70,6 +71,15 @@ def rows(draw: st.DrawFn, /, **fixed: Any) -> Row:
         "n_requests": st.just(n_requests),
         "n_errors": st.integers(min_value=0, max_value=n_requests),
         "dispersion": dispersion,
+        "concurrency": st.none() | st.integers(min_value=1, max_value=4096),
+        "request_rate_per_s": st.none() | st.floats(min_value=0.01, max_value=1e4),
+        "arrival": st.none() | st.sampled_from(Arrival),
+        "output_throughput_toks_per_s": st.none() | ms,
+        "request_throughput_per_s": st.none() | ms,
+        "goodput_req_per_s": st.none() | ms,
+        "slo_attainment": st.none() | st.floats(min_value=0.0, max_value=1.0),
+        "rounds": st.none() | st.integers(min_value=1, max_value=100),
+        "schedule_lagged": st.booleans(),
     }
     for name, value in fixed.items():
         fields[name] = value if isinstance(value, st.SearchStrategy) else st.just(value)
@@ -87,6 +97,8 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             tpot_ms=positive_ms,
             e2e_ms=positive_ms,
             output_toks_per_s=positive_ms,
+            output_throughput_toks_per_s=positive_ms,
+            goodput_req_per_s=positive_ms,
             n_requests=st.integers(min_value=5, max_value=10_000),
             n_errors=st.just(0),
             tokens_estimated=False,
@@ -100,6 +112,8 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             tpot_ms=positive_ms,
             e2e_ms=positive_ms,
             output_toks_per_s=positive_ms,
+            output_throughput_toks_per_s=positive_ms,
+            goodput_req_per_s=positive_ms,
             n_requests=st.integers(min_value=5, max_value=10_000),
             n_errors=st.just(0),
             tokens_estimated=False,

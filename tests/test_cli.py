@@ -323,3 +323,19 @@ def test_progress_line_only_on_a_terminal() -> None:
     assert "4/4" in shown and "1 errors" in shown and "measure mtp" in shown
     assert "req/s" in shown or "s/req" in shown
     assert pipe.getvalue() == ""
+
+
+def test_dry_run_shows_the_load_grid(tmp_path: Path, no_connections: list[str]) -> None:
+    port = _free_port()
+    urls = [f"http://127.0.0.1:{port}/v1"] * 2
+    plan = _plan_file(tmp_path, urls, arrival={"concurrency": [1, 8, 32]}, repeats=2)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["run", str(plan), "--dry-run"], stdout=out, stderr=err) == EXIT_OK
+    rows = [Row.from_json_line(line) for line in out.getvalue().splitlines()]
+    assert [(r.route_label, r.concurrency) for r in rows] == [
+        (label, c) for c in (1, 8, 32) for label in ("r0", "r1")
+    ]
+    assert "grid: 2 routes × 1 cell × 3 load points (concurrency 1, 8, 32) × 2 rounds" in (
+        err.getvalue()
+    )
+    assert no_connections == []

@@ -181,3 +181,50 @@ def test_limits_are_honoured_or_refused_never_dropped() -> None:
     assert isinstance(inner, BenchTransport) and inner.limits.max_connections == 7
     with pytest.raises(ValueError, match=">= 1"):
         pool_limits(0)
+
+
+class _Stop(Exception):
+    pass
+
+
+class _PoolSpy(LiveGate):
+    """Records the pool limits run_plan asks for, then stops the run (nothing is sent)."""
+
+    limits: httpx.Limits | None = None
+
+    def client(self, **kwargs: object) -> httpx.AsyncClient:
+        limits = kwargs.get("limits")
+        assert isinstance(limits, httpx.Limits)
+        self.limits = limits
+        raise _Stop
+
+
+@pytest.mark.parametrize(
+    ("arrival", "parity_c", "pool"),
+    [
+        ({"concurrency": [1, 16, 4]}, 8, 16),  # the sweep's largest level
+        ({"concurrency": [2, 4]}, 8, 8),  # the parity set's, when larger
+        ({"mode": "rate", "rate_per_s": [2.0, 8.0], "concurrency": 32}, 1, 32),  # open-loop cap
+    ],
+)
+async def test_the_runner_sizes_its_pool_from_the_sweep_and_the_parity_set(
+    arrival: dict[str, object], parity_c: int, pool: int
+) -> None:
+    from deepseekbench import BenchmarkPlan, run_plan
+
+    plan = BenchmarkPlan.model_validate(
+        {
+            "model": "m",
+            "routes": [
+                {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+                {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
+            ],
+            "arrival": arrival,
+            "parity": {"tasks": "none", "prompts": ["a"], "concurrency": parity_c},
+        }
+    )
+    gate = _PoolSpy()
+    with pytest.raises(_Stop):
+        await run_plan(plan, gate=gate, results_path=None)
+    assert gate.limits is not None
+    assert gate.limits.max_connections == pool == gate.limits.max_keepalive_connections

@@ -158,8 +158,17 @@ def test_row_html_table() -> None:
 
 # --- compare_speedup ----------------------------------------------------------------
 def test_credited_speedup_each_metric() -> None:
-    base = make_row()
-    cand = make_row(speculative="mtp", tpot_ms=10.0, e2e_ms=100.0, output_toks_per_s=100.0)
+    window = {"output_throughput_toks_per_s": 40.0, "goodput_req_per_s": 2.0}
+    base = make_row(**window)
+    cand = make_row(
+        speculative="mtp",
+        tpot_ms=10.0,
+        ttft_ms=5.0,
+        e2e_ms=100.0,
+        output_toks_per_s=100.0,
+        output_throughput_toks_per_s=80.0,  # higher is better: candidate / baseline
+        goodput_req_per_s=4.0,
+    )
     for metric in SpeedupMetric:
         verdict = compare_speedup(base, cand, metric=metric)
         assert verdict.printed and verdict.speedup == pytest.approx(2.0)
@@ -224,8 +233,8 @@ def test_verdict_invariant_and_interval() -> None:
 
 
 def test_bad_metric_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="allowed: 'tpot_ms', 'e2e_ms', 'output_toks_per_s'"):
-        compare_speedup(make_row(), make_row(), metric="ttft_ms")
+    with pytest.raises(ValueError, match="allowed: 'tpot_ms', 'ttft_ms', 'e2e_ms', 'output_toks"):
+        compare_speedup(make_row(), make_row(), metric="itl_ms")
 
 
 # --- LiveGate ---------------------------------------------------------------------

@@ -77,6 +77,14 @@ def test_json_plan_and_defaults(tmp_path: Path) -> None:
         ({"cells": [{"output_target": "256", "max_tokens": 300}]}, "exceeds"),
         ({"cells": [{}, {}]}, "unique"),
         ({"arrival": {"mode": "rate"}}, "rate_per_s"),
+        ({"arrival": {"concurrency": []}}, "at least one"),
+        ({"arrival": {"concurrency": [1, 4, 4]}}, "unique"),
+        ({"arrival": {"concurrency": [1, 5000]}}, "4096"),
+        ({"arrival": {"mode": "rate", "rate_per_s": [2, 0]}}, "greater than 0"),
+        ({"arrival": {"mode": "rate", "rate_per_s": 2, "concurrency": [1, 2]}}, "one in-flight"),
+        ({"repeats": 0}, "repeats"),
+        ({"slo": {"tpot_ms": 0}}, "slo.tpot_ms"),
+        ({"slo": {"itl_ms": 5}}, "unknown field"),
         ({"requests_per_cell": 0}, "requests_per_cell"),
         (
             {
@@ -285,3 +293,33 @@ def test_route_extras_that_the_route_owns_fail_at_plan_load() -> None:
     routes[1]["request_extras"] = {"model": "other", "return_meta_info": True}
     with pytest.raises(PlanError, match=r"routes\[1\]\.request_extras.*'model'"):
         BenchmarkPlan.from_mapping(minimal(routes=routes))
+
+
+def test_load_sweeps_list_one_load_point_per_value() -> None:
+    from deepseekbench import Arrival, LoadPoint
+
+    closed = BenchmarkPlan.from_toml(
+        'model = "m"\n'
+        "[[routes]]\n"
+        'label = "off"\nspeculative = "off"\nbase_url = "http://127.0.0.1:1/v1"\n'
+        "[[routes]]\n"
+        'label = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:2/v1"\n'
+        "[arrival]\nconcurrency = [1, 4, 16, 64]\n"
+    )
+    assert [p.concurrency for p in closed.load_points] == [1, 4, 16, 64]
+    assert {p.arrival for p in closed.load_points} == {Arrival.closed}
+    assert closed.repeats == 3 and closed.rounds == 3
+    rate = BenchmarkPlan.from_mapping(
+        minimal(arrival={"mode": "rate", "rate_per_s": [2, 8, 32], "distribution": "gamma"})
+    )
+    assert rate.load_points == (
+        LoadPoint(Arrival.gamma, 1, 2.0),
+        LoadPoint(Arrival.gamma, 1, 8.0),
+        LoadPoint(Arrival.gamma, 1, 32.0),
+    )
+    assert rate.load_points[0].key == "gamma:r=2:c=1"
+    # a scalar plan is one load point, and keeps its old JSON shape
+    one = BenchmarkPlan.from_mapping(minimal())
+    assert one.load_points == (LoadPoint(Arrival.closed, 1),)
+    assert one.model_dump(mode="json")["arrival"]["concurrency"] == 1
+    assert BenchmarkPlan.from_mapping(minimal(requests_per_cell=2)).rounds == 2

@@ -14,20 +14,25 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from deepseekbench import (
     KEY_AXES,
+    LOAD_AXES,
+    Arrival,
     LiveGate,
     LiveGateError,
     QualityParity,
+    RefusalReason,
     Row,
+    Speculative,
     SpeedupVerdict,
     compare_speedup,
 )
 from deepseekbench._speedup import SpeedupMetric
 from tests.strategies import creditable_pairs, rows
+from tests.test_foundation import make_row
 
 Comparator = Callable[..., SpeedupVerdict]
 PROPERTY_SETTINGS = settings(
@@ -120,7 +125,7 @@ def test_creditable_pairs_are_credited() -> None:
         base, cand = pair
         verdict = compare_speedup(base, cand, metric=metric)
         b, c = getattr(base, metric.value), getattr(cand, metric.value)
-        expected = c / b if metric is SpeedupMetric.output_toks_per_s else b / c
+        expected = c / b if metric.higher_is_better else b / c
         assert verdict.printed and verdict.speedup == pytest.approx(expected)
         assert f"{expected:.2f}" in str(verdict)
 
@@ -163,6 +168,68 @@ def test_key_axis_mismatch_is_refused() -> None:
 def test_axis_property_catches_a_comparator_that_ignores_axes() -> None:
     with pytest.raises(AssertionError):
         check_axis_property(broken_ignores_axes, BROKEN_SETTINGS)
+
+
+# --- (b2) a different load is refused with load_mismatch -----------------------------
+loads = st.tuples(
+    st.none() | st.integers(min_value=1, max_value=4096),
+    st.none() | st.floats(min_value=0.01, max_value=1e4),
+    st.none() | st.sampled_from(Arrival),
+)
+
+
+def check_load_property(compare: Comparator, cfg: settings = PROPERTY_SETTINGS) -> None:
+    @cfg
+    @given(pair=creditable_pairs(), load=loads)
+    @example(
+        pair=(
+            make_row(concurrency=1, arrival=Arrival.closed),
+            make_row(speculative=Speculative.mtp, concurrency=16, arrival=Arrival.closed),
+        ),
+        load=(16, None, Arrival.closed),
+    )
+    @example(  # a schema-1 row (load unknown) against a row of known load
+        pair=(
+            make_row(concurrency=4, arrival=Arrival.closed),
+            make_row(speculative=Speculative.mtp, concurrency=4, arrival=Arrival.closed),
+        ),
+        load=(None, None, None),
+    )
+    def prop(pair: tuple[Row, Row], load: tuple[int | None, float | None, Any]) -> None:
+        base, cand = pair
+        update = dict(zip(LOAD_AXES, load, strict=True))
+        cand = cand.model_copy(update=update)
+        verdict = compare(base, cand)
+        if all(getattr(base, a) == getattr(cand, a) for a in LOAD_AXES):
+            assert RefusalReason.load_mismatch not in verdict.reasons
+            return
+        assert_refused_without_figure(verdict)
+        assert RefusalReason.load_mismatch in verdict.reasons
+        assert RefusalReason.key_axis_mismatch not in verdict.reasons
+
+    prop()
+
+
+def broken_ignores_load(base: Row, cand: Row, **kw: Any) -> SpeedupVerdict:
+    same = {a: getattr(base, a) for a in LOAD_AXES}
+    return compare_speedup(base, cand.model_copy(update=same), **kw)
+
+
+def test_load_mismatch_is_refused() -> None:
+    check_load_property(compare_speedup)
+
+
+def test_load_property_catches_a_comparator_that_ignores_load() -> None:
+    with pytest.raises(AssertionError):
+        check_load_property(broken_ignores_load, BROKEN_SETTINGS)
+
+
+def test_rows_differing_only_in_concurrency_are_refused() -> None:
+    base = make_row(concurrency=1, arrival=Arrival.closed)
+    cand = make_row(speculative=Speculative.mtp, concurrency=8, arrival=Arrival.closed, tpot_ms=5.0)
+    verdict = compare_speedup(base, cand)
+    assert verdict.reasons == (RefusalReason.load_mismatch,)
+    assert verdict.mismatched_axes == ("concurrency",)
 
 
 # --- (c) a closed gate never calls the transport -----------------------------------

@@ -230,3 +230,80 @@ def test_docs_explain_every_refusal_reason() -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "scorecard.md").read_text("utf-8")
     missing = [r.value for r in RefusalReason if r.value not in doc]
     assert not missing
+
+
+# --- load sweeps: crossover, slower routes, paired rounds ----------------------------
+def test_crossover_sentence_names_the_last_paying_load() -> None:
+    from deepseekbench import crossover_text
+
+    points = [("concurrency 1", 1.6), ("concurrency 16", 1.2), ("concurrency 64", 0.91)]
+    assert crossover_text("mtp", "1k/256/non_think", points) == (
+        "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.20×); "
+        "at concurrency 64 it is 0.91×"
+    )
+    assert "pays at every load measured (1.60× at c1 → 1.20× at c2)" in crossover_text(
+        "mtp", "x", [("c1", 1.6), ("c2", 1.2)]
+    )
+    assert "does not pay at any load measured (0.90× at c1, 0.80× at c2)" in crossover_text(
+        "mtp", "x", [("c1", 0.9), ("c2", 0.8)]
+    )
+    assert crossover_text("m", "x", [("a", 1.1), ("b", 0.9), ("c", 1.2)]).endswith(
+        "at b it is 0.90× (then 1.20× at c)"
+    )
+
+
+def _load_rows(tpots: dict[int, float]) -> list[Row]:
+    from tests.test_foundation import make_row
+
+    out: list[Row] = []
+    for c, tpot in tpots.items():
+        out.append(make_row(route_label="off", concurrency=c, arrival="closed", tpot_ms=20.0))
+        out.append(
+            make_row(
+                route_label="mtp", speculative="mtp", concurrency=c, arrival="closed", tpot_ms=tpot
+            )
+        )
+    return out
+
+
+def test_scorecard_pairs_each_load_point_with_its_own_baseline_and_names_the_crossover() -> None:
+    card = Scorecard.from_rows(_load_rows({64: 22.0, 1: 12.5, 16: 16.0}))
+    lines = [ln for ln in card.lines if ln.route == "mtp"]
+    assert [ln.load for ln in lines] == ["c=64", "c=1", "c=16"]
+    assert [ln.verdict.speedup if ln.verdict else None for ln in lines] == pytest.approx(
+        [20 / 22, 1.6, 1.25]
+    )
+    assert card.crossovers() == (
+        "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.25×); "
+        "at concurrency 64 it is 0.91×",
+    )
+    text = card.to_text()
+    assert "crossover: mtp @ 1k/256/non_think: pays up to concurrency 16" in text
+    # a verified route that is slower is reported, and reported as slower
+    assert "0.91× by tpot_ms — slower" in text
+    slow = next(ln for ln in lines if ln.load == "c=64")
+    assert slow.credited and slow.verdict is not None and slow.verdict.slower
+
+
+def test_paired_rounds_interval_is_a_t_interval_on_log_ratios() -> None:
+    import math
+
+    from scipy.stats import t
+
+    from deepseekbench import paired_speedup_ci
+
+    base = {0: 10.0, 1: 12.0, 2: 11.0}
+    cand = {0: 5.0, 1: 8.0, 2: 5.5, 3: 1.0}  # round 3 has no baseline: unpaired, ignored
+    got = paired_speedup_ci(base, cand)
+    assert got is not None
+    logs = [math.log(2.0), math.log(1.5), math.log(2.0)]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
+    half = float(t.ppf(0.975, 2)) * sd / math.sqrt(3)
+    assert got == pytest.approx((math.exp(mean), math.exp(mean - half), math.exp(mean + half), 3))
+    # higher is better: throughput per round, candidate / baseline
+    thr = paired_speedup_ci(
+        {0: 100.0, 1: 100.0}, {0: 150.0, 1: 150.0}, metric="output_throughput_toks_per_s"
+    )
+    assert thr is not None and thr[0] == pytest.approx(1.5)
+    assert paired_speedup_ci({0: 1.0}, {0: 2.0}) is None  # one round: no interval

@@ -102,7 +102,7 @@ def test_natural_eos_outputs_are_flagged_short(tmp_path: Path) -> None:
 
     result = anyio.run(main)
     assert all(r.output_short and r.n_output_short == 2 for r in result.rows)
-    assert "2 of 2 outputs fell short of max_tokens" in result.scorecard().to_text()
+    assert "2 of 2 outputs fell short of max_tokens" in Scorecard.from_run(result).to_text()
 
 
 def test_spec_bench_sample_gives_per_category_acceptance_and_per_turn_figures(
@@ -119,6 +119,7 @@ def test_spec_bench_sample_gives_per_category_acceptance_and_per_turn_figures(
                 off.base_url,
                 mtp.base_url,
                 requests_per_cell=12,
+                repeats=1,
                 cells=[{"max_tokens": 24}],
                 workload={"source": "spec_bench", "path": "sample"},
             )
@@ -245,7 +246,7 @@ def test_outputs_without_usage_are_counted_by_the_tokenizer_and_never_credited()
         if req.route == "mtp":  # several tokens per chunk: chunks would under-count
             assert len(m.chunk_arrival_ms) < 40
     assert all(r.tokens_estimated for r in result.rows)
-    (line,) = result.scorecard().refused
+    (line,) = Scorecard.from_run(result).refused
     assert line.verdict is not None and RefusalReason.tokens_estimated in line.verdict.reasons
 
 
@@ -258,6 +259,7 @@ def test_a_resumed_run_sends_only_the_missing_turns(tmp_path: Path) -> None:
             off.base_url,
             mtp.base_url,
             requests_per_cell=2,
+            repeats=1,
             cells=[{"max_tokens": 16}],
             workload={"source": "spec_bench", "path": "sample", "categories": ["mt_bench"]},
         )

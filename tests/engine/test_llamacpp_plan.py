@@ -297,7 +297,7 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
     assert bad_line.verdict is not None
     assert RefusalReason.candidate_parity_not_verified in bad_line.verdict.reasons
     assert bad.first_divergence is not None and bad.first_divergence.startswith("prompt-")
-    assert "draft-mistuned @ 1k/256/non_think: no speedup credited; parity differs" in text
+    assert "draft-mistuned @ 1k/256/non_think (c=1): no speedup credited; parity differs" in text
     assert f"  first divergence: {bad.first_divergence}" in text
     assert texts["draft-mistuned"] != texts["off"]
     # The harness measured its (invalid) higher speed and still refused it.
@@ -311,9 +311,10 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
         )
 
     # ---- acceptance counts: per request vs the server's Prometheus counters
-    server_records = {
-        rec["route"]: rec["acceptance"] for rec in _results_records(results, "server_metrics")
-    }
+    # one /metrics window per speculative route and round
+    server_records: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for rec in _results_records(results, "server_metrics"):
+        server_records[rec["route"]].append(rec["acceptance"])
     report: list[str] = []
     for label, s in servers.items():
         delta = {k: after[label][k] - before[label][k] for k in _COUNTERS}
@@ -341,11 +342,15 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
             continue
         assert run_drafted > 0 and delta["spec_decode_num_drafts_total"] > 0, label
         # the runner's own window: its /metrics scrapes around the measured requests
-        srv = server_records[label]
-        assert srv["engine"] == Dialect.llamacpp.value
-        assert srv["scope"] == AcceptanceScope.server_wide.value
-        assert (srv["draft_tokens"], srv["accepted_tokens"]) == (m_drafted, m_accepted), label
-        assert 0 < srv["verify_steps"] <= delta["spec_decode_num_drafts_total"]
+        windows = server_records[label]
+        assert len(windows) == plan.rounds, label
+        assert {w["engine"] for w in windows} == {Dialect.llamacpp.value}
+        assert {w["scope"] for w in windows} == {AcceptanceScope.server_wide.value}
+        drafted = sum(w["draft_tokens"] for w in windows)
+        accepted = sum(w["accepted_tokens"] for w in windows)
+        assert (drafted, accepted) == (m_drafted, m_accepted), label
+        steps = sum(w["verify_steps"] for w in windows)
+        assert 0 < steps <= delta["spec_decode_num_drafts_total"]
         row = rows[label]
         assert row.acceptance_scope is AcceptanceScope.per_request
         assert (row.draft_tokens, row.accepted_tokens) == (m_drafted, m_accepted), label
