@@ -11,6 +11,11 @@ and waits for a free slot when ``concurrency`` are already in flight. The wait
 from the scheduled to the actual send is the request's ``queue_ms`` (the
 schedule lag: an overloaded client, not a slow server).
 
+Conversations: an item whose workload has several turns sends them in order
+in its slot (it keeps the slot, as one user would), each later turn with the
+route's own earlier answers in the history; each turn is its own :class:`Sent`
+(``turn``), and an errored turn ends the conversation.
+
 Self-check: a measure block's requests are sent inside a
 :class:`~deepseekbench._selfcheck.SelfCheck` (an event-loop lag ticker), so each
 measured request's ``client_lag_ms`` holds the largest lag of the client's own

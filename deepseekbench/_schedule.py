@@ -15,7 +15,8 @@
    determinism control).
 
 Measured request ``i`` of a (route, cell, load point) runs in round
-``i % rounds`` and sends workload prompt ``i // rounds`` (cycled), so every
+``i % rounds`` and sends workload item ``i // rounds`` (cycled; a multi-turn
+item sends its turns in order, see :mod:`deepseekbench._executor`), so every
 round repeats the same prompts: the ``off`` route's own rounds are the
 determinism control of the measured traffic.
 """
