@@ -154,6 +154,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="results JSONL path (default: the plan's 'results', else "
         "./deepseekbench-results-<plan hash>.jsonl)",
     )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="client workers sending each block, 1-256 (default: the plan's 'workers', else 1)",
+    )
+    run.add_argument(
+        "--executor",
+        choices=["process", "ray"],
+        default=None,
+        help="where the workers run: processes on this host or Ray actors "
+        "(default: the plan's 'executor', else process)",
+    )
+    run.add_argument(
+        "--ray-address",
+        default=None,
+        help="an existing Ray cluster's address (default: the plan's, else a local "
+        "instance on 127.0.0.1)",
+    )
     run.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
 
     report = sub.add_parser("report", help="re-render the scorecard of a results file")
@@ -302,6 +321,19 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def _with_client_flags(plan: BenchmarkPlan, args: argparse.Namespace) -> BenchmarkPlan:
+    """``plan`` with ``--workers``/``--executor``/``--ray-address`` applied (validated).
+
+    Raises:
+        PlanError: a flag's value is invalid (e.g. ``--workers 0``).
+    """
+    given = {"workers": args.workers, "executor": args.executor, "ray_address": args.ray_address}
+    update = {k: v for k, v in given.items() if v is not None}
+    if not update:
+        return plan
+    return BenchmarkPlan.from_mapping({**plan.model_dump(mode="json"), **update})
+
+
 def main(
     argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
@@ -324,7 +356,7 @@ def main(
             args.results = args.results.resolve()
             return anyio.run(_demo, args, out, err)
         if args.command == "run":
-            plan = BenchmarkPlan.load(args.plan)
+            plan = _with_client_flags(BenchmarkPlan.load(args.plan), args)
             if args.dry_run:
                 return _dry_run(args, plan, out, err)
             if args.results is None:

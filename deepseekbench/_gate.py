@@ -140,6 +140,16 @@ class LiveGate:
         return self._spend
 
     @property
+    def max_requests(self) -> int | None:
+        """The request budget (requests; ``None`` = no limit)."""
+        return self._max_requests
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The output-token budget (tokens; ``None`` = no limit)."""
+        return self._max_output_tokens
+
+    @property
     def requests_admitted(self) -> int:
         """Requests this gate has let through (every host counted)."""
         return self._requests

@@ -78,7 +78,10 @@ class ErrorKind(StrEnum):
     without ``[DONE]`` and without a finish reason, or mid-event, or the
     connection broke mid-body; ``invalid_event``: an event that is not a JSON
     chunk object (reading goes on); ``timeout``: a connect, first-token or
-    total deadline passed; ``connect``: no connection / no response head.
+    total deadline passed; ``connect``: no connection / no response head;
+    ``worker_died``: the client worker process (or Ray actor) sending it died
+    before the request finished (a client fault, recorded by the parent;
+    see ``docs/workers.md``).
     """
 
     http_status = "http_status"
@@ -87,6 +90,7 @@ class ErrorKind(StrEnum):
     invalid_event = "invalid_event"
     timeout = "timeout"
     connect = "connect"
+    worker_died = "worker_died"
 
 
 # The measurement's ``error`` is the most severe one recorded (first of its rank).
@@ -97,6 +101,7 @@ _SEVERITY: dict[ErrorKind, int] = {
     ErrorKind.server_error_event: 3,
     ErrorKind.truncated: 4,
     ErrorKind.invalid_event: 5,
+    ErrorKind.worker_died: 6,
 }
 
 

@@ -86,6 +86,16 @@ __all__ = [
 ]
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid")
+# Where results go and how the load is sent: a run resumed with more workers is
+# the same plan.
+_NOT_HASHED = {
+    "base_dir",
+    "results",
+    "client_lag_threshold_ms",
+    "workers",
+    "executor",
+    "ray_address",
+}
 
 
 def _loc_text(loc: Sequence[int | str]) -> str:
@@ -567,6 +577,12 @@ class BenchmarkPlan(BaseModel):
         timeout_s: total deadline per request (s).
         client_lag_threshold_ms: the client's own event-loop lag (ms, default 10)
             above which a row is flagged ``client_saturated`` (docs/measurement.md).
+        workers: client workers that send each block (1..256, default 1: this
+            process); more split the load deterministically (``docs/workers.md``).
+        executor: ``"process"`` (worker processes on this host) or ``"ray"`` (Ray
+            actors; needs the ``ray`` extra).
+        ray_address: an existing Ray cluster's address (``None``: a local
+            instance on 127.0.0.1); a non-loopback host passes the gate.
         model_source: optional path to the model's GGUF file or Hugging Face
             ``config.json`` (or checkpoint folder), relative to the plan file. When
             set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
@@ -603,6 +619,9 @@ class BenchmarkPlan(BaseModel):
         gt=0,
         description="client event-loop lag (ms) above which a row is flagged client_saturated",
     )
+    workers: int = Field(default=1, ge=1, le=256, description="client workers (processes/actors)")
+    executor: Literal["process", "ray"] = "process"
+    ray_address: str | None = Field(default=None, description="Ray cluster address; None=local")
     model_source: str | None = Field(
         default=None,
         description="GGUF file or HF config.json/checkpoint folder to probe for MTP depth",
@@ -770,10 +789,10 @@ class BenchmarkPlan(BaseModel):
 
     def plan_hash(self) -> str:
         """A 16-hex-digit digest of the plan's content (``base_dir``, ``results`` and
-        ``client_lag_threshold_ms``, which changes no request, excluded): a results
+        ``client_lag_threshold_ms``, which changes no request, and how the load is
+        sent — ``workers``, ``executor``, ``ray_address`` — excluded): a results
         file resumes only records with the same hash."""
-        excluded = {"base_dir", "results", "client_lag_threshold_ms"}
-        data = self.model_dump(mode="json", exclude=excluded)
+        data = self.model_dump(mode="json", exclude=_NOT_HASHED)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
     def validate_sources(self) -> PlanSources:

@@ -51,11 +51,13 @@ from deepseekbench._analysis import (
     row_identity,
 )
 from deepseekbench._axes import QualityParity
-from deepseekbench._executor import Executor, Sent
+from deepseekbench._errors import PlanError
+from deepseekbench._executor import Sent
 from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, Timeouts
+from deepseekbench._measure import StreamMeasurement
 from deepseekbench._parity import ParityOutput
 from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._pool_executor import executor_for
 from deepseekbench._prepare import (
     PreparedWorkload,
     conversation_pid,
@@ -77,6 +79,7 @@ from deepseekbench._row import Row
 from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
 from deepseekbench._spec_config import check_spec_config
 from deepseekbench._transport import pool_limits
+from deepseekbench._workers import PoolReport
 from deepseekbench._workload import check_bucket_bytes
 
 __all__ = [
@@ -356,6 +359,27 @@ class _Recorder:
             }
         )
 
+    def workers(self, block: Block, report: PoolReport) -> None:
+        """One ``workers`` record per block sent by several workers: the window
+        edges (CLOCK_MONOTONIC ns; Ray: mapped from wall-clock time), the
+        workers that died, and each Ray actor's clock offset estimate (ns)."""
+        self.writer.write(
+            {
+                "record": "workers",
+                **self.base,
+                "route": block.route,
+                "phase": block.phase.value,
+                "cell": block.cell,
+                "load": block.load.key if block.load is not None else None,
+                "round": block.round,
+                "workers": report.workers,
+                "window_start_ns": report.start_ns,
+                "window_end_ns": report.end_ns,
+                "deaths": [dataclasses.asdict(d) for d in report.deaths],
+                "clock_offsets_ns": list(report.clock_offsets_ns),
+            }
+        )
+
     def finish(self, result: RunResult) -> None:
         for rpar in result.parity.values():
             self.writer.write(
@@ -384,6 +408,24 @@ def _in_flight(plan: BenchmarkPlan) -> int:
     """The most requests the run keeps in flight: the largest concurrency of the load
     sweep (an open loop's in-flight cap) or the parity set's, whichever is larger."""
     return max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
+
+
+def _check_conversations(plan: BenchmarkPlan, prepared: PreparedWorkload) -> None:
+    """Refuse multi-turn items on a worker pool (its workers send single requests).
+
+    Raises:
+        PlanError: a conversation with several turns and ``workers > 1`` or a
+            non-process executor.
+    """
+    if plan.workers == 1 and plan.executor == "process":
+        return
+    multi = sorted({i.id for items in prepared.cells.values() for i in items if len(i.turns) > 1})
+    if multi:
+        raise PlanError(
+            f"multi-turn conversations ({', '.join(multi[:5])}"
+            f"{', ...' if len(multi) > 5 else ''}) need workers = 1 and executor = "
+            f"'process': a worker pool sends single requests"
+        )
 
 
 def _to_send(items: Iterable[WorkItem]) -> int:
@@ -479,7 +521,7 @@ async def run_plan(
         schedule = build_schedule(plan, sources.prompts, parity_set, items=prepared.cells)
         work = pending(schedule, state)
         prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
-        executor = Executor(routes, gate, http, Timeouts(total_s=plan.timeout_s), counter)
+        _check_conversations(plan, prepared)
         cap = sources.capability
         writer.write(
             {
@@ -493,11 +535,14 @@ async def run_plan(
         )
         recorder.workload(prepared)
         prog.emit()
-        for block, items in work:
-            prog.set_phase(block.title)
-            delta = await executor.run_block(block, items, on_sent)
-            if delta is not None:
-                recorder.window(block, delta)
+        async with executor_for(
+            plan, routes, gate, http, recorder.workers, counter=counter
+        ) as executor:
+            for block, items in work:
+                prog.set_phase(block.title)
+                delta = await executor.run_block(block, items, on_sent)
+                if delta is not None:
+                    recorder.window(block, delta)
         prog.set_phase("done")
         result = build_result(
             plan, state, results_path=path, resumed=resumed, complete=True, tasks=sources.tasks

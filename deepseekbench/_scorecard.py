@@ -471,8 +471,10 @@ def crossover_text(route: str, cell: str, points: Sequence[tuple[str, float]]) -
         paying += 1
     if paying == len(points):
         first, last = points[0], points[-1]
-        return head + f"pays at every load measured ({_x(first[1])} at {first[0]} → " + (
-            f"{_x(last[1])} at {last[0]})"
+        return (
+            head
+            + f"pays at every load measured ({_x(first[1])} at {first[0]} → "
+            + (f"{_x(last[1])} at {last[0]})")
         )
     if paying == 0:
         listing = ", ".join(f"{_x(v)} at {p}" for p, v in points)
@@ -489,8 +491,19 @@ def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
     return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
 
 
-def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
-    """Per-position acceptance, ignored SSE lines and a saturated client, one note per
+def _more_workers(workers: int | None) -> str:
+    """What to do about a saturated client: send the load from more workers."""
+    if workers is None:
+        return "send the load from more client workers (plan key workers, docs/workers.md)"
+    return (
+        f"send the load from more client workers: workers = {2 * workers} (now {workers}), "
+        'or executor = "ray" across hosts (docs/workers.md)'
+    )
+
+
+def _detail_notes(lines: Sequence[ScorecardLine], workers: int | None = None) -> list[str]:
+    """Per-position acceptance, ignored SSE lines and a saturated client (with the
+    advice to add client workers; ``workers``: the run's, when known), one note per
     line that has them."""
     notes: list[str] = []
     for ln in lines:
@@ -510,7 +523,8 @@ def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
         if ln.client_saturated:
             notes.append(
                 f"{where}: CLIENT SATURATED — the measuring client's event loop lagged past "
-                "client_lag_threshold_ms; its times may hold client delay"
+                "client_lag_threshold_ms; its times may hold client delay; "
+                + _more_workers(workers)
             )
     return notes
 
@@ -521,9 +535,16 @@ class Scorecard:
     Build with :meth:`from_rows`, :meth:`from_run` or :meth:`from_results`.
     """
 
-    def __init__(self, lines: Sequence[ScorecardLine], *, metric: SpeedupMetric) -> None:
+    def __init__(
+        self,
+        lines: Sequence[ScorecardLine],
+        *,
+        metric: SpeedupMetric,
+        client_workers: int | None = None,
+    ) -> None:
         self.lines: tuple[ScorecardLine, ...] = tuple(lines)
         self.metric = metric
+        self.client_workers = client_workers  # the run's plan key workers, when known
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -597,7 +618,9 @@ class Scorecard:
             details[key] = ParityDetail(
                 first_divergence=first, task_flips=rp.task_flips if rp is not None else ()
             )
-        return cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
+        card = cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
+        card.client_workers = result.plan.workers
+        return card
 
     @classmethod
     def from_results(
@@ -711,7 +734,7 @@ class Scorecard:
             if flips:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
-        notes.extend(_detail_notes(self.lines))
+        notes.extend(_detail_notes(self.lines, self.client_workers))
         for ln in self.lines:
             if ln.output_short:
                 notes.append(

@@ -291,3 +291,24 @@ def test_a_resumed_run_sends_only_the_missing_turns(tmp_path: Path) -> None:
     assert (off_sent, mtp_sent) == (0, 1)
     mtp_row = result.rows[1]
     assert mtp_row.n_requests == 4 and [t.n_requests for t in mtp_row.turns] == [2, 2]
+
+
+def test_multi_turn_on_a_worker_pool_is_refused_before_any_request() -> None:
+    from deepseekbench import PlanError
+
+    async def main() -> tuple[int, int]:
+        async with (
+            EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as off,
+            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
+        ):
+            plan = _plan(
+                off.base_url,
+                mtp.base_url,
+                workers=2,
+                workload={"source": "spec_bench", "path": "sample", "categories": ["mt_bench"]},
+            )
+            with pytest.raises(PlanError, match="spec_bench-1, spec_bench-2"):
+                await run_plan(plan, gate=LiveGate())
+            return off.counters.requests, mtp.counters.requests
+
+    assert anyio.run(main) == (0, 0)

@@ -1,0 +1,159 @@
+"""RayPool against a local Ray instance bound to 127.0.0.1 (dashboard off), the engine on
+loopback in the test's event loop. Skipped, with the reason, when ``ray`` is not installed
+(``pip install -e '.[ray]'``; the ``test`` extra installs it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+from pathlib import Path
+
+import orjson
+import pytest
+from pydantic import SecretStr
+
+from deepseekbench._axes import QualityParity, Speculative
+from deepseekbench._engine import FAST_COSTS, CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench._errors import LiveGateError
+from deepseekbench._gate import LiveGate
+from deepseekbench._measure import ErrorKind, Timeouts
+from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._ray_executor import RayPool, ray_address_host
+from deepseekbench._request import ChatRequest
+from deepseekbench._route import EngineRoute
+from deepseekbench._runner import run_plan
+from deepseekbench._workers import PoolResult
+from deepseekbench._workshare import LoadWork, PoolItem
+
+pytestmark = [pytest.mark.anyio, pytest.mark.ray]
+PROMPTS = ("Count from 3 to 9.", "12 + 30 =", "Reverse brata.", "7 × 8 =")
+SECRET = "sk-ray-do-not-leak-51c0"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def work(n: int, concurrency: int, max_tokens: int = 24, **kw: object) -> LoadWork:
+    items = tuple(
+        PoolItem(
+            i,
+            "off",
+            ChatRequest(
+                messages=({"role": "user", "content": PROMPTS[i % 4]},),
+                max_tokens=max_tokens,
+                temperature=0,
+            ),
+        )
+        for i in range(n)
+    )
+    return LoadWork(items, concurrency, **kw)  # type: ignore[arg-type]
+
+
+def need_ray() -> None:
+    # find_spec, not importorskip: ray must not be imported before the pool asks
+    # it for a loopback-only node
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed (pip install -e '.[ray]')")
+
+
+def proc_files(pid: int) -> bytes:
+    return b"".join(Path(f"/proc/{pid}/{part}").read_bytes() for part in ("cmdline", "environ"))
+
+
+def test_cluster_addresses_are_checked_by_host() -> None:
+    assert ray_address_host("auto") == "127.0.0.1"
+    assert ray_address_host("ray://10.0.0.5:10001") == "10.0.0.5"
+    assert ray_address_host("127.0.0.1:6379") == "127.0.0.1"
+
+
+async def test_a_remote_cluster_address_needs_key_and_spend() -> None:
+    need_ray()
+    pool = RayPool(1, routes={}, gate=LiveGate(), address="ray://192.0.2.10:10001")
+    with pytest.raises(LiveGateError, match=r"192\.0\.2\.10"):
+        await pool.start()
+
+
+async def test_ray_actors_measure_keep_budgets_and_report_deaths(tmp_path: Path) -> None:
+    need_ray()
+    slow = CostModel(target_step_ms=10.0, verify_token_ms=0.0, draft_step_ms=0.0)
+    async with (
+        EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as fast,
+        EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
+        EmbeddedEngine(EngineConfig(cost=slow)) as slow_engine,
+    ):
+        route = EngineRoute(
+            base_url=fast.base_url,
+            model="deepseekbench-ref",
+            label="off",
+            api_key=SecretStr(SECRET),
+        )
+        slow_route = EngineRoute(base_url=slow_engine.base_url, model="deepseekbench-ref")
+        gate = LiveGate(api_key=SECRET)
+        closed: list[PoolResult] = []
+        pool = RayPool(
+            2, routes={"off": route}, gate=gate, timeouts=Timeouts(total_s=60), actor_cpus=0
+        )
+        async with pool:
+            import ray  # after the pool asked Ray for loopback-only nodes
+
+            nodes = ray.nodes()  # type: ignore[no-untyped-call]
+            assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+            report = await pool.run(work(8, 4), closed.append)
+            for pid in pool.pids.values():
+                assert SECRET.encode() not in proc_files(pid)
+            assert SECRET not in repr(pool)
+            # a plan with executor = "ray" (the running instance is reused)
+            plan = BenchmarkPlan.model_validate(
+                {
+                    "model": "deepseekbench-ref",
+                    "routes": [
+                        {"label": "off", "speculative": "off", "base_url": fast.base_url},
+                        {"label": "mtp", "speculative": "mtp", "base_url": mtp.base_url},
+                    ],
+                    "requests_per_cell": 4,
+                    "warmup_per_cell": 0,
+                    "repeats": 1,
+                    "arrival": {"concurrency": 2},
+                    "parity": {"concurrency": 4, "max_tokens": 32},
+                    "workers": 2,
+                    "executor": "ray",
+                }
+            )
+            planned = await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
+            # a budget for the run: two actors share one ledger
+            bgate = LiveGate(max_requests=3)
+            spent: list[PoolResult] = []
+            with pytest.raises(LiveGateError, match="request budget"):
+                async with RayPool(2, routes={"off": route}, gate=bgate, actor_cpus=0) as bpool:
+                    await bpool.run(work(8, 2), spent.append)
+            # an actor killed mid-load point
+            died: list[PoolResult] = []
+            dpool = RayPool(2, routes={"off": slow_route}, gate=LiveGate(), actor_cpus=0)
+            async with dpool:
+
+                def kill_1(r: PoolResult) -> None:
+                    died.append(r)
+                    if r.worker == 1 and len([d for d in died if d.worker == 1]) == 1:
+                        os.kill(dpool.pids[1], signal.SIGKILL)
+
+                dreport = await dpool.run(work(12, 4, max_tokens=40), kill_1)
+    assert sorted(r.item.key for r in closed if r.item) == list(range(8))
+    assert all(r.measurement.error is None and r.measurement.text for r in closed)
+    assert {r.worker for r in closed} == {0, 1}
+    assert all(r.sent_ns is not None and r.sent_ns >= report.start_ns for r in closed)
+    assert report.window_s > 0 and len(report.clock_offsets_ns) == 2
+    assert all(abs(off) < 1_000_000_000 for off in report.clock_offsets_ns)  # one host
+    assert len(spent) == 3 and bgate.requests_admitted == 3
+    assert sorted(r.item.key for r in died if r.item) == list(range(12))
+    lost = [r for r in died if r.measurement.error is not None]
+    assert lost and {r.measurement.error.kind for r in lost if r.measurement.error} == {
+        ErrorKind.worker_died
+    }
+    assert [d.worker for d in dreport.deaths] == [1]
+    assert all(r.n_errors == 0 and r.quality_parity is QualityParity.verified for r in planned.rows)
+    records = [orjson.loads(x) for x in (tmp_path / "r.jsonl").read_bytes().splitlines()]
+    measured = [r for r in records if r["record"] == "workers" and r["phase"] == "measure"]
+    assert measured and all(len(r["clock_offsets_ns"]) == r["workers"] == 2 for r in measured)
