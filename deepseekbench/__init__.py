@@ -35,6 +35,7 @@ from deepseekbench._axes import (
     Speculative,
     SpeculativeName,
 )
+from deepseekbench._breakdown import category_speedups
 from deepseekbench._capability import (
     ModelCapability,
     ModelCapabilityError,
@@ -104,13 +105,14 @@ from deepseekbench._results import (
     ResultsWriteError,
     list_runs,
 )
-from deepseekbench._route import EngineRoute, reasoning_controls
+from deepseekbench._route import EngineRoute, eos_controls, reasoning_controls
 from deepseekbench._row import (
     REQUIRED_FIELDS,
     SCHEMA_VERSION,
     Dispersion,
     Percentiles,
     Row,
+    SliceStats,
     read_rows,
     row_json_schema,
     rows_html,
@@ -151,7 +153,24 @@ from deepseekbench._tasks import (
     smoke_tasks,
     task_parity,
 )
+from deepseekbench._tokens import (
+    EndpointTokenCounter,
+    HFTokenizerCounter,
+    TokenCounter,
+    TokenizeError,
+)
 from deepseekbench._transport import pool_limits
+from deepseekbench._workload import (
+    InputLength,
+    WorkloadFormatError,
+    WorkloadItem,
+    WorkloadLengthError,
+    check_bucket,
+    load_jsonl,
+    load_sharegpt,
+    load_spec_bench,
+    synthetic_items,
+)
 
 __version__ = "0.1.0"
 
@@ -186,6 +205,7 @@ __all__ = [
     "Divergence",
     "DryRunResult",
     "EmbeddedEngine",
+    "EndpointTokenCounter",
     "EngineConfig",
     "EngineCounters",
     "EngineRoute",
@@ -197,8 +217,10 @@ __all__ = [
     "GatedTransport",
     "Grader",
     "GraderKind",
+    "HFTokenizerCounter",
     "Hosting",
     "HostingName",
+    "InputLength",
     "LiveGate",
     "LiveGateError",
     "LlamaServerError",
@@ -237,6 +259,7 @@ __all__ = [
     "RunningLlamaServer",
     "Scorecard",
     "ScorecardLine",
+    "SliceStats",
     "SloPlan",
     "Speculative",
     "SpeculativeName",
@@ -250,6 +273,11 @@ __all__ = [
     "TaskFormatError",
     "TaskParityResult",
     "Timeouts",
+    "TokenCounter",
+    "TokenizeError",
+    "WorkloadFormatError",
+    "WorkloadItem",
+    "WorkloadLengthError",
     "WorkloadPlan",
     "__version__",
     "acceptance_from_llamacpp",
@@ -257,11 +285,14 @@ __all__ = [
     "acceptance_from_vllm",
     "all_reference_tasks",
     "bootstrap_speedup_ci",
+    "category_speedups",
+    "check_bucket",
     "coerce_request",
     "compare_speedup",
     "crossover_text",
     "determinism_control",
     "dry_run",
+    "eos_controls",
     "exact_acceptance",
     "find_llama_server",
     "is_loopback_host",
@@ -269,7 +300,10 @@ __all__ = [
     "llama_server",
     "llama_server_args",
     "llama_servers",
+    "load_jsonl",
     "load_results",
+    "load_sharegpt",
+    "load_spec_bench",
     "load_tasks",
     "measure_streamed",
     "metrics_delta",
@@ -288,6 +322,7 @@ __all__ = [
     "run_plan",
     "scrape_metrics",
     "smoke_tasks",
+    "synthetic_items",
     "task_parity",
     "write_rows",
 ]

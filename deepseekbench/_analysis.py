@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import QualityParity, ReasoningMode, Speculative
+from deepseekbench._breakdown import slice_stats, workload_fields
 from deepseekbench._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._errors import PlanError
 from deepseekbench._measure import StreamMeasurement
@@ -48,7 +49,7 @@ from deepseekbench._results import (
 )
 from deepseekbench._row import Dispersion, Row
 from deepseekbench._rowstats import RowRequests, acceptance, combine_windows
-from deepseekbench._schedule import parity_prompts, reasoning_modes
+from deepseekbench._schedule import parity_ids, parity_prompts, reasoning_modes
 from deepseekbench._spec_fields import cell_spec_fields
 from deepseekbench._stats import percentiles
 from deepseekbench._tasks import Task, TaskParityResult, task_parity
@@ -115,6 +116,8 @@ class MeasuredRequest:
         round: the round it ran in (0-based).
         queue_ms: open loop: actual send − scheduled send (ms); ``None`` closed loop.
         run_id: the run (process) that measured it.
+        turn: the conversation turn (0-based; 0 for single-turn items).
+        item, category: the workload item's id and dataset category, when known.
     """
 
     route: str
@@ -125,6 +128,9 @@ class MeasuredRequest:
     round: int = 0
     queue_ms: float | None = None
     run_id: str = ""
+    turn: int = 0
+    item: str | None = None
+    category: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +329,7 @@ class RunResult:
 def _build_parity(
     plan: BenchmarkPlan, state: ResultsState, tasks: Sequence[Task]
 ) -> dict[tuple[str, ReasoningMode], RouteParity]:
-    ids = [(p.prompt_id, p.text, p.task) for p in parity_prompts(plan, tasks)]
+    ids = parity_ids(parity_prompts(plan, tasks))
     det_ids = [pid for pid, _, t in ids if t is None or plan.parity.task_temperature == 0]
     checker = ExactAcceptance()
     off = plan.off_route
@@ -400,11 +406,12 @@ def row_identity(
 def _row_records(
     plan: BenchmarkPlan, state: ResultsState, route: str, cell: str, load: LoadPoint
 ) -> Indexed:
-    """The row's measured requests by index (``None`` load keys match a one-point plan)."""
+    """The row's measured requests by (index, turn) (``None`` load keys match a
+    one-point plan)."""
     keys = {load.key} | ({None} if len(plan.load_points) == 1 else set())
     return {
-        i: (m, state.info[(label, cid, lk, i)])
-        for (label, cid, lk, i), m in state.measurements.items()
+        (i, t): (m, state.info[(label, cid, lk, i, t)])
+        for (label, cid, lk, i, t), m in state.measurements.items()
         if label == route and cid == cell and lk in keys and i < plan.requests_per_cell
     }
 
@@ -529,7 +536,7 @@ def _build_row(
     plan = inp.plan
     mine = _row_records(plan, inp.state, route.label, cell.cell_id, load)
     off = _row_records(plan, inp.state, plan.off_route.label, cell.cell_id, load)
-    rows = RowRequests(tuple(mine[i] for i in sorted(mine)), plan.slo.limits)
+    rows = RowRequests(tuple(mine[k] for k in sorted(mine)), plan.slo.limits)
     rp = inp.parity.get((route.label, cell.reasoning_mode))
     traffic: ParityResult | None = None
     if route.speculative is Speculative.off:
@@ -551,8 +558,31 @@ def _build_row(
             speculative=route.speculative is not Speculative.off,
             declared_spec_tokens=route.spec_tokens,
         ),
+        **_workload_breakdown(mine, cell.request_max_tokens),
     )
     return row, traffic
+
+
+def _workload_breakdown(mine: Indexed, max_tokens: int) -> dict[str, Any]:
+    """Short-output flag, length percentiles and per-category / per-turn slices."""
+    keys = sorted(mine)
+    measured = [mine[k][0] for k in keys]
+    out = workload_fields([m for m in measured if m.error is None], max_tokens)
+    by_cat: dict[str, list[StreamMeasurement]] = {}
+    by_turn: dict[int, list[StreamMeasurement]] = {}
+    for (_, turn), (m, info) in ((k, mine[k]) for k in keys):
+        if info.category is not None:
+            by_cat.setdefault(info.category, []).append(m)
+        by_turn.setdefault(turn, []).append(m)
+    out["categories"] = tuple(
+        slice_stats(name, ms, max_tokens=max_tokens) for name, ms in sorted(by_cat.items())
+    )
+    if len(by_turn) > 1:
+        out["turns"] = tuple(
+            slice_stats(f"turn {t + 1}", ms, max_tokens=max_tokens)
+            for t, ms in sorted(by_turn.items())
+        )
+    return out
 
 
 def build_result(
@@ -592,6 +622,9 @@ def build_result(
             round=state.info[k].round,
             queue_ms=state.info[k].queue_ms,
             run_id=state.info[k].run_id,
+            turn=k[4],
+            item=state.info[k].item,
+            category=state.info[k].category,
         )
         for k in state.order
     )

@@ -21,7 +21,12 @@ class _ClosedEnum(StrEnum):
 
 
 class ContextBucket(_ClosedEnum):
-    """Prompt-length bucket: prompts of up to ``max_prompt_tokens`` tokens."""
+    """Prompt-length bucket: prompts of ``min_prompt_tokens``..``max_prompt_tokens`` tokens.
+
+    The buckets tile the token line without overlap: ``1k`` = 1..1,024,
+    ``8k`` = 1,025..8,192, ``32k`` = 8,193..32,768, ``128k`` = 32,769..131,072,
+    ``1m`` = 131,073..1,048,576 prompt tokens (``docs/plan.md``).
+    """
 
     k1 = "1k"
     k8 = "8k"
@@ -33,6 +38,19 @@ class ContextBucket(_ClosedEnum):
     def max_prompt_tokens(self) -> int:
         """Upper bound of the bucket, in prompt tokens (1,024 … 1,048,576)."""
         return _CONTEXT_BOUNDS[self.value]
+
+    @property
+    def min_prompt_tokens(self) -> int:
+        """Lower bound of the bucket, in prompt tokens: one above the next smaller
+        bucket's upper bound (1 for ``1k``)."""
+        below = [b for b in _CONTEXT_BOUNDS.values() if b < self.max_prompt_tokens]
+        return max(below, default=0) + 1
+
+    @classmethod
+    def for_tokens(cls, n: int) -> ContextBucket | None:
+        """The bucket whose range holds ``n`` prompt tokens, or ``None`` (below 1 or
+        above 1,048,576 tokens)."""
+        return next((b for b in cls if b.min_prompt_tokens <= n <= b.max_prompt_tokens), None)
 
 
 _CONTEXT_BOUNDS: dict[str, int] = {

@@ -56,6 +56,7 @@ from deepseekbench._runner import (
     run_plan,
 )
 from deepseekbench._scorecard import Scorecard, cell_id, load_point
+from deepseekbench._tokens import TokenizeError
 
 __all__ = [
     "DEMO_COMPUTE_MS_PER_TOKEN",
@@ -244,6 +245,9 @@ def demo_plan(
     URLs are the caller's; ``python -m deepseekbench demo`` starts ``off`` and
     mtp with ``DEMO_DRAFT_DEPTH`` draft tokens (plain and mis-tuned) on a cost
     model with ``DEMO_COMPUTE_MS_PER_TOKEN``.
+    The smoke prompts are answered with natural EOS (``workload.reach_max_tokens =
+    false``): the demo measures the reference model's real answers, so its rows
+    carry the short-output flag.
 
     Raises:
         ValueError: not exactly three base URLs.
@@ -267,6 +271,7 @@ def demo_plan(
                     "dialect": "vllm",
                 },
             ],
+            "workload": {"reach_max_tokens": False},
             "requests_per_cell": requests,
             "warmup_per_cell": 1,
             "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
@@ -549,7 +554,7 @@ def main(
         err.write(f"deepseekbench: invalid {exc.title}:\n")
         err.writelines(f"  {line}\n" for line in validation_error_lines(exc))
         return EXIT_USAGE
-    except (PlanError, ResultsFormatError) as exc:
+    except (PlanError, ResultsFormatError, TokenizeError) as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_USAGE
     except OSError as exc:

@@ -11,6 +11,11 @@ and waits for a free slot when ``concurrency`` are already in flight. The wait
 from the scheduled to the actual send is the request's ``queue_ms`` (the
 schedule lag: an overloaded client, not a slow server).
 
+Conversations: an item whose workload has several turns sends them in order
+in its slot (it keeps the slot, as one user would), each later turn with the
+route's own earlier answers in the history; each turn is its own :class:`Sent`
+(``turn``), and an errored turn ends the conversation.
+
 Self-check: a measure block's requests are sent inside a
 :class:`~deepseekbench._selfcheck.SelfCheck` (an event-loop lag ticker), so each
 measured request's ``client_lag_ms`` holds the largest lag of the client's own
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import httpx
@@ -35,11 +41,13 @@ from deepseekbench._measure import (
     measure_streamed,
     redact_measurement,
 )
+from deepseekbench._prepare import converse
 from deepseekbench._request import ChatRequest
 from deepseekbench._route import EngineRoute
 from deepseekbench._schedule import Block, Phase, WorkItem
 from deepseekbench._selfcheck import SelfCheck
 from deepseekbench._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._tokens import TokenCounter, recount_output
 
 __all__ = ["Executor", "Sent", "SentFn"]
 
@@ -51,12 +59,15 @@ class Sent:
     Attributes:
         item: the work item, or ``None`` for a warm-up request.
         measurement: what was measured.
-        queue_ms: open loop: actual send − scheduled send (ms, ≥ 0); ``None`` closed.
+        queue_ms: open loop: actual send − scheduled send (ms, ≥ 0); ``None`` closed
+            (and for a conversation's later turns).
+        turn: the conversation turn (0-based; 0 for a single-turn item).
     """
 
     item: WorkItem | None
     measurement: StreamMeasurement
     queue_ms: float | None = None
+    turn: int = 0
 
 
 SentFn = Callable[[Block, Sent], None]
@@ -73,6 +84,8 @@ class Executor:
         client: the shared ``httpx.AsyncClient`` (from ``gate.client()``).
         timeouts: per-request deadlines.
         secrets: keys removed from every measurement (every route's and the gate's).
+        counter: the plan's tokenizer: output tokens of a response without usage
+            are counted with it (:func:`~deepseekbench._tokens.recount_output`).
     """
 
     routes: Mapping[str, EngineRoute]
@@ -80,12 +93,37 @@ class Executor:
     client: httpx.AsyncClient
     timeouts: Timeouts
     secrets: tuple[str, ...] = ()
+    counter: TokenCounter | None = None
 
     async def _one(self, route: EngineRoute, request: ChatRequest) -> StreamMeasurement:
         m = await measure_streamed(
             request, route=route, gate=self.gate, client=self.client, timeouts=self.timeouts
         )
-        return redact_measurement(m, self.secrets)
+        m = redact_measurement(m, self.secrets)
+        if self.counter is not None and m.tokens_estimated and m.error is None:
+            m = await recount_output(m, self.counter)
+        return m
+
+    async def _item(
+        self, block: Block, route: EngineRoute, item: WorkItem, lag: float | None, on_sent: SentFn
+    ) -> None:
+        """Send one item: a single request, or every remaining turn of its conversation
+        (each turn with this route's own earlier answers; :func:`converse`)."""
+        conv = item.workload
+        if conv is None or (len(conv.turns) == 1 and not item.done):
+            on_sent(block, Sent(item, await self._one(route, item.request), lag))
+            return
+
+        async def turn(request: ChatRequest) -> StreamMeasurement:
+            m = await self._one(route, request)
+            k = len(request.messages) // 2  # user/assistant pairs before this turn
+            on_sent(block, Sent(item, m, lag if k == 0 else None, turn=k))
+            return m
+
+        def request_for(messages: tuple[dict[str, Any], ...]) -> ChatRequest:
+            return item.request.model_copy(update={"messages": messages})
+
+        await converse(conv, request_for, turn, done=item.done)
 
     async def run_block(
         self, block: Block, items: tuple[WorkItem, ...], on_sent: SentFn
@@ -140,8 +178,7 @@ class Executor:
         async def send(item: WorkItem, due: float | None) -> None:
             async with limiter:
                 lag = None if due is None else max(0.0, anyio.current_time() - due) * 1000.0
-                m = await self._one(route, item.request)
-            on_sent(block, Sent(item, m, lag))
+                await self._item(block, route, item, lag, on_sent)
 
         async with anyio.create_task_group() as tg:
             t0 = anyio.current_time()

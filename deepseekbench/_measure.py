@@ -186,6 +186,11 @@ class StreamMeasurement(BaseModel):
         description="When tokens_estimated: token ids streamed if exposed, else token-bearing "
         "chunks (a lower bound under multi-token chunks). Used for tpot/throughput then.",
     )
+    tokens_estimated_by: str | None = Field(
+        default=None,
+        description="How estimated_completion_tokens was counted: 'token_ids', 'chunks', or "
+        "the tokenizer's name (e.g. 'endpoint:<url>') after a recount; None when not estimated.",
+    )
     ttft_ms: float | None = Field(default=None, description="Time to first token (ms).")
     e2e_ms: float | None = Field(default=None, description="Time to last token (ms).")
     tpot_ms: float | None = Field(
@@ -613,6 +618,9 @@ class _Accumulator:
             reasoning_tokens=_int_or_none(details.get("reasoning_tokens")),
             tokens_estimated=completion is None,
             estimated_completion_tokens=estimated,
+            tokens_estimated_by=(
+                None if completion is not None else ("token_ids" if self.token_ids else "chunks")
+            ),
             ttft_ms=ttft,
             e2e_ms=e2e,
             tpot_ms=tpot,

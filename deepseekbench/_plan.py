@@ -24,7 +24,7 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 
 import orjson
 from pydantic import (
@@ -55,9 +55,23 @@ from deepseekbench._capability import (
     probe_model_capability,
 )
 from deepseekbench._errors import PlanError
-from deepseekbench._route import EngineRoute, check_base_url, check_request_extras
+from deepseekbench._route import (
+    EngineRoute,
+    can_ignore_eos,
+    check_base_url,
+    check_request_extras,
+)
 from deepseekbench._selfcheck import DEFAULT_LAG_THRESHOLD_MS
 from deepseekbench._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
+from deepseekbench._workload import (
+    InputLength,
+    WorkloadFormatError,
+    WorkloadItem,
+    load_jsonl,
+    load_sharegpt,
+    load_spec_bench,
+    sample_path,
+)
 
 __all__ = [
     "ArrivalPlan",
@@ -452,19 +466,61 @@ class SloPlan(BaseModel):
 class WorkloadPlan(BaseModel):
     """The prompts measured for speed, cycled over each cell's requests.
 
-    ``prompts``: user messages inline; ``prompts_file``: a JSONL file of
-    ``{"prompt": "..."}`` lines (relative to the plan file). With neither, the
-    built-in smoke tasks' prompts are used (the file is read by
-    :meth:`BenchmarkPlan.workload_prompts`, not here).
+    Sources (``source``):
+
+    * ``default``: ``prompts`` inline, or ``prompts_file`` (JSONL of
+      ``{"prompt": "..."}`` lines, relative to the plan file), else the built-in
+      smoke tasks' prompts;
+    * ``sharegpt``, ``spec_bench``, ``jsonl``: the file at ``path`` in that
+      format (``path = "sample"`` picks the small sample shipped with the
+      package); ``categories`` keeps only those categories;
+    * ``synthetic``: ``n_prompts`` prompts per cell generated to
+      ``input_length`` tokens (default: fixed at ¾ of the cell's bucket bound),
+      sized with ``tokenizer`` (required).
+
+    ``tokenizer``: ``"endpoint"`` (the ``off`` route's ``POST /tokenize``) or a
+    path to a Hugging Face ``tokenizer.json`` (or its folder); with it every
+    cell's prompts are counted and must fall in the bucket's token range, and
+    outputs without usage are counted with it. Without it only the byte bound is
+    checked (a prompt of fewer UTF-8 bytes than the bucket's lower bound is
+    refused). ``reach_max_tokens``: ask the engine to generate ``max_tokens``
+    (ignore EOS, per dialect); parity requests never do.
 
     Raises:
-        pydantic.ValidationError: an unknown field or a non-string prompt.
+        pydantic.ValidationError: an unknown field or source, a non-string
+            prompt, a file source without ``path``, ``input_length`` or
+            ``n_prompts`` on a non-synthetic source, a synthetic source without
+            ``tokenizer``, or ``prompts``/``prompts_file`` with another source.
     """
 
     model_config = _CONFIG
 
+    source: Literal["default", "sharegpt", "spec_bench", "jsonl", "synthetic"] = "default"
     prompts: tuple[str, ...] = ()
     prompts_file: str | None = None
+    path: str | None = None
+    categories: tuple[str, ...] = ()
+    input_length: InputLength | None = None
+    n_prompts: int | None = Field(default=None, ge=1, le=10_000)
+    tokenizer: str | None = Field(default=None, min_length=1)
+    reach_max_tokens: bool = True
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> WorkloadPlan:
+        file_source = self.source in ("sharegpt", "spec_bench", "jsonl")
+        if file_source and self.path is None:
+            raise ValueError(f"source={self.source!r} needs a path (or path='sample')")
+        if not file_source and (self.path is not None or self.categories):
+            raise ValueError("path and categories are for the sharegpt, spec_bench, jsonl sources")
+        if self.source != "synthetic" and (
+            self.input_length is not None or self.n_prompts is not None
+        ):
+            raise ValueError("input_length and n_prompts are for source='synthetic'")
+        if self.source == "synthetic" and self.tokenizer is None:
+            raise ValueError("source='synthetic' needs a tokenizer ('endpoint' or a path)")
+        if self.source != "default" and (self.prompts or self.prompts_file):
+            raise ValueError("prompts and prompts_file are for source='default'")
+        return self
 
 
 class ParityPlan(BaseModel):
@@ -512,11 +568,14 @@ class PlanSources:
         tasks: the parity task set (``()`` for ``"none"``).
         prompts: the speed-workload prompts.
         capability: the probed model capability, ``None`` without ``model_source``.
+        items: the workload's items (:meth:`BenchmarkPlan.workload_items`);
+            ``None`` for a synthetic source (generated at run time).
     """
 
     tasks: tuple[Task, ...]
     prompts: tuple[str, ...]
     capability: ModelCapability | None
+    items: tuple[WorkloadItem, ...] | None = None
 
 
 class BenchmarkPlan(BaseModel):
@@ -642,6 +701,16 @@ class BenchmarkPlan(BaseModel):
         return min(self.repeats, self.requests_per_cell)
 
     @property
+    def reach_max_tokens(self) -> bool:
+        """Whether measured requests ask the engines to generate past EOS: the
+        workload asks for it and every route's dialect can (a route that cannot —
+        ``openai``, ``deepseek`` — would decode different work than the others, so
+        then no route is asked and short outputs are flagged instead)."""
+        return self.workload.reach_max_tokens and all(
+            can_ignore_eos(r.dialect) for r in self.routes
+        )
+
+    @property
     def speculative_routes(self) -> tuple[RoutePlan, ...]:
         """Every route other than the baseline, in plan order."""
         return tuple(r for r in self.routes if r.speculative is not Speculative.off)
@@ -704,6 +773,49 @@ class BenchmarkPlan(BaseModel):
             return tuple(out)
         return tuple(t.prompt for t in smoke_tasks())
 
+    def workload_items(self) -> tuple[WorkloadItem, ...] | None:
+        """The workload's conversations (``None`` for ``source="synthetic"``).
+
+        ``default`` source: inline prompts (ids ``prompt-<n>``), the prompts
+        file, or the smoke tasks (their ids and categories). Dataset sources: the
+        file read by its loader (``path="sample"``: the shipped sample), kept to
+        ``categories`` when given.
+
+        Raises:
+            PlanError: the prompts file is unreadable or malformed.
+            WorkloadFormatError: a dataset file is malformed (file and line
+                named), or no item has the requested categories.
+        """
+        w = self.workload
+        if w.source == "synthetic":
+            return None
+        if w.source == "default":
+            if not w.prompts and not w.prompts_file:
+                return tuple(
+                    WorkloadItem(id=t.id, turns=(t.prompt,), category=t.category, source="smoke")
+                    for t in smoke_tasks()
+                )
+            return tuple(
+                WorkloadItem(id=f"prompt-{i + 1}", turns=(p,), source="plan")
+                for i, p in enumerate(self.workload_prompts())
+            )
+        return self._dataset_items()
+
+    def _dataset_items(self) -> tuple[WorkloadItem, ...]:
+        w = self.workload
+        fmt = cast(Literal["sharegpt", "spec_bench", "jsonl"], w.source)
+        loader = {"sharegpt": load_sharegpt, "spec_bench": load_spec_bench, "jsonl": load_jsonl}
+        assert w.path is not None
+        path = sample_path(fmt) if w.path == "sample" else self.resolve(w.path)
+        items = loader[fmt](path)
+        if w.categories:
+            items = tuple(i for i in items if i.category in w.categories)
+            if not items:
+                raise WorkloadFormatError(
+                    f"{path}: no item of categories {list(w.categories)}", path=path
+                )
+        return items
+
     def plan_hash(self) -> str:
         """A 16-hex-digit digest of the plan's content (``base_dir``, ``results`` and
         ``client_lag_threshold_ms``, which changes no request, and how the load is
@@ -726,12 +838,13 @@ class BenchmarkPlan(BaseModel):
         """
         tasks = self.tasks()
         prompts = self.workload_prompts()
+        items = self.workload_items()
         capability = self.check_capability()
         if not tasks and not self.parity.prompts:
             raise PlanError(
                 "the plan has no parity prompts and no tasks: parity could never be verified"
             )
-        return PlanSources(tasks=tasks, prompts=prompts, capability=capability)
+        return PlanSources(tasks=tasks, prompts=prompts, capability=capability, items=items)
 
     def model_capability(self) -> ModelCapability | None:
         """The probed capability of ``model_source`` (``None`` when it is unset).

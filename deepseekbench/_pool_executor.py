@@ -28,6 +28,7 @@ from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._route import EngineRoute
 from deepseekbench._schedule import Block, WorkItem
 from deepseekbench._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._tokens import TokenCounter
 from deepseekbench._workers import PoolReport, PoolResult, ResultFn, WorkerPool
 from deepseekbench._workshare import LoadWork, PoolItem
 
@@ -131,9 +132,14 @@ async def executor_for(
     gate: LiveGate,
     client: httpx.AsyncClient,
     on_report: ReportFn | None = None,
+    counter: TokenCounter | None = None,
 ) -> AsyncIterator[BlockExecutor]:
     """The executor ``plan`` asks for: this process (``workers = 1``, ``executor =
     "process"``), worker processes, or Ray actors; pools are stopped on exit.
+
+    ``counter`` (the plan's tokenizer) counts outputs that came without usage in
+    this process's executor; worker pools keep the chunk estimate (the row is
+    marked ``tokens_estimated`` either way).
 
     Raises:
         WorkerError: a worker process did not start.
@@ -142,7 +148,7 @@ async def executor_for(
     """
     timeouts = Timeouts(total_s=plan.timeout_s)
     if plan.workers == 1 and plan.executor == "process":
-        yield Executor(routes, gate, client, timeouts)
+        yield Executor(routes, gate, client, timeouts, counter)
         return
     if plan.executor == "ray":
         from deepseekbench._ray_executor import RayPool

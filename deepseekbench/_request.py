@@ -147,6 +147,11 @@ class ChatRequest(BaseModel):
         default=ReasoningMode.non_think, description="DeepSeek V4 reasoning mode."
     )
     stop: tuple[str, ...] | None = Field(default=None, description="Stop strings.")
+    reach_max_tokens: bool = Field(
+        default=False,
+        description="Ask the engine to keep generating past end-of-sequence up to max_tokens, "
+        "where its dialect can (see EngineRoute.build_body); parity requests never set it.",
+    )
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
         description="Other body fields, merged as given (e.g. 'tools', 'logprobs', "

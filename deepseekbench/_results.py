@@ -311,8 +311,9 @@ def _str_field(rec: Mapping[str, Any], name: str) -> str:
     return value
 
 
-MeasureKey = tuple[str, str, str | None, int]
-"""``(route, cell, load key, index)`` of a measured request."""
+MeasureKey = tuple[str, str, str | None, int, int]
+"""``(route, cell, load key, index, turn)`` of a measured request (turn 0-based;
+0 for a single-turn item and in files written before conversations)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,11 +324,14 @@ class MeasureInfo:
         round: the round it ran in (0-based).
         queue_ms: open loop: actual send − scheduled send (ms); ``None`` closed loop.
         run_id: the run (process) that measured it: send times compare only within one.
+        item, category: the workload item's id and dataset category, when recorded.
     """
 
     round: int
     queue_ms: float | None
     run_id: str
+    item: str | None = None
+    category: str | None = None
 
 
 @dataclass(slots=True)
@@ -337,7 +341,7 @@ class ResultsState:
     With ``plan`` set, :meth:`add` refuses a route label or cell id the plan
     does not have.
 
-    Keys: a measurement is ``(route, cell, load key, index)`` (load key
+    Keys: a measurement is ``(route, cell, load key, index, turn)`` (load key
     :attr:`~deepseekbench.LoadPoint.key`, ``None`` in files written before load
     sweeps); a parity output ``(route, reasoning mode, pass, prompt id)``; a
     ``/metrics`` window ``(route, cell, load key, round)``.
@@ -376,6 +380,7 @@ class ResultsState:
                 _str_field(rec, "cell"),
                 _load_key(rec),
                 _int_field(rec, "index"),
+                _int_field(rec, "turn") if "turn" in rec else 0,
             )
             self._check_route(key[0])
             self._check_cell(key[1])
@@ -383,10 +388,13 @@ class ResultsState:
                 self.order.append(key)
             self.measurements[key] = StreamMeasurement.model_validate(rec["measurement"])
             queue = rec.get("queue_ms")
+            item, category = rec.get("item"), rec.get("category")
             self.info[key] = MeasureInfo(
                 round=int(rec.get("round", 0)),
                 queue_ms=float(queue) if queue is not None else None,
                 run_id=str(rec.get("run_id", "")),
+                item=item if isinstance(item, str) else None,
+                category=category if isinstance(category, str) else None,
             )
         elif kind == "parity_output":
             pkey = (

@@ -26,7 +26,7 @@ from deepseekbench._axes import (
 )
 from deepseekbench._request import ChatRequest
 
-__all__ = ["EngineRoute", "reasoning_controls"]
+__all__ = ["EngineRoute", "eos_controls", "reasoning_controls"]
 
 _ROUTE_OWNED = frozenset({"model", "messages", "stream"})
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
@@ -70,6 +70,29 @@ def reasoning_controls(dialect: Dialect, mode: ReasoningMode) -> dict[str, Any]:
     if dialect is Dialect.llamacpp and thinking:
         body["reasoning_format"] = "deepseek"
     return body
+
+
+def eos_controls(dialect: Dialect, max_tokens: int | None) -> dict[str, Any]:
+    """Body fields that make ``dialect`` generate ``max_tokens`` tokens, past EOS.
+
+    * ``vllm``, ``sglang``, ``auto``: ``ignore_eos: true`` and ``min_tokens:
+      max_tokens`` (both sampling extensions of their chat endpoints);
+    * ``llamacpp``: ``ignore_eos: true`` (llama-server has no ``min_tokens``);
+    * ``openai``, ``deepseek``: nothing — hosted APIs offer neither, so their
+      outputs may fall short of the target (the row says so).
+    """
+    if dialect in (Dialect.openai, Dialect.deepseek):
+        return {}
+    body: dict[str, Any] = {"ignore_eos": True}
+    if dialect is not Dialect.llamacpp and max_tokens is not None:
+        body["min_tokens"] = max_tokens
+    return body
+
+
+def can_ignore_eos(dialect: Dialect) -> bool:
+    """Whether ``dialect`` has a field that generates past end-of-sequence
+    (:func:`eos_controls` sends something)."""
+    return bool(eos_controls(dialect, 1))
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -247,7 +270,8 @@ class EngineRoute(BaseModel):
     def build_body(self, request: ChatRequest) -> dict[str, Any]:
         """Return the JSON body for ``request`` on this route.
 
-        Order: the request's fields, the dialect's reasoning controls, the
+        Order: the request's fields, the dialect's reasoning controls, its
+        :func:`eos_controls` when ``request.reach_max_tokens``, the
         dialect's reporting extras (SGLang/auto ``return_spec_tokens_details:
         true``, answered by a trailing ``sglext`` chunk; never
         ``return_meta_info``, which current SGLang refuses with HTTP 400 on a
@@ -259,6 +283,8 @@ class EngineRoute(BaseModel):
         """
         body = request.body_fields()
         body.update(reasoning_controls(self.dialect, request.reasoning_mode))
+        if request.reach_max_tokens:
+            body.update(eos_controls(self.dialect, request.max_tokens))
         stream_options: dict[str, Any] = {}
         if self.dialect in (Dialect.sglang, Dialect.auto):
             body["return_spec_tokens_details"] = True

@@ -94,6 +94,44 @@ class Dispersion(BaseModel):
     )
 
 
+class SliceStats(BaseModel):
+    """One slice of a row's requests — a dataset category or a conversation turn.
+
+    Medians over the slice's successful requests (TTFT, TPOT, E2E in ms; TPOT
+    in ms per output token; throughput in tokens/s). Acceptance is summed over
+    the slice's per-request figures (accepted / drafted; 1 + accepted / verify
+    steps), as AIPerf's spec-decode report and Spec-Bench give per category;
+    ``None`` where the engine reported no per-request acceptance (a server-wide
+    counter delta cannot be split by slice).
+
+    Raises:
+        pydantic.ValidationError: a ratio outside 0..1, an acceptance length
+            below 1, a negative time or count, a non-finite float, or an unknown field.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    name: str = Field(min_length=1, description="category name, or 'turn <n>' (1-based)")
+    n_requests: int = Field(default=0, ge=0, description="measured requests in the slice")
+    n_errors: int = Field(default=0, ge=0, description="of which ended in error")
+    ttft_ms: float | None = Field(default=None, ge=0, description="median TTFT, ms")
+    tpot_ms: float | None = Field(default=None, ge=0, description="median TPOT, ms/token")
+    e2e_ms: float | None = Field(default=None, ge=0, description="median E2E, ms")
+    output_toks_per_s: float | None = Field(
+        default=None, ge=0, description="median output throughput, tokens/s"
+    )
+    accepted_token_ratio: float | None = Field(
+        default=None, ge=0, le=1, description="accepted / drafted tokens over the slice"
+    )
+    acceptance_length: float | None = Field(
+        default=None, ge=1, description="1 + accepted / verify steps, tokens per step"
+    )
+    draft_tokens: int | None = Field(default=None, ge=0, description="drafted tokens, tokens")
+    accepted_tokens: int | None = Field(default=None, ge=0, description="accepted tokens, tokens")
+    tokens_estimated: bool = Field(default=False, description="any count estimated")
+    output_short: bool = Field(default=False, description="any output below max_tokens")
+
+
 class Row(BaseModel):
     """One benchmark cell for one speculative value.
 
@@ -260,6 +298,27 @@ class Row(BaseModel):
         default=False,
         description="True when the open-loop schedule lagged badly (p90 queue_ms above the "
         "plan's arrival.max_lag_ms): the client, not the server, may have limited the load",
+    )
+    # --- workload (issue 13) ---------------------------------------------
+    output_short: bool = Field(
+        default=False,
+        description="True when a successful request's output (tokens) fell short of the "
+        "request's max_tokens: the row under-measures decode at its output target",
+    )
+    n_output_short: int = Field(
+        default=0, ge=0, description="successful requests whose output fell short of max_tokens"
+    )
+    output_tokens: Percentiles | None = Field(
+        default=None, description="per-request output length percentiles, tokens"
+    )
+    prompt_tokens: Percentiles | None = Field(
+        default=None, description="per-request prompt length percentiles (usage), tokens"
+    )
+    categories: tuple[SliceStats, ...] = Field(
+        default=(), description="per dataset category: medians and acceptance"
+    )
+    turns: tuple[SliceStats, ...] = Field(
+        default=(), description="per conversation turn ('turn 1', 'turn 2', ...)"
     )
 
     if TYPE_CHECKING:

@@ -5,7 +5,10 @@ The run is a pipeline whose data flows one way::
     plan ─▶ schedule ─▶ executor ─▶ results store ─▶ analysis ─▶ scorecard
             (_schedule)  (_executor)  (_results)       (_analysis)  (_scorecard)
 
-This module only wires the stages: it builds the schedule
+This module only wires the stages: it prepares the workload
+(:mod:`deepseekbench._prepare`: each cell's items, counted with the plan's
+tokenizer and checked against the cell's bucket before any measured request),
+builds the schedule
 (:func:`~deepseekbench._schedule.build_schedule`: parity set per route, then per
 cell and load point ``rounds`` rounds of every route's block with the route
 order alternating, then the determinism control), drops what an earlier run of
@@ -49,12 +52,20 @@ from deepseekbench._analysis import (
     row_identity,
 )
 from deepseekbench._axes import QualityParity
+from deepseekbench._errors import PlanError
 from deepseekbench._executor import Sent
 from deepseekbench._gate import LiveGate
 from deepseekbench._measure import redact_measurement
+from deepseekbench._measure import StreamMeasurement
 from deepseekbench._parity import ParityOutput
 from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._pool_executor import executor_for
+from deepseekbench._prepare import (
+    PreparedWorkload,
+    conversation_pid,
+    make_counter,
+    prepare_workload,
+)
 from deepseekbench._results import (
     MeasureInfo,
     ResultsFormatError,
@@ -72,6 +83,7 @@ from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, pari
 from deepseekbench._spec_config import check_spec_config
 from deepseekbench._transport import pool_limits
 from deepseekbench._workers import PoolReport
+from deepseekbench._workload import check_bucket_bytes
 
 __all__ = [
     "DryRunResult",
@@ -176,14 +188,43 @@ def _check_gate(routes: Iterable[EngineRoute], gate: LiveGate) -> None:
 # ------------------------------------------------------------ resume filter --
 
 
-def _done(state: ResultsState, block: Block, item: WorkItem) -> bool:
-    """True when an earlier run of the plan already recorded ``item``."""
-    if block.phase is Phase.measure:
-        assert block.load is not None
-        return (block.route, block.cell, block.load.key, item.index) in state.measurements
-    key = (block.route, block.reasoning_mode.value, block.parity_pass, item.prompt_id)
-    o = state.outputs.get(key)
-    return o is not None and o.complete
+def _turns(item: WorkItem) -> int:
+    return len(item.workload.turns) if item.workload is not None else 1
+
+
+def _recorded(state: ResultsState, block: Block, item: WorkItem) -> list[StreamMeasurement]:
+    """The turns of ``item`` an earlier run recorded, in order, up to the first gap
+    (measured requests; a parity conversation's complete outputs as measurements)."""
+    out: list[StreamMeasurement] = []
+    for t in range(_turns(item)):
+        if block.phase is Phase.measure:
+            assert block.load is not None
+            m = state.measurements.get((block.route, block.cell, block.load.key, item.index, t))
+        else:
+            o = state.outputs.get(
+                (block.route, block.reasoning_mode.value, block.parity_pass, _parity_pid(item, t))
+            )
+            m = StreamMeasurement(text=o.text) if o is not None and o.complete else None
+        if m is None:
+            break
+        out.append(m)
+    return out
+
+
+def _parity_pid(item: WorkItem, turn: int) -> str:
+    """The parity prompt id of ``turn`` of a parity item (its own id when single-turn)."""
+    if item.workload is not None and len(item.workload.turns) > 1:
+        return conversation_pid(item.workload.id, turn)
+    return item.prompt_id
+
+
+def _remaining(state: ResultsState, block: Block, item: WorkItem) -> WorkItem | None:
+    """``item`` with the turns already recorded attached (``done``), or ``None`` when
+    nothing is left to send (every turn recorded, or an errored turn ended it)."""
+    done = _recorded(state, block, item)
+    if len(done) == _turns(item) or any(m.error is not None for m in done):
+        return None
+    return dataclasses.replace(item, done=tuple(done)) if done else item
 
 
 def pending(
@@ -197,7 +238,9 @@ def pending(
     out: list[tuple[Block, tuple[WorkItem, ...]]] = []
     warmups: dict[tuple[str, str, str], tuple[Any, ...]] = {}
     for block in blocks:
-        todo = tuple(it for it in block.items if not _done(state, block, it))
+        todo = tuple(
+            r for it in block.items if (r := _remaining(state, block, it)) is not None
+        )
         wkey = (block.route, block.cell, block.load.key if block.load else "")
         if block.warmup:
             warmups[wkey] = block.warmup
@@ -236,11 +279,15 @@ class _Recorder:
 
     def _measurement(self, block: Block, sent: Sent) -> None:
         assert block.load is not None and sent.item is not None
-        key = (block.route, block.cell, block.load.key, sent.item.index)
+        key = (block.route, block.cell, block.load.key, sent.item.index, sent.turn)
         if key not in self.state.measurements:
             self.state.order.append(key)
         self.state.measurements[key] = sent.measurement
-        self.state.info[key] = MeasureInfo(block.round, sent.queue_ms, self.base["run_id"])
+        w = sent.item.workload
+        item, category = (w.id, w.category) if w is not None else (None, None)
+        self.state.info[key] = MeasureInfo(
+            block.round, sent.queue_ms, self.base["run_id"], item, category
+        )
         self.writer.write(
             {
                 "record": "measurement",
@@ -251,6 +298,9 @@ class _Recorder:
                 "load": block.load.key,
                 "round": block.round,
                 "index": sent.item.index,
+                "turn": sent.turn,
+                "item": item,
+                "category": category,
                 "queue_ms": sent.queue_ms,
                 "measurement": sent.measurement.model_dump(mode="json"),
             }
@@ -258,9 +308,10 @@ class _Recorder:
 
     def _parity_output(self, block: Block, sent: Sent) -> None:
         assert sent.item is not None
-        out = ParityOutput.from_measurement(sent.item.prompt_id, sent.measurement)
+        pid = _parity_pid(sent.item, sent.turn)
+        out = ParityOutput.from_measurement(pid, sent.measurement)
         mode = block.reasoning_mode.value
-        self.state.outputs[(block.route, mode, block.parity_pass, sent.item.prompt_id)] = out
+        self.state.outputs[(block.route, mode, block.parity_pass, pid)] = out
         self.writer.write(
             {
                 "record": "parity_output",
@@ -268,8 +319,31 @@ class _Recorder:
                 "route": block.route,
                 "reasoning_mode": mode,
                 "pass": block.parity_pass,
-                "prompt_id": sent.item.prompt_id,
+                "prompt_id": pid,
                 "output": out.model_dump(mode="json"),
+            }
+        )
+
+    def workload(self, prepared: PreparedWorkload) -> None:
+        """One ``workload`` record: the tokenizer and, per cell, each item's id,
+        category, turn count and counted prompt tokens."""
+        self.writer.write(
+            {
+                "record": "workload",
+                **self.base,
+                "tokenizer": prepared.tokenizer,
+                "cells": {
+                    cid: [
+                        {
+                            "id": i.id,
+                            "category": i.category,
+                            "turns": len(i.turns),
+                            "prompt_tokens": i.prompt_tokens,
+                        }
+                        for i in items
+                    ]
+                    for cid, items in prepared.cells.items()
+                },
             }
         )
 
@@ -339,6 +413,29 @@ def _in_flight(plan: BenchmarkPlan) -> int:
     return max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
 
 
+def _check_conversations(plan: BenchmarkPlan, prepared: PreparedWorkload) -> None:
+    """Refuse multi-turn items on a worker pool (its workers send single requests).
+
+    Raises:
+        PlanError: a conversation with several turns and ``workers > 1`` or a
+            non-process executor.
+    """
+    if plan.workers == 1 and plan.executor == "process":
+        return
+    multi = sorted({i.id for items in prepared.cells.values() for i in items if len(i.turns) > 1})
+    if multi:
+        raise PlanError(
+            f"multi-turn conversations ({', '.join(multi[:5])}"
+            f"{', ...' if len(multi) > 5 else ''}) need workers = 1 and executor = "
+            f"'process': a worker pool sends single requests"
+        )
+
+
+def _to_send(items: Iterable[WorkItem]) -> int:
+    """Requests the items will send: every turn not yet recorded."""
+    return sum(_turns(it) - len(it.done) for it in items)
+
+
 def _resumed(state: ResultsState) -> int:
     return len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
 
@@ -387,6 +484,11 @@ async def run_plan(
         pydantic.ValidationError: a route's ``request_extras`` sets ``model``,
             ``messages`` or ``stream`` (from
             :meth:`~deepseekbench.RoutePlan.engine_route`, before any request).
+        WorkloadLengthError: a cell's prompts fall outside its context bucket's
+            token range (a ``PlanError``; counted before any measured request,
+            every such prompt named).
+        TokenizeError: the plan's tokenizer could not count (endpoint failure,
+            unreadable ``tokenizer.json``), before any measured request.
         LiveGateError: the gate refuses a route, or ``client`` has a transport
             (default or mount) the gate does not wrap (before any request).
         ResultsFormatError: the results file exists but cannot be read back, or
@@ -397,7 +499,7 @@ async def run_plan(
         OSError: the results file or its folder cannot be created.
     """
     sources = plan.validate_sources()
-    schedule = build_schedule(plan, sources.prompts, parity_prompts(plan, sources.tasks))
+    parity_set = parity_prompts(plan, sources.tasks)
     routes: dict[str, EngineRoute] = {r.label: r.engine_route(plan.model) for r in plan.routes}
     _check_gate(routes.values(), gate)
     if client is not None:
@@ -414,8 +516,7 @@ async def run_plan(
         raise
     retried = state.drop_errored() if retry_errors else 0
     resumed = _resumed(state)
-    work = pending(schedule, state)
-    prog = _Progress(progress, sum(len(items) + len(b.warmup) for b, items in work))
+    prog = _Progress(progress, 0)
     run_id = uuid.uuid4().hex[:12]
     recorder = _Recorder(
         writer,
@@ -441,6 +542,13 @@ async def run_plan(
 
     try:
         await check_spec_config(plan.routes, routes, gate=gate, client=http)
+        # the workload stage: items per cell, counted and checked against each bucket
+        counter = make_counter(plan, off_route=routes[plan.off_route.label], gate=gate, client=http)
+        prepared = await prepare_workload(plan, counter=counter, items=sources.items)
+        schedule = build_schedule(plan, sources.prompts, parity_set, items=prepared.cells)
+        work = pending(schedule, state)
+        prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
+        _check_conversations(plan, prepared)
         cap = sources.capability
         writer.write(
             {
@@ -452,8 +560,11 @@ async def run_plan(
                 "model_capability": cap.model_dump(mode="json") if cap else None,
             }
         )
+        recorder.workload(prepared)
         prog.emit()
-        async with executor_for(plan, routes, gate, http, recorder.workers) as executor:
+        async with executor_for(
+            plan, routes, gate, http, recorder.workers, counter=counter
+        ) as executor:
             for block, items in work:
                 prog.set_phase(block.title)
                 delta = await executor.run_block(block, items, on_sent)
@@ -510,7 +621,14 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
             layers, no parity set), or a task id collides with a parity prompt id.
     """
     sources = plan.validate_sources()
-    schedule = build_schedule(plan, sources.prompts, parity_prompts(plan, sources.tasks))
+    items = None
+    if sources.items is not None:
+        for cell in plan.cells:
+            check_bucket_bytes(cell.cell_id, cell.context_bucket, sources.items)
+        items = {cell.cell_id: sources.items for cell in plan.cells}
+    schedule = build_schedule(
+        plan, sources.prompts, parity_prompts(plan, sources.tasks), items=items
+    )
     refusals: dict[str, str | None] = {}
     for r in plan.routes:
         # A route with api_key_env will send its own Authorization header.
@@ -529,7 +647,7 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         for load in plan.load_points
         for r in plan.routes
     )
-    n = sum(len(b.items) + len(b.warmup) for b in schedule)
+    n = sum(_to_send(b.items) + len(b.warmup) for b in schedule)
     return DryRunResult(
         plan_hash=plan.plan_hash(), rows=rows, refusals=refusals, n_requests=n, grid=grid_text(plan)
     )

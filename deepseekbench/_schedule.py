@@ -15,22 +15,26 @@
    determinism control).
 
 Measured request ``i`` of a (route, cell, load point) runs in round
-``i % rounds`` and sends workload prompt ``i // rounds`` (cycled), so every
+``i % rounds`` and sends workload item ``i // rounds`` (cycled; a multi-turn
+item sends its turns in order, see :mod:`deepseekbench._executor`), so every
 round repeats the same prompts: the ``off`` route's own rounds are the
 determinism control of the measured traffic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from deepseekbench._axes import ReasoningMode, Speculative
 from deepseekbench._errors import PlanError
+from deepseekbench._measure import StreamMeasurement
 from deepseekbench._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
+from deepseekbench._prepare import conversation_pid, parity_conversations
 from deepseekbench._request import ChatRequest
 from deepseekbench._tasks import Task
+from deepseekbench._workload import WorkloadItem
 
 __all__ = [
     "Block",
@@ -39,6 +43,7 @@ __all__ = [
     "WorkItem",
     "build_schedule",
     "measure_slot",
+    "parity_ids",
     "parity_prompts",
     "reasoning_modes",
 ]
@@ -54,11 +59,17 @@ class Phase(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ParityPrompt:
-    """One parity prompt: its id, text, and the task it belongs to (``None`` = a bare prompt)."""
+    """One parity prompt: its id, text, and the task it belongs to (``None`` = a bare prompt).
+
+    ``conversation``: a multi-turn workload item whose every turn joins the parity
+    set (``text`` is its first turn; turn ``k``'s prompt id is
+    :func:`~deepseekbench._prepare.conversation_pid`).
+    """
 
     prompt_id: str
     text: str
     task: Task | None
+    conversation: WorkloadItem | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +81,17 @@ class WorkItem:
         index: measured: the request's index in its (route, cell, load point);
             parity: its position in the parity set.
         prompt_id: the parity prompt or task id (parity and control phases).
+        workload: the workload item behind a measured request, or the
+            conversation of a parity prompt; its later turns are sent after
+            ``request`` (the first turn), each with this route's earlier answers.
+        done: turns of the conversation an earlier run already recorded (resume).
     """
 
     request: ChatRequest
     index: int
     prompt_id: str = ""
+    workload: WorkloadItem | None = None
+    done: tuple[StreamMeasurement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +149,23 @@ def parity_prompts(plan: BenchmarkPlan, tasks: Sequence[Task]) -> list[ParityPro
         if t.id in ids:
             raise PlanError(f"task id {t.id!r} collides with a parity prompt id")
         out.append(ParityPrompt(t.id, t.prompt, t))
+    for item in parity_conversations(plan):
+        out.append(ParityPrompt(conversation_pid(item.id, 0), item.turns[0], None, item))
+    return out
+
+
+def parity_ids(prompts: Sequence[ParityPrompt]) -> list[tuple[str, str, Task | None]]:
+    """``(prompt id, text, task)`` of every parity output: one per prompt, one per
+    turn of a conversation."""
+    out: list[tuple[str, str, Task | None]] = []
+    for p in prompts:
+        if p.conversation is None:
+            out.append((p.prompt_id, p.text, p.task))
+        else:
+            out += [
+                (conversation_pid(p.conversation.id, k), turn, None)
+                for k, turn in enumerate(p.conversation.turns)
+            ]
     return out
 
 
@@ -170,6 +204,7 @@ def _measure_request(plan: BenchmarkPlan, cell: CellPlan, prompt: str) -> ChatRe
         temperature=plan.temperature,
         seed=plan.seed,
         reasoning_mode=cell.reasoning_mode,
+        reach_max_tokens=plan.reach_max_tokens,
     )
 
 
@@ -181,7 +216,7 @@ def _parity_blocks(
             phase=phase,
             route=route.label,
             items=tuple(
-                WorkItem(_parity_request(plan, p, mode), i, p.prompt_id)
+                WorkItem(_parity_request(plan, p, mode), i, p.prompt_id, p.conversation)
                 for i, p in enumerate(prompts)
             ),
             concurrency=plan.parity.concurrency,
@@ -198,7 +233,7 @@ def _round_order(plan: BenchmarkPlan, round_: int) -> tuple[RoutePlan, ...]:
 
 
 def _measure_blocks(
-    plan: BenchmarkPlan, prompts: Sequence[str], cell_index: int, load_index: int
+    plan: BenchmarkPlan, prompts: Sequence[WorkloadItem], cell_index: int, load_index: int
 ) -> list[Block]:
     cell, load = plan.cells[cell_index], plan.load_points[load_index]
     rounds, n = plan.rounds, plan.requests_per_cell
@@ -206,7 +241,11 @@ def _measure_blocks(
     for r in range(rounds):
         indices = range(r, n, rounds)
         items = tuple(
-            WorkItem(_measure_request(plan, cell, prompts[(i // rounds) % len(prompts)]), i)
+            WorkItem(
+                _measure_request(plan, cell, (w := prompts[(i // rounds) % len(prompts)]).turns[0]),
+                i,
+                workload=w,
+            )
             for i in indices
         )
         salt = (cell_index * 1000 + load_index) * 1000 + r
@@ -225,7 +264,7 @@ def _measure_blocks(
                     round=r,
                     offsets_s=tuple(offsets) if offsets is not None else None,
                     warmup=tuple(
-                        _measure_request(plan, cell, prompts[i % len(prompts)])
+                        _measure_request(plan, cell, prompts[i % len(prompts)].turns[0])
                         for i in range(warm)
                     ),
                     scrape=route.speculative is not Speculative.off
@@ -236,26 +275,42 @@ def _measure_blocks(
 
 
 def build_schedule(
-    plan: BenchmarkPlan, prompts: Sequence[str], parity_set: Sequence[ParityPrompt]
+    plan: BenchmarkPlan,
+    prompts: Sequence[str],
+    parity_set: Sequence[ParityPrompt],
+    *,
+    items: Mapping[str, Sequence[WorkloadItem]] | None = None,
 ) -> tuple[Block, ...]:
     """Every block of a run of ``plan``, in run order (see the module docstring).
 
     Args:
         plan: the plan.
-        prompts: the workload prompts (cycled over each block's requests; not empty).
+        prompts: the workload prompts (cycled over each block's requests; not
+            empty); used when ``items`` is not given.
         parity_set: :func:`parity_prompts` of the plan.
+        items: per cell id, the workload items to cycle instead (conversations,
+            categories; :func:`~deepseekbench._prepare.prepare_workload`).
 
     Raises:
-        ValueError: ``prompts`` is empty.
+        ValueError: ``prompts`` is empty (without ``items``), or a cell has no items.
     """
-    if not prompts:
-        raise ValueError("the workload has no prompts")
+    if items is None:
+        if not prompts:
+            raise ValueError("the workload has no prompts")
+        plain = tuple(
+            WorkloadItem(id=f"prompt-{k + 1}", turns=(p,), source="plan")
+            for k, p in enumerate(prompts)
+        )
+        items = {c.cell_id: plain for c in plan.cells}
     blocks: list[Block] = []
     for route in (plan.off_route, *plan.speculative_routes):
         blocks += _parity_blocks(plan, parity_set, route, Phase.parity)
     for c in range(len(plan.cells)):
+        cell_items = items[plan.cells[c].cell_id]
+        if not cell_items:
+            raise ValueError(f"cell {plan.cells[c].cell_id} has no workload items")
         for lp in range(len(plan.load_points)):
-            blocks += _measure_blocks(plan, prompts, c, lp)
+            blocks += _measure_blocks(plan, cell_items, c, lp)
     if plan.parity.determinism_control:
         blocks += _parity_blocks(plan, parity_set, plan.off_route, Phase.control)
     return tuple(blocks)

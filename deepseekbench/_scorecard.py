@@ -34,7 +34,7 @@ from deepseekbench._analysis import RunResult, load_results
 from deepseekbench._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan import LoadPoint
-from deepseekbench._row import Row
+from deepseekbench._row import Row, SliceStats
 from deepseekbench._rowstats import WINDOW_METRICS
 from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup, speedup_of
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "CategoryLine",
     "MissingExtraError",
     "ParityDetail",
     "Scorecard",
@@ -81,6 +82,24 @@ class ParityDetail(BaseModel):
 
     first_divergence: str | None = None
     task_flips: tuple[str, ...] = ()
+
+
+class CategoryLine(BaseModel):
+    """One dataset category of a scorecard line: acceptance, TPOT and the speedup.
+
+    ``verdict`` is the category's :func:`~deepseekbench.compare_speedup` verdict
+    against the same category of the cell's ``off`` row (``None`` on ``off``
+    lines or without a baseline). TPOT in ms per output token.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    n_requests: int
+    accepted_token_ratio: float | None
+    acceptance_length: float | None
+    tpot_ms: float | None
+    verdict: SpeedupVerdict | None = None
 
 
 class ScorecardLine(BaseModel):
@@ -123,6 +142,10 @@ class ScorecardLine(BaseModel):
     slo_attainment: float | None = None
     schedule_lagged: bool = False
     client_saturated: bool = False
+    output_short: bool = False
+    n_output_short: int = 0
+    categories: tuple[CategoryLine, ...] = ()
+    turns: tuple[SliceStats, ...] = ()
 
     @property
     def credited(self) -> bool:
@@ -242,6 +265,96 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+def _category_lines(
+    base: Row | None, row: Row, metric: SpeedupMetric
+) -> tuple[CategoryLine, ...]:
+    """Per-category lines of ``row``; verdicts against ``base``'s categories."""
+    if not row.categories:
+        return ()
+    from deepseekbench._breakdown import category_speedups
+
+    verdicts = category_speedups(base, row, metric=metric) if base is not None else {}
+    return tuple(
+        CategoryLine(
+            name=c.name,
+            n_requests=c.n_requests,
+            accepted_token_ratio=c.accepted_token_ratio,
+            acceptance_length=c.acceptance_length,
+            tpot_ms=c.tpot_ms,
+            verdict=verdicts.get(c.name),
+        )
+        for c in row.categories
+    )
+
+
+_CATEGORY_COLUMNS: tuple[str, ...] = (
+    "cell",
+    "route",
+    "category",
+    "n",
+    "accept",
+    "acc.len",
+    "TPOT ms",
+    "speedup",
+)
+
+
+def _category_cells(ln: ScorecardLine) -> list[list[str]]:
+    """Category table rows of a line; none when the line has a single category
+    (the main table already gives those figures)."""
+    out: list[list[str]] = []
+    if len(ln.categories) < 2:
+        return out
+    for c in ln.categories:
+        if ln.speculative is Speculative.off:
+            speedup = "baseline"
+        elif c.verdict is None:
+            speedup = "refused: no off baseline for this category"
+        else:
+            speedup = str(c.verdict)
+        out.append(
+            [
+                ln.cell,
+                ln.route,
+                c.name,
+                str(c.n_requests),
+                _fmt(c.accepted_token_ratio, 2),
+                _fmt(c.acceptance_length, 2),
+                _fmt(c.tpot_ms, 2),
+                speedup,
+            ]
+        )
+    return out
+
+
+_TURN_COLUMNS: tuple[str, ...] = ("cell", "route", "turn", "n", "TTFT ms", "TPOT ms", "acc.len")
+
+
+def _turn_cells(ln: ScorecardLine) -> list[list[str]]:
+    return [
+        [
+            ln.cell,
+            ln.route,
+            t.name,
+            str(t.n_requests),
+            _fmt(t.ttft_ms, 1),
+            _fmt(t.tpot_ms, 2),
+            _fmt(t.acceptance_length, 2),
+        ]
+        for t in ln.turns
+    ]
+
+
+def _fixed_width(table: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    out = []
+    for i, r in enumerate(table):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
 _COLUMNS: tuple[str, ...] = (
     "cell",
     "load",
@@ -331,6 +444,10 @@ def _line(
         acceptance_by_position=r.acceptance_by_position,
         spec_tokens=r.spec_tokens,
         sse_ignored_lines=r.sse_ignored_lines,
+        output_short=r.output_short,
+        n_output_short=r.n_output_short,
+        categories=_category_lines(base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms),
+        turns=r.turns,
     )
 
 
@@ -621,6 +738,12 @@ class Scorecard:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
         notes.extend(_detail_notes(self.lines, self.client_workers))
+        for ln in self.lines:
+            if ln.output_short:
+                notes.append(
+                    f"{ln.route} @ {ln.cell}: {ln.n_output_short} of {ln.n_requests} outputs "
+                    "fell short of max_tokens: decode is under-measured at this output target"
+                )
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
         if any(ln.schedule_lagged for ln in self.lines):
@@ -648,6 +771,16 @@ class Scorecard:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
             if i == 0:
                 out.append("  ".join("-" * w for w in widths))
+        cats = [row for ln in self.lines for row in _category_cells(ln)]
+        if cats:
+            out.append("")
+            out.append("Per category (acceptance and speedup per dataset category)")
+            out.extend(_fixed_width([list(_CATEGORY_COLUMNS), *cats]))
+        turns = [row for ln in self.lines for row in _turn_cells(ln)]
+        if turns:
+            out.append("")
+            out.append("Per turn (multi-turn conversations)")
+            out.extend(_fixed_width([list(_TURN_COLUMNS), *turns]))
         notes = self._notes()
         if notes:
             out.append("")
@@ -671,6 +804,16 @@ class Scorecard:
 
         out = ["| " + " | ".join(self._columns) + " |", "|" + "---|" * len(self._columns)]
         out += ["| " + " | ".join(esc(c) for c in self._cells(ln)) + " |" for ln in self.lines]
+        cats = [row for ln in self.lines for row in _category_cells(ln)]
+        if cats:
+            out += ["", "| " + " | ".join(_CATEGORY_COLUMNS) + " |"]
+            out.append("|" + "---|" * len(_CATEGORY_COLUMNS))
+            out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cats]
+        turns = [row for ln in self.lines for row in _turn_cells(ln)]
+        if turns:
+            out += ["", "| " + " | ".join(_TURN_COLUMNS) + " |"]
+            out.append("|" + "---|" * len(_TURN_COLUMNS))
+            out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in turns]
         notes = self._notes()
         if notes:
             out.append("")

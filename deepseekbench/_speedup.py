@@ -78,6 +78,7 @@ class RefusalReason(_ClosedEnum):
     baseline_metric_not_positive = "baseline_metric_not_positive"
     candidate_metric_not_positive = "candidate_metric_not_positive"
     speedup_not_finite = "speedup_not_finite"
+    tokens_estimated = "tokens_estimated"
 
 
 class SpeedupVerdict(BaseModel):
@@ -205,7 +206,9 @@ def compare_speedup(
     load — ``concurrency``, ``request_rate_per_s``, ``arrival`` — is refused with
     ``load_mismatch``, other axes with ``key_axis_mismatch``); both rows
     are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
-    ``n_requests >= min_requests``; the metric is present and positive on both.
+    ``n_requests >= min_requests``; neither row's token counts were estimated
+    (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
+    on a count the engine did not give); the metric is present and positive on both.
 
     Args:
         baseline: the ``speculative=off`` row.
@@ -248,6 +251,8 @@ def compare_speedup(
         reasons.append(R.baseline_incomplete)
     if not candidate.is_complete:
         reasons.append(R.candidate_incomplete)
+    if baseline.tokens_estimated or candidate.tokens_estimated:
+        reasons.append(R.tokens_estimated)
     if baseline.n_requests < min_requests:
         reasons.append(R.baseline_too_few_requests)
     if candidate.n_requests < min_requests:

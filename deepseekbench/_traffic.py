@@ -16,15 +16,22 @@ from deepseekbench._results import MeasureInfo
 
 __all__ = ["Indexed", "traffic_control", "traffic_parity"]
 
-Indexed = dict[int, tuple[StreamMeasurement, MeasureInfo]]
-"""One row's measured requests by request index."""
+Indexed = dict[tuple[int, int], tuple[StreamMeasurement, MeasureInfo]]
+"""One row's measured requests by ``(request index, conversation turn)``."""
+
+
+def _request_id(prefix: str, i: int, turn: int) -> str:
+    """``request-3``, or ``request-3#2`` for a conversation's second turn."""
+    return f"{prefix}-{i}" + (f"#{turn + 1}" if turn else "")
 
 
 def _outputs(requests: Indexed) -> dict[str, ParityOutput]:
-    """The successful requests' outputs, keyed ``request-<index>``."""
+    """The successful requests' outputs, keyed ``request-<index>`` (``#<turn>`` after)."""
     return {
-        f"request-{i}": ParityOutput.from_measurement(f"request-{i}", m)
-        for i, (m, _) in requests.items()
+        _request_id("request", i, t): ParityOutput.from_measurement(
+            _request_id("request", i, t), m
+        )
+        for (i, t), (m, _) in requests.items()
         if m.error is None
     }
 
@@ -34,9 +41,9 @@ def traffic_control(plan: BenchmarkPlan, off: Indexed) -> DeterminismControl:
     and in every later round must give the same output (temperature 0)."""
     checker = ExactAcceptance()
     by_round: dict[int, dict[str, ParityOutput]] = {}
-    for i, (m, info) in off.items():
+    for (i, t), (m, info) in off.items():
         if m.error is None:
-            slot = f"slot-{i // plan.rounds}"
+            slot = _request_id("slot", i // plan.rounds, t)
             by_round.setdefault(info.round, {})[slot] = ParityOutput.from_measurement(slot, m)
     first = by_round.get(0, {})
     divergences = []
@@ -58,7 +65,8 @@ def traffic_parity(plan: BenchmarkPlan, off: Indexed, cand: Indexed) -> ParityRe
     """Each measured request of ``cand`` against ``off``'s of the same index (same
     prompt, cell, load point and round); pairs where either side errored are skipped."""
     base, other = _outputs(off), _outputs(cand)
-    ids = sorted((pid for pid in other if pid in base), key=lambda p: int(p.split("-")[1]))
+    order = {_request_id("request", i, t): (i, t) for i, t in cand}
+    ids = sorted((pid for pid in other if pid in base), key=lambda p: order[p])
     return ExactAcceptance().compare(
         base, other, control=traffic_control(plan, off), prompt_ids=ids
     )

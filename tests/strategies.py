@@ -101,6 +101,7 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             goodput_req_per_s=positive_ms,
             n_requests=st.integers(min_value=5, max_value=10_000),
             n_errors=st.just(0),
+            tokens_estimated=False,
         )
     )
     cand = draw(
@@ -115,6 +116,7 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             goodput_req_per_s=positive_ms,
             n_requests=st.integers(min_value=5, max_value=10_000),
             n_errors=st.just(0),
+            tokens_estimated=False,
         )
     )
     same_keys = {axis: getattr(base, axis) for axis in KEY_AXES if axis != "speculative"}

@@ -48,6 +48,7 @@ def _m(
     return StreamMeasurement(
         text=text,
         completion_tokens=tokens,
+        tokens_estimated=False,
         ttft_ms=ttft,
         e2e_ms=e2e_ms,
         tpot_ms=(e2e_ms - ttft) / (tokens - 1),

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from deepseekbench import Arrival, BenchmarkPlan, PlanError
+from deepseekbench._measure import StreamMeasurement
 from deepseekbench._results import ResultsState
 from deepseekbench._runner import grid_text, pending
 from deepseekbench._schedule import Phase, build_schedule, measure_slot, parity_prompts
@@ -103,7 +104,7 @@ def test_resume_filter_skips_recorded_requests_and_keeps_the_warmup() -> None:
     first = next(b for b in blocks if b.phase is Phase.measure and b.route == "mtp")
     assert first.load is not None
     for it in first.items:  # round 0 of mtp already measured
-        state.measurements[("mtp", first.cell, first.load.key, it.index)] = None  # type: ignore[assignment]
+        state.measurements[("mtp", first.cell, first.load.key, it.index, 0)] = StreamMeasurement()
     work = pending(blocks, state)
     mtp = [(b, items) for b, items in work if b.phase is Phase.measure and b.route == "mtp"]
     assert [b.round for b, _ in mtp] == [1, 2]

@@ -53,6 +53,7 @@ class Sequence:
     reasoning: str
     max_tokens: int
     send: MemoryObjectSendStream[Emission]
+    min_tokens: int = 0
     generated: int = 0
     prefilled: bool = False
     cancelled: bool = False
@@ -82,14 +83,18 @@ class Scheduler:
         prompt_tokens: int,
         reasoning: str,
         max_tokens: int,
+        min_tokens: int = 0,
     ) -> tuple[Sequence, MemoryObjectReceiveStream[Emission]]:
         """Queue a sequence; returns it (for ``cancel``) and the stream of its emissions.
 
         ``ctx``: model context; ``reasoning``: forced reasoning text emitted first
-        (one token per step); ``max_tokens``: output cap (tokens, ≥ 1).
+        (one token per step); ``max_tokens``: output cap (tokens, ≥ 1);
+        ``min_tokens``: below this many output tokens an end-of-sequence is
+        replaced by a line break and decoding goes on (``ignore_eos`` sets it to
+        ``max_tokens``).
         """
         send, receive = anyio.create_memory_object_stream[Emission](math.inf)
-        seq = Sequence(ctx, decoder, prompt_tokens, reasoning, max_tokens, send)
+        seq = Sequence(ctx, decoder, prompt_tokens, reasoning, max_tokens, send, min_tokens)
         self._metrics.admitted(prompt_tokens)
         self._pending.append(seq)
         self._wakeup.set()
@@ -160,6 +165,11 @@ class Scheduler:
         self, seq: Sequence, out: StepOutcome, reasoning_text: str, cost_ms: float
     ) -> Emission:
         seq.prefilled = True
+        eos = EOS_CH in out.tokens
+        if eos and seq.generated + len(out.tokens) <= seq.min_tokens:
+            out = StepOutcome(tuple("\n" if t == EOS_CH else t for t in out.tokens),
+                              out.drafted, out.accepted)
+            eos = False
         tokens = [t for t in out.tokens if t != EOS_CH]
         content = "".join(tokens)
         seq.ctx += content
@@ -168,7 +178,7 @@ class Scheduler:
         self._metrics.generated(produced)
         self._metrics.verified(out.drafted, out.accepted)
         finish: str | None = None
-        if EOS_CH in out.tokens:
+        if eos:
             finish = "stop"
         elif seq.generated >= seq.max_tokens:
             finish = "length"

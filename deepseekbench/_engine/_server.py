@@ -1,8 +1,8 @@
 """The reference engine's HTTP routes: OpenAI-compatible chat completions and friends.
 
 Routes: ``POST /v1/chat/completions`` (stream and non-stream), ``GET /v1/models``,
-``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /v1/timelines`` (ground
-truth, with ``record_send_times``); ``HEAD`` on any ``GET`` route. Streaming follows vLLM's
+``GET /health``, ``GET /metrics`` (Prometheus text), ``POST /tokenize``, ``GET /v1/timelines``
+(ground truth, with ``record_send_times``); ``HEAD`` on any ``GET`` route. Streaming follows vLLM's
 layout: a role-only first frame at the first output, one content chunk per
 verify step (all tokens the step accepted), a finish chunk, a usage chunk with
 ``choices: []`` when ``stream_options.include_usage`` is true, then ``[DONE]``.
@@ -37,8 +37,12 @@ from deepseekbench._engine._metrics import EngineMetrics
 from deepseekbench._engine._model import ReferenceLM, context_of
 from deepseekbench._engine._scheduler import Emission, Scheduler
 from deepseekbench._engine._speculative import Decoder
+from deepseekbench._engine._tokenizer import TOKENIZER
 
 _JSON: Headers = [("content-type", "application/json")]
+MODEL_WINDOW_CHARS = 512
+"""The reference model reads the last 512 characters of the question (every corpus
+question is shorter); a longer prompt is still prefilled and costed in full."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,8 @@ class ChatRequest(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     thinking: dict[str, Any] | bool | None = None
+    ignore_eos: bool = False
+    min_tokens: int = Field(default=0, ge=0)
 
 
 class ApiError(Exception):
@@ -196,6 +202,7 @@ class EngineState:
             "/v1/models": "GET",
             "/health": "GET",
             "/metrics": "GET",
+            "/tokenize": "POST",
             "/v1/timelines": "GET",
         }
         if path not in routes:
@@ -219,10 +226,34 @@ class EngineState:
                 "max_model_len": self.config.max_context_tokens,
             }
             await responder.full(200, _JSON, orjson.dumps({"object": "list", "data": [card]}))
+        elif path == "/tokenize":
+            await responder.full(200, _JSON, orjson.dumps(self._tokenize(request)))
         elif path == "/v1/timelines":
             await responder.full(200, _JSON, self._timelines())
         else:
             await self._chat(request, responder)
+
+    def _tokenize(self, request: HttpRequest) -> dict[str, Any]:
+        """``/tokenize``: ``{"prompt"}`` (vLLM, SGLang), ``{"content"}`` (llama.cpp) or
+        ``{"messages"}`` (rendered with the chat template) → ``{"tokens", "count",
+        "max_model_len"}``; one token per character (:mod:`._tokenizer`)."""
+        try:
+            raw = orjson.loads(request.body)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(400, f"invalid JSON body: {exc}", code="invalid_json") from None
+        text = raw.get("prompt", raw.get("content")) if isinstance(raw, dict) else None
+        if isinstance(raw, dict) and text is None and isinstance(raw.get("messages"), list):
+            try:
+                msgs = [_Message.model_validate(m) for m in raw["messages"]]
+            except ValidationError:
+                raise ApiError(400, "invalid messages", param="messages") from None
+            text = render_prompt(msgs) if raw.get("add_generation_prompt", True) else (
+                render_prompt(msgs).removesuffix("<|assistant|>")
+            )
+        if not isinstance(text, str):
+            raise ApiError(400, "give a string 'prompt', 'content' or a 'messages' list")
+        ids = TOKENIZER.encode(text)
+        return {"tokens": ids, "count": len(ids), "max_model_len": self.config.max_context_tokens}
 
     def _timelines(self) -> bytes:
         """Every recorded completion's timeline as JSON (see docs/engine.md)."""
@@ -318,11 +349,12 @@ class EngineState:
             mistuned=self.config.mistuned_draft,
         )
         seq, receive = self.scheduler.submit(
-            context_of(question),
+            context_of(question[-MODEL_WINDOW_CHARS:]),
             decoder,
             prompt_tokens=prompt_tokens,
             reasoning=reasoning,
             max_tokens=max_tokens,
+            min_tokens=max_tokens if req.ignore_eos else min(req.min_tokens, max_tokens),
         )
         stream = _Stream(self, req, faults, prompt_tokens, len(reasoning))
         if self.config.record_send_times:
