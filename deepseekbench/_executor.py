@@ -35,12 +35,7 @@ import httpx
 
 from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._gate import LiveGate
-from deepseekbench._measure import (
-    StreamMeasurement,
-    Timeouts,
-    measure_streamed,
-    redact_measurement,
-)
+from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
 from deepseekbench._prepare import converse
 from deepseekbench._request import ChatRequest
 from deepseekbench._route import EngineRoute
@@ -83,7 +78,6 @@ class Executor:
         gate: the :class:`~deepseekbench.LiveGate` every request passes.
         client: the shared ``httpx.AsyncClient`` (from ``gate.client()``).
         timeouts: per-request deadlines.
-        secrets: keys removed from every measurement (every route's and the gate's).
         counter: the plan's tokenizer: output tokens of a response without usage
             are counted with it (:func:`~deepseekbench._tokens.recount_output`).
     """
@@ -92,14 +86,12 @@ class Executor:
     gate: LiveGate
     client: httpx.AsyncClient
     timeouts: Timeouts
-    secrets: tuple[str, ...] = ()
     counter: TokenCounter | None = None
 
     async def _one(self, route: EngineRoute, request: ChatRequest) -> StreamMeasurement:
         m = await measure_streamed(
             request, route=route, gate=self.gate, client=self.client, timeouts=self.timeouts
         )
-        m = redact_measurement(m, self.secrets)
         if self.counter is not None and m.tokens_estimated and m.error is None:
             m = await recount_output(m, self.counter)
         return m

@@ -173,6 +173,7 @@ class ChatRequest(BaseModel):
             reasoning_mode: ReasoningMode | ReasoningModeName = ReasoningMode.non_think,
             stop: Sequence[str] | None = None,
             extra_body: dict[str, Any] = ...,
+            reach_max_tokens: bool = False,
         ) -> None: ...
 
     @field_validator("messages")

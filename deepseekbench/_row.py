@@ -8,7 +8,7 @@ reject unknown fields, and round-trip exactly through JSONL (orjson).
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -146,7 +146,7 @@ class Row(BaseModel):
         pydantic.ValidationError: an unknown field, an unknown axis value (the
             message lists the allowed ones), a ratio outside 0..1, an acceptance
             length below 1, a negative time, a non-finite float, a
-            ``schema_version`` other than :data:`SCHEMA_VERSION`, or
+            ``schema_version`` outside 1..:data:`SCHEMA_VERSION`, or
             ``n_errors > n_requests``.
     """
 
@@ -371,14 +371,22 @@ class Row(BaseModel):
             slo_attainment: float | None = None,
             rounds: int | None = None,
             schedule_lagged: bool = False,
+            output_short: bool = False,
+            n_output_short: int = 0,
+            output_tokens: Percentiles | None = None,
+            prompt_tokens: Percentiles | None = None,
+            categories: Sequence[SliceStats] = (),
+            turns: Sequence[SliceStats] = (),
         ) -> None: ...
 
     @model_validator(mode="after")
     def _check_counts(self) -> Row:
-        if self.schema_version != SCHEMA_VERSION:
+        if not 1 <= self.schema_version <= SCHEMA_VERSION:
+            # Older rows still read (version 1 rows carry no load: their load
+            # fields are None and never pair with rows of known load).
             raise ValueError(
                 f"schema_version {self.schema_version} is not supported "
-                f"(this version reads and writes {SCHEMA_VERSION})"
+                f"(this version reads 1..{SCHEMA_VERSION} and writes {SCHEMA_VERSION})"
             )
         if self.n_errors > self.n_requests:
             raise ValueError(f"n_errors ({self.n_errors}) exceeds n_requests ({self.n_requests})")

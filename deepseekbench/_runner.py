@@ -55,8 +55,7 @@ from deepseekbench._axes import QualityParity
 from deepseekbench._errors import PlanError
 from deepseekbench._executor import Sent
 from deepseekbench._gate import LiveGate
-from deepseekbench._measure import redact_measurement
-from deepseekbench._measure import StreamMeasurement
+from deepseekbench._measure import StreamMeasurement, redact_measurement
 from deepseekbench._parity import ParityOutput
 from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._pool_executor import executor_for
