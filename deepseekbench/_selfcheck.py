@@ -76,6 +76,7 @@ class SelfCheck:
         self._cpu = array("q")  # process CPU time at the tick, ns
         self._tg: TaskGroup | None = None
         self._token: contextvars.Token[SelfCheck | None] | None = None
+        self._started_ns: int | None = None  # perf_counter ns at start()
 
     async def __aenter__(self) -> SelfCheck:
         return await self.start()
@@ -97,6 +98,7 @@ class SelfCheck:
         """
         if self._tg is not None:
             raise RuntimeError("this SelfCheck is already running")
+        self._started_ns = time.perf_counter_ns()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._tick)
@@ -126,15 +128,24 @@ class SelfCheck:
 
     def max_lag_ms(self, start_ns: int, end_ns: int) -> float | None:
         """Largest lag of a tick that woke within ``[start_ns, end_ns]`` (perf_counter
-        ns), counting the tick just after ``end_ns`` when it was late already then;
-        ``None`` when no tick fell in the window.
+        ns), counting the tick just after ``end_ns`` when it was late already then.
+        When no tick was due inside the window (a request shorter than the
+        ticker period), how far ``end_ns`` passed the next tick's due time (0 when
+        it had not); ``None`` when the check was never started.
         """
         lo = bisect_left(self._t, start_ns)
         hi = bisect_right(self._t, end_ns)
         lags = list(self._lag[lo:hi])
         if hi < len(self._t) and self._t[hi] - self._lag[hi] <= end_ns:
             lags.append(self._lag[hi])  # its wake-up was due inside the window
-        return max(lags) / 1e6 if lags else None
+        if lags:
+            return max(lags) / 1e6
+        # No tick was due inside a window shorter than the period: the loop can only
+        # be late by how far ``end_ns`` passed the next tick's due time (usually 0).
+        last = self._t[hi - 1] if hi > 0 else self._started_ns
+        if last is None:
+            return None
+        return max(0, end_ns - (last + int(self.interval_s * 1e9))) / 1e6
 
     def summary(self, start_ns: int | None = None, end_ns: int | None = None) -> SelfCheckSummary:
         """Ticks, lag (max, p99; ms) and CPU share between two perf_counter ns times

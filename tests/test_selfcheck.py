@@ -56,6 +56,19 @@ async def test_a_blocked_loop_shows_as_lag_in_the_request_it_delayed() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_request_shorter_than_the_ticker_period_still_gets_a_lag() -> None:
+    """No tick due inside the window: the lag is how far the window's end passed the
+    next tick's due time — 0 on time, the overdue part when the loop is late."""
+    async with SelfCheck(interval_s=10.0) as check:  # no tick will wake during the test
+        now = time.perf_counter_ns()
+        assert check.max_lag_ms(now, now + 1_000_000) == 0.0
+        late = now + 10_500_000_000  # 0.5 s past the first tick's due time
+        lag = check.max_lag_ms(late - 1_000_000, late)
+        assert lag is not None and 400.0 <= lag <= 600.0
+    assert SelfCheck().max_lag_ms(0, 1) is None  # never started: unknown
+
+
+@pytest.mark.anyio
 async def test_without_a_selfcheck_no_lag_is_claimed() -> None:
     async with replay_server(Script.sse(DONE)) as server:
         route = EngineRoute(base_url=server.base_url, model="m")
