@@ -97,6 +97,7 @@ RECORD_KINDS = frozenset(
         "row",
         "run_end",
         "workers",
+        "workload",
     }
 )
 """Every record kind a results file may hold."""
