@@ -299,6 +299,13 @@ class StreamMeasurement(BaseModel):
         description="Wait for a pooled connection before the request got its own (ms); the "
         "times above start after it. None when the transport does not report hand-over.",
     )
+    stale_connection_retries: int = Field(
+        default=0,
+        ge=0,
+        description="Times the request was re-sent because a pooled keep-alive connection "
+        "turned out closed by the server before any response byte (at most 1); the times "
+        "above are those of the attempt that got a response.",
+    )
     client_lag_ms: float | None = Field(
         default=None,
         description="Largest lag of the client's own event loop during this request (ms), "
@@ -393,6 +400,7 @@ class _Accumulator:
         self.choice_indexes: set[int] = set()
         self.surrogates = False  # a chunk needed the lenient parser: pair halves at the end
         self.pool_wait_ns: int | None = None
+        self.stale_retries = 0
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         # cut to _MESSAGE_LIMIT only after redaction (see redact_measurement)
@@ -658,6 +666,7 @@ class _Accumulator:
             choice_tokens_estimated=choice_estimated,
             **self._server_times(),
             pool_wait_ms=self.pool_wait_ns / 1e6 if self.pool_wait_ns is not None else None,
+            stale_connection_retries=self.stale_retries,
         )
 
     def _tokens_per_chunk(self) -> list[int] | None:
@@ -859,28 +868,48 @@ def _secret_values(*keys: SecretStr | None) -> list[str]:
     return [k.get_secret_value() for k in keys if k is not None]
 
 
+_STALE_RETRIES = 1
+"""Re-sends after a reused connection closed before any response byte."""
+
+
 async def _exchange(
     client: httpx.AsyncClient,
     http_request: httpx.Request,
     acc: _Accumulator,
     first_token: anyio.CancelScope,
 ) -> None:
-    clock = PoolClock()
-    http_request.extensions[POOL_CLOCK] = clock
     direct = _direct_transport(client, http_request.url)
-    try:
-        if direct is not None:
-            response = await direct.handle_async_request(http_request)
-        else:
-            response = await client.send(http_request, stream=True)
-    except httpx.TimeoutException as exc:
-        acc.fail(ErrorKind.timeout, f"connect: {type(exc).__name__}: {exc}")
-        return
-    except httpx.TransportError as exc:
-        acc.fail(ErrorKind.connect, f"{type(exc).__name__}: {exc}")
-        return
-    finally:
+    attempt = 0
+    while True:
+        clock = PoolClock()
+        http_request.extensions[POOL_CLOCK] = clock
+        try:
+            if direct is not None:
+                response = await direct.handle_async_request(http_request)
+            else:
+                response = await client.send(http_request, stream=True)
+        except httpx.TimeoutException as exc:
+            _start_at_handover(acc, clock)
+            acc.fail(ErrorKind.timeout, f"connect: {type(exc).__name__}: {exc}")
+            return
+        except httpx.RemoteProtocolError as exc:
+            _start_at_handover(acc, clock)
+            if attempt < _STALE_RETRIES:
+                # A pooled keep-alive connection the server had already closed (its idle
+                # timeout raced our reuse): nothing was answered, so send once more on a
+                # new connection and restart the clock; the retry is recorded.
+                attempt += 1
+                acc.stale_retries += 1
+                acc.start_ns = time.perf_counter_ns()
+                continue
+            acc.fail(ErrorKind.connect, f"{type(exc).__name__}: {exc}")
+            return
+        except httpx.TransportError as exc:
+            _start_at_handover(acc, clock)
+            acc.fail(ErrorKind.connect, f"{type(exc).__name__}: {exc}")
+            return
         _start_at_handover(acc, clock)
+        break
     try:
         acc.status_code = response.status_code
         if not response.is_success:

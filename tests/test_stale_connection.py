@@ -1,0 +1,119 @@
+"""A pooled keep-alive connection the server closed before answering is retried once.
+
+llama-server (cpp-httplib) and other engines close idle keep-alive connections
+after a few seconds; a client that reuses such a connection just as the server
+closes it gets "Server disconnected without sending a response". Nothing was
+answered, so the measurement re-sends once on a new connection (recorded in
+``stale_connection_retries``) instead of recording a spurious ``connect`` error.
+The server here answers the first request of each connection and closes the
+connection, unanswered, on the second: deterministic stale reuse.
+"""
+
+from __future__ import annotations
+
+import anyio
+import orjson
+import pytest
+from anyio.abc import SocketStream
+
+from deepseekbench._gate import LiveGate
+from deepseekbench._measure import ErrorKind, measure_streamed
+from deepseekbench._route import EngineRoute
+
+pytestmark = pytest.mark.anyio
+
+REQ = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+BODY = (
+    b"data: "
+    + orjson.dumps({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]})
+    + b"\n\ndata: "
+    + orjson.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    + b"\n\ndata: [DONE]\n\n"
+)
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    b"content-length: " + str(len(BODY)).encode() + b"\r\n\r\n"
+)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def _read_request(stream: SocketStream, buf: bytearray) -> bool:
+    """Read one request (head + content-length body) into nothing; False at EOF."""
+    while b"\r\n\r\n" not in buf:
+        try:
+            buf += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return False
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        rest += await stream.receive()
+    buf[:] = rest[length:]
+    return True
+
+
+class OneAnswerPerConnection:
+    """Answers each connection's first request; closes on its second, unanswered."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.answered = 0
+
+    async def handle(self, stream: SocketStream) -> None:
+        self.connections += 1
+        buf = bytearray()
+        async with stream:
+            if not await _read_request(stream, buf):
+                return
+            await stream.send(HEAD + BODY)
+            self.answered += 1
+            await _read_request(stream, buf)  # the reused connection's request: dropped
+
+
+async def test_a_stale_pooled_connection_is_retried_once_on_a_new_one() -> None:
+    server = OneAnswerPerConnection()
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    gate = LiveGate()
+    route = EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server.handle)
+        async with gate.client() as client:
+            first = await measure_streamed(REQ, route=route, gate=gate, client=client)
+            second = await measure_streamed(REQ, route=route, gate=gate, client=client)
+        tg.cancel_scope.cancel()
+    assert first.error is None and first.stale_connection_retries == 0
+    assert second.error is None, second.errors
+    assert second.text == "ok" and second.stale_connection_retries == 1
+    assert server.connections == 2 and server.answered == 2
+
+
+class NeverAnswers(OneAnswerPerConnection):
+    """Closes every connection unanswered: a retry must not loop."""
+
+    async def handle(self, stream: SocketStream) -> None:
+        self.connections += 1
+        async with stream:
+            await _read_request(stream, bytearray())
+
+
+async def test_a_server_that_never_answers_is_a_connect_error_after_one_retry() -> None:
+    server = NeverAnswers()
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    gate = LiveGate()
+    route = EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server.handle)
+        m = await measure_streamed(REQ, route=route, gate=gate)
+        tg.cancel_scope.cancel()
+    assert m.error is not None and m.error.kind is ErrorKind.connect
+    assert m.stale_connection_retries == 1 and server.connections == 2
