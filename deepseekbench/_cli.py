@@ -474,6 +474,11 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     card = Scorecard.from_run(result)
     out.write(_redact(card.render(args.format), secrets))
     _write_error_summary(result, err, secrets)
+    if not result.complete:
+        err.write(
+            f"{path}: this run did not finish (no run_end record): rows hold only what was "
+            "measured; rerun the same `run` command to resume it\n"
+        )
     if args.plot is not None:
         try:
             card.plot(args.plot)

@@ -740,8 +740,9 @@ class Scorecard:
         notes.extend(_detail_notes(self.lines, self.client_workers))
         for ln in self.lines:
             if ln.output_short:
+                where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
                 notes.append(
-                    f"{ln.route} @ {ln.cell}: {ln.n_output_short} of {ln.n_requests} outputs "
+                    f"{where}: {ln.n_output_short} of {ln.n_requests} outputs "
                     "fell short of max_tokens: decode is under-measured at this output target"
                 )
         if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):

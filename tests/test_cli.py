@@ -65,6 +65,14 @@ def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(tmp_path
     assert report.returncode == EXIT_OK
     assert report.stdout == out  # byte for byte, trailing newlines included
     assert "runs;" not in report.stderr  # one run: no notice
+    assert "did not finish" not in report.stderr
+    cut = tmp_path / "cut.jsonl"  # the same run without its run_end: an unfinished run
+    records = written[0].read_text(encoding="utf-8").splitlines(keepends=True)
+    cut.write_text(
+        "".join(r for r in records if json.loads(r)["record"] != "run_end"), encoding="utf-8"
+    )
+    partial = _cli("report", str(cut), cwd=tmp_path)
+    assert partial.returncode == EXIT_OK and "did not finish" in partial.stderr
     as_json = _cli("report", str(written[0]), "--format", "json", cwd=tmp_path)
     lines = {ln["route"]: ln for ln in json.loads(as_json.stdout)["lines"]}
     assert lines["mtp"]["speedup"] > 0 and lines["mtp-mistuned"]["speedup"] is None

@@ -40,7 +40,7 @@ from deepseekbench._tasks import parse_tasks
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DEMO_FILE = "deepseekbench-demo.jsonl"
-NOT_RUN = {"docs/engines.md"}  # the llama_servers example needs a llama-server build
+NOT_RUN = {"docs/engines.md"}  # the llama_servers and vllm_servers examples need engine builds
 EXTERNAL = {"python3", ".", "pip", "vllm", "llama-server", "python -m sglang.launch_server",
             "python -m pytest"}  # fmt: skip
 
