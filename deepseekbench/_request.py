@@ -172,8 +172,8 @@ class ChatRequest(BaseModel):
             seed: int | None = None,
             reasoning_mode: ReasoningMode | ReasoningModeName = ReasoningMode.non_think,
             stop: Sequence[str] | None = None,
-            extra_body: dict[str, Any] = ...,
             reach_max_tokens: bool = False,
+            extra_body: dict[str, Any] = ...,
         ) -> None: ...
 
     @field_validator("messages")

@@ -121,7 +121,7 @@ async def test_transport_failure_is_a_tokenize_error() -> None:
 async def test_ungated_client_and_refused_host_are_refused_before_sending() -> None:
     gate = LiveGate()
     async with httpx.AsyncClient() as plain:
-        with pytest.raises(LiveGateError, match="not gated"):
+        with pytest.raises(LiveGateError, match="does not wrap"):
             await EndpointTokenCounter(route(), gate=gate, client=plain).count(["x"])
     calls: list[httpx.Request] = []
 
