@@ -67,7 +67,14 @@ def _chunked(event: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(event), event)
 
 
-def _serve(port_queue: mp.Queue[int], mode: str, interval_ms: float) -> None:
+def _serve(
+    port_queue: mp.Queue[int], mode: str, interval_ms: float, events_per_write: int = 1
+) -> None:
+    """Serve precomputed streams on 127.0.0.1 (port sent through ``port_queue``).
+
+    ``paced``: ``events_per_write`` events per write, then a pause of
+    ``interval_ms`` x ``events_per_write`` (ms); ``burst``: the whole response in one write.
+    """
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
@@ -83,10 +90,11 @@ def _serve(port_queue: mp.Queue[int], mode: str, interval_ms: float) -> None:
             await writer.drain()
             return
         writer.write(head)
-        for e in events:
-            writer.write(e)  # one event per write, as an engine sends
+        step = max(1, events_per_write)
+        for i in range(0, len(events), step):
+            writer.write(b"".join(events[i : i + step]))  # 1 = one event per write, as engines
             await writer.drain()
-            await asyncio.sleep(interval_ms / 1000)
+            await asyncio.sleep(interval_ms * step / 1000)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 

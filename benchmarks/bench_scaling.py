@@ -67,6 +67,8 @@ class Outcome:
     ttft_p90_ms: float
     errors: int
     max_lag_ms: float
+    p90_lag_ms: float
+    flagged_share: float
     window_s: float
     load_before: float
     load_after: float
@@ -104,11 +106,11 @@ def engine_server() -> Iterator[str]:
 
 
 @contextmanager
-def raw_server(mode: str, interval_ms: float) -> Iterator[str]:
+def raw_server(mode: str, interval_ms: float, events_per_write: int = 1) -> Iterator[str]:
     from bench_client_overhead import _serve
 
     queue: mp.Queue[int] = mp.Queue()
-    proc = mp.Process(target=_serve, args=(queue, mode, interval_ms), daemon=True)
+    proc = mp.Process(target=_serve, args=(queue, mode, interval_ms, events_per_write), daemon=True)
     proc.start()
     try:
         yield f"http://127.0.0.1:{queue.get(timeout=30)}/v1"
@@ -117,11 +119,14 @@ def raw_server(mode: str, interval_ms: float) -> Iterator[str]:
         proc.join(5)
 
 
-def _work(n: int, concurrency: int, max_tokens: int, warm: int) -> LoadWork:
+def _work(n: int, concurrency: int, max_tokens: int, warm: int, spread: float = 0.0) -> LoadWork:
     def req(i: int) -> ChatRequest:
+        # spread > 0: output lengths vary deterministically over [1 - spread, 1 + spread]
+        # x max_tokens (as real traffic does), so streams do not start and finish in step.
+        f = 1.0 + spread * (2.0 * ((i * 37) % 101) / 100.0 - 1.0)
         return ChatRequest(
             messages=({"role": "user", "content": PROMPTS[i % len(PROMPTS)]},),
-            max_tokens=max_tokens,
+            max_tokens=max(1, round(max_tokens * f)),
             temperature=0,
         )
 
@@ -145,6 +150,7 @@ def _outcome(
     measured = [r for r in results if r.item is not None]
     chunks = sum(len(r.measurement.chunk_arrival_ms) for r in measured)
     ttft = _ttfts(results)
+    lags = sorted(r.measurement.client_lag_ms or 0.0 for r in measured)
     return Outcome(
         name=name,
         workers=workers,
@@ -152,7 +158,11 @@ def _outcome(
         ttft_p50_ms=statistics.median(ttft) if ttft else float("nan"),
         ttft_p90_ms=ttft[int(0.9 * (len(ttft) - 1))] if ttft else float("nan"),
         errors=sum(1 for r in measured if r.measurement.error is not None),
-        max_lag_ms=max((r.measurement.client_lag_ms or 0.0 for r in measured), default=0.0),
+        max_lag_ms=lags[-1] if lags else 0.0,
+        p90_lag_ms=lags[int(0.9 * (len(lags) - 1))] if lags else 0.0,
+        flagged_share=(
+            sum(1 for x in lags if x > DEFAULT_LAG_THRESHOLD_MS) / len(lags) if lags else 0.0
+        ),
         window_s=report.window_s,
         load_before=load_before,
         load_after=os.getloadavg()[0],
@@ -182,25 +192,27 @@ async def _bench(base_url: str, args: argparse.Namespace) -> None:
     runs = [("process", 1), ("process", 2)]
     if not args.no_ray:
         runs.append(("ray", 2))
-    work = _work(args.requests, args.concurrency, args.max_tokens, args.warmup)
+    work = _work(args.requests, args.concurrency, args.max_tokens, args.warmup, args.spread)
     outcomes = []
     for kind, n in runs:
         outcomes.append(await _one(kind, n, route, work))
     print(
         f"server: {args.server}; closed loop, concurrency {args.concurrency}, "
-        f"{args.requests} requests, max_tokens {args.max_tokens}; "
+        f"{args.requests} requests, max_tokens {args.max_tokens} (spread {args.spread:g}); "
         f"TTFT of one stream alone: {base_ttft:.2f} ms; {os.cpu_count()} CPUs"
     )
     print(
         "| executor | chunks/s | TTFT p50 (ms) | added TTFT p50 (ms) | TTFT p90 (ms) "
-        "| max client lag (ms) | client_saturated | errors | window (s) "
+        "| client lag p90 / max (ms) | requests over lag threshold | client_saturated "
+        "| errors | window (s) "
         "| load avg before → after |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for o in outcomes:
         print(
             f"| {o.name} | {o.chunks_per_s:,.0f} | {o.ttft_p50_ms:.1f} | "
-            f"{o.ttft_p50_ms - base_ttft:+.1f} | {o.ttft_p90_ms:.1f} | {o.max_lag_ms:.1f} | "
+            f"{o.ttft_p50_ms - base_ttft:+.1f} | {o.ttft_p90_ms:.1f} | "
+            f"{o.p90_lag_ms:.1f} / {o.max_lag_ms:.1f} | {o.flagged_share:.1%} | "
             f"{'yes' if o.max_lag_ms > DEFAULT_LAG_THRESHOLD_MS else 'no'} | {o.errors} | "
             f"{o.window_s:.2f} | {o.load_before:.2f} → {o.load_after:.2f} |"
         )
@@ -216,11 +228,23 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--raw-mode", choices=["paced", "burst"], default="paced")
     parser.add_argument("--interval-ms", type=float, default=0.0, help="raw paced: event gap")
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.0,
+        help="output lengths vary over (1 +- spread) x max_tokens (0 = all equal, in step)",
+    )
+    parser.add_argument(
+        "--events-per-write",
+        type=int,
+        default=1,
+        help="raw paced: events per server write (more = a cheaper server per event)",
+    )
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
     if args.server == "raw":
         args.model = "bench"
-        server = raw_server(args.raw_mode, args.interval_ms)
+        server = raw_server(args.raw_mode, args.interval_ms, args.events_per_write)
     else:
         args.model = "deepseekbench-ref"
         server = engine_server()

@@ -39,6 +39,7 @@ labels) are summed.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping
 
@@ -52,6 +53,8 @@ from deepseekbench._gate import LiveGate
 from deepseekbench._route import EngineRoute
 
 __all__ = ["MetricsSnapshot", "metrics_delta", "parse_metrics", "scrape_metrics"]
+
+_log = logging.getLogger(__name__)
 
 _VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 _VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -304,15 +307,18 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> Acceptance
     that went down, accepted > drafted (module docstring).
     """
     if before.error is not None or after.error is not None:
+        _log.warning("/metrics window dropped: a scrape failed (%s)", before.error or after.error)
         return None
     if _restarted(before, after):
+        _log.warning("/metrics window dropped: the server restarted between the scrapes")
         return None
     for engine, source, names, per_pos in _COUNTER_SETS:
         if not any(n in after.series or n in before.series for n in names):
             continue
         try:
             return _counter_record(before, after, engine, source, names, per_pos)
-        except _Inconsistent:
+        except _Inconsistent as exc:
+            _log.warning("/metrics window dropped: %s", exc)
             return None
     a = after.values
     if _SGLANG_LENGTH in a or _SGLANG_RATE in a:
