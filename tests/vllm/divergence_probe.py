@@ -4,13 +4,18 @@ Usage (library venv, ``$DEEPSEEKBENCH_VLLM_PYTHON`` set to the vLLM venv's pytho
 
     python -m tests.vllm.divergence_probe MODEL_DIR [--dtype float32] [--prompts 16]
         [--method deepseek_mtp|ngram] [--max-num-seqs 1] [--max-tokens 48]
+        [--concurrency 1]
 
 Starts an ``off`` and a speculative server on the checkpoint (both ``--enforce-eager``
 unless ``--off-compiled``),
 sends the same greedy prompts to both one at a time, and prints, per prompt, whether the
 texts match; for a divergence, the first differing token position and off's top-1 /
 top-2 log-probability margin there (a near tie is numerical noise; a wide margin is a
-wrong verification).
+wrong verification). With ``--concurrency N`` (and ``--max-num-seqs >= N``) the prompts
+go to each server N at a time (verify steps batched with other sequences); ``off`` is
+then also asked one at a time, and each record says whether batched ``off`` matched
+its one-at-a-time text (``off_batched_match``): the candidate is compared with the
+one-at-a-time ``off`` text, the greedy reference.
 """
 
 from __future__ import annotations
@@ -69,13 +74,33 @@ async def probe(args: argparse.Namespace) -> list[dict[str, Any]]:
         vllm_servers(specs, log_dir=Path(args.logs)) as running,
         httpx.AsyncClient(timeout=300, trust_env=False) as client,
     ):
+        n = args.concurrency
+
+        async def batched(name: str) -> list[tuple[list[str], list[float]]]:
+            res: list[tuple[list[str], list[float]]] = [([], [])] * len(prompts)
+
+            async def one(k: int) -> None:
+                res[k] = await _complete(
+                    client, running[name].base_url, prompts[k], args.max_tokens
+                )
+
+            for start in range(0, len(prompts), n):
+                async with anyio.create_task_group() as tg:
+                    for k in range(start, min(start + n, len(prompts))):
+                        tg.start_soon(one, k)
+            return res
+
+        cand_all = await batched("cand")
+        off_batched = await batched("off") if n > 1 else None
         for i, prompt in enumerate(prompts):
             off_t, off_m = await _complete(client, running["off"].base_url, prompt, args.max_tokens)
-            cand_t, _ = await _complete(client, running["cand"].base_url, prompt, args.max_tokens)
+            cand_t = cand_all[i][0]
             first = next(
                 (k for k, (a, b) in enumerate(zip(off_t, cand_t, strict=False)) if a != b), None
             )
             rec: dict[str, Any] = {"prompt": i, "match": off_t == cand_t}
+            if off_batched is not None:
+                rec["off_batched_match"] = off_batched[i][0] == off_t
             if first is not None:
                 rec |= {
                     "first_token": first,
@@ -99,6 +124,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-num-seqs", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--concurrency", type=int, default=1, help="prompts in flight at once")
     ap.add_argument("--logs", default="vllm-probe-logs")
     ap.add_argument("--off-compiled", action="store_true", help="off without --enforce-eager")
     args = ap.parse_args()
