@@ -182,9 +182,9 @@ async def scrape_metrics(
     try:
         if client is None:
             async with gate.client(timeout=timeout_s) as own:
-                response = await own.get(url, headers=headers)
+                response = await _get(own, url, headers, timeout_s)
         else:
-            response = await client.get(url, headers=headers, timeout=timeout_s)
+            response = await _get(client, url, headers, timeout_s)
     except httpx.HTTPError as exc:
         return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"{type(exc).__name__}")
     if not response.is_success:
@@ -192,6 +192,27 @@ async def scrape_metrics(
             taken_ns=time.perf_counter_ns(), error=f"HTTP {response.status_code}"
         )
     return parse_metrics(response.text, model_name=model)
+
+
+async def _get(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
+) -> httpx.Response:
+    """GET ``url``, sent once more on a new connection when a pooled keep-alive
+    connection was closed by the server before it answered.
+
+    Engines close idle keep-alive connections (llama-server after 5 s) while the
+    client's pool still holds them; a scrape after a long block reuses such a
+    connection and gets ``RemoteProtocolError`` with no response. A GET is
+    idempotent, so one re-send is safe (as :func:`measure_streamed` does for its
+    requests); without it, the block's ``/metrics`` window was lost.
+
+    Raises:
+        httpx.HTTPError: the request failed (the second time, for a stale connection).
+    """
+    try:
+        return await client.get(url, headers=headers, timeout=timeout_s)
+    except httpx.RemoteProtocolError:
+        return await client.get(url, headers=headers, timeout=timeout_s)
 
 
 class _Inconsistent(Exception):
