@@ -11,7 +11,9 @@
 * ``toml``: a plan (or a plan section, inside a minimal plan) that validates.
   ``json``: a JSON document or JSON lines; lines of tasks are valid tasks.
 * ``bash``/``sh``: each ``python -m deepseekbench ...`` command parses with the
-  CLI's own parser; any other program must be one of ``EXTERNAL`` (engines, pip).
+  CLI's own parser; ``bash .ci/<script>`` names a script that exists; any other
+  program must be one of ``EXTERNAL`` (engines, pip). Leading ``VAR=value``
+  environment assignments are skipped.
 * plain blocks: CLI usage lines (every option exists), or the demo's scorecard
   (a block starting ``Scorecard (``) whose shape (numbers and quoted texts
   aside) is what the demo prints now; other excerpts are not compared.
@@ -169,7 +171,10 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 @pytest.mark.parametrize("block", _of("bash", "sh"), ids=lambda b: b.name)
 def test_shell_block_commands_exist(block: Block) -> None:
     for command in _commands(block.body):
-        if command.startswith("python -m deepseekbench"):
+        command = re.sub(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)+", "", command)  # VAR=value prefixes
+        if command.startswith("bash .ci/"):  # a CI step script of this repository
+            assert (ROOT / shlex.split(command)[1]).is_file(), command
+        elif command.startswith("python -m deepseekbench"):
             args = shlex.split(command)[3:]
             assert "--help" not in args
             build_parser().parse_args(args)  # argparse exits 2 on an unknown option

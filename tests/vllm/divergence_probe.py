@@ -14,8 +14,11 @@ top-2 log-probability margin there (a near tie is numerical noise; a wide margin
 wrong verification). With ``--concurrency N`` (and ``--max-num-seqs >= N``) the prompts
 go to each server N at a time (verify steps batched with other sequences); ``off`` is
 then also asked one at a time, and each record says whether batched ``off`` matched
-its one-at-a-time text (``off_batched_match``): the candidate is compared with the
-one-at-a-time ``off`` text, the greedy reference.
+its one-at-a-time text (``off_batched_match``) and whether the candidate matched
+batched ``off`` (``cand_matches_off_batched``); ``match`` compares the candidate with
+the one-at-a-time ``off`` text, the greedy reference. Prompts are drawn from the
+generated language of ``--seed`` (use the seed the model was generated with: other
+seeds give words the model does not know).
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ async def probe(args: argparse.Namespace) -> list[dict[str, Any]]:
             rec: dict[str, Any] = {"prompt": i, "match": off_t == cand_t}
             if off_batched is not None:
                 rec["off_batched_match"] = off_batched[i][0] == off_t
+                rec["cand_matches_off_batched"] = off_batched[i][0] == cand_t
             if first is not None:
                 rec |= {
                     "first_token": first,
