@@ -55,7 +55,13 @@ from deepseekbench._engine import (
     all_reference_tasks,
     reference_tasks,
 )
-from deepseekbench._errors import DeepseekBenchError, LiveGateError, PlanError, RowFormatError
+from deepseekbench._errors import (
+    DeepseekBenchError,
+    LiveGateError,
+    PlanError,
+    RouteUnreachableError,
+    RowFormatError,
+)
 from deepseekbench._gate import GatedTransport, LiveGate, is_loopback_host
 from deepseekbench._llamacpp import (
     LlamaServerError,
@@ -253,6 +259,7 @@ __all__ = [
     "ResultsWriteError",
     "RouteParity",
     "RoutePlan",
+    "RouteUnreachableError",
     "Row",
     "RowFormatError",
     "RunResult",

@@ -173,6 +173,10 @@ class RunResult:
         resumed: measured requests and parity outputs taken from an earlier run's file.
         complete: False when the run stopped before every request was made.
         retried: errored measurements of an earlier run measured again on resume.
+        kept_measurements: measured requests (turns) kept from the results file when
+            the run started (0 for a fresh run).
+        remaining_measurements: measured requests (turns) the run still had to make
+            when it started, after the kept ones (warm-ups and parity not counted).
         row_keys: ``(route label, cell id, load key)`` of each row, in row order.
         traffic: exact comparison of each speculative row's measured outputs with
             ``off``'s, by row key (temperature 0 only).
@@ -189,6 +193,8 @@ class RunResult:
     row_keys: tuple[RowKey, ...] = field(default=())
     traffic: dict[RowKey, ParityResult] = field(default_factory=dict)
     retried: int = 0
+    kept_measurements: int = 0
+    remaining_measurements: int = 0
 
     @property
     def n_errors(self) -> int:
