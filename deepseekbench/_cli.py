@@ -12,7 +12,9 @@ Exit codes (also in ``docs/plan.md``):
 
 * ``0`` — finished; refused speedups are results, not failures.
 * ``1`` — finished, but some measured requests ended in an error (see ``n (err)``).
-* ``2`` — usage error: bad arguments, an invalid plan, an unreadable results file.
+* ``2`` — usage error: bad arguments, an invalid plan, a route that failed the
+  reachability probe (``--no-probe`` skips it), an unreadable results file,
+  ``report --plot`` without the ``plot`` extra.
 * ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent), or a
   dry run found a route the gate would refuse.
 * ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
@@ -143,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deepseekbench",
         description="Benchmark speculative decoding with speed and quality parity in one run.",
-        epilog="exit codes: 0 ok, 1 finished with request errors, 2 usage/plan error, "
+        epilog="exit codes: 0 ok, 1 finished with request errors, 2 usage/plan error "
+        "(or a route failed the reachability probe), "
         "3 LiveGate refusal, 130 interrupted (rerun resumes)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

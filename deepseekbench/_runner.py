@@ -108,9 +108,10 @@ class ProgressEvent:
     """Progress of a run: requests ``done`` of ``total`` (warm-ups and parity included),
     ``errors`` among them, ``elapsed_s`` seconds since the start, and the current ``phase``.
 
-    On a resumed run the first event has phase ``"resume"``: ``kept`` measured
-    requests were taken from the results file and ``remaining`` are still to make
-    (warm-ups and parity not counted); both are 0 on every event of a fresh run."""
+    ``kept``: measured requests taken from the results file (0 on a fresh run);
+    ``remaining``: measured requests the run had left to make when it started
+    (warm-ups and parity not counted); both fixed for the run once known. On a
+    resumed run the first event has phase ``"resume"``, so a caller can say both."""
 
     phase: str
     done: int
