@@ -357,6 +357,11 @@ class _RemappedStream(httpx.AsyncByteStream):
             raise _remap(wrapped, body=True) from exc
 
 
+    async def aclose(self) -> None:
+        with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
+            await self._inner.aclose()
+
+
 def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
     """The response body's reads straight from aiohttp (no content decoding), when the
     response came from this module's aiohttp transport with no ``content-encoding``;
@@ -366,10 +371,6 @@ def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
     if not isinstance(stream, _RemappedStream) or "content-encoding" in response.headers:
         return None
     return stream.reads()
-
-    async def aclose(self) -> None:
-        with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
-            await self._inner.aclose()
 
 
 def _remap(exc: httpx.TransportError, *, body: bool) -> httpx.TransportError:
