@@ -260,7 +260,9 @@ class StreamMeasurement(BaseModel):
         "k-th draft token was accepted (ratio); None where the engine did not report it.",
     )
     spec_tokens: int | None = Field(
-        default=None, description="Speculative depth the engine reported (draft tokens/step)."
+        default=None,
+        description="Speculative depth the engine reported (draft tokens/step): per request "
+        "(vLLM num_spec_tokens), else the route's served_spec_tokens (its config endpoint).",
     )
     acceptance_source: str | None = Field(
         default=None,
@@ -682,7 +684,7 @@ class _Accumulator:
             speculative=route.speculative,
             route_label=route.label,
             acceptance_by_position=list(by_pos) if by_pos is not None else None,
-            spec_tokens=acc.spec_tokens if acc else None,
+            spec_tokens=(acc.spec_tokens if acc else None) or route.served_spec_tokens,
             acceptance_source=acc.source if acc else None,
             sse_ignored_lines=self.ignored_lines,
             content_encoding=self.content_encoding,

@@ -81,7 +81,9 @@ def _compressed_writes(
 ) -> tuple[Write, ...]:
     """One write per event, each flushed (Z_SYNC_FLUSH) as a streaming compressor does."""
     co = make()
-    writes = [Write(delay_ms, co.compress(f.encode()) + co.flush(zlib.Z_SYNC_FLUSH)) for f in frames]
+    writes = [
+        Write(delay_ms, co.compress(f.encode()) + co.flush(zlib.Z_SYNC_FLUSH)) for f in frames
+    ]
     return (*writes, Write(0, co.flush()))
 
 
@@ -119,7 +121,7 @@ async def test_an_event_is_stamped_when_its_decoded_bytes_are_complete() -> None
     co2 = zlib.decompressobj(wbits=31)
     cut = len(first) // 2
     assert b"\n\n" not in co2.decompress(first[:cut])  # the cut leaves the event incomplete
-    rest = b"".join(co.compress(f.encode()) for f in GOOD[1:] + [DONE]) + co.flush()
+    rest = b"".join(co.compress(f.encode()) for f in [*GOOD[1:], DONE]) + co.flush()
     writes = (Write(0, first[:cut]), Write(200, first[cut:]), Write(0, rest))
     script = Script(
         headers={"content-type": "text/event-stream", "content-encoding": "gzip"}, writes=writes
@@ -434,7 +436,7 @@ def test_sse_fields_follow_the_whatwg_rules(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("frames", "text", "ignored"), [SSE_FIELDS[2], SSE_FIELDS[6], SSE_FIELDS[10]])
+@pytest.mark.parametrize(("frames", "text", "ignored"), [SSE_FIELDS[i] for i in (2, 6, 10)])
 async def test_sse_fields_over_a_socket(frames: list[str], text: str, ignored: int) -> None:
     async with replay_server(Script.sse([*frames, DONE])) as server:
         m = await _measure(server.base_url)
