@@ -19,6 +19,13 @@ for a pooled connection is kept apart in ``pool_wait_ms``):
 * ITL: gaps between consecutive token-bearing chunks.
 * output_toks_per_s = completion_tokens / (E2E / 1000).
 
+Wire rules (``docs/measurement.md``): ``Accept-Encoding: identity`` is asked;
+a compressed answer anyway is decoded by httpx and each event is stamped with the
+read whose decoded bytes completed it (a coding without a decoder is the
+``content_encoding`` error, never text). Events of another SSE type than
+``message``/``error`` and every line after ``[DONE]`` are not read, only counted
+in ``sse_ignored_lines``.
+
 Faults never raise: they are recorded as a :class:`StreamError` with everything
 received so far (an event over :class:`StreamLimits` too: it is dropped and
 recorded as ``invalid_event``). Caller mistakes raise (see :func:`measure_streamed`).
