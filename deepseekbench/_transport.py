@@ -358,6 +358,11 @@ class _RemappedStream(httpx.AsyncByteStream):
             raise _remap(wrapped, body=True) from exc
 
 
+    async def aclose(self) -> None:
+        with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
+            await self._inner.aclose()
+
+
 def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
     """The response body's reads straight from aiohttp (no content decoding), when the
     response came from this module's aiohttp transport with no ``content-encoding``;
@@ -367,10 +372,6 @@ def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
     if not isinstance(stream, _RemappedStream) or "content-encoding" in response.headers:
         return None
     return stream.reads()
-
-    async def aclose(self) -> None:
-        with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
-            await self._inner.aclose()
 
 
 def connect_error_text(url: httpx.URL, reason: str) -> str:
