@@ -10,33 +10,26 @@ from typing import Any
 import anyio
 import orjson
 
-from deepseekbench._axes import QualityParity, Speculative
+from deepseekbench._axes import QualityParity
 from deepseekbench._cli import _with_client_flags, build_parser, main
-from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._gate import LiveGate
 from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._runner import RunResult, load_results, run_plan
 from deepseekbench._scorecard import Scorecard
+from tests._helpers import COSTS, off_and_mtp, plan_of
 from tests.test_scorecard import _row
 
-COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
+PLAN: dict[str, Any] = {
+    "requests_per_cell": 6,
+    "warmup_per_cell": 2,
+    "repeats": 2,
+    "arrival": {"mode": "concurrency", "concurrency": [1, 4]},
+    "parity": {"concurrency": 8, "max_tokens": 48},
+}
 
 
 def _plan(off: str, mtp: str, **over: Any) -> BenchmarkPlan:
-    data: dict[str, Any] = {
-        "model": "deepseekbench-ref",
-        "routes": [
-            {"label": "off", "speculative": "off", "base_url": off, "dialect": "vllm"},
-            {"label": "mtp", "speculative": "mtp", "base_url": mtp, "dialect": "vllm"},
-        ],
-        "requests_per_cell": 6,
-        "warmup_per_cell": 2,
-        "repeats": 2,
-        "arrival": {"mode": "concurrency", "concurrency": [1, 4]},
-        "parity": {"concurrency": 8, "max_tokens": 48},
-    }
-    data.update(over)
-    return BenchmarkPlan.model_validate(data)
+    return plan_of([("off", "off", off), ("mtp", "mtp", mtp)], PLAN, over)
 
 
 def _texts(result: RunResult) -> dict[tuple[str, str, str | None, int], str]:
@@ -45,10 +38,7 @@ def _texts(result: RunResult) -> dict[tuple[str, str, str | None, int], str]:
 
 def test_two_workers_give_the_rows_of_one_at_a_light_load(tmp_path: Path) -> None:
     async def main() -> tuple[RunResult, RunResult]:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=COSTS) as (off, mtp):
             one = _plan(off.base_url, mtp.base_url)
             two = _plan(off.base_url, mtp.base_url, workers=2)
             assert one.plan_hash() == two.plan_hash()  # how load is sent is not the plan

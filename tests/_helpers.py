@@ -1,0 +1,67 @@
+"""Helpers shared by the end-to-end tests that run plans on the embedded engine.
+
+``COSTS`` (cheap steps, still a costlier target than draft), :func:`read_records`
+(a results file's JSONL records), :func:`off_and_mtp` (two embedded engines, the
+second with MTP) and :func:`plan_of` (a plan for ``deepseekbench-ref`` on given
+routes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from deepseekbench._axes import Dialect, Speculative
+from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench._plan import BenchmarkPlan
+
+COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
+
+Route = tuple[str, str, str] | tuple[str, str, str, Dialect]
+"""(label, speculative, base_url) or (label, speculative, base_url, dialect);
+the dialect is vLLM's when not given."""
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every JSONL record of a results file (blank lines skipped)."""
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+@asynccontextmanager
+async def off_and_mtp(**config: Any) -> AsyncIterator[tuple[EmbeddedEngine, EmbeddedEngine]]:
+    """Two embedded engines with the same ``EngineConfig`` keywords: speculation off,
+    and MTP."""
+    async with (
+        EmbeddedEngine(EngineConfig(**config)) as off,
+        EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, **config)) as mtp,
+    ):
+        yield off, mtp
+
+
+def plan_of(
+    routes: Sequence[Route], defaults: Mapping[str, Any], over: Mapping[str, Any]
+) -> BenchmarkPlan:
+    """A plan for model ``deepseekbench-ref`` on ``routes``: ``defaults``, then ``over``.
+
+    Raises:
+        pydantic.ValidationError: the plan is invalid.
+    """
+    data: dict[str, Any] = {
+        "model": "deepseekbench-ref",
+        "routes": [
+            {
+                "label": r[0],
+                "speculative": r[1],
+                "base_url": r[2],
+                "dialect": (r[3] if len(r) == 4 else Dialect.vllm).value,
+            }
+            for r in routes
+        ],
+        **defaults,
+    }
+    data.update(over)
+    return BenchmarkPlan.model_validate(data)
