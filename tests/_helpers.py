@@ -2,8 +2,8 @@
 
 ``COSTS`` (cheap steps, still a costlier target than draft), :func:`read_records`
 (a results file's JSONL records), :func:`off_and_mtp` (two embedded engines, the
-second with MTP) and :func:`plan_of` (a plan for ``deepseekbench-ref`` on given
-routes).
+second with MTP), :func:`plan_of` (a plan for ``deepseekbench-ref`` on given
+routes) and :func:`make_row` (a verified speculation-off row of 8 requests).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import orjson
 from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._row import Row
 
 COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
 
@@ -65,3 +66,33 @@ def plan_of(
     }
     data.update(over)
     return BenchmarkPlan.model_validate(data)
+
+
+def make_row(**kw: Any) -> Row:
+    """A row of a speculation-off route ``off`` at 1k/256/non_think (TTFT 10 ms, TPOT
+    10 ms, E2E 100 ms, 100 output tokens/s, 8 requests, parity verified); ``kw``
+    overrides any field.
+
+    Raises:
+        pydantic.ValidationError: the fields do not make a valid row.
+    """
+    base: dict[str, Any] = {
+        "model_id": "m",
+        "provider_route": "local",
+        "engine_route": "embedded",
+        "hosting": "embedded",
+        "context_bucket": "1k",
+        "output_target": "256",
+        "reasoning_mode": "non_think",
+        "stream": True,
+        "speculative": "off",
+        "route_label": "off",
+        "ttft_ms": 10.0,
+        "tpot_ms": 10.0,
+        "e2e_ms": 100.0,
+        "output_toks_per_s": 100.0,
+        "n_requests": 8,
+        "quality_parity": "verified",
+    }
+    base.update(kw)
+    return Row.model_validate(base)

@@ -16,8 +16,7 @@ from deepseekbench._gate import LiveGate
 from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._runner import RunResult, load_results, run_plan
 from deepseekbench._scorecard import Scorecard
-from tests._helpers import COSTS, off_and_mtp, plan_of
-from tests.test_scorecard import _row
+from tests._helpers import COSTS, make_row, off_and_mtp, plan_of
 
 PLAN: dict[str, Any] = {
     "requests_per_cell": 6,
@@ -82,11 +81,11 @@ def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) ->
 
 
 def test_a_saturated_client_is_told_to_add_workers() -> None:
-    rows = [_row(), _row(speculative="mtp", route_label="mtp", client_saturated=True)]
+    rows = [make_row(), make_row(speculative="mtp", route_label="mtp", client_saturated=True)]
     card = Scorecard.from_rows(rows)
     assert "send the load from more client workers (plan key workers" in card.to_text()
     card.client_workers = 2
     assert "workers = 4 (now 2)" in card.to_text()
-    calm = Scorecard.from_rows([_row(), _row(speculative="mtp", route_label="mtp")])
+    calm = Scorecard.from_rows([make_row(), make_row(speculative="mtp", route_label="mtp")])
     calm.client_workers = 1
     assert "more client workers" not in calm.to_text()
