@@ -61,8 +61,7 @@ def test_a_concurrency_sweep_gives_a_row_per_load_point_and_names_the_crossover(
 
     async def main() -> Any:
         async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
+            off_and_mtp(cost=COSTS) as (off, mtp),
             EmbeddedEngine(
                 EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, cost=COSTS)
             ) as bad,

@@ -36,8 +36,7 @@ def test_verdicts_credit_correct_mtp_and_refuse_the_mistuned_one(tmp_path: Path)
 
     async def main() -> Any:
         async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
+            off_and_mtp(cost=COSTS) as (off, mtp),
             EmbeddedEngine(
                 EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, cost=COSTS)
             ) as bad,
