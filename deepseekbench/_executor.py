@@ -41,7 +41,7 @@ from deepseekbench._request import ChatRequest
 from deepseekbench._route import EngineRoute
 from deepseekbench._schedule import Block, Phase, WorkItem
 from deepseekbench._selfcheck import SelfCheck
-from deepseekbench._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._server_metrics import metrics_delta, scrape_metrics, scrape_settled
 from deepseekbench._tokens import TokenCounter, recount_output
 
 __all__ = ["Executor", "Sent", "SentFn"]
@@ -142,7 +142,7 @@ class Executor:
             await self._send(block, route, items, limiter, on_sent)
         if before is None:
             return None
-        after = await scrape_metrics(route, gate=self.gate, client=self.client)
+        after = await scrape_settled(route, gate=self.gate, client=self.client)
         return metrics_delta(before, after)
 
     async def _warm(

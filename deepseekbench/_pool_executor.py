@@ -27,7 +27,7 @@ from deepseekbench._measure import Timeouts
 from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._route import EngineRoute
 from deepseekbench._schedule import Block, WorkItem
-from deepseekbench._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._server_metrics import metrics_delta, scrape_metrics, scrape_settled
 from deepseekbench._tokens import TokenCounter
 from deepseekbench._workers import PoolReport, PoolResult, ResultFn, WorkerPool
 from deepseekbench._workshare import LoadWork, PoolItem
@@ -95,7 +95,7 @@ class PoolExecutor:
             self.on_report(block, report)
         if before is None:
             return None
-        after = await scrape_metrics(route, gate=self.gate, client=self.client)
+        after = await scrape_settled(route, gate=self.gate, client=self.client)
         return metrics_delta(before, after)
 
 

@@ -43,16 +43,24 @@ import logging
 import time
 from collections.abc import Mapping
 
+import anyio
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._acceptance import AcceptanceRecord
 from deepseekbench._axes import AcceptanceScope, Dialect
+from deepseekbench._errors import LiveGateError
 from deepseekbench._gate import LiveGate
 from deepseekbench._route import EngineRoute
 
-__all__ = ["MetricsSnapshot", "metrics_delta", "parse_metrics", "scrape_metrics"]
+__all__ = [
+    "MetricsSnapshot",
+    "metrics_delta",
+    "parse_metrics",
+    "scrape_metrics",
+    "scrape_settled",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -182,9 +190,9 @@ async def scrape_metrics(
     try:
         if client is None:
             async with gate.client(timeout=timeout_s) as own:
-                response = await own.get(url, headers=headers)
+                response = await _get(own, url, headers, timeout_s)
         else:
-            response = await client.get(url, headers=headers, timeout=timeout_s)
+            response = await _get(client, url, headers, timeout_s)
     except httpx.HTTPError as exc:
         return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"{type(exc).__name__}")
     if not response.is_success:
@@ -192,6 +200,82 @@ async def scrape_metrics(
             taken_ns=time.perf_counter_ns(), error=f"HTTP {response.status_code}"
         )
     return parse_metrics(response.text, model_name=model)
+
+
+_COUNTER_FAMILIES = frozenset(
+    {name for _, _, names, per_pos in _COUNTER_SETS for name in (*names, per_pos)}
+)
+
+
+def _counters(snapshot: MetricsSnapshot) -> dict[str, dict[str, float]]:
+    return {k: v for k, v in snapshot.series.items() if k in _COUNTER_FAMILIES}
+
+
+async def scrape_settled(
+    route: EngineRoute,
+    *,
+    gate: LiveGate,
+    client: httpx.AsyncClient | None = None,
+    interval_s: float = 0.05,
+    max_scrapes: int = 4,
+) -> MetricsSnapshot:
+    """A window's closing scrape: :func:`scrape_metrics`, repeated until two
+    consecutive scrapes hold the same speculative counters.
+
+    An engine may update its counters after it sent a request's last chunk: vLLM
+    hands a step's outputs to the requests before it records the step's
+    statistics (``vllm/v1/engine/async_llm.py``, ``output_handler``), with awaits
+    between the two when it splits a large batch or aborts stop-string requests,
+    so a scrape taken the moment the last stream ends can miss the last step. Scrapes
+    ``interval_s`` (s) apart, at most ``max_scrapes`` in all; the last one is
+    returned when the counters keep moving (other traffic on a shared server: the
+    window is server-wide anyway). One scrape only when it failed or holds no
+    counter family (SGLang's gauges, an engine without speculative metrics). A
+    confirming scrape the gate refuses (a spent ``max_requests`` budget) or that
+    fails ends the loop with the last good scrape.
+
+    Raises:
+        LiveGateError: the gate refuses the first scrape (see :func:`scrape_metrics`).
+        ValueError: ``max_scrapes`` below 1 or ``interval_s`` negative.
+    """
+    if max_scrapes < 1 or interval_s < 0:
+        raise ValueError("max_scrapes must be >= 1 and interval_s >= 0")
+    last = await scrape_metrics(route, gate=gate, client=client)
+    for _ in range(max_scrapes - 1):
+        if last.error is not None or not _counters(last):
+            return last
+        await anyio.sleep(interval_s)
+        try:
+            again = await scrape_metrics(route, gate=gate, client=client)
+        except LiveGateError:
+            return last
+        if again.error is not None:
+            return last
+        if _counters(again) == _counters(last):
+            return again
+        last = again
+    return last
+
+
+async def _get(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
+) -> httpx.Response:
+    """GET ``url``, sent once more on a new connection when a pooled keep-alive
+    connection was closed by the server before it answered.
+
+    Engines close idle keep-alive connections (llama-server after 5 s) while the
+    client's pool still holds them; a scrape after a long block reuses such a
+    connection and gets ``RemoteProtocolError`` with no response. A GET is
+    idempotent, so one re-send is safe (as :func:`measure_streamed` does for its
+    requests); without it, the block's ``/metrics`` window was lost.
+
+    Raises:
+        httpx.HTTPError: the request failed (the second time, for a stale connection).
+    """
+    try:
+        return await client.get(url, headers=headers, timeout=timeout_s)
+    except httpx.RemoteProtocolError:
+        return await client.get(url, headers=headers, timeout=timeout_s)
 
 
 class _Inconsistent(Exception):

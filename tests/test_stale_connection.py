@@ -22,6 +22,7 @@ from anyio.abc import SocketStream
 from deepseekbench._gate import LiveGate
 from deepseekbench._measure import ErrorKind, measure_streamed
 from deepseekbench._route import EngineRoute
+from deepseekbench._server_metrics import metrics_delta, scrape_metrics
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +78,8 @@ async def _serving(handle: Callable[[SocketStream], Awaitable[None]]) -> AsyncIt
 class OneAnswerPerConnection:
     """Answers each connection's first request; closes on its second, unanswered."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: bytes = HEAD + BODY) -> None:
+        self.answer = answer
         self.connections = 0
         self.answered = 0
 
@@ -87,7 +89,7 @@ class OneAnswerPerConnection:
         async with stream:
             if not await _read_request(stream, buf):
                 return
-            await stream.send(HEAD + BODY)
+            await stream.send(self.answer)
             self.answered += 1
             await _read_request(stream, buf)  # the reused connection's request: dropped
 
@@ -119,3 +121,38 @@ async def test_a_server_that_never_answers_is_a_connect_error_after_one_retry() 
         m = await measure_streamed(REQ, route=route, gate=LiveGate())
     assert m.error is not None and m.error.kind is ErrorKind.connect
     assert m.stale_connection_retries == 1 and server.connections == 2
+
+
+METRICS = (
+    b"# TYPE llamacpp:spec_decode_num_drafts_total counter\n"
+    b"llamacpp:spec_decode_num_drafts_total 4\n"
+    b"# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\n"
+    b"llamacpp:spec_decode_num_draft_tokens_total 12\n"
+    b"# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter\n"
+    b"llamacpp:spec_decode_num_accepted_tokens_total 9\n"
+)
+METRICS_ANSWER = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
+    b"content-length: " + str(len(METRICS)).encode() + b"\r\n\r\n" + METRICS
+)
+
+
+async def test_a_metrics_scrape_on_a_stale_pooled_connection_is_sent_again() -> None:
+    """The closing scrape of a block reuses the opening scrape's connection, which the
+    server closed while idle: without a re-send the block's /metrics window was lost
+    (seen against llama-server in CI)."""
+    server = OneAnswerPerConnection(METRICS_ANSWER)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    gate = LiveGate()
+    route = EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server.handle)
+        async with gate.client() as client:
+            before = await scrape_metrics(route, gate=gate, client=client)
+            after = await scrape_metrics(route, gate=gate, client=client)
+        tg.cancel_scope.cancel()
+    assert before.error is None and after.error is None, after.error
+    assert server.connections == 2 and server.answered == 2
+    record = metrics_delta(before, after)
+    assert record is not None and record.draft_tokens == 0  # same counters: an empty window

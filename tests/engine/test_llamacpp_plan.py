@@ -343,18 +343,14 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
         assert run_drafted > 0 and delta["spec_decode_num_drafts_total"] > 0, label
         # the runner's own window: its /metrics scrapes around the measured requests
         windows = server_records[label]
-        assert 1 <= len(windows) <= plan.rounds, label
+        # one window per round: a scrape on a keep-alive connection the server had closed
+        # while idle is sent again (it once lost a round's window here)
+        assert len(windows) == plan.rounds, label
         assert {w["engine"] for w in windows} == {Dialect.llamacpp.value}
         assert {w["scope"] for w in windows} == {AcceptanceScope.server_wide.value}
         drafted = sum(w["draft_tokens"] for w in windows)
         accepted = sum(w["accepted_tokens"] for w in windows)
-        if len(windows) == plan.rounds:
-            assert (drafted, accepted) == (m_drafted, m_accepted), label
-        else:
-            # A round whose /metrics window the library judged inconsistent has no
-            # record (unknown is never guessed); seen once in CI, cause not yet known.
-            report.append(f"{label}: {plan.rounds - len(windows)} /metrics window(s) dropped")
-            assert drafted <= m_drafted and accepted <= m_accepted, label
+        assert (drafted, accepted) == (m_drafted, m_accepted), label
         steps = sum(w["verify_steps"] for w in windows)
         assert 0 < steps <= delta["spec_decode_num_drafts_total"]
         row = rows[label]
