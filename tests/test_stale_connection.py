@@ -142,16 +142,10 @@ async def test_a_metrics_scrape_on_a_stale_pooled_connection_is_sent_again() -> 
     server closed while idle: without a re-send the block's /metrics window was lost
     (seen against llama-server in CI)."""
     server = OneAnswerPerConnection(METRICS_ANSWER)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
     gate = LiveGate()
-    route = EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, server.handle)
-        async with gate.client() as client:
-            before = await scrape_metrics(route, gate=gate, client=client)
-            after = await scrape_metrics(route, gate=gate, client=client)
-        tg.cancel_scope.cancel()
+    async with _serving(server.handle) as route, gate.client() as client:
+        before = await scrape_metrics(route, gate=gate, client=client)
+        after = await scrape_metrics(route, gate=gate, client=client)
     assert before.error is None and after.error is None, after.error
     assert server.connections == 2 and server.answered == 2
     record = metrics_delta(before, after)
