@@ -38,6 +38,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _aiohttp_sse import read_deltas
+
 from deepseekbench._gate import LiveGate
 from deepseekbench._measure import Timeouts, measure_streamed
 from deepseekbench._route import EngineRoute
@@ -165,24 +167,9 @@ def _raw_aiohttp(session: object, url: str) -> Reader:
 
     async def read(chunks: int) -> None:
         body = orjson.dumps({"model": "bench", "stream": True, **_request(chunks)})
-        stamps: list[int] = []
-        text: list[str] = []
         headers = {"content-type": "application/json"}
-        async with session.post(url, data=body, headers=headers) as response:
-            async for raw in response.content:  # one line per iteration
-                arrival = time.perf_counter_ns()
-                line = raw.strip()
-                if not line.startswith(b"data: "):
-                    continue
-                payload = line[6:]
-                if payload == b"[DONE]":
-                    break
-                for choice in orjson.loads(payload).get("choices", ()):
-                    content = choice["delta"].get("content")
-                    if content:
-                        text.append(content)
-                        stamps.append(arrival)
-        assert len(stamps) == chunks
+        deltas = await read_deltas(session, url, body, headers)
+        assert len(deltas) == chunks
 
     return read
 

@@ -46,6 +46,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _aiohttp_sse import read_deltas
+
 from deepseekbench._gate import LiveGate
 from deepseekbench._measure import Timeouts, measure_streamed
 from deepseekbench._route import EngineRoute
@@ -111,18 +113,7 @@ def _raw_aiohttp(session: Any, base_url: str, max_tokens: int) -> Reader:
         body = orjson.dumps({"model": "deepseekbench-ref", "stream": True, **_body(i, max_tokens)})
         headers = {"content-type": "application/json", "x-request-id": rid}
         obs = Observed(rid, time.perf_counter_ns())
-        async with session.post(url, data=body, headers=headers) as response:
-            async for raw in response.content:  # one line per iteration
-                arrival = time.perf_counter_ns()
-                line = raw.strip()
-                if not line.startswith(b"data: "):
-                    continue
-                payload = line[6:]
-                if payload == b"[DONE]":
-                    break
-                for choice in orjson.loads(payload).get("choices", ()):
-                    if choice.get("delta", {}).get("content"):
-                        obs.chunk_ns.append(arrival)
+        obs.chunk_ns = [arrival for arrival, _ in await read_deltas(session, url, body, headers)]
         obs.ok = bool(obs.chunk_ns)
         return obs
 

@@ -55,7 +55,13 @@ from deepseekbench._engine import (
     all_reference_tasks,
     reference_tasks,
 )
-from deepseekbench._errors import DeepseekBenchError, LiveGateError, PlanError, RowFormatError
+from deepseekbench._errors import (
+    DeepseekBenchError,
+    LiveGateError,
+    PlanError,
+    RouteUnreachableError,
+    RowFormatError,
+)
 from deepseekbench._gate import GatedTransport, LiveGate, is_loopback_host
 from deepseekbench._llamacpp import (
     LlamaServerError,
@@ -137,6 +143,7 @@ from deepseekbench._speedup import (
     MIN_REQUESTS_FOR_SPEEDUP,
     CompareSpeedup,
     RefusalReason,
+    SpeedupEvidence,
     SpeedupMetric,
     SpeedupVerdict,
     compare_speedup,
@@ -253,6 +260,7 @@ __all__ = [
     "ResultsWriteError",
     "RouteParity",
     "RoutePlan",
+    "RouteUnreachableError",
     "Row",
     "RowFormatError",
     "RunResult",
@@ -263,6 +271,7 @@ __all__ = [
     "SloPlan",
     "Speculative",
     "SpeculativeName",
+    "SpeedupEvidence",
     "SpeedupMetric",
     "SpeedupVerdict",
     "StreamError",

@@ -48,7 +48,7 @@ from deepseekbench._results import (
     read_stored_run,
 )
 from deepseekbench._row import Dispersion, Row
-from deepseekbench._rowstats import RowRequests, acceptance, combine_windows
+from deepseekbench._rowstats import WINDOW_METRICS, RowRequests, acceptance, combine_windows
 from deepseekbench._schedule import parity_ids, parity_prompts, reasoning_modes
 from deepseekbench._spec_fields import cell_spec_fields
 from deepseekbench._stats import percentiles
@@ -173,6 +173,10 @@ class RunResult:
         resumed: measured requests and parity outputs taken from an earlier run's file.
         complete: False when the run stopped before every request was made.
         retried: errored measurements of an earlier run measured again on resume.
+        kept_measurements: measured requests (turns) kept from the results file when
+            the run started (0 for a fresh run).
+        remaining_measurements: measured requests (turns) the run still had to make
+            when it started, after the kept ones (warm-ups and parity not counted).
         row_keys: ``(route label, cell id, load key)`` of each row, in row order.
         traffic: exact comparison of each speculative row's measured outputs with
             ``off``'s, by row key (temperature 0 only).
@@ -189,6 +193,8 @@ class RunResult:
     row_keys: tuple[RowKey, ...] = field(default=())
     traffic: dict[RowKey, ParityResult] = field(default_factory=dict)
     retried: int = 0
+    kept_measurements: int = 0
+    remaining_measurements: int = 0
 
     @property
     def n_errors(self) -> int:
@@ -312,6 +318,28 @@ class RunResult:
             ),
             self.plan.slo.limits,
         )
+
+    def speedup_evidence(
+        self, row: Row, metric: str = "tpot_ms"
+    ) -> tuple[list[float] | None, dict[int, float]]:
+        """What a speedup's interval is made from for ``row`` (one of :attr:`rows`):
+        its per-request values of ``metric`` (:meth:`samples`; ``None`` for a window
+        metric, which has none) and its value per round (:meth:`round_values`).
+        :func:`~deepseekbench.compare_speedup` (``result=``) and the scorecard read
+        both here.
+
+        Raises:
+            ValueError: ``row`` is not one of this result's rows.
+            AttributeError: ``metric`` names no metric (as :meth:`round_values`).
+        """
+        index = next((i for i, r in enumerate(self.rows) if r is row), None)
+        if index is None:
+            index = next((i for i, r in enumerate(self.rows) if r == row), None)
+        if index is None:
+            raise ValueError("the row is not one of this run's rows")
+        route, cell, load = self.row_keys[index]
+        samples = None if metric in WINDOW_METRICS else self.samples(route, cell, metric, load)
+        return samples, self.round_values(route, cell, metric, load)
 
     def round_values(
         self, route: str, cell: str, metric: str = "tpot_ms", load: str | None = None

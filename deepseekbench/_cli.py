@@ -12,7 +12,9 @@ Exit codes (also in ``docs/plan.md``):
 
 * ``0`` — finished; refused speedups are results, not failures.
 * ``1`` — finished, but some measured requests ended in an error (see ``n (err)``).
-* ``2`` — usage error: bad arguments, an invalid plan, an unreadable results file.
+* ``2`` — usage error: bad arguments, an invalid plan, a route that failed the
+  reachability probe (``--no-probe`` skips it), an unreadable results file,
+  ``report --plot`` without the ``plot`` extra.
 * ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent), or a
   dry run found a route the gate would refuse.
 * ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
@@ -44,6 +46,7 @@ from tqdm import tqdm
 from deepseekbench._errors import LiveGateError, MissingExtraError, PlanError, RowFormatError
 from deepseekbench._gate import ENV_API_KEY, LiveGate
 from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
+from deepseekbench._plot import require_matplotlib
 from deepseekbench._row import read_rows, write_rows
 from deepseekbench._runner import (
     DryRunResult,
@@ -104,7 +107,8 @@ _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
 
 class _StderrProgress:
     """A tqdm progress bar on ``stream`` (done/total, errors, elapsed, rate);
-    silent unless ``stream`` is a TTY."""
+    silent unless ``stream`` is a TTY, except for one line at the start of a resumed
+    run (measured requests kept from the results file and still to do)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -112,6 +116,12 @@ class _StderrProgress:
         self._bar: tqdm[None] | None = None
 
     def __call__(self, ev: ProgressEvent) -> None:
+        if ev.phase == "resume":
+            self.stream.write(
+                f"resumed: {ev.kept} measured request(s) kept from the results file, "
+                f"{ev.remaining} to do\n"
+            )
+            self.stream.flush()
         if not self.enabled:
             return
         if self._bar is None:
@@ -135,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deepseekbench",
         description="Benchmark speculative decoding with speed and quality parity in one run.",
-        epilog="exit codes: 0 ok, 1 finished with request errors, 2 usage/plan error, "
+        epilog="exit codes: 0 ok, 1 finished with request errors, 2 usage/plan error "
+        "(or a route failed the reachability probe), "
         "3 LiveGate refusal, 130 interrupted (rerun resumes)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -200,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         "instance on 127.0.0.1)",
     )
     run.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
+    run.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="skip the reachability probe (one GET /models per route before measuring; "
+        "default: the plan's 'probe_routes', else on)",
+    )
     run.add_argument(
         "--no-retry-errors",
         action="store_true",
@@ -461,6 +478,12 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
 
 def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     path: Path = args.results
+    if args.plot is not None:
+        try:  # before anything is printed: the scorecard alone is not what was asked for
+            require_matplotlib()
+        except MissingExtraError as exc:
+            err.write(f"deepseekbench: --plot: {exc}\n")
+            return EXIT_USAGE
     result, runs = load_results_and_runs(path, plan_hash=args.run)
     if args.run is None and len(runs) > 1:
         last = runs[-1]
@@ -490,12 +513,18 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _with_client_flags(plan: BenchmarkPlan, args: argparse.Namespace) -> BenchmarkPlan:
-    """``plan`` with ``--workers``/``--executor``/``--ray-address`` applied (validated).
+    """``plan`` with ``--workers``/``--executor``/``--ray-address``/``--no-probe`` applied
+    (validated).
 
     Raises:
         PlanError: a flag's value is invalid (e.g. ``--workers 0``).
     """
-    given = {"workers": args.workers, "executor": args.executor, "ray_address": args.ray_address}
+    given = {
+        "workers": args.workers,
+        "executor": args.executor,
+        "ray_address": args.ray_address,
+        "probe_routes": False if args.no_probe else None,
+    }
     update = {k: v for k, v in given.items() if v is not None}
     if not update:
         return plan

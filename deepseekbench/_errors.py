@@ -42,3 +42,25 @@ class PlanError(DeepseekBenchError):
 
 class MissingExtraError(DeepseekBenchError, ImportError):
     """An optional dependency is not installed (the message names the extra to install)."""
+
+
+
+class RouteUnreachableError(PlanError):
+    """One or more routes failed the reachability probe before any measurement (see
+    ``deepseekbench._probe``): nothing answered, the server answered with an HTTP
+    error, or it does not serve the route's model.
+
+    ``failures`` maps each failed route's label to what failed: ``"connect"``,
+    ``"timeout"``, ``"http_status"`` or ``"model_not_served"``. The message names
+    every failed route, the URL probed (never its user-info) and the detail
+    (the OS error, the HTTP status, the models served); never a key.
+    """
+
+    def __init__(self, message: str, *, failures: dict[str, str]) -> None:
+        super().__init__(message)
+        self.failures = dict(failures)
+
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """The labels of the routes that failed, in plan order."""
+        return tuple(self.failures)

@@ -28,27 +28,27 @@ and in aggregate by the Prometheus counters ``llamacpp:spec_decode_num_draft_tok
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._errors import DeepseekBenchError
-from deepseekbench._gate import LiveGate
+from deepseekbench._servers import (
+    Process,
+    RunningServer,
+    ServerError,
+    ServerKind,
+    check_names,
+    run_servers,
+    sigterm_as_interrupt,
+    spawn,
+)
 
 __all__ = [
     "LlamaServerError",
@@ -63,20 +63,13 @@ __all__ = [
 NgramType = Literal["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 SpecType = Literal["draft-simple", "draft-eagle3", "draft-mtp", "draft-dspark"] | NgramType
 
-_LOG_TAIL_LINES = 25
 
-
-class LlamaServerError(DeepseekBenchError):
+class LlamaServerError(ServerError):
     """llama-server could not be found, started, or did not become healthy in time.
 
     ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
     process never started). The message carries the last lines of the log.
     """
-
-    def __init__(self, message: str, *, name: str, log_path: Path | None = None) -> None:
-        super().__init__(message)
-        self.name = name
-        self.log_path = log_path
 
 
 class LlamaServerSpec(BaseModel):
@@ -207,23 +200,12 @@ class LlamaServerSpec(BaseModel):
 
 
 @dataclass(frozen=True)
-class RunningLlamaServer:
-    """A started, healthy llama-server: its spec, port, base URL and log file."""
+class RunningLlamaServer(RunningServer[LlamaServerSpec]):
+    """A started, healthy llama-server: its spec, port, process id and log file.
 
-    spec: LlamaServerSpec
-    port: int
-    pid: int
-    log_path: Path
-
-    @property
-    def origin(self) -> str:
-        """``http://127.0.0.1:PORT`` (for ``/health``, ``/metrics``, ``/props``)."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI-compatible base URL, ``http://127.0.0.1:PORT/v1``."""
-        return f"{self.origin}/v1"
+    ``origin`` is ``http://127.0.0.1:PORT`` (for ``/health``, ``/metrics``,
+    ``/props``); ``base_url`` the OpenAI-compatible ``http://127.0.0.1:PORT/v1``.
+    """
 
 
 def find_llama_server() -> Path:
@@ -293,20 +275,6 @@ def llama_server_args(spec: LlamaServerSpec, *, port: int, binary: Path) -> list
     return args
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "<no log>"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def _server_env(env: Mapping[str, str] | None) -> dict[str, str]:
     # Only our argv configures the server: drop inherited LLAMA_ARG_* overrides.
     base = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
@@ -315,140 +283,29 @@ def _server_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return base
 
 
-class _Child:
-    """A started server process: ``subprocess.Popen``, waited on by polling so the
-    event loop is never blocked (the same on asyncio and trio)."""
-
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self.popen = popen
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self.popen.poll()
-
-    async def wait(self) -> int:
-        while True:
-            code = self.popen.poll()
-            if code is not None:
-                return code
-            await anyio.sleep(0.05)
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` setting ``PR_SET_PDEATHSIG`` = SIGKILL (Linux; ``None`` elsewhere).
-
-    The kernel then kills the child when the thread that forked it dies, which
-    is the event loop's thread here: a SIGKILLed parent takes its servers along.
-    A parent already gone before the call makes the child exit at once.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
-
-    def preexec() -> None:
-        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return preexec
-
-
-def _spawn(argv: Sequence[str], log: IO[bytes], env: Mapping[str, str]) -> _Child:
-    """Start ``argv`` in its own session (process group), output to ``log``.
-
-    Raises:
-        OSError: the binary cannot be executed.
-    """
-    popen = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env=dict(env),
-        start_new_session=True,
-        preexec_fn=_die_with_parent(os.getpid()),
-    )
-    return _Child(popen)
-
-
-def _signal_group(process: _Child, sig: signal.Signals) -> None:
-    """Send ``sig`` to the process's group (it leads its own session), else to it alone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if hasattr(os, "killpg"):
-            os.killpg(process.pid, sig)
-        else:  # pragma: no cover - non-POSIX
-            process.popen.send_signal(sig)
-
-
-async def _stop(process: _Child, grace_s: float) -> None:
-    if process.returncode is None:
-        _signal_group(process, signal.SIGTERM)
-        with anyio.move_on_after(grace_s):
-            await process.wait()
-    if process.returncode is None:
-        _signal_group(process, signal.SIGKILL)
-        await process.wait()
-    else:  # the leader is gone; anything left in its group goes too
-        _signal_group(process, signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While active, SIGTERM is raised as SIGINT (so it unwinds like Ctrl-C).
-
-    Only in the main thread, and only when SIGTERM has the default handler and
-    SIGINT a Python one (the interpreter's or the event loop's); else a no-op.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    sigint = signal.getsignal(signal.SIGINT)
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL or not callable(sigint):
-        yield
-        return
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        signal.raise_signal(signal.SIGINT)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+async def _healthy(client: httpx.AsyncClient, spec: LlamaServerSpec, port: int) -> bool:
+    """``GET /health`` answers 200 with ``{"status": "ok"}``."""
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        resp = await client.get(f"http://127.0.0.1:{port}/health")
+    except httpx.TransportError:
+        return False
+    if resp.status_code == 200:
+        with contextlib.suppress(ValueError):
+            body = resp.json()
+            return isinstance(body, dict) and body.get("status") == "ok"
+    return False
 
 
-async def _wait_healthy(
-    client: httpx.AsyncClient, process: _Child, spec: LlamaServerSpec, port: int, log: Path
-) -> None:
-    url = f"http://127.0.0.1:{port}/health"
-    while True:
-        if process.returncode is not None:
-            raise LlamaServerError(
-                f"llama-server route {spec.name!r} exited with code {process.returncode} "
-                f"before becoming healthy; log {log} ends:\n{_log_tail(log)}",
-                name=spec.name,
-                log_path=log,
-            )
-        try:
-            resp = await client.get(url)
-        except httpx.TransportError:
-            pass
-        else:
-            if resp.status_code == 200:
-                with contextlib.suppress(ValueError):
-                    body = resp.json()
-                    if isinstance(body, dict) and body.get("status") == "ok":
-                        return
-        await anyio.sleep(0.1)
-
-
-def _bind_failed(log: Path) -> bool:
-    tail = _log_tail(log, 60).lower()
-    return "address already in use" in tail or "couldn't bind" in tail
+_KIND = ServerKind(
+    label="llama-server",
+    error=LlamaServerError,
+    ready_word="healthy",
+    poll_s=0.1,
+    probe_timeout_s=2.0,
+    linger=False,
+    attempts=3,
+    temp_prefix="deepseekbench-llama-",
+)
 
 
 @contextlib.asynccontextmanager
@@ -477,72 +334,22 @@ async def llama_servers(
         LlamaServerError: duplicate names, binary or model missing, a server exited
             early, or ``/health`` was not ok within ``startup_timeout_s`` (seconds).
     """
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise LlamaServerError(f"duplicate route names in {names}", name="-")
+    check_names(specs, LlamaServerError)
     for s in specs:
         for p in (s.model, s.draft_model):
             if p is not None and not p.is_file():
                 raise LlamaServerError(f"route {s.name!r}: no such model {p}", name=s.name)
     exe = binary or find_llama_server()
-    if log_dir is None:
-        log_dir = Path(tempfile.mkdtemp(prefix="deepseekbench-llama-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
 
-    processes: list[_Child] = []
-    logs: list[IO[bytes]] = []
-    running: dict[str, RunningLlamaServer] = {}
-    sigterm = contextlib.ExitStack()
-    sigterm.enter_context(_sigterm_as_interrupt())
-    try:
-        async with LiveGate().client(timeout=httpx.Timeout(2.0)) as client:
-            for spec in specs:
-                log_path = log_dir / f"{spec.name}.log"
-                for attempt in range(3):
-                    port = _free_port()
-                    log_file = log_path.open("wb")
-                    logs.append(log_file)
-                    try:
-                        process = _spawn(
-                            llama_server_args(spec, port=port, binary=exe),
-                            log_file,
-                            _server_env(env),
-                        )
-                    except OSError as exc:
-                        raise LlamaServerError(
-                            f"cannot start {exe} for route {spec.name!r}: {exc}",
-                            name=spec.name,
-                            log_path=log_path,
-                        ) from exc
-                    processes.append(process)
-                    try:
-                        with anyio.fail_after(startup_timeout_s):
-                            await _wait_healthy(client, process, spec, port, log_path)
-                    except TimeoutError:
-                        raise LlamaServerError(
-                            f"llama-server route {spec.name!r} not healthy after "
-                            f"{startup_timeout_s:g} s; log {log_path} ends:\n"
-                            f"{_log_tail(log_path)}",
-                            name=spec.name,
-                            log_path=log_path,
-                        ) from None
-                    except LlamaServerError:
-                        if attempt < 2 and _bind_failed(log_path):
-                            continue
-                        raise
-                    running[spec.name] = RunningLlamaServer(
-                        spec=spec, port=port, pid=process.pid, log_path=log_path
-                    )
-                    break
-        yield running
-    finally:
-        with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                for process in processes:
-                    tg.start_soon(_stop, process, stop_grace_s)
-            for f in logs:
-                f.close()
-        sigterm.close()
+    async def start(spec: LlamaServerSpec, port: int, log: IO[bytes]) -> Process:
+        return spawn(llama_server_args(spec, port=port, binary=exe), log, _server_env(env))
+
+    with sigterm_as_interrupt():
+        async with run_servers(
+            _KIND, specs, RunningLlamaServer, exe=exe, spawn=start, ready=_healthy,
+            log_dir=log_dir, startup_timeout_s=startup_timeout_s, stop_grace_s=stop_grace_s,
+        ) as running:  # fmt: skip
+            yield running
 
 
 @contextlib.asynccontextmanager

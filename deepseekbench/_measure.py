@@ -19,6 +19,13 @@ for a pooled connection is kept apart in ``pool_wait_ms``):
 * ITL: gaps between consecutive token-bearing chunks.
 * output_toks_per_s = completion_tokens / (E2E / 1000).
 
+Wire rules (``docs/measurement.md``): ``Accept-Encoding: identity`` is asked;
+a compressed answer anyway is decoded by httpx and each event is stamped with the
+read whose decoded bytes completed it (a coding without a decoder is the
+``content_encoding`` error, never text). Events of another SSE type than
+``message``/``error`` and every line after ``[DONE]`` are not read, only counted
+in ``sse_ignored_lines``.
+
 Faults never raise: they are recorded as a :class:`StreamError` with everything
 received so far (an event over :class:`StreamLimits` too: it is dropped and
 recorded as ``invalid_event``). Caller mistakes raise (see :func:`measure_streamed`).
@@ -81,7 +88,10 @@ class ErrorKind(StrEnum):
     (or ``event: error``) inside the stream; ``truncated``: the stream ended
     without ``[DONE]`` and without a finish reason, or mid-event, or the
     connection broke mid-body; ``invalid_event``: an event that is not a JSON
-    chunk object (reading goes on); ``timeout``: a connect, first-token or
+    chunk object (reading goes on); ``content_encoding``: a compressed body
+    this client cannot decode (an encoding the installed httpx has no decoder
+    for, such as ``br`` without ``brotli``, or corrupt compressed bytes; nothing
+    undecoded is read as text); ``timeout``: a connect, first-token or
     total deadline passed; ``connect``: no connection / no response head;
     ``worker_died``: the client worker process (or Ray actor) sending it died
     before the request finished (a client fault, recorded by the parent;
@@ -95,6 +105,7 @@ class ErrorKind(StrEnum):
     timeout = "timeout"
     connect = "connect"
     worker_died = "worker_died"
+    content_encoding = "content_encoding"
 
 
 # The measurement's ``error`` is the most severe one recorded (first of its rank).
@@ -102,10 +113,11 @@ _SEVERITY: dict[ErrorKind, int] = {
     ErrorKind.timeout: 0,
     ErrorKind.connect: 1,
     ErrorKind.http_status: 2,
-    ErrorKind.server_error_event: 3,
-    ErrorKind.truncated: 4,
-    ErrorKind.invalid_event: 5,
-    ErrorKind.worker_died: 6,
+    ErrorKind.content_encoding: 3,
+    ErrorKind.server_error_event: 4,
+    ErrorKind.truncated: 5,
+    ErrorKind.invalid_event: 6,
+    ErrorKind.worker_died: 7,
 }
 
 
@@ -255,7 +267,9 @@ class StreamMeasurement(BaseModel):
         "k-th draft token was accepted (ratio); None where the engine did not report it.",
     )
     spec_tokens: int | None = Field(
-        default=None, description="Speculative depth the engine reported (draft tokens/step)."
+        default=None,
+        description="Speculative depth the engine reported (draft tokens/step): per request "
+        "(vLLM num_spec_tokens), else the route's served_spec_tokens (its config endpoint).",
     )
     acceptance_source: str | None = Field(
         default=None,
@@ -264,8 +278,16 @@ class StreamMeasurement(BaseModel):
     )
     sse_ignored_lines: int = Field(
         default=0,
-        description="Non-empty SSE lines the event-stream rules ignore (unknown or padded "
-        "field names such as ' data :'): >0 marks a stream whose text may be incomplete.",
+        description="Non-empty SSE lines not read as the answer: lines the event-stream rules "
+        "ignore (unknown or padded field names such as ' data :'), the lines of events of "
+        "another type than 'message'/'error', and non-comment lines after [DONE]: >0 marks "
+        "a stream whose text may be incomplete.",
+    )
+    content_encoding: str | None = Field(
+        default=None,
+        description="The response's content-encoding when not identity (e.g. 'gzip'): the "
+        "server compressed although identity was asked; times are those of the decoded "
+        "events, so any compressor buffering is inside them.",
     )
     choices_seen: int = Field(
         default=1, description="Distinct choice indexes streamed (n > 1 gives several)."
@@ -370,6 +392,10 @@ def _error_in(chunk: dict[str, Any]) -> Any:
     return None
 
 
+_CHUNK_EVENTS = frozenset({"message", "error"})
+"""SSE event types read as the answer: ``message`` (the default) and ``error``."""
+
+
 def _is_done(data: str) -> bool:
     """The ``[DONE]`` sentinel, also with whitespace around it (spaces, tabs, CR)."""
     return data == "[DONE]" or data.strip() == "[DONE]"
@@ -401,6 +427,7 @@ class _Accumulator:
         self.surrogates = False  # a chunk needed the lenient parser: pair halves at the end
         self.pool_wait_ns: int | None = None
         self.stale_retries = 0
+        self.content_encoding: str | None = None
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         # cut to _MESSAGE_LIMIT only after redaction (see redact_measurement)
@@ -414,6 +441,7 @@ class _Accumulator:
             max_event_bytes=self.limits.max_event_bytes,
             on_ignored=self.on_ignored_line,
             on_oversized=self.on_oversized,
+            is_last=_is_done,
         )
 
     def on_ignored_line(self, name: bytes, value: bytes) -> None:
@@ -453,6 +481,11 @@ class _Accumulator:
             return False
         if not data.strip():
             return False  # an empty data frame is a keep-alive, not an event to parse
+        if event.event not in _CHUNK_EVENTS:
+            # another event type (WHATWG SSE: dispatched under its own name, never to a
+            # 'message' listener): not a chat chunk; its data and event lines are counted
+            self.ignored_lines += data.count("\n") + 2
+            return False
         self.events += 1
         if event.event == "error":
             self.fail(ErrorKind.server_error_event, _error_text(data))
@@ -658,9 +691,10 @@ class _Accumulator:
             speculative=route.speculative,
             route_label=route.label,
             acceptance_by_position=list(by_pos) if by_pos is not None else None,
-            spec_tokens=acc.spec_tokens if acc else None,
+            spec_tokens=(acc.spec_tokens if acc else None) or route.served_spec_tokens,
             acceptance_source=acc.source if acc else None,
             sse_ignored_lines=self.ignored_lines,
+            content_encoding=self.content_encoding,
             choices_seen=max(1, len(self.choice_indexes)),
             choice_tokens=choice_tokens,
             choice_tokens_estimated=choice_estimated,
@@ -919,10 +953,41 @@ async def _exchange(
         ctype = response.headers.get("content-type", "")
         if ctype and "text/event-stream" not in ctype.lower():
             acc.fail(ErrorKind.invalid_event, f"content-type is {ctype!r}, not text/event-stream")
+        if not _decodable(response, acc):
+            return
         await _read_stream(response, acc, first_token)
     finally:
         with anyio.CancelScope(shield=True):
             await response.aclose()
+
+
+def _decodable(response: httpx.Response, acc: _Accumulator) -> bool:
+    """Note a compressed body; False (recorded as ``content_encoding``) when httpx
+    has no decoder for one of its codings: its bytes would be read as garbage text."""
+    codings = [
+        c.strip().lower()
+        for c in response.headers.get_list("content-encoding", split_commas=True)
+        if c.strip()
+    ]
+    codings = [c for c in codings if c != "identity"]
+    if not codings:
+        return True
+    acc.content_encoding = ", ".join(codings)
+    unknown = [c for c in codings if c not in _DECODERS]
+    if unknown:
+        acc.fail(
+            ErrorKind.content_encoding,
+            f"content-encoding {acc.content_encoding!r}: no decoder for {', '.join(unknown)} "
+            f"(this client decodes {', '.join(sorted(_DECODERS))}); body not read",
+        )
+        return False
+    return True
+
+
+_DECODERS: frozenset[str] = frozenset(
+    getattr(httpx._decoders, "SUPPORTED_DECODERS", {"gzip": None, "deflate": None})
+) - {"identity"}
+"""Content codings the installed httpx decodes (``br`` needs brotli, ``zstd`` zstandard)."""
 
 
 async def _read_stream(
@@ -939,8 +1004,12 @@ async def _read_stream(
                     waiting_first = False
                     first_token.deadline = math.inf
                 if acc.done:
-                    await _drain(parts)
+                    await _drain(parts, decoder)
+                    acc.ignored_lines += decoder.lines_after_end
                     return
+    except httpx.DecodingError as exc:
+        acc.fail(ErrorKind.content_encoding, f"compressed body not decodable: {exc}")
+        return
     except httpx.TimeoutException as exc:
         acc.fail(ErrorKind.timeout, f"read: {type(exc).__name__}: {exc}")
         return
@@ -975,9 +1044,12 @@ def _start_at_handover(acc: _Accumulator, clock: PoolClock) -> None:
     acc.start_ns = clock.acquired_ns
 
 
-async def _drain(parts: AsyncIterator[bytes]) -> None:
+async def _drain(parts: AsyncIterator[bytes], decoder: SSEDecoder) -> None:
     """Read what follows ``[DONE]`` (the chunked terminator) unstamped, so the
-    connection goes back to the pool; give up past a size or time bound."""
+    connection goes back to the pool; give up past a size or time bound.
+
+    Lines after ``[DONE]`` change nothing measured: the ended ``decoder`` only
+    counts them (``lines_after_end``), up to the bound."""
     size = 0
     with anyio.move_on_after(_DRAIN_S):
         try:
@@ -985,8 +1057,10 @@ async def _drain(parts: AsyncIterator[bytes]) -> None:
                 size += len(part)
                 if size > _DRAIN_LIMIT:
                     return  # a server still talking after [DONE]: drop the connection
+                decoder.feed(part, 0)
         except httpx.HTTPError:
             return
+    decoder.flush(0)
 
 
 async def _error_body(response: httpx.Response) -> str:

@@ -106,6 +106,7 @@ _NOT_HASHED = {
     "workers",
     "executor",
     "ray_address",
+    "probe_routes",
 }
 
 
@@ -141,42 +142,85 @@ def _may_be_secret(loc: Sequence[int | str], value: Any) -> bool:
     return isinstance(value, str) and "@" in value and "base_url" in loc
 
 
-def validation_error_lines(exc: ValidationError, model: type[BaseModel] | None = None) -> list[str]:
-    """One readable line per error of ``exc``: ``routes[1].speculative: ...``.
+def _error_message(err: Any, model: type[BaseModel] | None) -> str:
+    """The readable text of one pydantic error (without its location)."""
+    loc = tuple(err["loc"])
+    kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    hidden = _may_be_secret(loc, value)
+    shown = "the value (not shown: it may be a secret)" if hidden else repr(value)
+    tp = _type_at(model, loc)
+    if kind == "enum" and isinstance(tp, type) and issubclass(tp, enum.Enum):
+        allowed = ", ".join(repr(m.value) for m in tp)
+        return f"{shown} is not a valid {tp.__name__}; allowed: {allowed}"
+    if kind in ("enum", "literal_error"):
+        return f"{shown} is not allowed; allowed: {ctx.get('expected', '?')}"
+    if kind == "extra_forbidden":
+        parent = _type_at(model, loc[:-1])
+        fields = (
+            sorted(parent.model_fields)
+            if isinstance(parent, type) and issubclass(parent, BaseModel)
+            else []
+        )
+        near = difflib.get_close_matches(str(loc[-1]), fields, n=1) if loc else []
+        return "unknown field" + (f"; did you mean {near[0]!r}?" if near else "")
+    msg: str = err["msg"].removeprefix("Value error, ")
+    simple = isinstance(value, (str, int, float, bool))
+    if kind != "missing" and not hidden and simple and repr(value) not in msg:
+        msg += f" (got {value!r})"
+    return msg
+
+
+def _route_labels(data: Mapping[str, Any] | None, indexes: Sequence[int]) -> str:
+    """`` (routes 'a', 'b')``: the labels of the plan's routes at ``indexes``, where
+    ``data`` (the raw plan) gives a string label for every one; else ``""``."""
+    routes = data.get("routes") if data is not None else None
+    if not isinstance(routes, Sequence) or isinstance(routes, str):
+        return ""
+    labels = []
+    for i in indexes:
+        route = routes[i] if 0 <= i < len(routes) else None
+        label = route.get("label") if isinstance(route, Mapping) else None
+        if not isinstance(label, str):
+            return ""
+        labels.append(repr(label))
+    return f" (route{'s' if len(labels) != 1 else ''} {', '.join(labels)})"
+
+
+def validation_error_lines(
+    exc: ValidationError,
+    model: type[BaseModel] | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """One readable line per distinct problem of ``exc``: ``routes[1].speculative: ...``.
 
     Enum errors name the enum (found by walking ``model``'s fields along the
     error location) and list its values; unknown keys suggest the nearest field
     (``difflib``); pydantic's documentation links are left out. A value that may
     be a secret (``api_key_env``, ``api_key``, ``headers``, a ``base_url`` with
-    user-info) is never shown: the line names the field only.
+    user-info) is never shown: the line names the field only. The same problem
+    in several items of a list (one bad ``dialect`` in every route) is one line
+    naming every index — ``routes[0,2].dialect`` — and, given the raw plan
+    ``data``, the routes' labels.
     """
-    lines: list[str] = []
+    grouped: dict[tuple[tuple[int | str | None, ...], str], list[int]] = {}
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
-        kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
-        hidden = _may_be_secret(loc, value)
-        shown = "the value (not shown: it may be a secret)" if hidden else repr(value)
-        tp = _type_at(model, loc)
-        if kind == "enum" and isinstance(tp, type) and issubclass(tp, enum.Enum):
-            allowed = ", ".join(repr(m.value) for m in tp)
-            msg = f"{shown} is not a valid {tp.__name__}; allowed: {allowed}"
-        elif kind in ("enum", "literal_error"):
-            msg = f"{shown} is not allowed; allowed: {ctx.get('expected', '?')}"
-        elif kind == "extra_forbidden":
-            parent = _type_at(model, loc[:-1])
-            fields = (
-                sorted(parent.model_fields)
-                if isinstance(parent, type) and issubclass(parent, BaseModel)
-                else []
-            )
-            near = difflib.get_close_matches(str(loc[-1]), fields, n=1) if loc else []
-            msg = "unknown field" + (f"; did you mean {near[0]!r}?" if near else "")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            simple = isinstance(value, (str, int, float, bool))
-            if kind != "missing" and not hidden and simple and repr(value) not in msg:
-                msg += f" (got {value!r})"
-        lines.append(f"{_loc_text(loc)}: {msg}")
+        first = next((i for i, part in enumerate(loc) if isinstance(part, int)), None)
+        generic = loc if first is None else (*loc[:first], None, *loc[first + 1 :])
+        index = [] if first is None else [int(loc[first])]
+        grouped.setdefault((generic, _error_message(err, model)), []).extend(index)
+    lines: list[str] = []
+    for (generic, msg), indexes in grouped.items():
+        parts = [p for p in generic if p is not None]
+        if not indexes:
+            lines.append(f"{_loc_text(parts)}: {msg}")
+            continue
+        cut = generic.index(None)
+        head = _loc_text(parts[:cut])
+        tail = _loc_text(["x", *parts[cut:]])[1:]
+        where = f"{head}[{','.join(str(i) for i in indexes)}]{tail}"
+        labels = _route_labels(data, indexes) if generic[:cut] == ("routes",) else ""
+        lines.append(f"{where}{labels}: {msg}")
     return lines
 
 
@@ -612,6 +656,10 @@ class BenchmarkPlan(BaseModel):
             ``config.json`` (or checkpoint folder), relative to the plan file. When
             set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
             an ``mtp`` route on a model whose depth is 0; the run records it.
+        probe_routes: ask every route once (``GET {base_url}/models``) before
+            measuring and stop with :class:`~deepseekbench.RouteUnreachableError`
+            when one is dead or does not serve its model (default ``True``;
+            ``deepseekbench._probe``). Not part of the plan hash.
 
     Raises:
         pydantic.ValidationError: any invalid field (direct construction).
@@ -650,6 +698,10 @@ class BenchmarkPlan(BaseModel):
     model_source: str | None = Field(
         default=None,
         description="GGUF file or HF config.json/checkpoint folder to probe for MTP depth",
+    )
+    probe_routes: bool = Field(
+        default=True,
+        description="probe every route once (GET /models) before measuring; false skips it",
     )
     base_dir: str | None = Field(
         default=None, description="directory relative paths resolve against (set by load)"
@@ -895,7 +947,7 @@ class BenchmarkPlan(BaseModel):
         try:
             return cls.model_validate(payload)
         except ValidationError as exc:
-            lines = validation_error_lines(exc, cls)
+            lines = validation_error_lines(exc, cls, payload)
             n = len(lines)
             raise PlanError(
                 f"invalid plan ({n} error{'s' if n != 1 else ''}):\n  " + "\n  ".join(lines)

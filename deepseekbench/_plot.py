@@ -50,6 +50,7 @@ __all__ = [
     "line_points",
     "plot_lines",
     "png_data_uri",
+    "require_matplotlib",
     "save_figure",
 ]
 
@@ -221,6 +222,18 @@ def _curve_panel(ax: Axes, points: Sequence[LinePoint]) -> None:
     ax.legend(fontsize="small")
 
 
+def require_matplotlib() -> None:
+    """Check that the ``plot`` extra is installed, before any work that needs it.
+
+    Raises:
+        MissingExtraError: matplotlib is not installed (``pip install 'deepseekbench[plot]'``).
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(f"plotting needs matplotlib: {INSTALL_HINT}") from exc
+
+
 def plot_lines(lines: Sequence[_Line], rows: Sequence[Row], *, metric: str) -> Figure:
     """A two-panel Figure: speedup vs load per route, TPOT vs output throughput per route.
 
@@ -231,10 +244,9 @@ def plot_lines(lines: Sequence[_Line], rows: Sequence[Row], *, metric: str) -> F
         MissingExtraError: matplotlib is not installed (``pip install 'deepseekbench[plot]'``).
         ValueError: ``lines`` and ``rows`` differ in length.
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise MissingExtraError(f"plotting needs matplotlib: {INSTALL_HINT}") from exc
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
     points = line_points(lines, rows)
     fig = Figure(figsize=(12.0, 4.8), layout="constrained")
     speed_ax, curve_ax = fig.subplots(1, 2)

@@ -43,7 +43,6 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
-from types import TracebackType
 from typing import Any
 
 import anyio
@@ -53,9 +52,10 @@ from deepseekbench._errors import DeepseekBenchError, LiveGateError
 from deepseekbench._gate import LiveGate, is_loopback_host
 from deepseekbench._measure import Timeouts
 from deepseekbench._route import EngineRoute
-from deepseekbench._worker import Finished, GateRules, WorkerCore, WorkerSetup
+from deepseekbench._worker import Finished, WorkerCore, WorkerSetup
 from deepseekbench._workers import (
     BudgetLedger,
+    ClientPool,
     PhaseBook,
     PoolReport,
     ResultFn,
@@ -191,7 +191,7 @@ class _Actor:
 # ----------------------------------------------------------- driver side --
 
 
-class RayPool:
+class RayPool(ClientPool):
     """N client workers as Ray actors; the same interface as
     :class:`~deepseekbench._workers.WorkerPool`.
 
@@ -220,19 +220,14 @@ class RayPool:
         start_lead_s: float = 0.5,
         actor_cpus: float = 1.0,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1 (got {workers})")
+        super().__init__(
+            workers, routes=routes, gate=gate, timeouts=timeouts, start_lead_s=start_lead_s
+        )
         if start_lead_s < 0 or actor_cpus < 0:
             raise ValueError("start_lead_s and actor_cpus must be >= 0")
         self.actor_cpus = actor_cpus
-        self.workers = workers
-        self.routes = dict(routes)
         self.gate = gate
-        self.ledger = BudgetLedger(gate)
-        self.rules = GateRules.of(gate)
-        self.timeouts = timeouts or Timeouts()
         self.address = address
-        self.start_lead_s = start_lead_s
         self.clock_offsets_ns: dict[int, int] = {}
         self.pids: dict[int, int] = {}
         self._actors: dict[int, Any] = {}
@@ -242,18 +237,6 @@ class RayPool:
 
     def __repr__(self) -> str:
         return f"RayPool(workers={self.workers}, address={self.address!r}, pids={self.pids})"
-
-    async def __aenter__(self) -> RayPool:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _init_ray(self, ray: Any) -> None:
         if ray.is_initialized():

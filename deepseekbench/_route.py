@@ -200,6 +200,13 @@ class EngineRoute(BaseModel):
         "vLLM, SGLang, auto) so tokens per chunk are known.",
     )
     headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers.")
+    served_spec_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Speculative depth (draft tokens per verify step) the server said it "
+        "serves (llama.cpp /props, SGLang /get_server_info), set by the run before "
+        "measuring; measurements carry it where no per-request depth is reported.",
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: enum fields also take their documented
@@ -217,6 +224,7 @@ class EngineRoute(BaseModel):
             request_extras: dict[str, Any] = ...,
             continuous_usage: bool = False,
             headers: dict[str, str] = ...,
+            served_spec_tokens: int | None = None,
         ) -> None: ...
 
     @field_validator("base_url")

@@ -239,8 +239,9 @@ class Row(BaseModel):
     sse_ignored_lines: int = Field(
         default=0,
         ge=0,
-        description="non-empty SSE lines the event-stream rules ignored, summed over the "
-        "cell's requests (e.g. a padded ' data :' field); > 0 means text may be missing",
+        description="non-empty SSE lines not read as the answer, summed over the cell's "
+        "requests (fields the event-stream rules ignore, e.g. a padded ' data :'; events of "
+        "another type; lines after [DONE]); > 0 means text may be missing",
     )
     # --- client self-check (docs/measurement.md, "Fidelity") ----------------
     client_saturated: bool = Field(

@@ -65,6 +65,7 @@ from deepseekbench._prepare import (
     make_counter,
     prepare_workload,
 )
+from deepseekbench._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._results import (
     MeasureInfo,
     ResultsFormatError,
@@ -105,13 +106,20 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class ProgressEvent:
     """Progress of a run: requests ``done`` of ``total`` (warm-ups and parity included),
-    ``errors`` among them, ``elapsed_s`` seconds since the start, and the current ``phase``."""
+    ``errors`` among them, ``elapsed_s`` seconds since the start, and the current ``phase``.
+
+    ``kept``: measured requests taken from the results file (0 on a fresh run);
+    ``remaining``: measured requests the run had left to make when it started
+    (warm-ups and parity not counted); both fixed for the run once known. On a
+    resumed run the first event has phase ``"resume"``, so a caller can say both."""
 
     phase: str
     done: int
     total: int
     errors: int
     elapsed_s: float
+    kept: int = 0
+    remaining: int = 0
 
     @property
     def rate_per_s(self) -> float:
@@ -154,6 +162,8 @@ class _Progress:
         self.errors = 0
         self.phase = "start"
         self.t0 = time.monotonic()
+        self.kept = 0
+        self.remaining = 0
 
     def emit(self) -> None:
         if self.fn is not None:
@@ -164,6 +174,8 @@ class _Progress:
                     total=self.total,
                     errors=self.errors,
                     elapsed_s=time.monotonic() - self.t0,
+                    kept=self.kept,
+                    remaining=self.remaining,
                 )
             )
 
@@ -473,6 +485,10 @@ async def run_plan(
         and parity per route.
 
     Raises:
+        RouteUnreachableError: with ``plan.probe_routes`` (the default), a route
+            did not answer its probe, answered with an HTTP error, or does not
+            serve its model (``deepseekbench._probe``; a ``PlanError``, raised
+            before any measured request, nothing recorded).
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
             layers, no parity set), a task id that collides with a parity prompt
@@ -540,6 +556,9 @@ async def run_plan(
         prog.step(sent.measurement.error is not None)
 
     try:
+        if plan.probe_routes:  # a dead route stops the run before anything is measured
+            probe_timeout = min(plan.timeout_s, PROBE_TIMEOUT_S)
+            await probe_routes(routes, gate=gate, client=http, timeout_s=probe_timeout)
         await check_spec_config(plan.routes, routes, gate=gate, client=http)
         # the workload stage: items per cell, counted and checked against each bucket
         counter = make_counter(plan, off_route=routes[plan.off_route.label], gate=gate, client=http)
@@ -547,6 +566,8 @@ async def run_plan(
         schedule = build_schedule(plan, sources.prompts, parity_set, items=prepared.cells)
         work = pending(schedule, state)
         prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
+        prog.remaining = sum(_to_send(items) for b, items in work if b.phase is Phase.measure)
+        prog.kept = len(state.measurements)
         _check_conversations(plan, prepared)
         cap = sources.capability
         writer.write(
@@ -560,7 +581,10 @@ async def run_plan(
             }
         )
         recorder.workload(prepared)
-        prog.emit()
+        if resumed:
+            prog.set_phase("resume")  # the first event says what was kept and what is left
+        else:
+            prog.emit()
         async with executor_for(
             plan, routes, gate, http, recorder.workers, counter=counter
         ) as executor:
@@ -574,6 +598,7 @@ async def run_plan(
             plan, state, results_path=path, resumed=resumed, complete=True, tasks=sources.tasks
         )
         result.retried = retried
+        result.kept_measurements, result.remaining_measurements = prog.kept, prog.remaining
         recorder.finish(result)
         return result
     except BaseExceptionGroup as group:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import csv
 import html
 import io
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,8 +34,13 @@ from deepseekbench._axes import KEY_AXES, AcceptanceScope, QualityParity, Specul
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan import LoadPoint
 from deepseekbench._row import Row, SliceStats
-from deepseekbench._rowstats import WINDOW_METRICS
-from deepseekbench._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup, speedup_of
+from deepseekbench._speedup import (
+    SpeedupMetric,
+    SpeedupVerdict,
+    bootstrap_speedup_ci,
+    compare_speedup,
+    paired_speedup_ci,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -162,99 +166,6 @@ class ScorecardLine(BaseModel):
         return str(self.verdict)
 
 
-def bootstrap_speedup_ci(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
-    *,
-    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float] | None:
-    """95 % percentile-bootstrap interval of the speedup's ratio of medians.
-
-    ``baseline``/``candidate``: per-request values of ``metric`` (ms, or tokens/s
-    for ``output_toks_per_s``). Returns ``(low, high)`` (dimensionless), or
-    ``None`` with fewer than 2 samples a side or a degenerate interval. Uses
-    ``scipy.stats.bootstrap`` with a seeded generator, so it is reproducible.
-
-    Raises:
-        ValueError: ``metric`` is not a :class:`SpeedupMetric` value (checked only
-            once both sides have at least 2 usable samples).
-    """
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    b = np.asarray([x for x in baseline if math.isfinite(x) and x > 0], dtype=float)
-    c = np.asarray([x for x in candidate if math.isfinite(x) and x > 0], dtype=float)
-    if len(b) < 2 or len(c) < 2:
-        return None
-    invert = SpeedupMetric(metric).higher_is_better
-
-    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
-        mx, my = np.median(x, axis=axis), np.median(y, axis=axis)
-        return my / mx if invert else mx / my
-
-    kwargs: dict[str, Any] = {
-        "vectorized": True,
-        "paired": False,
-        "n_resamples": n_resamples,
-        "confidence_level": 0.95,
-        "method": "percentile",
-    }
-    try:  # scipy >= 1.15 takes ``rng``; older releases ``random_state``
-        res = bootstrap((b, c), ratio, rng=np.random.default_rng(seed), **kwargs)
-    except TypeError:
-        res = bootstrap((b, c), ratio, random_state=np.random.default_rng(seed), **kwargs)
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
-        return None
-    return low, high
-
-
-def paired_speedup_ci(
-    baseline: Mapping[int, float],
-    candidate: Mapping[int, float],
-    *,
-    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
-) -> tuple[float, float, float, int] | None:
-    """The speedup and its 95 % interval from paired rounds.
-
-    ``baseline``/``candidate``: the metric per round (ms, tokens/s or requests/s),
-    by round number. Each round common to both gives a ratio (times faster,
-    :func:`~deepseekbench._speedup.speedup_of`); the speedup is their geometric
-    mean and the interval a Student-t interval on the mean of the log ratios
-    with ``n − 1`` degrees of freedom (``scipy.stats.t``), exponentiated. Suited
-    to few rounds, where a bootstrap has too few values to resample (Student
-    1908; geometric mean of ratios: Fleming & Wallace 1986; paired repetitions:
-    Kalibera & Jones 2013 — see ``docs/measurement.md``).
-
-    Returns:
-        ``(speedup, low, high, rounds)``, or ``None`` with fewer than 2 usable rounds.
-
-    Raises:
-        ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
-    """
-    import numpy as np
-    from scipy.stats import t
-
-    m = SpeedupMetric(metric)
-    ratios = [
-        speedup_of(baseline[r], candidate[r], m)
-        for r in sorted(set(baseline) & set(candidate))
-        if baseline[r] > 0 and candidate[r] > 0
-    ]
-    logs = np.log(np.asarray([x for x in ratios if math.isfinite(x) and x > 0], dtype=float))
-    n = len(logs)
-    if n < 2:
-        return None
-    mean = float(np.mean(logs))
-    half = float(t.ppf(0.975, n - 1)) * float(np.std(logs, ddof=1)) / math.sqrt(n)
-    values = (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
-    if not all(math.isfinite(v) and v > 0 for v in values):
-        return None
-    return (*values, n)
-
-
 def _pair_key(row: Row) -> tuple[Any, ...]:
     return tuple(getattr(row, a) for a in KEY_AXES if a != "speculative")
 
@@ -374,7 +285,7 @@ _GOODPUT_COLUMN = "goodput/s"
 
 
 class _Judge:
-    """compare_speedup plus the interval: paired rounds first, else a bootstrap."""
+    """:func:`compare_speedup` with each line's samples and rounds (the interval)."""
 
     def __init__(
         self,
@@ -391,23 +302,16 @@ class _Judge:
         self.seed = seed
 
     def verdict(self, base: Row, row: Row) -> SpeedupVerdict:
-        verdict = compare_speedup(base, row, metric=self.metric)
-        if not verdict.printed:
-            return verdict
         bk, ck = line_key(base), line_key(row)
-        paired = paired_speedup_ci(
-            self.rounds.get(bk, {}), self.rounds.get(ck, {}), metric=self.metric
+        return compare_speedup(
+            base,
+            row,
+            metric=self.metric,
+            samples=(self.samples.get(bk), self.samples.get(ck)),
+            rounds=(self.rounds.get(bk, {}), self.rounds.get(ck, {})),
+            n_resamples=self.n_resamples,
+            seed=self.seed,
         )
-        if paired is not None:
-            return verdict.with_paired_rounds(*paired)
-        bs, cs = self.samples.get(bk), self.samples.get(ck)
-        if bs and cs:
-            ci = bootstrap_speedup_ci(
-                bs, cs, metric=self.metric, n_resamples=self.n_resamples, seed=self.seed
-            )
-            if ci is not None:
-                return verdict.with_interval(*ci)
-        return verdict
 
 
 def _line(
@@ -608,9 +512,9 @@ class Scorecard:
         details: dict[str, ParityDetail] = {}
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
-            if m.value not in WINDOW_METRICS:
-                samples[key] = result.samples(route, cell, m.value, load)
-            rounds[key] = result.round_values(route, cell, m.value, load)
+            row_samples, rounds[key] = result.speedup_evidence(row, m.value)
+            if row_samples is not None:
+                samples[key] = list(row_samples)
             rp = result.parity.get((route, row.reasoning_mode))
             traffic = result.traffic.get((route, cell, load))
             # the parity set's divergence first (it names the prompt); the measured

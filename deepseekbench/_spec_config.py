@@ -13,13 +13,16 @@ Where each engine says it (read once per route, before any measured request):
   (``metrics.speculative_decoding.num_spec_tokens``) and lands in the rows.
 
 A route whose plan declares ``spec_tokens`` that the server contradicts stops the
-run with :class:`~deepseekbench.PlanError` before any measured request. A server
+run with :class:`~deepseekbench.PlanError` before any measured request. Every
+speculative route is asked, declared or not: the depth a server says is recorded on
+its route (``EngineRoute.served_spec_tokens``), so each measurement, the results
+file and the rows carry it (``spec_tokens``) where no per-request depth is reported. A server
 that does not say (no endpoint, an error, another engine) is not an error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import httpx
@@ -110,28 +113,41 @@ async def served_spec_tokens(
 
 async def check_spec_config(
     plans: Sequence[RoutePlan],
-    routes: Mapping[str, EngineRoute],
+    routes: MutableMapping[str, EngineRoute],
     *,
     gate: LiveGate,
     client: httpx.AsyncClient,
-) -> None:
-    """Compare each speculative route's declared ``spec_tokens`` with what its server says.
+) -> dict[str, int]:
+    """Ask each speculative route's server its depth; check it against the declared one.
 
     Args:
-        plans: the plan's routes; only speculative ones declaring ``spec_tokens`` are asked.
-        routes: the :class:`EngineRoute` per route label.
+        plans: the plan's routes; every speculative one whose dialect has a
+            configuration endpoint is asked (``off`` routes are not).
+        routes: the :class:`EngineRoute` per route label; a route whose server
+            said its depth is replaced by a copy with ``served_spec_tokens`` set,
+            so what is measured with it carries the depth.
+
+    Returns:
+        The served depth per route label (draft tokens per verify step), for
+        the routes whose server said it.
 
     Raises:
         PlanError: a server serves another depth than its route declares.
         LiveGateError: the gate refuses a configuration URL.
     """
+    found: dict[str, int] = {}
     for rp in plans:
-        if rp.spec_tokens is None or rp.speculative is Speculative.off:
-            continue
         route = routes[rp.label]
+        if rp.speculative is Speculative.off or route.dialect not in _ENDPOINTS:
+            continue
         served = await served_spec_tokens(route, gate=gate, client=client)
-        if served is not None and served != rp.spec_tokens:
+        if served is None:
+            continue
+        if rp.spec_tokens is not None and served != rp.spec_tokens:
             raise PlanError(
                 f"route {rp.label!r} declares spec_tokens={rp.spec_tokens} but the server "
                 f"({route.dialect.value}) serves {served} draft tokens per verify step"
             )
+        found[rp.label] = served
+        routes[rp.label] = route.model_copy(update={"served_spec_tokens": served})
+    return found

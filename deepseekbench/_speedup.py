@@ -9,7 +9,8 @@ all (only names such as ``e2e_ms``), so no speedup can leak through a rendering.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -186,6 +187,137 @@ class SpeedupVerdict(BaseModel):
         return text
 
 
+def bootstrap_speedup_ci(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """95 % percentile-bootstrap interval of the speedup's ratio of medians.
+
+    ``baseline``/``candidate``: per-request values of ``metric`` (ms, or tokens/s
+    for ``output_toks_per_s``). Returns ``(low, high)`` (dimensionless), or
+    ``None`` with fewer than 2 samples a side or a degenerate interval. Uses
+    ``scipy.stats.bootstrap`` with a seeded generator, so it is reproducible.
+
+    Raises:
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value (checked only
+            once both sides have at least 2 usable samples).
+    """
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    b = np.asarray([x for x in baseline if math.isfinite(x) and x > 0], dtype=float)
+    c = np.asarray([x for x in candidate if math.isfinite(x) and x > 0], dtype=float)
+    if len(b) < 2 or len(c) < 2:
+        return None
+    invert = SpeedupMetric(metric).higher_is_better
+
+    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
+        mx, my = np.median(x, axis=axis), np.median(y, axis=axis)
+        return my / mx if invert else mx / my
+
+    kwargs: dict[str, Any] = {
+        "vectorized": True,
+        "paired": False,
+        "n_resamples": n_resamples,
+        "confidence_level": 0.95,
+        "method": "percentile",
+    }
+    try:  # scipy >= 1.15 takes ``rng``; older releases ``random_state``
+        res = bootstrap((b, c), ratio, rng=np.random.default_rng(seed), **kwargs)
+    except TypeError:
+        res = bootstrap((b, c), ratio, random_state=np.random.default_rng(seed), **kwargs)
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
+        return None
+    return low, high
+
+
+def paired_speedup_ci(
+    baseline: Mapping[int, float],
+    candidate: Mapping[int, float],
+    *,
+    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+) -> tuple[float, float, float, int] | None:
+    """The speedup and its 95 % interval from paired rounds.
+
+    ``baseline``/``candidate``: the metric per round (ms, tokens/s or requests/s),
+    by round number. Each round common to both gives a ratio (times faster,
+    :func:`~deepseekbench._speedup.speedup_of`); the speedup is their geometric
+    mean and the interval a Student-t interval on the mean of the log ratios
+    with ``n − 1`` degrees of freedom (``scipy.stats.t``), exponentiated. Suited
+    to few rounds, where a bootstrap has too few values to resample (Student
+    1908; geometric mean of ratios: Fleming & Wallace 1986; paired repetitions:
+    Kalibera & Jones 2013 — see ``docs/measurement.md``).
+
+    Returns:
+        ``(speedup, low, high, rounds)``, or ``None`` with fewer than 2 usable rounds.
+
+    Raises:
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
+    """
+    import numpy as np
+    from scipy.stats import t
+
+    m = SpeedupMetric(metric)
+    ratios = [
+        speedup_of(baseline[r], candidate[r], m)
+        for r in sorted(set(baseline) & set(candidate))
+        if baseline[r] > 0 and candidate[r] > 0
+    ]
+    logs = np.log(np.asarray([x for x in ratios if math.isfinite(x) and x > 0], dtype=float))
+    n = len(logs)
+    if n < 2:
+        return None
+    mean = float(np.mean(logs))
+    half = float(t.ppf(0.975, n - 1)) * float(np.std(logs, ddof=1)) / math.sqrt(n)
+    values = (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        return None
+    return (*values, n)
+
+
+class SpeedupEvidence(Protocol):
+    """What :func:`compare_speedup` reads a row's interval from: a
+    :class:`~deepseekbench.RunResult` (or any object with this method).
+
+    Raises:
+        TypeError: instantiated directly (a ``typing.Protocol``).
+    """
+
+    def speedup_evidence(
+        self, row: Row, metric: str = "tpot_ms"
+    ) -> tuple[Sequence[float] | None, Mapping[int, float]]:
+        """``row``'s per-request values of ``metric`` (``None`` for a window metric)
+        and its value per measurement round."""
+        ...
+
+
+def _with_interval(
+    verdict: SpeedupVerdict,
+    samples: tuple[Sequence[float] | None, Sequence[float] | None],
+    rounds: tuple[Mapping[int, float], Mapping[int, float]],
+    n_resamples: int,
+    seed: int,
+) -> SpeedupVerdict:
+    """``verdict`` with its 95 % interval: paired rounds first, else a bootstrap of the
+    per-request samples; unchanged when refused or when neither gives one."""
+    if not verdict.printed:
+        return verdict
+    paired = paired_speedup_ci(*rounds, metric=verdict.metric)
+    if paired is not None:
+        return verdict.with_paired_rounds(*paired)
+    b, c = samples
+    if b and c:
+        ci = bootstrap_speedup_ci(b, c, metric=verdict.metric, n_resamples=n_resamples, seed=seed)
+        if ci is not None:
+            return verdict.with_interval(*ci)
+    return verdict
+
+
 def _metric_value(row: Row, metric: SpeedupMetric) -> float | None:
     value: Any = getattr(row, metric.value)
     return None if value is None else float(value)
@@ -197,6 +329,11 @@ def compare_speedup(
     *,
     metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
     min_requests: int = MIN_REQUESTS_FOR_SPEEDUP,
+    result: SpeedupEvidence | None = None,
+    samples: tuple[Sequence[float] | None, Sequence[float] | None] | None = None,
+    rounds: tuple[Mapping[int, float], Mapping[int, float]] | None = None,
+    n_resamples: int = 2000,
+    seed: int = 0,
 ) -> SpeedupVerdict:
     """Credit ``candidate`` with a speedup over ``baseline`` only when it is earned.
 
@@ -210,23 +347,58 @@ def compare_speedup(
     (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
     on a count the engine did not give); the metric is present and positive on both.
 
+    **Interval.** Given the run the rows came from (``result``, e.g. from
+    :func:`~deepseekbench.load_results`), or its per-round values (``rounds``) or
+    per-request values (``samples``), a printed verdict carries the same figure and
+    95 % interval the scorecard prints for these rows (the scorecard calls this
+    function): with 2 or more paired rounds the figure is the geometric mean of
+    the rounds' ratios and the interval a Student-t interval on their logs
+    (:func:`paired_speedup_ci`, ``rounds`` set on the verdict); otherwise a
+    percentile bootstrap of the ratio of medians over the per-request samples
+    (:func:`bootstrap_speedup_ci`, ``n_resamples`` resamples, generator seeded
+    with ``seed``). Without any of them the figure is the ratio of the rows'
+    medians and there is no interval.
+
     Args:
         baseline: the ``speculative=off`` row.
         candidate: the speculative row.
         metric: :class:`SpeedupMetric` (or its value); default decode speed (TPOT).
         min_requests: the minimum ``n_requests`` per row
             (default :data:`MIN_REQUESTS_FOR_SPEEDUP`).
+        result: the :class:`~deepseekbench.RunResult` holding both rows; their
+            samples and rounds are read from it.
+        samples: ``(baseline, candidate)`` per-request values of ``metric`` (ms, or
+            tokens/s), instead of ``result``.
+        rounds: ``(baseline, candidate)`` value of ``metric`` per round number,
+            instead of ``result``.
+        n_resamples, seed: of the bootstrap.
 
     Returns:
-        A :class:`SpeedupVerdict`; ``speedup`` is dimensionless ("times faster").
+        A :class:`SpeedupVerdict`; ``speedup`` is dimensionless ("times faster");
+        ``ci_low``/``ci_high`` the 95 % interval when one could be made.
 
     Raises:
-        ValueError: ``metric`` is not a :class:`SpeedupMetric` value, or
-            ``min_requests < 1``.
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value,
+            ``min_requests < 1``, ``result`` given together with ``samples`` or
+            ``rounds``, or a row that is not one of ``result``'s rows.
     """
     metric = SpeedupMetric(metric)
     if min_requests < 1:
         raise ValueError("min_requests must be >= 1")
+    if result is not None:
+        if samples is not None or rounds is not None:
+            raise ValueError("pass result, or samples/rounds, not both")
+        bs, br = result.speedup_evidence(baseline, metric.value)
+        cs, cr = result.speedup_evidence(candidate, metric.value)
+        samples, rounds = (bs, cs), (br, cr)
+    verdict = _judge(baseline, candidate, metric, min_requests)
+    return _with_interval(verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed)
+
+
+def _judge(
+    baseline: Row, candidate: Row, metric: SpeedupMetric, min_requests: int
+) -> SpeedupVerdict:
+    """The verdict from the rows alone (figure: ratio of the rows' values)."""
     reasons: list[RefusalReason] = []
     R = RefusalReason
     if baseline.quality_parity is not QualityParity.verified:

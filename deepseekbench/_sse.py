@@ -29,7 +29,12 @@ Beyond the spec, for a client that must not be fooled or exhausted by a server:
   ``max_event_bytes`` is dropped whole (memory stays bounded) and reported to
   ``on_oversized``; reading goes on with the next event;
 * work is linear in the bytes fed: a line spread over many reads is kept as
-  parts and joined once, never re-copied per read.
+  parts and joined once, never re-copied per read;
+* an event that ends the stream (``is_last``, e.g. the OpenAI ``[DONE]``
+  sentinel, which the SSE spec does not know) ends decoding: every later
+  non-empty line other than a comment is only counted in
+  :attr:`SSEDecoder.lines_after_end` (an unterminated last one too, at
+  :meth:`SSEDecoder.flush`), and no further event is dispatched.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ class SSEDecoder:
         on_ignored: called with ``(field name, value)`` (raw bytes) for every
             ignored non-empty line.
         on_oversized: called with a short message once per dropped event.
+        is_last: called with each dispatched event's data; ``True`` marks the
+            event that ends the stream (lines after it are only counted).
 
     Raises:
         ValueError: a limit below 1 byte.
@@ -91,7 +98,9 @@ class SSEDecoder:
         "_broken",
         "_data",
         "_data_len",
+        "_ended",
         "_event",
+        "_is_last",
         "_last_id",
         "_max_event",
         "_max_line",
@@ -104,6 +113,7 @@ class SSEDecoder:
         "_skip_line",
         "_started",
         "ignored_lines",
+        "lines_after_end",
         "oversized_events",
     )
 
@@ -114,6 +124,7 @@ class SSEDecoder:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         on_ignored: Callable[[bytes, bytes], None] | None = None,
         on_oversized: Callable[[str], None] | None = None,
+        is_last: Callable[[str], bool] | None = None,
     ) -> None:
         if max_line_bytes < 1 or max_event_bytes < 1:
             raise ValueError("max_line_bytes and max_event_bytes must be >= 1")
@@ -121,6 +132,8 @@ class SSEDecoder:
         self._max_event = max_event_bytes
         self._on_ignored = on_ignored
         self._on_oversized = on_oversized
+        self._is_last = is_last
+        self._ended = False
         self._part: list[bytes] = []  # an unterminated line, as read
         self._part_len = 0
         self._skip_line = False  # inside an oversized line: drop it up to its end
@@ -136,6 +149,13 @@ class SSEDecoder:
         """Ignored non-empty lines so far (unknown fields, NUL ids, bad retry)."""
         self.oversized_events = 0
         """Events dropped for exceeding a size limit so far."""
+        self.lines_after_end = 0
+        """Non-empty, non-comment lines after the event that ended the stream (``is_last``)."""
+
+    @property
+    def ended(self) -> bool:
+        """True once an event accepted by ``is_last`` was dispatched."""
+        return self._ended
 
     def feed(self, chunk: bytes, arrival_ns: int) -> list[SSEEvent]:
         """Consume ``chunk`` (bytes read at ``arrival_ns``) and return the events it completed."""
@@ -183,6 +203,9 @@ class SSEDecoder:
             elif len(line) > self._max_line:
                 self._oversized(f"a line longer than max_line_bytes={self._max_line}")
                 continue
+            if self._ended:
+                self._after_end(line)
+                continue
             if line[:5] == b"data:":  # the hot path
                 value = line[5:]
                 self._add_data(value[1:] if value[:1] == b" " else value)
@@ -190,6 +213,8 @@ class SSEDecoder:
             event = self._line(line, arrival_ns)
             if event is not None:
                 events.append(event)
+                if self._is_last is not None and self._is_last(event.data):
+                    self._ended = True
         if tail is not None:
             self._keep(tail)
         return events
@@ -205,7 +230,9 @@ class SSEDecoder:
         if self._part and not self._skip_line:
             line = b"".join(self._part)
             self._part, self._part_len = [], 0
-            if line[:5] == b"data:":
+            if self._ended:
+                self._after_end(line)
+            elif line[:5] == b"data:":
                 value = line[5:]
                 self._add_data(value[1:] if value[:1] == b" " else value)
             elif line:
@@ -221,6 +248,10 @@ class SSEDecoder:
         return bool(self._part) and not self._part[0].startswith(b":")
 
     # -- internals ----------------------------------------------------------------
+    def _after_end(self, line: bytes) -> None:
+        if line and line[:1] != b":":
+            self.lines_after_end += 1
+
     def _complete(self, end: bytes) -> bytes | None:
         """Join the kept parts with ``end``; ``None`` when the line is dropped."""
         if self._skip_line:
@@ -258,6 +289,9 @@ class SSEDecoder:
 
     def _oversized(self, what: str) -> None:
         """Drop the current event (once) and report why."""
+        if self._ended:
+            self.lines_after_end += 1  # past the end: counted, never an error
+            return
         self._data, self._data_len = [], 0
         if self._broken:
             return

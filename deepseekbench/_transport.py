@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -301,7 +302,7 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
         try:
             response = await self._inner.handle_async_request(request)
         except httpx.TransportError as exc:
-            raise _remap(exc, body=False) from exc.__cause__
+            raise _remap(exc, body=False, url=request.url) from exc.__cause__
         finally:
             _CURRENT.reset(token)
         assert isinstance(response.stream, httpx.AsyncByteStream)
@@ -357,6 +358,11 @@ class _RemappedStream(httpx.AsyncByteStream):
             raise _remap(wrapped, body=True) from exc
 
 
+    async def aclose(self) -> None:
+        with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
+            await self._inner.aclose()
+
+
 def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
     """The response body's reads straight from aiohttp (no content decoding), when the
     response came from this module's aiohttp transport with no ``content-encoding``;
@@ -367,13 +373,35 @@ def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
         return None
     return stream.reads()
 
-    async def aclose(self) -> None:
-        with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
-            await self._inner.aclose()
+
+def connect_error_text(url: httpx.URL, reason: str) -> str:
+    """``cannot connect to http://host:port: <reason>``: scheme, host and port of
+    ``url`` only (never its user-info, path or query), the port filled in from the
+    scheme when the URL has none."""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"cannot connect to {url.scheme}://{host}:{port}: {reason}"
 
 
-def _remap(exc: httpx.TransportError, *, body: bool) -> httpx.TransportError:
-    """httpx's error kind for the aiohttp error behind ``exc``."""
+def _connector_reason(cause: Any) -> str:
+    """Why aiohttp could not connect (the OS error's text, e.g. ``Connection refused``),
+    without aiohttp's ``host:port ssl:default`` prefix."""
+    os_error = getattr(cause, "os_error", None)
+    errno = getattr(os_error, "errno", None)
+    if isinstance(errno, int) and errno > 0:
+        return os.strerror(errno)  # asyncio's own text is "Connect call failed (host, port)"
+    return str(os_error or "") or type(cause).__name__
+
+
+def _remap(
+    exc: httpx.TransportError, *, body: bool, url: httpx.URL | None = None
+) -> httpx.TransportError:
+    """httpx's error kind for the aiohttp error behind ``exc``.
+
+    A connect failure's message names the URL's scheme, host and port and the OS
+    error (:func:`connect_error_text`) instead of aiohttp's text, which says
+    ``ssl:default`` even for a plain-http URL; TLS errors keep aiohttp's text.
+    """
     import aiohttp
 
     cause = exc.__cause__
@@ -383,6 +411,8 @@ def _remap(exc: httpx.TransportError, *, body: bool) -> httpx.TransportError:
     if isinstance(cause, aiohttp.SocketTimeoutError | aiohttp.ServerTimeoutError):
         return httpx.ReadTimeout(msg)
     if isinstance(cause, aiohttp.ClientConnectorError):
+        if url is not None and not isinstance(cause, aiohttp.ClientSSLError):
+            msg = connect_error_text(url, _connector_reason(cause))
         return httpx.ConnectError(msg)
     if body:
         return httpx.ReadError(msg)

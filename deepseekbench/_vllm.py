@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +36,16 @@ from typing import IO, Any, Literal
 import anyio
 import httpx
 import orjson
-from anyio.abc import Process
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._errors import DeepseekBenchError
-from deepseekbench._gate import LiveGate
-from deepseekbench._llamacpp import _free_port, _log_tail
+from deepseekbench._servers import (
+    Process,
+    RunningServer,
+    ServerError,
+    ServerKind,
+    check_names,
+    run_servers,
+)
 
 __all__ = [
     "RunningVllmServer",
@@ -72,17 +74,12 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 PerRequestSpecMetrics = Literal["none", "summary", "detailed"]
 
 
-class VllmServerError(DeepseekBenchError):
+class VllmServerError(ServerError):
     """A vLLM server could not be found, started, or did not become healthy in time.
 
     ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
     process never started). The message carries the last lines of the log.
     """
-
-    def __init__(self, message: str, *, name: str, log_path: Path | None = None) -> None:
-        super().__init__(message)
-        self.name = name
-        self.log_path = log_path
 
 
 class VllmServerSpec(BaseModel):
@@ -213,23 +210,12 @@ class VllmServerSpec(BaseModel):
 
 
 @dataclass(frozen=True)
-class RunningVllmServer:
-    """A started, healthy vLLM server: its spec, port, process id and log file."""
+class RunningVllmServer(RunningServer[VllmServerSpec]):
+    """A started, healthy vLLM server: its spec, port, process id and log file.
 
-    spec: VllmServerSpec
-    port: int
-    pid: int
-    log_path: Path
-
-    @property
-    def origin(self) -> str:
-        """``http://127.0.0.1:PORT`` (for ``/health``, ``/metrics``, ``/tokenize``)."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI-compatible base URL, ``http://127.0.0.1:PORT/v1``."""
-        return f"{self.origin}/v1"
+    ``origin`` is ``http://127.0.0.1:PORT`` (for ``/health``, ``/metrics``,
+    ``/tokenize``); ``base_url`` the OpenAI-compatible ``http://127.0.0.1:PORT/v1``.
+    """
 
 
 def find_vllm_python() -> Path:
@@ -298,39 +284,8 @@ def _server_env(spec: VllmServerSpec, env: Mapping[str, str] | None) -> dict[str
     return base
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-async def _stop(process: Process, grace_s: float) -> None:
-    """SIGTERM the server's process group, wait ``grace_s`` s, then SIGKILL the group."""
-    pid = process.pid
-    _signal_group(pid, signal.SIGTERM)
-    with anyio.move_on_after(grace_s):
-        await process.wait()
-        while True:  # engine-core / worker children may leave after the leader
-            if not _group_alive(pid):
-                break
-            await anyio.sleep(0.1)
-    _signal_group(pid, signal.SIGKILL)
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
-
-
-async def _ready(client: httpx.AsyncClient, port: int, model_name: str) -> bool:
+async def _ready(client: httpx.AsyncClient, spec: VllmServerSpec, port: int) -> bool:
+    """``GET /health`` answers 200 and ``GET /v1/models`` lists the served model."""
     try:
         health = await client.get(f"http://127.0.0.1:{port}/health")
         if health.status_code != 200:
@@ -342,31 +297,27 @@ async def _ready(client: httpx.AsyncClient, port: int, model_name: str) -> bool:
         return False
     with contextlib.suppress(ValueError):
         data = models.json().get("data", [])
-        return any(isinstance(m, dict) and m.get("id") == model_name for m in data)
+        return any(isinstance(m, dict) and m.get("id") == spec.model_name for m in data)
     return False
 
 
-async def _wait_healthy(
-    client: httpx.AsyncClient, process: Process, spec: VllmServerSpec, port: int, log: Path
-) -> None:
-    while not await _ready(client, port, spec.model_name):
-        if process.returncode is not None:
-            raise VllmServerError(
-                f"vLLM route {spec.name!r} exited with code {process.returncode} before "
-                f"becoming healthy; log {log} ends:\n{_log_tail(log)}",
-                name=spec.name,
-                log_path=log,
-            )
-        await anyio.sleep(0.25)
-
-
 def _check_specs(specs: Sequence[VllmServerSpec]) -> None:
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise VllmServerError(f"duplicate route names in {names}", name="-")
+    check_names(specs, VllmServerError)
     for s in specs:
         if not s.model.exists():
             raise VllmServerError(f"route {s.name!r}: no such model {s.model}", name=s.name)
+
+
+_KIND = ServerKind(
+    label="vLLM",
+    error=VllmServerError,
+    ready_word="ready",
+    poll_s=0.25,
+    probe_timeout_s=5.0,
+    linger=True,
+    attempts=1,
+    temp_prefix="deepseekbench-vllm-",
+)
 
 
 @contextlib.asynccontextmanager
@@ -395,53 +346,19 @@ async def vllm_servers(
     """
     _check_specs(specs)
     exe = python or find_vllm_python()
-    if log_dir is None:
-        log_dir = Path(tempfile.mkdtemp(prefix="deepseekbench-vllm-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    processes: list[Process] = []
-    logs: list[IO[bytes]] = []
-    running: dict[str, RunningVllmServer] = {}
-    try:
-        async with LiveGate().client(timeout=httpx.Timeout(5.0)) as client:
-            for spec in specs:
-                log_path = log_dir / f"{spec.name}.log"
-                port = _free_port()
-                log_file = log_path.open("wb")
-                logs.append(log_file)
-                try:
-                    process = await anyio.open_process(
-                        _launch_argv(vllm_server_args(spec, port=port, python=exe)),
-                        stdin=None,
-                        stdout=log_file,
-                        stderr=log_file,
-                        env=_server_env(spec, env),
-                        start_new_session=True,
-                    )
-                except OSError as exc:
-                    raise VllmServerError(
-                        f"cannot start {exe} for route {spec.name!r}: {exc}",
-                        name=spec.name,
-                        log_path=log_path,
-                    ) from exc
-                processes.append(process)
-                try:
-                    with anyio.fail_after(startup_timeout_s):
-                        await _wait_healthy(client, process, spec, port, log_path)
-                except TimeoutError:
-                    raise VllmServerError(
-                        f"vLLM route {spec.name!r} not ready after {startup_timeout_s:g} s; "
-                        f"log {log_path} ends:\n{_log_tail(log_path)}",
-                        name=spec.name,
-                        log_path=log_path,
-                    ) from None
-                running[spec.name] = RunningVllmServer(
-                    spec=spec, port=port, pid=process.pid, log_path=log_path
-                )
+
+    async def start(spec: VllmServerSpec, port: int, log: IO[bytes]) -> Process:
+        return await anyio.open_process(
+            _launch_argv(vllm_server_args(spec, port=port, python=exe)),
+            stdin=None,
+            stdout=log,
+            stderr=log,
+            env=_server_env(spec, env),
+            start_new_session=True,
+        )
+
+    async with run_servers(
+        _KIND, specs, RunningVllmServer, exe=exe, spawn=start, ready=_ready,
+        log_dir=log_dir, startup_timeout_s=startup_timeout_s, stop_grace_s=stop_grace_s,
+    ) as running:  # fmt: skip
         yield running
-    finally:
-        with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                for process in processes:
-                    tg.start_soon(_stop, process, stop_grace_s)
-            for f in logs:
-                f.close()

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import httpx
@@ -363,7 +363,57 @@ def _poll(procs: Sequence[_Proc], timeout_s: float) -> list[tuple[_Proc, Any]]:
     return out
 
 
-class WorkerPool:
+class ClientPool:
+    """What every pool of client workers shares (:class:`WorkerPool`, and
+    :class:`~deepseekbench._ray_executor.RayPool`): its workers' setup (routes, the
+    gate's rules, timeouts), the run's budget ledger, the lead of the shared start
+    (s), and use as an async context manager (:meth:`start` on entry, :meth:`aclose`
+    on exit).
+
+    Raises:
+        ValueError: ``workers`` below 1.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        *,
+        routes: Mapping[str, EngineRoute],
+        gate: LiveGate,
+        timeouts: Timeouts | None,
+        start_lead_s: float,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1 (got {workers})")
+        self.workers = workers
+        self.routes = dict(routes)
+        self.ledger = BudgetLedger(gate)
+        self.rules = GateRules.of(gate)
+        self.timeouts = timeouts or Timeouts()
+        self.start_lead_s = start_lead_s
+
+    async def start(self) -> None:
+        """Start the workers (a subclass's work)."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Stop the workers (a subclass's work)."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class WorkerPool(ClientPool):
     """N client worker processes on this host that send a load point's requests.
 
     Use as an async context manager; :meth:`run` one load point at a time.
@@ -391,16 +441,11 @@ class WorkerPool:
         start_lead_s: float = 0.2,
         start_timeout_s: float = 120.0,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1 (got {workers})")
+        super().__init__(
+            workers, routes=routes, gate=gate, timeouts=timeouts, start_lead_s=start_lead_s
+        )
         if start_lead_s < 0:
             raise ValueError("start_lead_s must be >= 0")
-        self.workers = workers
-        self.routes = dict(routes)
-        self.ledger = BudgetLedger(gate)
-        self.rules = GateRules.of(gate)
-        self.timeouts = timeouts or Timeouts()
-        self.start_lead_s = start_lead_s
         self.start_timeout_s = start_timeout_s
         self._procs: dict[int, _Proc] = {}
         self._ctx = mp.get_context("spawn")
@@ -412,18 +457,6 @@ class WorkerPool:
     def pids(self) -> dict[int, int | None]:
         """The pid of each live worker, by worker number."""
         return {w: p.pid for w, p in self._procs.items() if not p.dead}
-
-    async def __aenter__(self) -> WorkerPool:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def start(self) -> None:
         """Start every worker process (each imports the package: about a second).

@@ -24,6 +24,7 @@ from deepseekbench import (
     SpeedupMetric,
     compare_speedup,
 )
+from tests._fakes import Spy
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-live-do-not-print-0123"
@@ -238,17 +239,6 @@ def test_bad_metric_is_a_clear_error() -> None:
 
 
 # --- LiveGate ---------------------------------------------------------------------
-class Spy(httpx.AsyncBaseTransport):
-    def __init__(self, status: int = 200, headers: dict[str, str] | None = None) -> None:
-        self.requests: list[httpx.Request] = []
-        self.status = status
-        self.headers = headers or {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        return httpx.Response(self.status, headers=self.headers, text="ok")
-
-
 @pytest.mark.parametrize(
     "host", ["127.0.0.1", "127.3.2.1", "localhost", "LOCALHOST", "[::1]", "[::ffff:127.0.0.1]"]
 )

@@ -26,23 +26,11 @@ from deepseekbench._measure import measure_streamed
 from deepseekbench._runner import run_plan
 from deepseekbench._server_metrics import scrape_metrics
 from deepseekbench._spec_config import served_spec_tokens
+from tests._fakes import Spy
 from tests._replay import Script, Write, replay_server
 
 REQ = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 SECRET = "sk-hardening-SECRET-0123456789"
-
-
-class Spy(httpx.AsyncBaseTransport):
-    """Records requests and answers them in memory (opens no socket)."""
-
-    def __init__(self, status: int = 200, headers: dict[str, str] | None = None) -> None:
-        self.requests: list[httpx.Request] = []
-        self.status = status
-        self.headers = headers or {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        return httpx.Response(self.status, headers=self.headers, text="ok")
 
 
 def _sse(*frames: dict[str, Any]) -> Script:

@@ -63,7 +63,9 @@ def test_non_finite_numbers_are_refused_at_load(
 
 def test_non_finite_request_extras_are_refused(tmp_path: Path) -> None:
     p = _toml(tmp_path, tail="[routes.request_extras]\ntop_p = inf\n")
-    with pytest.raises(PlanError, match=r"routes\[1\]\.request_extras: .*non-finite"):
+    with pytest.raises(
+        PlanError, match=r"routes\[1\]\.request_extras \(route 'mtp'\): .*non-finite"
+    ):
         BenchmarkPlan.load(p)
 
 

@@ -12,10 +12,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests._procs import python_script, running, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,19 +65,8 @@ anyio.run(main, backend=backend)
 """
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie left for an init that does not reap counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _start_parent(tmp_path: Path, backend: str) -> tuple[subprocess.Popen[str], list[int]]:
-    exe = tmp_path / "llama-server"
-    exe.write_text(f"#!{sys.executable}\n{FAKE_SERVER}")
-    exe.chmod(0o755)
+    exe = python_script(tmp_path / "llama-server", FAKE_SERVER)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -93,17 +83,8 @@ def _start_parent(tmp_path: Path, backend: str) -> tuple[subprocess.Popen[str], 
         parent.kill()
         raise AssertionError(f"parent failed: {parent.communicate()[1]}")
     pids = [int(p) for p in line.split()]
-    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    assert len(pids) == 2 and all(running(p) for p in pids)
     return parent, pids
-
-
-def _gone_within(pids: list[int], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not any(_alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -112,10 +93,10 @@ def test_servers_die_when_the_parent_is_sigkilled(tmp_path: Path, backend: str) 
     try:
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
-        assert _gone_within(pids, 10), f"servers {pids} outlived a SIGKILLed parent"
+        assert wait_gone(pids, 10) == [], f"servers {pids} outlived a SIGKILLed parent"
     finally:
         for p in pids:
-            if _alive(p):
+            if running(p):
                 os.kill(p, signal.SIGKILL)
 
 
@@ -125,12 +106,12 @@ def test_sigterm_to_the_parent_stops_servers_in_order(tmp_path: Path, backend: s
     try:
         parent.send_signal(signal.SIGTERM)
         parent.wait(timeout=20)
-        assert _gone_within(pids, 10), f"servers {pids} outlived a SIGTERMed parent"
+        assert wait_gone(pids, 10) == [], f"servers {pids} outlived a SIGTERMed parent"
         # stopped by the parent (SIGTERM, then waited for), not merely killed with it
         for name in ("a", "b"):
             log = (tmp_path / "logs" / f"{name}.log").read_text()
             assert "SIGTERM, stopping" in log, log
     finally:
         for p in pids:
-            if _alive(p):
+            if running(p):
                 os.kill(p, signal.SIGKILL)

@@ -6,13 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 
 from deepseekbench import (
     Arrival,
     BenchmarkPlan,
-    CostModel,
     EmbeddedEngine,
     EngineConfig,
     LiveGate,
@@ -23,29 +21,19 @@ from deepseekbench import (
     Speculative,
     run_plan,
 )
+from tests._helpers import COSTS, off_and_mtp, plan_of, read_records
 
-COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
 PARITY = {"tasks": "none", "prompts": ["Count from 5 to 12.", "What is 7 × 8?"], "max_tokens": 32}
+PLAN: dict[str, Any] = {
+    "cells": [{"max_tokens": 32}],
+    "requests_per_cell": 6,
+    "warmup_per_cell": 0,
+    "parity": PARITY,
+}
 
 
 def _plan(routes: list[tuple[str, str, str]], **over: Any) -> BenchmarkPlan:
-    data: dict[str, Any] = {
-        "model": "deepseekbench-ref",
-        "routes": [
-            {"label": label, "speculative": spec, "base_url": url, "dialect": "vllm"}
-            for label, spec, url in routes
-        ],
-        "cells": [{"max_tokens": 32}],
-        "requests_per_cell": 6,
-        "warmup_per_cell": 0,
-        "parity": PARITY,
-    }
-    data.update(over)
-    return BenchmarkPlan.model_validate(data)
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+    return plan_of(routes, PLAN, over)
 
 
 def _window_figures(records: list[dict[str, Any]], route: str, load: str) -> tuple[float, float]:
@@ -73,8 +61,7 @@ def test_a_concurrency_sweep_gives_a_row_per_load_point_and_names_the_crossover(
 
     async def main() -> Any:
         async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
+            off_and_mtp(cost=COSTS) as (off, mtp),
             EmbeddedEngine(
                 EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, cost=COSTS)
             ) as bad,
@@ -100,7 +87,7 @@ def test_a_concurrency_sweep_gives_a_row_per_load_point_and_names_the_crossover(
         assert row.rounds == 3 and row.n_requests == 12 and row.n_errors == 0
         assert row.goodput_req_per_s is not None and row.slo_attainment == 1.0
         # the row's window figures agree with what its records give
-        out_tps, req_ps = _window_figures(_records(results), label, f"closed:c={c}")
+        out_tps, req_ps = _window_figures(read_records(results), label, f"closed:c={c}")
         assert row.output_throughput_toks_per_s == pytest.approx(out_tps, rel=0.05)
         assert row.request_throughput_per_s == pytest.approx(req_ps, rel=0.05)
         assert row.goodput_req_per_s == pytest.approx(req_ps, rel=0.05)
@@ -174,10 +161,7 @@ def test_an_open_loop_records_schedule_lag_and_flags_a_lagging_client(tmp_path: 
     results = tmp_path / "open.jsonl"
 
     async def main() -> Any:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=COSTS) as (off, mtp):
             plan = _plan(
                 [("off", "off", off.base_url), ("mtp", "mtp", mtp.base_url)],
                 # 1000 req/s with one request in flight: the schedule cannot be kept
@@ -196,6 +180,6 @@ def test_an_open_loop_records_schedule_lag_and_flags_a_lagging_client(tmp_path: 
     assert all(r.schedule_lagged for r in result.rows)
     lags = [m.queue_ms for m in result.measurements]
     assert all(q is not None and q >= 0 for q in lags) and max(q or 0 for q in lags) > 20.0
-    queued = [r["queue_ms"] for r in _records(results) if r["record"] == "measurement"]
+    queued = [r["queue_ms"] for r in read_records(results) if r["record"] == "measurement"]
     assert queued == [m.queue_ms for m in result.measurements]  # recorded per request
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from deepseekbench._axes import Speculative
 from deepseekbench._errors import PlanError
 from deepseekbench._gate import LiveGate
-from deepseekbench._plan import ArrivalPlan, BenchmarkPlan, CellPlan
+from deepseekbench._plan import ArrivalPlan, BenchmarkPlan, CellPlan, validation_error_lines
 from deepseekbench._runner import dry_run
 from deepseekbench._tasks import smoke_tasks
 
@@ -121,15 +121,39 @@ def test_plan_errors_are_one_line_each_without_a_spurious_count_error() -> None:
         BenchmarkPlan.from_mapping(minimal(routes=routes, cels=[], parity={"task_mode": "x"}))
     message = str(plan_info.value)
     assert "https://" not in message
+    # the same problem in two routes is one line naming both (fresh-user trial)
     assert message.splitlines() == [
-        "invalid plan (4 errors):",
-        "  routes[1].speculative: 'medusa' is not a valid Speculative; "
-        "allowed: 'off', 'mtp', 'dspark', 'eagle3', 'draft', 'ngram'",
-        "  routes[2].speculative: 'medusa' is not a valid Speculative; "
+        "invalid plan (3 errors):",
+        "  routes[1,2].speculative (routes 'a', 'b'): 'medusa' is not a valid Speculative; "
         "allowed: 'off', 'mtp', 'dspark', 'eagle3', 'draft', 'ngram'",
         "  parity.task_mode: 'x' is not allowed; allowed: 'strict' or 'lenient'",
         "  cels: unknown field; did you mean 'cells'?",
     ]
+
+
+def test_distinct_problems_stay_apart_and_each_names_its_routes() -> None:
+    routes = [
+        {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1",
+         "dialect": "vlm"},
+        {"label": "a", "speculative": "medusa", "base_url": "http://127.0.0.1:2/v1",
+         "dialect": "vlm"},
+        {"label": "b", "speculative": "mpt", "base_url": "http://127.0.0.1:3/v1",
+         "dialect": "vlm"},
+        {"label": "c", "speculative": "medusa", "base_url": "http://127.0.0.1:4/v1"},
+    ]
+    with pytest.raises(PlanError) as info:
+        BenchmarkPlan.from_mapping(minimal(routes=routes))
+    lines = str(info.value).splitlines()
+    assert lines[0] == "invalid plan (3 errors):"
+    assert lines[1].startswith("  routes[0,1,2].dialect (routes 'off', 'a', 'b'): 'vlm' is not")
+    assert lines[2].startswith("  routes[1,3].speculative (routes 'a', 'c'): 'medusa' is not")
+    assert lines[3].startswith("  routes[2].speculative (route 'b'): 'mpt' is not")
+    # without the raw plan (a ValidationError from direct construction) no labels, same grouping
+    with pytest.raises(ValidationError) as direct:
+        BenchmarkPlan.model_validate(minimal(routes=routes))
+    bare = validation_error_lines(direct.value, BenchmarkPlan)
+    assert bare[0].startswith("routes[0,1,2].dialect: 'vlm' is not a valid Dialect")
+    assert len(bare) == 3
 
 
 @pytest.mark.parametrize(

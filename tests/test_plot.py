@@ -19,6 +19,7 @@ import pytest
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._row import Row, read_rows, write_rows
 from deepseekbench._scorecard import Scorecard, line_key
+from tests._helpers import make_row
 
 matplotlib = pytest.importorskip("matplotlib")  # in the test extra; skip cleanly without it
 from matplotlib.container import ErrorbarContainer  # noqa: E402
@@ -33,30 +34,17 @@ THROUGHPUT["mtp-mistuned"] = (200.0, 600.0, 620.0)
 
 def _row(route: str, load: int, **kw: Any) -> Row:
     i = LOADS.index(load)
-    spec = "off" if route == "off" else "mtp"
-    base: dict[str, Any] = {
-        "model_id": "m",
-        "provider_route": "local",
-        "engine_route": "embedded",
-        "hosting": "embedded",
-        "context_bucket": "1k",
-        "output_target": "256",
-        "reasoning_mode": "non_think",
-        "stream": True,
-        "speculative": spec,
+    fields: dict[str, Any] = {
+        "speculative": "off" if route == "off" else "mtp",
         "route_label": route,
-        "ttft_ms": 10.0,
         "tpot_ms": TPOT[route][i],
-        "e2e_ms": 100.0,
-        "output_toks_per_s": 100.0,
         "n_requests": 12,
         "quality_parity": "differs" if route == "mtp-mistuned" else "verified",
         "concurrency": load,
         "arrival": "closed",
         "output_throughput_toks_per_s": THROUGHPUT[route][i],
     }
-    base.update(kw)
-    return Row.model_validate(base)
+    return make_row(**{**fields, **kw})
 
 
 def _data(line: Any, axis: str = "x") -> list[float]:

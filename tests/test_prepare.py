@@ -3,7 +3,6 @@ multi-turn conversations that carry each route's own answers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from deepseekbench import BenchmarkPlan, ChatRequest, PlanError, StreamMeasurement
 from deepseekbench._prepare import converse, default_input_length, prepare_workload
 from deepseekbench._workload import WorkloadFormatError, WorkloadItem, WorkloadLengthError
+from tests._fakes import CharCounter
 
 pytestmark = pytest.mark.anyio
 
@@ -19,17 +19,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-class CharCounter:
-    name = "chars"
-
-    def __init__(self) -> None:
-        self.texts = 0
-
-    async def count(self, texts: Sequence[str]) -> list[int]:
-        self.texts += len(texts)
-        return [len(t) for t in texts]
 
 
 def plan(cells: list[dict[str, Any]], **workload: Any) -> BenchmarkPlan:

@@ -76,6 +76,9 @@ def _plan_data(off_url: str, mtp_url: str) -> dict[str, Any]:
         "requests_per_cell": N,
         "warmup_per_cell": 0,
         "parity": {"prompts": ["p"], "tasks": "none"},
+        # these runs record what misbehaving or absent servers do to requests: the
+        # reachability probe would stop them first (tests/test_fresh_user_trial.py)
+        "probe_routes": False,
     }
 
 

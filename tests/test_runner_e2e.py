@@ -8,39 +8,27 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 
 from deepseekbench._axes import AcceptanceScope, Dialect, QualityParity, Speculative
-from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench._engine import EmbeddedEngine, EngineConfig
 from deepseekbench._gate import LiveGate
 from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._runner import ProgressEvent, load_results, run_plan
 from deepseekbench._scorecard import Scorecard
 from deepseekbench._speedup import RefusalReason
+from tests._helpers import COSTS, off_and_mtp, plan_of, read_records
 
-# cheaper steps than the defaults, still costlier target than draft
-COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
+PLAN: dict[str, Any] = {
+    "requests_per_cell": 5,
+    "warmup_per_cell": 0,
+    "arrival": {"mode": "concurrency", "concurrency": 2},
+    "parity": {"concurrency": 8, "max_tokens": 64},
+}
 
 
 def _plan(routes: list[tuple[str, str, str, Dialect]], **over: Any) -> BenchmarkPlan:
-    data: dict[str, Any] = {
-        "model": "deepseekbench-ref",
-        "routes": [
-            {"label": label, "speculative": spec, "base_url": url, "dialect": dialect.value}
-            for label, spec, url, dialect in routes
-        ],
-        "requests_per_cell": 5,
-        "warmup_per_cell": 0,
-        "arrival": {"mode": "concurrency", "concurrency": 2},
-        "parity": {"concurrency": 8, "max_tokens": 64},
-    }
-    data.update(over)
-    return BenchmarkPlan.model_validate(data)
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return plan_of(routes, PLAN, over)
 
 
 def test_verdicts_credit_correct_mtp_and_refuse_the_mistuned_one(tmp_path: Path) -> None:
@@ -48,8 +36,7 @@ def test_verdicts_credit_correct_mtp_and_refuse_the_mistuned_one(tmp_path: Path)
 
     async def main() -> Any:
         async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
+            off_and_mtp(cost=COSTS) as (off, mtp),
             EmbeddedEngine(
                 EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, cost=COSTS)
             ) as bad,
@@ -108,7 +95,7 @@ def test_verdicts_credit_correct_mtp_and_refuse_the_mistuned_one(tmp_path: Path)
     assert rp.exact.n_diverged >= len(rp.tasks.flips)
 
     # the file holds every measurement, the parity outputs and the final rows
-    kinds = Counter(r["record"] for r in _records(results))
+    kinds = Counter(r["record"] for r in read_records(results))
     assert kinds["measurement"] == 20 and kinds["row"] == 4 and kinds["run_end"] == 1
     assert kinds["parity_output"] == 16 * 5  # 16 smoke tasks x (4 routes + off control)
     # and report rebuilds the same rows and the same scorecard from it
@@ -125,10 +112,7 @@ def test_cancelled_run_keeps_its_measurements_and_a_rerun_resumes(
     stop_after = 12
 
     async def main() -> tuple[int, Any, list[ProgressEvent]]:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=COSTS) as (off, mtp):
             plan = _plan(
                 [
                     ("off", "off", off.base_url, Dialect.vllm),
@@ -145,7 +129,7 @@ def test_cancelled_run_keeps_its_measurements_and_a_rerun_resumes(
 
                 await run_plan(plan, gate=LiveGate(), results_path=results, progress=stop)
             assert scope.cancelled_caught
-            kept = len(_records(results))
+            kept = len(read_records(results))
             events: list[ProgressEvent] = []
             result = await run_plan(
                 plan, gate=LiveGate(), results_path=results, progress=events.append
@@ -157,7 +141,7 @@ def test_cancelled_run_keeps_its_measurements_and_a_rerun_resumes(
     assert kept >= 1 + stop_after  # run_start + everything finished before the cancel
     assert result.resumed >= stop_after
     assert events[0].total == 18 - result.resumed
-    records = _records(results)
+    records = read_records(results)
     measured = [
         (r["route"], r["cell"], r["index"]) for r in records if r["record"] == "measurement"
     ]
@@ -177,10 +161,7 @@ def test_torn_last_line_is_dropped_on_resume(tmp_path: Path) -> None:
     results = tmp_path / "torn.jsonl"
 
     async def main() -> Any:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=COSTS) as (off, mtp):
             plan = _plan(
                 [
                     ("off", "off", off.base_url, Dialect.vllm),
@@ -195,5 +176,5 @@ def test_torn_last_line_is_dropped_on_resume(tmp_path: Path) -> None:
 
     result = anyio.run(main)
     assert result.resumed == 10 + 3 and result.complete
-    records = _records(results)  # every line parses again
+    records = read_records(results)  # every line parses again
     assert sum(r["record"] == "run_end" for r in records) == 2

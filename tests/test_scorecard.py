@@ -24,6 +24,7 @@ from deepseekbench._scorecard import (
     line_key,
 )
 from deepseekbench._speedup import compare_speedup
+from tests._helpers import make_row
 from tests.strategies import creditable_pairs
 
 FIGURE = re.compile(r"\d(?:\.\d+)?×")
@@ -121,32 +122,9 @@ def test_the_property_fails_against_a_scorecard_that_ignores_parity(
     )
 
 
-def _row(**kw: Any) -> Row:
-    base: dict[str, Any] = {
-        "model_id": "m",
-        "provider_route": "local",
-        "engine_route": "embedded",
-        "hosting": "embedded",
-        "context_bucket": "1k",
-        "output_target": "256",
-        "reasoning_mode": "non_think",
-        "stream": True,
-        "speculative": "off",
-        "route_label": "off",
-        "ttft_ms": 10.0,
-        "tpot_ms": 10.0,
-        "e2e_ms": 100.0,
-        "output_toks_per_s": 100.0,
-        "n_requests": 8,
-        "quality_parity": "verified",
-    }
-    base.update(kw)
-    return Row.model_validate(base)
-
-
 def test_pairs_within_a_cell_shows_interval_notes_and_missing_baselines() -> None:
-    off = _row()
-    good = _row(
+    off = make_row()
+    good = make_row(
         speculative="mtp",
         route_label="mtp",
         tpot_ms=5.0,
@@ -154,14 +132,14 @@ def test_pairs_within_a_cell_shows_interval_notes_and_missing_baselines() -> Non
         acceptance_length=1.8,
         acceptance_scope="server_wide",
     )
-    bad = _row(
+    bad = make_row(
         speculative="mtp",
         route_label="bad",
         tpot_ms=4.0,
         quality_parity="differs",
         parity_detail="exact: 1 of 2 prompts diverge",
     )
-    orphan = _row(speculative="mtp", route_label="orphan", reasoning_mode="think_high")
+    orphan = make_row(speculative="mtp", route_label="orphan", reasoning_mode="think_high")
     samples = {
         line_key(off): [9.0, 10.0, 11.0, 10.0, 10.5],
         line_key(good): [5.0, 4.8, 5.2, 5.0, 5.1],
@@ -211,12 +189,12 @@ def test_bootstrap_is_reproducible_and_needs_samples() -> None:
 def test_to_pandas_without_pandas_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(MissingExtraError, match=r"deepseekbench\[pandas\]"):
-        Scorecard.from_rows([_row()]).to_pandas()
+        Scorecard.from_rows([make_row()]).to_pandas()
 
 
 def test_off_line_is_the_baseline() -> None:
     card = Scorecard.from_rows(
-        [_row(quality_parity="unknown", parity_detail="baseline nondeterministic")]
+        [make_row(quality_parity="unknown", parity_detail="baseline nondeterministic")]
     )
     assert card.lines[0].speculative is Speculative.off and card.lines[0].speedup_text == "baseline"
     assert "baseline nondeterministic" in card.to_text()

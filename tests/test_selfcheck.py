@@ -14,8 +14,8 @@ from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._route import EngineRoute
 from deepseekbench._scorecard import Scorecard
 from deepseekbench._selfcheck import DEFAULT_LAG_THRESHOLD_MS, SelfCheck, current_selfcheck
+from tests._helpers import make_row
 from tests._replay import Script, replay_server
-from tests.test_scorecard import _row
 
 DONE = [
     'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}\n\n',
@@ -91,12 +91,12 @@ def test_row_health_figures() -> None:
 
 def test_the_scorecard_names_a_saturated_row() -> None:
     card = Scorecard.from_rows(
-        [_row(), _row(speculative="mtp", route_label="mtp", client_saturated=True)]
+        [make_row(), make_row(speculative="mtp", route_label="mtp", client_saturated=True)]
     )
     text = card.to_text()
     assert "mtp @ " in text and "CLIENT SATURATED" in text
     assert card.to_dict()["lines"][1]["client_saturated"] is True
-    assert "CLIENT SATURATED" not in Scorecard.from_rows([_row()]).to_text()
+    assert "CLIENT SATURATED" not in Scorecard.from_rows([make_row()]).to_text()
 
 
 def test_the_threshold_is_a_plan_key_outside_the_hash() -> None:

@@ -85,7 +85,8 @@ def _plan(label: str, base_url: str, dialect: str, spec_tokens: int | None) -> R
         ("sglang", {"/get_server_info": SGLANG}, 2, True),
         ("sglang", {}, 2, False),  # the server does not say: nothing to contradict
         ("sglang", {"/server_info": SGLANG}, 2, True),  # the newer name, after a 404
-        ("llamacpp", {"/props": PROPS}, None, False),  # nothing declared: not asked
+        ("llamacpp", {"/props": PROPS}, None, False),  # nothing declared: asked, recorded
+        ("sglang", {"/get_server_info": SGLANG}, None, False),
     ],
 )
 async def test_a_contradicted_declaration_stops_the_run(
@@ -99,11 +100,13 @@ async def test_a_contradicted_declaration_stops_the_run(
             with pytest.raises(PlanError, match=f"spec_tokens={declared}"):
                 await check_spec_config([rp], routes, gate=gate, client=client)
         else:
-            await check_spec_config([rp], routes, gate=gate, client=client)
+            found = await check_spec_config([rp], routes, gate=gate, client=client)
+            served = next(iter(paths.values()), None)
+            want = spec_tokens_from_info(Dialect(dialect), served) if served else None
+            assert found == ({"spec": want} if want else {})
+            assert routes["spec"].served_spec_tokens == want  # what measurements carry
         asked = [r.path for r in server.requests]
-        if declared is None:
-            assert asked == []
-        elif dialect == "llamacpp":
+        if dialect == "llamacpp":
             assert asked == ["/props"]
         else:
             assert asked[0] == "/get_server_info" and len(asked) == (

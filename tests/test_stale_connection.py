@@ -11,6 +11,9 @@ connection, unanswered, on the second: deterministic stale reuse.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
 import anyio
 import orjson
 import pytest
@@ -61,6 +64,17 @@ async def _read_request(stream: SocketStream, buf: bytearray) -> bool:
     return True
 
 
+@asynccontextmanager
+async def _serving(handle: Callable[[SocketStream], Awaitable[None]]) -> AsyncIterator[EngineRoute]:
+    """Serve connections with ``handle`` on a loopback port; yields a route to it."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        yield EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
+        tg.cancel_scope.cancel()
+
+
 class OneAnswerPerConnection:
     """Answers each connection's first request; closes on its second, unanswered."""
 
@@ -82,16 +96,10 @@ class OneAnswerPerConnection:
 
 async def test_a_stale_pooled_connection_is_retried_once_on_a_new_one() -> None:
     server = OneAnswerPerConnection()
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
     gate = LiveGate()
-    route = EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, server.handle)
-        async with gate.client() as client:
-            first = await measure_streamed(REQ, route=route, gate=gate, client=client)
-            second = await measure_streamed(REQ, route=route, gate=gate, client=client)
-        tg.cancel_scope.cancel()
+    async with _serving(server.handle) as route, gate.client() as client:
+        first = await measure_streamed(REQ, route=route, gate=gate, client=client)
+        second = await measure_streamed(REQ, route=route, gate=gate, client=client)
     assert first.error is None and first.stale_connection_retries == 0
     assert second.error is None, second.errors
     assert second.text == "ok" and second.stale_connection_retries == 1
@@ -109,14 +117,8 @@ class NeverAnswers(OneAnswerPerConnection):
 
 async def test_a_server_that_never_answers_is_a_connect_error_after_one_retry() -> None:
     server = NeverAnswers()
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    gate = LiveGate()
-    route = EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, server.handle)
-        m = await measure_streamed(REQ, route=route, gate=gate)
-        tg.cancel_scope.cancel()
+    async with _serving(server.handle) as route:
+        m = await measure_streamed(REQ, route=route, gate=LiveGate())
     assert m.error is not None and m.error.kind is ErrorKind.connect
     assert m.stale_connection_retries == 1 and server.connections == 2
 
@@ -140,16 +142,10 @@ async def test_a_metrics_scrape_on_a_stale_pooled_connection_is_sent_again() -> 
     server closed while idle: without a re-send the block's /metrics window was lost
     (seen against llama-server in CI)."""
     server = OneAnswerPerConnection(METRICS_ANSWER)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
     gate = LiveGate()
-    route = EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, server.handle)
-        async with gate.client() as client:
-            before = await scrape_metrics(route, gate=gate, client=client)
-            after = await scrape_metrics(route, gate=gate, client=client)
-        tg.cancel_scope.cancel()
+    async with _serving(server.handle) as route, gate.client() as client:
+        before = await scrape_metrics(route, gate=gate, client=client)
+        after = await scrape_metrics(route, gate=gate, client=client)
     assert before.error is None and after.error is None, after.error
     assert server.connections == 2 and server.answered == 2
     record = metrics_delta(before, after)

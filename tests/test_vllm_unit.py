@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import httpx
@@ -30,6 +29,7 @@ from deepseekbench._vllm import (
     vllm_server_args,
     vllm_servers,
 )
+from tests import _procs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,35 +92,12 @@ def model_dir(tmp_path: Path) -> Path:
     return d
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (exited, not yet reaped by a parent that is itself gone) is not running
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _pids(env: dict[str, str]) -> list[int]:
     out: list[int] = []
     for f in sorted(Path(env["FAKE_PIDS"]).glob("*.json")):
         d = json.loads(f.read_text())
         out += [d["leader"], d["child"]]
     return out
-
-
-def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if _alive(p)]
-        if not alive:
-            return []
-        time.sleep(0.05)
-    return [p for p in pids if _alive(p)]
 
 
 # ---- specs and argv
@@ -210,10 +187,10 @@ async def test_servers_start_answer_and_every_process_stops(
                 models = (await client.get(f"{server.base_url}/models")).json()
                 assert models["data"][0]["id"] == f"m{i}"
         pids = _pids(fake_env)
-        assert len(pids) == 4 and all(_alive(p) for p in pids)
+        assert len(pids) == 4 and all(_procs.running(p) for p in pids)
         log = (tmp_path / "logs" / "r0.log").read_text()
         assert "--host 127.0.0.1" in log
-    assert _wait_gone(pids) == []
+    assert _procs.wait_gone(pids) == []
 
 
 @pytest.mark.anyio
@@ -225,7 +202,7 @@ async def test_exception_in_block_stops_every_process(
             raise RuntimeError("test failed")
     pids = _pids(fake_env)
     assert len(pids) == 4
-    assert _wait_gone(pids) == []
+    assert _procs.wait_gone(pids) == []
 
 
 @pytest.mark.anyio
@@ -248,7 +225,7 @@ async def test_not_ready_in_time_and_stubborn_server_is_killed(
     env = fake_env | {"FAKE_MODE": "stubborn"}
     async with vllm_servers(_specs(model_dir, 1), log_dir=tmp_path, env=env, stop_grace_s=0.5):
         pass  # the server ignores SIGTERM: SIGKILL of its group after the grace period
-    assert _wait_gone(_pids(fake_env)) == []
+    assert _procs.wait_gone(_pids(fake_env)) == []
     never = fake_env | {"FAKE_MODE": "never-ready"}
     with pytest.raises(VllmServerError, match="not ready after 1 s"):
         async with vllm_servers(
@@ -303,10 +280,10 @@ def test_signal_to_the_starting_process_stops_the_servers(
         lines = [parent.stdout.readline().strip() for _ in range(3)]  # "", "[vllm] ...", READY
         assert lines[-1] == "READY", lines
         pids = _pids(fake_env)
-        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        assert len(pids) == 2 and all(_procs.running(p) for p in pids)
         parent.send_signal(sig)
         parent.wait(timeout=90)  # a loaded CI machine can take a while to stop
-        assert _wait_gone(pids, timeout_s=15) == []
+        assert _procs.wait_gone(pids, timeout_s=15) == []
     finally:
         if parent.poll() is None:
             parent.kill()

@@ -10,33 +10,25 @@ from typing import Any
 import anyio
 import orjson
 
-from deepseekbench._axes import QualityParity, Speculative
+from deepseekbench._axes import QualityParity
 from deepseekbench._cli import _with_client_flags, build_parser, main
-from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._gate import LiveGate
 from deepseekbench._plan import BenchmarkPlan
 from deepseekbench._runner import RunResult, load_results, run_plan
 from deepseekbench._scorecard import Scorecard
-from tests.test_scorecard import _row
+from tests._helpers import COSTS, make_row, off_and_mtp, plan_of
 
-COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
+PLAN: dict[str, Any] = {
+    "requests_per_cell": 6,
+    "warmup_per_cell": 2,
+    "repeats": 2,
+    "arrival": {"mode": "concurrency", "concurrency": [1, 4]},
+    "parity": {"concurrency": 8, "max_tokens": 48},
+}
 
 
 def _plan(off: str, mtp: str, **over: Any) -> BenchmarkPlan:
-    data: dict[str, Any] = {
-        "model": "deepseekbench-ref",
-        "routes": [
-            {"label": "off", "speculative": "off", "base_url": off, "dialect": "vllm"},
-            {"label": "mtp", "speculative": "mtp", "base_url": mtp, "dialect": "vllm"},
-        ],
-        "requests_per_cell": 6,
-        "warmup_per_cell": 2,
-        "repeats": 2,
-        "arrival": {"mode": "concurrency", "concurrency": [1, 4]},
-        "parity": {"concurrency": 8, "max_tokens": 48},
-    }
-    data.update(over)
-    return BenchmarkPlan.model_validate(data)
+    return plan_of([("off", "off", off), ("mtp", "mtp", mtp)], PLAN, over)
 
 
 def _texts(result: RunResult) -> dict[tuple[str, str, str | None, int], str]:
@@ -45,10 +37,7 @@ def _texts(result: RunResult) -> dict[tuple[str, str, str | None, int], str]:
 
 def test_two_workers_give_the_rows_of_one_at_a_light_load(tmp_path: Path) -> None:
     async def main() -> tuple[RunResult, RunResult]:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=COSTS) as (off, mtp):
             one = _plan(off.base_url, mtp.base_url)
             two = _plan(off.base_url, mtp.base_url, workers=2)
             assert one.plan_hash() == two.plan_hash()  # how load is sent is not the plan
@@ -92,11 +81,11 @@ def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) ->
 
 
 def test_a_saturated_client_is_told_to_add_workers() -> None:
-    rows = [_row(), _row(speculative="mtp", route_label="mtp", client_saturated=True)]
+    rows = [make_row(), make_row(speculative="mtp", route_label="mtp", client_saturated=True)]
     card = Scorecard.from_rows(rows)
     assert "send the load from more client workers (plan key workers" in card.to_text()
     card.client_workers = 2
     assert "workers = 4 (now 2)" in card.to_text()
-    calm = Scorecard.from_rows([_row(), _row(speculative="mtp", route_label="mtp")])
+    calm = Scorecard.from_rows([make_row(), make_row(speculative="mtp", route_label="mtp")])
     calm.client_workers = 1
     assert "more client workers" not in calm.to_text()

@@ -4,7 +4,6 @@ prompts sized by a tokenizer, and the context-bucket checks."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from deepseekbench._workload import (
     sample_path,
     synthetic_items,
 )
+from tests._fakes import CharCounter
 
 pytestmark = pytest.mark.anyio
 
@@ -39,19 +39,6 @@ BROKEN = settings(PROPERTY, phases=[Phase.explicit, Phase.generate], database=No
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-class CharCounter:
-    """One token per character (the embedded engine's tokenizer)."""
-
-    name = "chars"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def count(self, texts: Sequence[str]) -> list[int]:
-        self.calls += 1
-        return [len(t) for t in texts]
 
 
 # --- shipped samples -----------------------------------------------------------

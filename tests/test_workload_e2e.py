@@ -21,28 +21,20 @@ from deepseekbench import (
     load_results,
     run_plan,
 )
-from deepseekbench._axes import Dialect, Speculative
+from deepseekbench._axes import Dialect
 from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig
+from tests._helpers import off_and_mtp, plan_of, read_records
+
+PLAN: dict[str, Any] = {
+    "requests_per_cell": 2,
+    "warmup_per_cell": 0,
+    "arrival": {"mode": "concurrency", "concurrency": 4},
+    "parity": {"tasks": "none", "prompts": ["What is 3 × 4?"], "max_tokens": 32},
+}
 
 
 def _plan(off: str, mtp: str, **over: Any) -> BenchmarkPlan:
-    data: dict[str, Any] = {
-        "model": "deepseekbench-ref",
-        "routes": [
-            {"label": "off", "speculative": "off", "base_url": off, "dialect": "vllm"},
-            {"label": "mtp", "speculative": "mtp", "base_url": mtp, "dialect": "vllm"},
-        ],
-        "requests_per_cell": 2,
-        "warmup_per_cell": 0,
-        "arrival": {"mode": "concurrency", "concurrency": 4},
-        "parity": {"tasks": "none", "prompts": ["What is 3 × 4?"], "max_tokens": 32},
-    }
-    data.update(over)
-    return BenchmarkPlan.model_validate(data)
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return plan_of([("off", "off", off), ("mtp", "mtp", mtp)], PLAN, over)
 
 
 def test_a_32k_synthetic_cell_runs_within_its_bucket_and_reaches_the_target(
@@ -52,10 +44,7 @@ def test_a_32k_synthetic_cell_runs_within_its_bucket_and_reaches_the_target(
     big: dict[str, Any] = {"cost": FAST_COSTS, "max_context_tokens": 40_000}
 
     async def main() -> Any:
-        async with (
-            EmbeddedEngine(EngineConfig(**big)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, **big)) as mtp,
-        ):
+        async with off_and_mtp(**big) as (off, mtp):
             plan = _plan(
                 off.base_url,
                 mtp.base_url,
@@ -71,7 +60,7 @@ def test_a_32k_synthetic_cell_runs_within_its_bucket_and_reaches_the_target(
             return await run_plan(plan, gate=LiveGate(), results_path=results)
 
     result = anyio.run(main)
-    (workload,) = [r for r in _records(results) if r["record"] == "workload"]
+    (workload,) = [r for r in read_records(results) if r["record"] == "workload"]
     assert workload["tokenizer"].startswith("endpoint:http://127.0.0.1:")
     counts = [i["prompt_tokens"] for i in workload["cells"]["32k/256/non_think"]]
     assert len(counts) == 2
@@ -89,10 +78,7 @@ def test_a_32k_synthetic_cell_runs_within_its_bucket_and_reaches_the_target(
 
 def test_natural_eos_outputs_are_flagged_short(tmp_path: Path) -> None:
     async def main() -> Any:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=FAST_COSTS) as (off, mtp):
             plan = _plan(
                 off.base_url,
                 mtp.base_url,
@@ -111,10 +97,7 @@ def test_spec_bench_sample_gives_per_category_acceptance_and_per_turn_figures(
     results = tmp_path / "run.jsonl"
 
     async def main() -> Any:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=FAST_COSTS) as (off, mtp):
             plan = _plan(
                 off.base_url,
                 mtp.base_url,
@@ -139,7 +122,7 @@ def test_spec_bench_sample_gives_per_category_acceptance_and_per_turn_figures(
     # the two-turn item was measured per turn, each turn its own record
     turns = [
         (r["route"], r["turn"])
-        for r in _records(results)
+        for r in read_records(results)
         if r["record"] == "measurement" and r["item"] == "spec_bench-1"
     ]
     assert sorted(turns) == [("mtp", 0), ("mtp", 1), ("off", 0), ("off", 1)]
@@ -161,10 +144,7 @@ def test_a_128k_cell_of_ten_token_prompts_is_refused_before_any_request(
     results = tmp_path / "run.jsonl"
 
     async def main() -> tuple[Exception, int, int]:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=FAST_COSTS) as (off, mtp):
             plan = _plan(
                 off.base_url,
                 mtp.base_url,
@@ -221,12 +201,7 @@ def test_outputs_without_usage_are_counted_by_the_tokenizer_and_never_credited()
     quiet = FaultConfig(missing_usage=True)
 
     async def main() -> Any:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=FAST_COSTS, faults=quiet)) as off,
-            EmbeddedEngine(
-                EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS, faults=quiet)
-            ) as mtp,
-        ):
+        async with off_and_mtp(cost=FAST_COSTS, faults=quiet) as (off, mtp):
             plan = _plan(
                 off.base_url,
                 mtp.base_url,
@@ -266,10 +241,7 @@ def test_a_resumed_run_sends_only_the_missing_turns(tmp_path: Path) -> None:
         return await run_plan(plan, gate=LiveGate(), results_path=results)
 
     async def main() -> tuple[int, int, Any]:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=FAST_COSTS) as (off, mtp):
             await run((off, mtp))
             # drop the mtp route's second turn of spec_bench-2 (as if the run had stopped)
             kept = [
@@ -297,10 +269,7 @@ def test_multi_turn_on_a_worker_pool_is_refused_before_any_request() -> None:
     from deepseekbench import PlanError
 
     async def main() -> tuple[int, int]:
-        async with (
-            EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as off,
-            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=FAST_COSTS)) as mtp,
-        ):
+        async with off_and_mtp(cost=FAST_COSTS) as (off, mtp):
             plan = _plan(
                 off.base_url,
                 mtp.base_url,

@@ -2,8 +2,10 @@
 
 Routes: ``POST /v1/chat/completions`` (stream and non-stream), ``GET /v1/models``,
 ``GET /health``, ``GET /metrics`` (Prometheus text), ``POST /tokenize``, ``GET /v1/timelines``
-(ground truth, with ``record_send_times``); ``HEAD`` on any ``GET`` route. Streaming follows vLLM's
-layout: a role-only first frame at the first output, one content chunk per
+(ground truth, with ``record_send_times``), the configuration endpoint of the dialect it
+speaks (``GET /props`` as llama.cpp, ``GET /get_server_info`` as SGLang: the draft depth,
+as :mod:`deepseekbench._spec_config` reads it); ``HEAD`` on any ``GET`` route.
+Streaming follows vLLM's layout: a role-only first frame at the first output, one content chunk per
 verify step (all tokens the step accepted), a finish chunk, a usage chunk with
 ``choices: []`` when ``stream_options.include_usage`` is true, then ``[DONE]``.
 Bad requests get OpenAI-style ``{"error": {...}}`` bodies: 400 (invalid JSON or
@@ -40,6 +42,11 @@ from deepseekbench._engine._speculative import Decoder
 from deepseekbench._engine._tokenizer import TOKENIZER
 
 _JSON: Headers = [("content-type", "application/json")]
+_CONFIG_PATHS: dict[Dialect, str] = {
+    Dialect.llamacpp: "/props",
+    Dialect.sglang: "/get_server_info",
+}
+"""The configuration endpoint each dialect's engine serves (the draft depth)."""
 MODEL_WINDOW_CHARS = 512
 """The reference model reads the last 512 characters of the question (every corpus
 question is shorter); a longer prompt is still prefilled and costed in full."""
@@ -205,6 +212,9 @@ class EngineState:
             "/tokenize": "POST",
             "/v1/timelines": "GET",
         }
+        info = _CONFIG_PATHS.get(self.config.dialect)
+        if info is not None:
+            routes[info] = "GET"
         if path not in routes:
             raise ApiError(404, f"no route {path}", kind="not_found_error", code="not_found")
         method = "GET" if request.method == "HEAD" else request.method  # HEAD: GET minus body
@@ -230,6 +240,8 @@ class EngineState:
             await responder.full(200, _JSON, orjson.dumps(self._tokenize(request)))
         elif path == "/v1/timelines":
             await responder.full(200, _JSON, self._timelines())
+        elif path == info:
+            await responder.full(200, _JSON, orjson.dumps(self._server_info()))
         else:
             await self._chat(request, responder)
 
@@ -254,6 +266,29 @@ class EngineState:
             raise ApiError(400, "give a string 'prompt', 'content' or a 'messages' list")
         ids = TOKENIZER.encode(text)
         return {"tokens": ids, "count": len(ids), "max_model_len": self.config.max_context_tokens}
+
+    def _server_info(self) -> dict[str, Any]:
+        """The draft depth where the dialect's engine says it: llama.cpp ``/props``
+        (``speculative.n_max``, ``speculative.types`` ``"none"`` when off), SGLang
+        ``/get_server_info`` (``speculative_algorithm``, ``speculative_num_steps``)."""
+        cfg = self.config
+        depth = cfg.effective_draft_depth
+        spec = cfg.speculative.value
+        if cfg.dialect is Dialect.llamacpp:
+            params = {
+                "n_predict": -1,
+                "speculative.n_max": depth or 16,  # llama.cpp keeps its default when off
+                "speculative.types": spec if depth else "none",
+            }
+            settings = {"params": params}
+            return {"model_alias": cfg.model_name, "default_generation_settings": settings}
+        names = {"off": None, "mtp": "EAGLE", "eagle3": "EAGLE3", "draft": "STANDALONE"}
+        algorithm = names.get(spec, spec.upper())
+        return {
+            "model_path": cfg.model_name,
+            "speculative_algorithm": algorithm,
+            "speculative_num_steps": depth or None,
+        }
 
     def _timelines(self) -> bytes:
         """Every recorded completion's timeline as JSON (see docs/engine.md)."""

@@ -7,7 +7,6 @@ for the binary, so the start / health / stop logic runs in the default test suit
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import anyio
@@ -24,6 +23,7 @@ from deepseekbench._llamacpp import (
     llama_server_args,
     llama_servers,
 )
+from tests._procs import python_script
 
 FAKE_SERVER = """\
 import os, signal, sys, time, http.server
@@ -55,10 +55,7 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 @pytest.fixture
 def fake_binary(tmp_path: Path) -> Path:
-    exe = tmp_path / "llama-server"
-    exe.write_text(f"#!{sys.executable}\n{FAKE_SERVER}")
-    exe.chmod(0o755)
-    return exe
+    return python_script(tmp_path / "llama-server", FAKE_SERVER)
 
 
 @pytest.fixture

@@ -1,0 +1,98 @@
+"""Helpers shared by the end-to-end tests that run plans on the embedded engine.
+
+``COSTS`` (cheap steps, still a costlier target than draft), :func:`read_records`
+(a results file's JSONL records), :func:`off_and_mtp` (two embedded engines, the
+second with MTP), :func:`plan_of` (a plan for ``deepseekbench-ref`` on given
+routes) and :func:`make_row` (a verified speculation-off row of 8 requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from deepseekbench._axes import Dialect, Speculative
+from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._row import Row
+
+COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
+
+Route = tuple[str, str, str] | tuple[str, str, str, Dialect]
+"""(label, speculative, base_url) or (label, speculative, base_url, dialect);
+the dialect is vLLM's when not given."""
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every JSONL record of a results file (blank lines skipped)."""
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+@asynccontextmanager
+async def off_and_mtp(**config: Any) -> AsyncIterator[tuple[EmbeddedEngine, EmbeddedEngine]]:
+    """Two embedded engines with the same ``EngineConfig`` keywords: speculation off,
+    and MTP."""
+    async with (
+        EmbeddedEngine(EngineConfig(**config)) as off,
+        EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, **config)) as mtp,
+    ):
+        yield off, mtp
+
+
+def plan_of(
+    routes: Sequence[Route], defaults: Mapping[str, Any], over: Mapping[str, Any]
+) -> BenchmarkPlan:
+    """A plan for model ``deepseekbench-ref`` on ``routes``: ``defaults``, then ``over``.
+
+    Raises:
+        pydantic.ValidationError: the plan is invalid.
+    """
+    data: dict[str, Any] = {
+        "model": "deepseekbench-ref",
+        "routes": [
+            {
+                "label": r[0],
+                "speculative": r[1],
+                "base_url": r[2],
+                "dialect": (r[3] if len(r) == 4 else Dialect.vllm).value,
+            }
+            for r in routes
+        ],
+        **defaults,
+    }
+    data.update(over)
+    return BenchmarkPlan.model_validate(data)
+
+
+def make_row(**kw: Any) -> Row:
+    """A row of a speculation-off route ``off`` at 1k/256/non_think (TTFT 10 ms, TPOT
+    10 ms, E2E 100 ms, 100 output tokens/s, 8 requests, parity verified); ``kw``
+    overrides any field.
+
+    Raises:
+        pydantic.ValidationError: the fields do not make a valid row.
+    """
+    base: dict[str, Any] = {
+        "model_id": "m",
+        "provider_route": "local",
+        "engine_route": "embedded",
+        "hosting": "embedded",
+        "context_bucket": "1k",
+        "output_target": "256",
+        "reasoning_mode": "non_think",
+        "stream": True,
+        "speculative": "off",
+        "route_label": "off",
+        "ttft_ms": 10.0,
+        "tpot_ms": 10.0,
+        "e2e_ms": 100.0,
+        "output_toks_per_s": 100.0,
+        "n_requests": 8,
+        "quality_parity": "verified",
+    }
+    base.update(kw)
+    return Row.model_validate(base)
