@@ -78,9 +78,10 @@ def check_verdict(run: PairRun, label: str) -> list[bool]:
         assert line.verdict is not None
         assert RefusalReason.candidate_parity_not_verified in line.verdict.reasons
         assert parity.first_divergence is not None
-        first = matches.index(False)
-        assert parity.first_divergence.startswith(f"prompt-{first}"), parity.first_divergence
-        assert f"{label} @ 1k/256/non_think: no speedup credited; parity differs" in run.text
+        first = matches.index(False)  # 0-based; the library names parity prompts from 1
+        assert parity.first_divergence.startswith(f"prompt-{first + 1}:"), parity.first_divergence
+        # the scorecard names the load point (closed loop, one stream: "c=1")
+        assert f"{label} @ 1k/256/non_think (c=1): no speedup credited; parity differs" in run.text
         assert f"  first divergence: {parity.first_divergence}" in run.text
     return matches
 
