@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _aiohttp_sse import read_deltas
 
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import Timeouts, measure_streamed
-from deepseekbench._route import EngineRoute
+from deepseekbench._measure._measure import Timeouts, measure_streamed
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
 
 
 def _events(chunks: int) -> list[bytes]:

@@ -30,17 +30,17 @@ from dataclasses import dataclass
 
 import anyio
 
-from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine import EngineTask, reference_tasks
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, Timeouts, measure_streamed
-from deepseekbench._request import ChatRequest
-from deepseekbench._route import EngineRoute
-from deepseekbench._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._types._request import ChatRequest
 
 _CHILD = """
 import anyio, sys
-from deepseekbench._axes import Speculative
+from deepseekbench._types._axes import Speculative
 from deepseekbench._engine import EngineConfig, serve
 method, _, fault = sys.argv[1].partition("+")
 cfg = EngineConfig(speculative=Speculative(method), mistuned_draft=fault == "mistuned")

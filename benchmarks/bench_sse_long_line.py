@@ -1,7 +1,7 @@
 """SSE decoder cost of one long line fed in many reads (issue 10, item 12).
 
 Feeds ``--mib`` MiB of a single ``data:`` line in ``--read-kib`` KiB reads, then
-its line end, to :class:`deepseekbench._sse.SSEDecoder` with limits raised above
+its line end, to :class:`deepseekbench._measure._sse.SSEDecoder` with limits raised above
 the line, and prints the CPU time and the rate (MiB per CPU-second). A decoder
 that re-copies its buffer per read costs time quadratic in the line length; this
 one is linear, so doubling ``--mib`` about doubles the time.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deepseekbench._sse import SSEDecoder
+from deepseekbench._measure._sse import SSEDecoder
 
 
 def run(mib: int, read_kib: int) -> float:

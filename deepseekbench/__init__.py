@@ -5,15 +5,134 @@ speculative row and its ``speculative=off`` baseline (:func:`compare_speedup`).
 Nothing opens a connection except through a :class:`LiveGate`.
 """
 
-from deepseekbench._acceptance import (
+from deepseekbench._analysis._analysis import MeasuredRequest, RouteParity, RunResult, load_results
+from deepseekbench._analysis._breakdown import category_speedups
+from deepseekbench._analysis._speedup import (
+    MIN_REQUESTS_FOR_SPEEDUP,
+    CompareSpeedup,
+    RefusalReason,
+    SpeedupEvidence,
+    SpeedupMetric,
+    SpeedupVerdict,
+    compare_speedup,
+)
+from deepseekbench._engine import (
+    FAULT_HEADER,
+    CostModel,
+    EmbeddedEngine,
+    EngineConfig,
+    EngineCounters,
+    EngineTask,
+    FaultConfig,
+    FaultKind,
+    all_reference_tasks,
+    reference_tasks,
+)
+from deepseekbench._errors import (
+    DeepseekBenchError,
+    LiveGateError,
+    PlanError,
+    RouteUnreachableError,
+    RowFormatError,
+)
+from deepseekbench._launch._llamacpp import (
+    LlamaServerError,
+    LlamaServerSpec,
+    RunningLlamaServer,
+    find_llama_server,
+    llama_server,
+    llama_server_args,
+    llama_servers,
+)
+from deepseekbench._measure._measure import (
+    ErrorKind,
+    MeasureStreamed,
+    StreamError,
+    StreamLimits,
+    StreamMeasurement,
+    Timeouts,
+    measure_streamed,
+)
+from deepseekbench._measure._server_metrics import (
+    MetricsSnapshot,
+    metrics_delta,
+    parse_metrics,
+    scrape_metrics,
+)
+from deepseekbench._measure._tokens import (
+    EndpointTokenCounter,
+    HFTokenizerCounter,
+    TokenCounter,
+    TokenizeError,
+)
+from deepseekbench._net._gate import GatedTransport, LiveGate, is_loopback_host
+from deepseekbench._net._route import EngineRoute, eos_controls, reasoning_controls
+from deepseekbench._net._transport import pool_limits
+from deepseekbench._plan._capability import (
+    ModelCapability,
+    ModelCapabilityError,
+    mtp_depth_from_gguf,
+    mtp_depth_from_hf_config,
+    probe_model_capability,
+)
+from deepseekbench._plan._plan import (
+    ArrivalPlan,
+    BenchmarkPlan,
+    CellPlan,
+    LoadPoint,
+    ParityPlan,
+    PlanSources,
+    RoutePlan,
+    SloPlan,
+    WorkloadPlan,
+)
+from deepseekbench._plan._tasks import (
+    DEFAULT_TOLERANCE,
+    Grader,
+    GraderKind,
+    Task,
+    TaskFlip,
+    TaskFormatError,
+    TaskParityResult,
+    load_tasks,
+    smoke_tasks,
+    task_parity,
+)
+from deepseekbench._plan._workload import (
+    InputLength,
+    WorkloadFormatError,
+    WorkloadItem,
+    WorkloadLengthError,
+    check_bucket,
+    load_jsonl,
+    load_sharegpt,
+    load_spec_bench,
+    synthetic_items,
+)
+from deepseekbench._report._scorecard import (
+    MissingExtraError,
+    Scorecard,
+    ScorecardLine,
+    bootstrap_speedup_ci,
+    crossover_text,
+    paired_speedup_ci,
+)
+from deepseekbench._runner import DryRunResult, ProgressEvent, dry_run, run_plan
+from deepseekbench._store._results import (
+    ResultsFormatError,
+    ResultsInUseError,
+    ResultsRun,
+    ResultsWriteError,
+    list_runs,
+)
+from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     acceptance_from_llamacpp,
     acceptance_from_sglang,
     acceptance_from_vllm,
     read_acceptance,
 )
-from deepseekbench._analysis import MeasuredRequest, RouteParity, RunResult, load_results
-from deepseekbench._axes import (
+from deepseekbench._types._axes import (
     KEY_AXES,
     LOAD_AXES,
     AcceptanceScope,
@@ -35,53 +154,7 @@ from deepseekbench._axes import (
     Speculative,
     SpeculativeName,
 )
-from deepseekbench._breakdown import category_speedups
-from deepseekbench._capability import (
-    ModelCapability,
-    ModelCapabilityError,
-    mtp_depth_from_gguf,
-    mtp_depth_from_hf_config,
-    probe_model_capability,
-)
-from deepseekbench._engine import (
-    FAULT_HEADER,
-    CostModel,
-    EmbeddedEngine,
-    EngineConfig,
-    EngineCounters,
-    EngineTask,
-    FaultConfig,
-    FaultKind,
-    all_reference_tasks,
-    reference_tasks,
-)
-from deepseekbench._errors import (
-    DeepseekBenchError,
-    LiveGateError,
-    PlanError,
-    RouteUnreachableError,
-    RowFormatError,
-)
-from deepseekbench._gate import GatedTransport, LiveGate, is_loopback_host
-from deepseekbench._llamacpp import (
-    LlamaServerError,
-    LlamaServerSpec,
-    RunningLlamaServer,
-    find_llama_server,
-    llama_server,
-    llama_server_args,
-    llama_servers,
-)
-from deepseekbench._measure import (
-    ErrorKind,
-    MeasureStreamed,
-    StreamError,
-    StreamLimits,
-    StreamMeasurement,
-    Timeouts,
-    measure_streamed,
-)
-from deepseekbench._parity import (
+from deepseekbench._types._parity import (
     BASELINE_NONDETERMINISTIC,
     DeterminismControl,
     Divergence,
@@ -92,27 +165,8 @@ from deepseekbench._parity import (
     determinism_control,
     exact_acceptance,
 )
-from deepseekbench._plan import (
-    ArrivalPlan,
-    BenchmarkPlan,
-    CellPlan,
-    LoadPoint,
-    ParityPlan,
-    PlanSources,
-    RoutePlan,
-    SloPlan,
-    WorkloadPlan,
-)
-from deepseekbench._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
-from deepseekbench._results import (
-    ResultsFormatError,
-    ResultsInUseError,
-    ResultsRun,
-    ResultsWriteError,
-    list_runs,
-)
-from deepseekbench._route import EngineRoute, eos_controls, reasoning_controls
-from deepseekbench._row import (
+from deepseekbench._types._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
+from deepseekbench._types._row import (
     REQUIRED_FIELDS,
     SCHEMA_VERSION,
     Dispersion,
@@ -123,60 +177,6 @@ from deepseekbench._row import (
     row_json_schema,
     rows_html,
     write_rows,
-)
-from deepseekbench._runner import DryRunResult, ProgressEvent, dry_run, run_plan
-from deepseekbench._scorecard import (
-    MissingExtraError,
-    Scorecard,
-    ScorecardLine,
-    bootstrap_speedup_ci,
-    crossover_text,
-    paired_speedup_ci,
-)
-from deepseekbench._server_metrics import (
-    MetricsSnapshot,
-    metrics_delta,
-    parse_metrics,
-    scrape_metrics,
-)
-from deepseekbench._speedup import (
-    MIN_REQUESTS_FOR_SPEEDUP,
-    CompareSpeedup,
-    RefusalReason,
-    SpeedupEvidence,
-    SpeedupMetric,
-    SpeedupVerdict,
-    compare_speedup,
-)
-from deepseekbench._tasks import (
-    DEFAULT_TOLERANCE,
-    Grader,
-    GraderKind,
-    Task,
-    TaskFlip,
-    TaskFormatError,
-    TaskParityResult,
-    load_tasks,
-    smoke_tasks,
-    task_parity,
-)
-from deepseekbench._tokens import (
-    EndpointTokenCounter,
-    HFTokenizerCounter,
-    TokenCounter,
-    TokenizeError,
-)
-from deepseekbench._transport import pool_limits
-from deepseekbench._workload import (
-    InputLength,
-    WorkloadFormatError,
-    WorkloadItem,
-    WorkloadLengthError,
-    check_bucket,
-    load_jsonl,
-    load_sharegpt,
-    load_spec_bench,
-    synthetic_items,
 )
 
 __version__ = "0.1.0"

@@ -44,10 +44,11 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from deepseekbench._errors import LiveGateError, MissingExtraError, PlanError, RowFormatError
-from deepseekbench._gate import ENV_API_KEY, LiveGate
-from deepseekbench._plan import BenchmarkPlan, ParityPlan, validation_error_lines
-from deepseekbench._plot import require_matplotlib
-from deepseekbench._row import read_rows, write_rows
+from deepseekbench._measure._tokens import TokenizeError
+from deepseekbench._net._gate import ENV_API_KEY, LiveGate
+from deepseekbench._plan._plan import BenchmarkPlan, ParityPlan, validation_error_lines
+from deepseekbench._report._plot import require_matplotlib
+from deepseekbench._report._scorecard import Scorecard, cell_id, load_point
 from deepseekbench._runner import (
     DryRunResult,
     ProgressEvent,
@@ -58,8 +59,7 @@ from deepseekbench._runner import (
     load_results_and_runs,
     run_plan,
 )
-from deepseekbench._scorecard import Scorecard, cell_id, load_point
-from deepseekbench._tokens import TokenizeError
+from deepseekbench._types._row import read_rows, write_rows
 
 __all__ = [
     "DEMO_COMPUTE_MS_PER_TOKEN",
@@ -317,8 +317,8 @@ def _exit_for(result: RunResult) -> int:
 
 
 async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from deepseekbench._axes import Speculative
     from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+    from deepseekbench._types._axes import Speculative
 
     t0 = time.perf_counter()
     path: Path = args.results

@@ -47,7 +47,7 @@ class MissingExtraError(DeepseekBenchError, ImportError):
 
 class RouteUnreachableError(PlanError):
     """One or more routes failed the reachability probe before any measurement (see
-    ``deepseekbench._probe``): nothing answered, the server answered with an HTTP
+    ``deepseekbench._net._probe``): nothing answered, the server answered with an HTTP
     error, or it does not serve the route's model.
 
     ``failures`` maps each failed route's label to what failed: ``"connect"``,

@@ -6,10 +6,10 @@ The run is a pipeline whose data flows one way::
             (_schedule)  (_executor)  (_results)       (_analysis)  (_scorecard)
 
 This module only wires the stages: it prepares the workload
-(:mod:`deepseekbench._prepare`: each cell's items, counted with the plan's
+(:mod:`deepseekbench._execute._prepare`: each cell's items, counted with the plan's
 tokenizer and checked against the cell's bucket before any measured request),
 builds the schedule
-(:func:`~deepseekbench._schedule.build_schedule`: parity set per route, then per
+(:func:`~deepseekbench._plan._schedule.build_schedule`: parity set per route, then per
 cell and load point ``rounds`` rounds of every route's block with the route
 order alternating, then the determinism control), drops what an earlier run of
 the same plan already recorded, hands each block to the executor, appends every
@@ -17,13 +17,13 @@ finished request to the results file as it arrives, and builds the rows from
 the records at the end.
 
 **Results file.** Records are appended and flushed as they arrive
-(:mod:`deepseekbench._results`); a crash or Ctrl-C loses nothing already
+(:mod:`deepseekbench._store._results`); a crash or Ctrl-C loses nothing already
 written. A rerun with the same plan and file skips every measured request that
 succeeded and every parity output that completed; errored measurements are
 measured again unless ``retry_errors=False`` (CLI ``--no-retry-errors``), and
 errored parity outputs are always retried (the latest record of a key wins).
-Rows are a pure function of the records (:mod:`deepseekbench._analysis`), so :func:`load_results`
-rebuilds exactly what the run returned.
+Rows are a pure function of the records (:mod:`deepseekbench._analysis._analysis`), so
+:func:`load_results` rebuilds exactly what the run returned.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from deepseekbench._acceptance import AcceptanceRecord
-from deepseekbench._analysis import (
+from deepseekbench._analysis._analysis import (
     MeasuredRequest,
     RouteParity,
     RunResult,
@@ -51,22 +50,32 @@ from deepseekbench._analysis import (
     load_results_and_runs,
     row_identity,
 )
-from deepseekbench._axes import QualityParity
 from deepseekbench._errors import PlanError
-from deepseekbench._executor import Sent
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, redact_measurement
-from deepseekbench._parity import ParityOutput
-from deepseekbench._plan import BenchmarkPlan
-from deepseekbench._pool_executor import executor_for
-from deepseekbench._prepare import (
+from deepseekbench._execute._executor import Sent
+from deepseekbench._execute._pool_executor import executor_for
+from deepseekbench._execute._prepare import (
     PreparedWorkload,
-    conversation_pid,
     make_counter,
     prepare_workload,
 )
-from deepseekbench._probe import PROBE_TIMEOUT_S, probe_routes
-from deepseekbench._results import (
+from deepseekbench._execute._workers import PoolReport
+from deepseekbench._measure._measure import StreamMeasurement, redact_measurement
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._net._transport import pool_limits
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._schedule import (
+    Block,
+    Phase,
+    WorkItem,
+    build_schedule,
+    conversation_pid,
+    parity_prompts,
+)
+from deepseekbench._plan._spec_config import check_spec_config
+from deepseekbench._plan._workload import check_bucket_bytes
+from deepseekbench._store._results import (
     MeasureInfo,
     ResultsFormatError,
     ResultsRun,
@@ -77,13 +86,10 @@ from deepseekbench._results import (
     read_numbered_records,
     state_from,
 )
-from deepseekbench._route import EngineRoute
-from deepseekbench._row import Row
-from deepseekbench._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
-from deepseekbench._spec_config import check_spec_config
-from deepseekbench._transport import pool_limits
-from deepseekbench._workers import PoolReport
-from deepseekbench._workload import check_bucket_bytes
+from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._axes import QualityParity
+from deepseekbench._types._parity import ParityOutput
+from deepseekbench._types._row import Row
 
 __all__ = [
     "DryRunResult",
@@ -487,7 +493,7 @@ async def run_plan(
     Raises:
         RouteUnreachableError: with ``plan.probe_routes`` (the default), a route
             did not answer its probe, answered with an HTTP error, or does not
-            serve its model (``deepseekbench._probe``; a ``PlanError``, raised
+            serve its model (``deepseekbench._net._probe``; a ``PlanError``, raised
             before any measured request, nothing recorded).
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP

@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
-from deepseekbench._plan import BenchmarkPlan
-from deepseekbench._row import Row
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._types._row import Row
 
 COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
 

@@ -19,7 +19,7 @@ from deepseekbench import (
     Row,
     Speculative,
 )
-from deepseekbench._axes import AcceptanceScope
+from deepseekbench._types._axes import AcceptanceScope
 
 ms = st.floats(min_value=0.0, max_value=1e7, allow_nan=False, allow_infinity=False)
 positive_ms = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)

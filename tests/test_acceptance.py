@@ -8,18 +8,18 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from deepseekbench._acceptance import (
+from deepseekbench._errors import LiveGateError
+from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics, scrape_metrics
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     acceptance_from_llamacpp,
     acceptance_from_sglang,
     acceptance_from_vllm,
     read_acceptance,
 )
-from deepseekbench._axes import AcceptanceScope, Dialect
-from deepseekbench._errors import LiveGateError
-from deepseekbench._gate import LiveGate
-from deepseekbench._route import EngineRoute
-from deepseekbench._server_metrics import metrics_delta, parse_metrics, scrape_metrics
+from deepseekbench._types._axes import AcceptanceScope, Dialect
 from tests._replay import RecordedRequest, Script, Write, replay_server
 
 # Wire values of any JSON-ish kind, including the ones that must read as unknown.

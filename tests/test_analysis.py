@@ -20,7 +20,7 @@ from deepseekbench import (
     StreamMeasurement,
     load_results,
 )
-from deepseekbench._parity import ParityOutput
+from deepseekbench._types._parity import ParityOutput
 
 PARITY_PROMPTS = ["a", "b"]
 

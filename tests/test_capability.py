@@ -9,14 +9,14 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from deepseekbench._capability import (
+from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._plan._capability import (
     ModelCapability,
     ModelCapabilityError,
     mtp_depth_from_gguf,
     mtp_depth_from_hf_config,
     probe_model_capability,
 )
-from deepseekbench._errors import DeepseekBenchError
 
 DEEPSEEK_V3_LIKE: dict[str, Any] = {
     "architectures": ["DeepseekV3ForCausalLM"],

@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
-from deepseekbench._axes import Dialect
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, measure_streamed
-from deepseekbench._route import EngineRoute
-from deepseekbench._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._measure._measure import StreamMeasurement, measure_streamed
+from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._axes import Dialect
 from tests._replay import RecordedRequest, Script, Write, replay_server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

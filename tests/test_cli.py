@@ -29,7 +29,7 @@ from deepseekbench._cli import (
     EXIT_USAGE,
     main,
 )
-from deepseekbench._row import Row
+from deepseekbench._types._row import Row
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -37,7 +37,7 @@ import pytest
 
 from deepseekbench import BenchmarkPlan
 from deepseekbench._cli import build_parser, main
-from deepseekbench._tasks import parse_tasks
+from deepseekbench._plan._tasks import parse_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

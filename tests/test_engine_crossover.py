@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
-from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine import (
     CostModel,
     EmbeddedEngine,
@@ -24,10 +23,11 @@ from deepseekbench._engine import (
     EngineTask,
     reference_tasks,
 )
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, measure_streamed
-from deepseekbench._request import ChatRequest
-from deepseekbench._route import EngineRoute
+from deepseekbench._measure._measure import StreamMeasurement, measure_streamed
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._types._request import ChatRequest
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,6 @@ import anyio
 import httpx
 import pytest
 
-from deepseekbench._acceptance import AcceptanceRecord
-from deepseekbench._axes import AcceptanceScope, Dialect, ReasoningMode, Speculative
 from deepseekbench._engine import (
     FAST_COSTS,
     FAULT_HEADER,
@@ -32,11 +30,13 @@ from deepseekbench._engine import (
     FaultKind,
     reference_tasks,
 )
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import ErrorKind, StreamMeasurement, Timeouts, measure_streamed
-from deepseekbench._request import ChatRequest
-from deepseekbench._route import EngineRoute
-from deepseekbench._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._measure._measure import ErrorKind, StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._axes import AcceptanceScope, Dialect, ReasoningMode, Speculative
+from deepseekbench._types._request import ChatRequest
 
 pytestmark = pytest.mark.anyio
 

@@ -19,8 +19,8 @@ from deepseekbench import (
     Timeouts,
 )
 from deepseekbench._engine._costs import FAST_COSTS
-from deepseekbench._executor import Executor, Sent
-from deepseekbench._schedule import Block, Phase, WorkItem
+from deepseekbench._execute._executor import Executor, Sent
+from deepseekbench._plan._schedule import Block, Phase, WorkItem
 
 
 def _request(text: str) -> ChatRequest:

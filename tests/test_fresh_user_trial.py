@@ -25,13 +25,13 @@ from deepseekbench import (
     load_results,
     run_plan,
 )
-from deepseekbench._axes import Speculative
 from deepseekbench._cli import EXIT_OK, EXIT_USAGE, _StderrProgress, main
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
-from deepseekbench._measure import ErrorKind, measure_streamed
-from deepseekbench._probe import probe_route
+from deepseekbench._measure._measure import ErrorKind, measure_streamed
+from deepseekbench._net._probe import probe_route
+from deepseekbench._net._transport import connect_error_text
 from deepseekbench._runner import ProgressEvent
-from deepseekbench._transport import connect_error_text
+from deepseekbench._types._axes import Speculative
 from tests._replay import Script, Write, replay_server
 from tests.test_cli import served
 

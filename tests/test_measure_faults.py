@@ -11,12 +11,12 @@ import orjson
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from deepseekbench._axes import Dialect, ReasoningMode, Speculative
 from deepseekbench._errors import LiveGateError
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import ErrorKind, StreamMeasurement, Timeouts, measure_streamed
-from deepseekbench._request import ChatRequest
-from deepseekbench._route import EngineRoute
+from deepseekbench._measure._measure import ErrorKind, StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._axes import Dialect, ReasoningMode, Speculative
+from deepseekbench._types._request import ChatRequest
 from tests._replay import RecordedRequest, Script, Write, closed_port, replay_server
 
 REQ = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 32}

@@ -12,14 +12,14 @@ import anyio
 import pytest
 from anyio.abc import SocketStream
 
-from deepseekbench._gate import LiveGate
-from deepseekbench._route import EngineRoute
-from deepseekbench._server_metrics import (
+from deepseekbench._measure._server_metrics import (
     MetricsSnapshot,
     metrics_delta,
     scrape_metrics,
     scrape_settled,
 )
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
 
 pytestmark = pytest.mark.anyio
 

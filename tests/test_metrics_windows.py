@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from deepseekbench._acceptance import AcceptanceRecord
-from deepseekbench._axes import AcceptanceScope, Dialect
-from deepseekbench._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._axes import AcceptanceScope, Dialect
 
 NAMES = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 

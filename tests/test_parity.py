@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deepseekbench._axes import QualityParity
-from deepseekbench._measure import ErrorKind, StreamError, StreamMeasurement
-from deepseekbench._parity import (
+from deepseekbench._measure._measure import ErrorKind, StreamError, StreamMeasurement
+from deepseekbench._plan._tasks import Grader, GraderKind, Task, task_parity
+from deepseekbench._types._axes import QualityParity
+from deepseekbench._types._parity import (
     BASELINE_NONDETERMINISTIC,
     ExactAcceptance,
     ParityOutput,
@@ -16,7 +17,6 @@ from deepseekbench._parity import (
     exact_acceptance,
     row_parity,
 )
-from deepseekbench._tasks import Grader, GraderKind, Task, task_parity
 
 
 def outs(**texts: str | None) -> dict[str, ParityOutput]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from deepseekbench._axes import Dialect, Speculative
+from deepseekbench._analysis._spec_fields import cell_by_position
 from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig, reference_tasks
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import measure_streamed
-from deepseekbench._request import ChatRequest
-from deepseekbench._route import EngineRoute
-from deepseekbench._server_metrics import metrics_delta, scrape_metrics
-from deepseekbench._spec_fields import cell_by_position
+from deepseekbench._measure._measure import measure_streamed
+from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._types._request import ChatRequest
 
 pytestmark = pytest.mark.anyio
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from deepseekbench._axes import Speculative
 from deepseekbench._errors import PlanError
-from deepseekbench._gate import LiveGate
-from deepseekbench._plan import ArrivalPlan, BenchmarkPlan, CellPlan, validation_error_lines
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._plan._plan import ArrivalPlan, BenchmarkPlan, CellPlan, validation_error_lines
+from deepseekbench._plan._tasks import smoke_tasks
 from deepseekbench._runner import dry_run
-from deepseekbench._tasks import smoke_tasks
+from deepseekbench._types._axes import Speculative
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "plan.toml"
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from deepseekbench._errors import MissingExtraError
-from deepseekbench._row import Row, read_rows, write_rows
-from deepseekbench._scorecard import Scorecard, line_key
+from deepseekbench._report._scorecard import Scorecard, line_key
+from deepseekbench._types._row import Row, read_rows, write_rows
 from tests._helpers import make_row
 
 matplotlib = pytest.importorskip("matplotlib")  # in the test extra; skip cleanly without it

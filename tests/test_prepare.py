@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from deepseekbench import BenchmarkPlan, ChatRequest, PlanError, StreamMeasurement
-from deepseekbench._prepare import converse, default_input_length, prepare_workload
-from deepseekbench._workload import WorkloadFormatError, WorkloadItem, WorkloadLengthError
+from deepseekbench._execute._prepare import converse, default_input_length, prepare_workload
+from deepseekbench._plan._workload import WorkloadFormatError, WorkloadItem, WorkloadLengthError
 from tests._fakes import CharCounter
 
 pytestmark = pytest.mark.anyio
@@ -159,7 +159,7 @@ async def test_each_turn_carries_this_routes_own_earlier_answers() -> None:
 
 
 async def test_an_errored_turn_ends_the_conversation_and_resume_reuses_answers() -> None:
-    from deepseekbench._measure import ErrorKind, StreamError
+    from deepseekbench._measure._measure import ErrorKind, StreamError
 
     calls: list[tuple[dict[str, Any], ...]] = []
 

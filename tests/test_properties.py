@@ -30,7 +30,7 @@ from deepseekbench import (
     SpeedupVerdict,
     compare_speedup,
 )
-from deepseekbench._speedup import SpeedupMetric
+from deepseekbench._analysis._speedup import SpeedupMetric
 from tests.strategies import creditable_pairs, rows
 from tests.test_foundation import make_row
 

@@ -13,18 +13,18 @@ import orjson
 import pytest
 from pydantic import SecretStr
 
-from deepseekbench._axes import QualityParity, Speculative
 from deepseekbench._engine import FAST_COSTS, CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._errors import LiveGateError
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import ErrorKind, Timeouts
-from deepseekbench._plan import BenchmarkPlan
-from deepseekbench._ray_executor import RayPool, ray_address_host
-from deepseekbench._request import ChatRequest
-from deepseekbench._route import EngineRoute
+from deepseekbench._execute._ray_executor import RayPool, ray_address_host
+from deepseekbench._execute._workers import PoolResult
+from deepseekbench._execute._workshare import LoadWork, PoolItem
+from deepseekbench._measure._measure import ErrorKind, Timeouts
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._runner import run_plan
-from deepseekbench._workers import PoolResult
-from deepseekbench._workshare import LoadWork, PoolItem
+from deepseekbench._types._axes import QualityParity, Speculative
+from deepseekbench._types._request import ChatRequest
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray]
 PROMPTS = ("Count from 3 to 9.", "12 + 30 =", "Reverse brata.", "7 × 8 =")

@@ -39,7 +39,7 @@ from deepseekbench import (
 )
 from deepseekbench._cli import EXIT_ERRORS, EXIT_OK, EXIT_USAGE, main
 from deepseekbench._errors import RowFormatError
-from deepseekbench._results import ResultsWriter
+from deepseekbench._store._results import ResultsWriter
 from tests._replay import RecordedRequest, Script, replay_server
 from tests.test_foundation import make_row
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from deepseekbench._axes import Dialect, ReasoningMode
-from deepseekbench._request import ChatRequest, coerce_request
-from deepseekbench._route import EngineRoute
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._axes import Dialect, ReasoningMode
+from deepseekbench._types._request import ChatRequest, coerce_request
 
 MSG = ({"role": "user", "content": "hi"},)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deepseekbench import AcceptanceRecord, AcceptanceScope, Dialect, StreamMeasurement
-from deepseekbench._rowstats import acceptance as _acceptance
+from deepseekbench._analysis._rowstats import acceptance as _acceptance
 
 
 def llamacpp_measurement(drafted: int, accepted: int) -> StreamMeasurement:

@@ -10,13 +10,13 @@ from typing import Any
 import anyio
 import pytest
 
-from deepseekbench._axes import AcceptanceScope, Dialect, QualityParity, Speculative
+from deepseekbench._analysis._speedup import RefusalReason
 from deepseekbench._engine import EmbeddedEngine, EngineConfig
-from deepseekbench._gate import LiveGate
-from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import ProgressEvent, load_results, run_plan
-from deepseekbench._scorecard import Scorecard
-from deepseekbench._speedup import RefusalReason
+from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity, Speculative
 from tests._helpers import COSTS, off_and_mtp, plan_of, read_records
 
 PLAN: dict[str, Any] = {

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from deepseekbench import Arrival, BenchmarkPlan, PlanError
-from deepseekbench._measure import StreamMeasurement
-from deepseekbench._results import ResultsState
+from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._plan._schedule import Phase, build_schedule, measure_slot, parity_prompts
 from deepseekbench._runner import grid_text, pending
-from deepseekbench._schedule import Phase, build_schedule, measure_slot, parity_prompts
+from deepseekbench._store._results import ResultsState
 
 PROMPTS = ("p0", "p1", "p2", "p3")
 

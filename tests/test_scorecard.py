@@ -13,17 +13,17 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-import deepseekbench._scorecard as scorecard_mod
-from deepseekbench._axes import AcceptanceScope, QualityParity, Speculative
-from deepseekbench._row import Row
-from deepseekbench._scorecard import (
+import deepseekbench._report._scorecard as scorecard_mod
+from deepseekbench._analysis._speedup import compare_speedup
+from deepseekbench._report._scorecard import (
     MissingExtraError,
     ParityDetail,
     Scorecard,
     bootstrap_speedup_ci,
     line_key,
 )
-from deepseekbench._speedup import compare_speedup
+from deepseekbench._types._axes import AcceptanceScope, QualityParity, Speculative
+from deepseekbench._types._row import Row
 from tests._helpers import make_row
 from tests.strategies import creditable_pairs
 
@@ -203,7 +203,7 @@ def test_off_line_is_the_baseline() -> None:
 def test_docs_explain_every_refusal_reason() -> None:
     from pathlib import Path
 
-    from deepseekbench._speedup import RefusalReason
+    from deepseekbench._analysis._speedup import RefusalReason
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "scorecard.md").read_text("utf-8")
     missing = [r.value for r in RefusalReason if r.value not in doc]

@@ -7,13 +7,13 @@ import time
 import anyio
 import pytest
 
-from deepseekbench._client_health import client_saturated, max_pool_wait_ms
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import StreamMeasurement, measure_streamed
-from deepseekbench._plan import BenchmarkPlan
-from deepseekbench._route import EngineRoute
-from deepseekbench._scorecard import Scorecard
-from deepseekbench._selfcheck import DEFAULT_LAG_THRESHOLD_MS, SelfCheck, current_selfcheck
+from deepseekbench._measure._client_health import client_saturated, max_pool_wait_ms
+from deepseekbench._measure._measure import StreamMeasurement, measure_streamed
+from deepseekbench._measure._selfcheck import DEFAULT_LAG_THRESHOLD_MS, SelfCheck, current_selfcheck
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._report._scorecard import Scorecard
 from tests._helpers import make_row
 from tests._replay import Script, replay_server
 

@@ -14,14 +14,14 @@ import anyio
 import orjson
 import pytest
 
-from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import measure_streamed
-from deepseekbench._plan import BenchmarkPlan, RoutePlan
-from deepseekbench._route import EngineRoute
+from deepseekbench._measure._measure import measure_streamed
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._plan._plan import BenchmarkPlan, RoutePlan
+from deepseekbench._plan._spec_config import check_spec_config
 from deepseekbench._runner import run_plan
-from deepseekbench._spec_config import check_spec_config
+from deepseekbench._types._axes import Dialect, Speculative
 
 COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
 REQ = {"messages": [{"role": "user", "content": "2+2="}], "max_tokens": 8}

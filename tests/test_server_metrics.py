@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from deepseekbench._axes import AcceptanceScope, Dialect
-from deepseekbench._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._types._axes import AcceptanceScope, Dialect
 
 _LLAMACPP_BEFORE = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._errors import LiveGateError, PlanError
-from deepseekbench._gate import LiveGate
-from deepseekbench._plan import RoutePlan
-from deepseekbench._route import EngineRoute
-from deepseekbench._spec_config import (
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._plan._plan import RoutePlan
+from deepseekbench._plan._spec_config import (
     check_spec_config,
     served_spec_tokens,
     spec_tokens_from_info,
 )
+from deepseekbench._types._axes import Dialect, Speculative
 from tests._replay import RecordedRequest, Script, Write, replay_server
 
 PROPS = {"default_generation_settings": {"params": {"speculative.n_max": 4, "n_predict": -1}}}

@@ -1,4 +1,4 @@
-"""Properties of the incremental WHATWG event-stream decoder (deepseekbench._sse)."""
+"""Properties of the incremental WHATWG event-stream decoder (deepseekbench._measure._sse)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from deepseekbench._sse import SSEDecoder, SSEEvent
+from deepseekbench._measure._sse import SSEDecoder, SSEEvent
 
 # Field values: any text without line-end characters (NUL allowed in data).
 _value = st.text(

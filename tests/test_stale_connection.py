@@ -19,10 +19,10 @@ import orjson
 import pytest
 from anyio.abc import SocketStream
 
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import ErrorKind, measure_streamed
-from deepseekbench._route import EngineRoute
-from deepseekbench._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._measure._measure import ErrorKind, measure_streamed
+from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
 
 pytestmark = pytest.mark.anyio
 

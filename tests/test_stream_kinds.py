@@ -14,16 +14,16 @@ from typing import Any
 import orjson
 import pytest
 
-from deepseekbench._axes import Dialect
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import (
+from deepseekbench._measure._measure import (
     StreamLimits,
     StreamMeasurement,
     _Accumulator,
     measure_streamed,
 )
-from deepseekbench._route import EngineRoute
-from deepseekbench._sse import SSEDecoder
+from deepseekbench._measure._sse import SSEDecoder
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._axes import Dialect
 from tests._replay import Script, Write, replay_server
 
 ROUTE = EngineRoute(base_url="http://127.0.0.1:9/v1", model="m")

@@ -8,11 +8,9 @@ import pytest
 from pydantic import ValidationError
 from scipy.stats import binomtest
 
-from deepseekbench._axes import QualityParity
 from deepseekbench._engine import all_reference_tasks
 from deepseekbench._engine._model import greedy_answer
-from deepseekbench._parity import ParityOutput
-from deepseekbench._tasks import (
+from deepseekbench._plan._tasks import (
     Grader,
     Task,
     TaskFormatError,
@@ -21,6 +19,8 @@ from deepseekbench._tasks import (
     smoke_tasks,
     task_parity,
 )
+from deepseekbench._types._axes import QualityParity
+from deepseekbench._types._parity import ParityOutput
 
 
 def g(kind: str, expected: str, **kw: object) -> Grader:

@@ -11,16 +11,16 @@ import orjson
 import pytest
 
 from deepseekbench import EngineRoute, LiveGate, LiveGateError
-from deepseekbench._axes import Dialect
 from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig
-from deepseekbench._measure import StreamMeasurement
-from deepseekbench._tokens import (
+from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._measure._tokens import (
     EndpointTokenCounter,
     HFTokenizerCounter,
     TokenizeError,
     recount_output,
     tokenize_url,
 )
+from deepseekbench._types._axes import Dialect
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 import deepseekbench as d
-from deepseekbench import _axes
+from deepseekbench._types import _axes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,11 @@ def _stub_params(path: Path, cls: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("model", "module"),
-    [(d.EngineRoute, "_route.py"), (d.Row, "_row.py"), (d.ChatRequest, "_request.py")],
+    [
+        (d.EngineRoute, "_net/_route.py"),
+        (d.Row, "_types/_row.py"),
+        (d.ChatRequest, "_types/_request.py"),
+    ],
 )
 def test_the_init_stub_matches_the_fields(model: type[BaseModel], module: str) -> None:
     params = _stub_params(ROOT / "deepseekbench" / module, model.__name__)

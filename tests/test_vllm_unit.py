@@ -22,7 +22,7 @@ import pytest
 from pydantic import ValidationError
 
 from deepseekbench._errors import DeepseekBenchError
-from deepseekbench._vllm import (
+from deepseekbench._launch._vllm import (
     VllmServerError,
     VllmServerSpec,
     find_vllm_python,
@@ -252,7 +252,7 @@ import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from deepseekbench._vllm import VllmServerSpec
+from deepseekbench._launch._vllm import VllmServerSpec
 from tests.vllm.conftest import serving
 spec = VllmServerSpec.off("p", Path({model!r}))
 with serving([spec], Path({logs!r})) as running:

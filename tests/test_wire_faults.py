@@ -18,9 +18,7 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
-from deepseekbench._axes import Dialect
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import (
+from deepseekbench._measure._measure import (
     _DECODERS,
     StreamMeasurement,
     Timeouts,
@@ -28,8 +26,10 @@ from deepseekbench._measure import (
     _drain,
     measure_streamed,
 )
-from deepseekbench._route import EngineRoute
-from deepseekbench._transport import pool_limits
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._net._transport import pool_limits
+from deepseekbench._types._axes import Dialect
 from tests._replay import RecordedRequest, Script, Write, replay_server
 from tests.test_stream_kinds import DONE, FRAMINGS, GOOD, _framed, chunk, kind, usage
 

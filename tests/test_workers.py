@@ -15,12 +15,12 @@ import pytest
 
 from deepseekbench._engine import FAST_COSTS, CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._errors import LiveGateError
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import ErrorKind, Timeouts
-from deepseekbench._request import ChatRequest
-from deepseekbench._route import EngineRoute
-from deepseekbench._workers import PoolReport, PoolResult, WorkerPool
-from deepseekbench._workshare import LoadWork, PoolItem
+from deepseekbench._execute._workers import PoolReport, PoolResult, WorkerPool
+from deepseekbench._execute._workshare import LoadWork, PoolItem
+from deepseekbench._measure._measure import ErrorKind, Timeouts
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._request import ChatRequest
 
 pytestmark = pytest.mark.anyio
 PROMPTS = ("Count from 3 to 9.", "12 + 30 =", "Reverse brata.", "7 × 8 =")

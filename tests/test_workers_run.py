@@ -10,12 +10,12 @@ from typing import Any
 import anyio
 import orjson
 
-from deepseekbench._axes import QualityParity
 from deepseekbench._cli import _with_client_flags, build_parser, main
-from deepseekbench._gate import LiveGate
-from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import RunResult, load_results, run_plan
-from deepseekbench._scorecard import Scorecard
+from deepseekbench._types._axes import QualityParity
 from tests._helpers import COSTS, make_row, off_and_mtp, plan_of
 
 PLAN: dict[str, Any] = {

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from deepseekbench import ContextBucket
 from deepseekbench._errors import PlanError
-from deepseekbench._workload import (
+from deepseekbench._plan._workload import (
     InputLength,
     WorkloadFormatError,
     WorkloadItem,
@@ -253,7 +253,7 @@ async def test_synthetic_prompts_with_a_real_tokenizer(tmp_path: Path) -> None:
     from tokenizers.pre_tokenizers import Whitespace
     from tokenizers.trainers import BpeTrainer
 
-    from deepseekbench._tokens import HFTokenizerCounter
+    from deepseekbench._measure._tokens import HFTokenizerCounter
 
     tok = Tokenizer(BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = Whitespace()

@@ -21,8 +21,8 @@ from deepseekbench import (
     load_results,
     run_plan,
 )
-from deepseekbench._axes import Dialect
 from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig
+from deepseekbench._types._axes import Dialect
 from tests._helpers import off_and_mtp, plan_of, read_records
 
 PLAN: dict[str, Any] = {
@@ -196,7 +196,7 @@ def test_dry_run_refuses_short_prompts_in_a_long_bucket_without_any_connection()
 
 def test_outputs_without_usage_are_counted_by_the_tokenizer_and_never_credited() -> None:
     from deepseekbench import FaultConfig
-    from deepseekbench._speedup import RefusalReason
+    from deepseekbench._analysis._speedup import RefusalReason
 
     quiet = FaultConfig(missing_usage=True)
 

@@ -12,7 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepseekbench import ChatRequest, EngineRoute, QualityParity, Row, compare_speedup
-from deepseekbench._axes import (
+from deepseekbench._analysis._breakdown import (
+    category_row,
+    category_speedups,
+    is_short,
+    slice_stats,
+    workload_fields,
+)
+from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric, SpeedupVerdict
+from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig
+from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._net._route import eos_controls
+from deepseekbench._types._axes import (
     ContextBucket,
     Dialect,
     Hosting,
@@ -20,18 +31,7 @@ from deepseekbench._axes import (
     ReasoningMode,
     Speculative,
 )
-from deepseekbench._breakdown import (
-    category_row,
-    category_speedups,
-    is_short,
-    slice_stats,
-    workload_fields,
-)
-from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig
-from deepseekbench._measure import StreamMeasurement
-from deepseekbench._route import eos_controls
-from deepseekbench._row import SliceStats
-from deepseekbench._speedup import RefusalReason, SpeedupMetric, SpeedupVerdict
+from deepseekbench._types._row import SliceStats
 from tests.strategies import creditable_pairs
 from tests.test_properties import BROKEN_SETTINGS, PROPERTY_SETTINGS, Comparator
 
@@ -157,7 +157,7 @@ def test_short_outputs_are_counted() -> None:
 
 
 def test_slice_stats_sum_per_request_acceptance() -> None:
-    from deepseekbench._acceptance import AcceptanceRecord
+    from deepseekbench._types._acceptance import AcceptanceRecord
 
     def acc(d: int, a: int, steps: int) -> AcceptanceRecord:
         return AcceptanceRecord.from_counts(

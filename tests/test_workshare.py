@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from deepseekbench._request import ChatRequest
-from deepseekbench._workshare import LoadWork, PoolItem, WorkerShare, split_work
+from deepseekbench._execute._workshare import LoadWork, PoolItem, WorkerShare, split_work
+from deepseekbench._types._request import ChatRequest
 
 Splitter = Callable[[LoadWork, int], tuple[WorkerShare, ...]]
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine._costs import CostModel
 from deepseekbench._engine._faults import FaultConfig
 from deepseekbench._engine._speculative import DEFAULT_DEPTH
+from deepseekbench._types._axes import Dialect, Speculative
 
 SERVED_DIALECTS: frozenset[Dialect] = frozenset(
     {Dialect.vllm, Dialect.sglang, Dialect.llamacpp, Dialect.openai}

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepseekbench._axes import Dialect
+from deepseekbench._types._axes import Dialect
 
 
 @dataclass(slots=True)

@@ -21,7 +21,6 @@ import anyio
 from anyio.abc import SocketAttribute, TaskGroup, TaskStatus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine._config import SERVED_DIALECTS, EngineConfig
 from deepseekbench._engine._costs import CostModel
 from deepseekbench._engine._faults import FaultConfig, FaultKind
@@ -30,6 +29,7 @@ from deepseekbench._engine._metrics import EngineCounters
 from deepseekbench._engine._model import reference_lm
 from deepseekbench._engine._server import ChunkSend, EngineState
 from deepseekbench._engine._speculative import DEFAULT_DEPTH
+from deepseekbench._types._axes import Dialect, Speculative
 
 
 class EmbeddedEngine:

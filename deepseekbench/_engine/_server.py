@@ -4,7 +4,7 @@ Routes: ``POST /v1/chat/completions`` (stream and non-stream), ``GET /v1/models`
 ``GET /health``, ``GET /metrics`` (Prometheus text), ``POST /tokenize``, ``GET /v1/timelines``
 (ground truth, with ``record_send_times``), the configuration endpoint of the dialect it
 speaks (``GET /props`` as llama.cpp, ``GET /get_server_info`` as SGLang: the draft depth,
-as :mod:`deepseekbench._spec_config` reads it); ``HEAD`` on any ``GET`` route.
+as :mod:`deepseekbench._plan._spec_config` reads it); ``HEAD`` on any ``GET`` route.
 Streaming follows vLLM's layout: a role-only first frame at the first output, one content chunk per
 verify step (all tokens the step accepted), a finish chunk, a usage chunk with
 ``choices: []`` when ``stream_options.include_usage`` is true, then ``[DONE]``.
@@ -24,7 +24,6 @@ import anyio
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from deepseekbench._axes import Dialect
 from deepseekbench._engine._config import EngineConfig
 from deepseekbench._engine._dialects import (
     RequestStats,
@@ -40,6 +39,7 @@ from deepseekbench._engine._model import ReferenceLM, context_of
 from deepseekbench._engine._scheduler import Emission, Scheduler
 from deepseekbench._engine._speculative import Decoder
 from deepseekbench._engine._tokenizer import TOKENIZER
+from deepseekbench._types._axes import Dialect
 
 _JSON: Headers = [("content-type", "application/json")]
 _CONFIG_PATHS: dict[Dialect, str] = {

@@ -26,8 +26,8 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
-from deepseekbench._axes import Speculative
 from deepseekbench._engine._model import EOS_CH, Dist, ReferenceLM
+from deepseekbench._types._axes import Speculative
 
 LOOSE_ACCEPT_PROB: Final[float] = 0.15
 """Mis-tuned verify: accept a draft token whose target probability is at least this."""

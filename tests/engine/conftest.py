@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from anyio.from_thread import start_blocking_portal
 
-from deepseekbench._llamacpp import (
+from deepseekbench._launch._llamacpp import (
     LlamaServerSpec,
     RunningLlamaServer,
     find_llama_server,

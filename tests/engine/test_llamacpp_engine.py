@@ -18,8 +18,7 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
-from deepseekbench._capability import mtp_depth_from_gguf, probe_model_capability
-from deepseekbench._llamacpp import (
+from deepseekbench._launch._llamacpp import (
     LlamaServerError,
     LlamaServerSpec,
     RunningLlamaServer,
@@ -27,6 +26,7 @@ from deepseekbench._llamacpp import (
     llama_server,
     llama_servers,
 )
+from deepseekbench._plan._capability import mtp_depth_from_gguf, probe_model_capability
 from tests.engine.gguf_models import EngineModels
 
 pytestmark = pytest.mark.engine

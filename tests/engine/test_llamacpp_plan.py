@@ -34,14 +34,14 @@ import httpx
 import orjson
 import pytest
 
-from deepseekbench._axes import AcceptanceScope, Dialect, QualityParity, ReasoningMode
-from deepseekbench._gate import LiveGate
-from deepseekbench._llamacpp import RunningLlamaServer
-from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._analysis._speedup import MIN_REQUESTS_FOR_SPEEDUP, RefusalReason
+from deepseekbench._launch._llamacpp import RunningLlamaServer
+from deepseekbench._measure._sse import SSEDecoder
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import RunResult, run_plan
-from deepseekbench._scorecard import Scorecard
-from deepseekbench._speedup import MIN_REQUESTS_FOR_SPEEDUP, RefusalReason
-from deepseekbench._sse import SSEDecoder
+from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity, ReasoningMode
 
 pytestmark = pytest.mark.engine
 

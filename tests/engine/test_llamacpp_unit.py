@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from deepseekbench._errors import DeepseekBenchError
-from deepseekbench._llamacpp import (
+from deepseekbench._launch._llamacpp import (
     LlamaServerError,
     LlamaServerSpec,
     find_llama_server,

@@ -11,7 +11,6 @@ import httpx
 import orjson
 import pytest
 
-from deepseekbench._axes import Speculative
 from deepseekbench._engine import (
     FAST_COSTS,
     FAULT_HEADER,
@@ -20,6 +19,7 @@ from deepseekbench._engine import (
     FaultConfig,
     reference_tasks,
 )
+from deepseekbench._types._axes import Speculative
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,6 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from deepseekbench._axes import Dialect, Speculative
 from deepseekbench._engine import (
     FAST_COSTS,
     FAULT_HEADER,
@@ -28,6 +27,7 @@ from deepseekbench._engine import (
     reference_tasks,
     serve,
 )
+from deepseekbench._types._axes import Dialect, Speculative
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from deepseekbench._axes import AcceptanceScope, Dialect, QualityParity
-from deepseekbench._speedup import RefusalReason
+from deepseekbench._analysis._speedup import RefusalReason
+from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity
 from tests.vllm.observe import Completion, per_position_accepted
 from tests.vllm.plans import (
     MAX_TOKENS,

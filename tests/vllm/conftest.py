@@ -5,7 +5,7 @@ python (``$DEEPSEEKBENCH_VLLM_PYTHON``, set by ``.ci/vllm.sh``), into
 ``$DEEPSEEKBENCH_VLLM_CACHE`` (default ``<repo>/.vllm-cache``, git-ignored), in a
 folder keyed on the generator version and seed; nothing is downloaded or committed.
 
-Servers (``deepseekbench._vllm``) run on 127.0.0.1 only, at most two at a time (the
+Servers (``deepseekbench._launch._vllm``) run on 127.0.0.1 only, at most two at a time (the
 baseline and one candidate; each holds ~3 GB): :func:`serving` starts them, yields
 them, and stops every process group on every exit. While servers run, SIGTERM is
 turned into ``KeyboardInterrupt`` so that ``finally`` blocks (and so the stop) run when
@@ -29,7 +29,12 @@ from types import FrameType
 import pytest
 from anyio.from_thread import start_blocking_portal
 
-from deepseekbench._vllm import RunningVllmServer, VllmServerSpec, find_vllm_python, vllm_servers
+from deepseekbench._launch._vllm import (
+    RunningVllmServer,
+    VllmServerSpec,
+    find_vllm_python,
+    vllm_servers,
+)
 from tests.vllm import hf_models
 
 REPO = Path(__file__).resolve().parents[2]

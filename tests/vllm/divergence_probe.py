@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 import httpx
 
-from deepseekbench._vllm import VllmServerSpec, vllm_servers
+from deepseekbench._launch._vllm import VllmServerSpec, vllm_servers
 from tests.vllm import hf_models
 
 

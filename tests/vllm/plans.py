@@ -18,12 +18,12 @@ import anyio
 import httpx
 import orjson
 
-from deepseekbench._axes import Dialect, ReasoningMode
-from deepseekbench._gate import LiveGate
-from deepseekbench._plan import BenchmarkPlan
+from deepseekbench._launch._vllm import RunningVllmServer
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import RunResult, run_plan
-from deepseekbench._scorecard import Scorecard
-from deepseekbench._vllm import RunningVllmServer
+from deepseekbench._types._axes import Dialect, ReasoningMode
 from tests.vllm import hf_models
 from tests.vllm.observe import StreamRecorder, counter_delta, read_spec_counters
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from deepseekbench._capability import mtp_depth_from_hf_config
+from deepseekbench._plan._capability import mtp_depth_from_hf_config
 from tests.vllm.checks import check_counts, check_requests, check_verdict
 from tests.vllm.conftest import VllmModels, server_spec, serving
 from tests.vllm.plans import append_report, build_plan, run_pair

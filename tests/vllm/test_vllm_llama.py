@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from deepseekbench._axes import QualityParity
-from deepseekbench._vllm import RunningVllmServer, VllmServerError
+from deepseekbench._launch._vllm import RunningVllmServer, VllmServerError
+from deepseekbench._types._axes import QualityParity
 from tests.vllm.checks import (
     check_counts,
     check_requests,

@@ -1,0 +1,453 @@
+"""``compare_speedup``: the only place a speedup figure is made.
+
+A speedup is printed only when every condition holds (see
+:func:`compare_speedup`); otherwise the verdict carries the reasons and no
+figure. A refused verdict's ``str``, ``repr`` and JSON contain no number at
+all (only names such as ``e2e_ms``), so no speedup can leak through a rendering.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from deepseekbench._types._axes import KEY_AXES, LOAD_AXES, QualityParity, Speculative, _ClosedEnum
+from deepseekbench._types._row import Row
+
+MIN_REQUESTS_FOR_SPEEDUP = 5
+"""Fewest measured requests (``Row.n_requests``) each row needs before a speedup
+is printed: a median of fewer is too noisy to credit."""
+
+
+class SpeedupMetric(_ClosedEnum):
+    """What a speedup is computed from; every figure reads "times faster" (> 1: the
+    candidate is faster).
+
+    Lower is better (speedup = baseline / candidate): ``tpot_ms`` (decode speed,
+    the default), ``ttft_ms``, ``e2e_ms``. Higher is better (speedup = candidate /
+    baseline): ``output_toks_per_s`` (per-request median),
+    ``output_throughput_toks_per_s`` (tokens/s over the measurement window),
+    ``goodput_req_per_s`` (requests/s meeting every SLO limit).
+    """
+
+    tpot_ms = "tpot_ms"
+    ttft_ms = "ttft_ms"
+    e2e_ms = "e2e_ms"
+    output_toks_per_s = "output_toks_per_s"
+    output_throughput_toks_per_s = "output_throughput_toks_per_s"
+    goodput_req_per_s = "goodput_req_per_s"
+
+    @property
+    def higher_is_better(self) -> bool:
+        """True for throughput metrics (speedup = candidate / baseline)."""
+        return self in _HIGHER_IS_BETTER
+
+
+_HIGHER_IS_BETTER = frozenset(
+    {
+        SpeedupMetric.output_toks_per_s,
+        SpeedupMetric.output_throughput_toks_per_s,
+        SpeedupMetric.goodput_req_per_s,
+    }
+)
+
+
+def speedup_of(baseline: float, candidate: float, metric: SpeedupMetric) -> float:
+    """Times faster: ``candidate / baseline`` for a higher-is-better metric, else
+    ``baseline / candidate`` (dimensionless)."""
+    return candidate / baseline if metric.higher_is_better else baseline / candidate
+
+
+class RefusalReason(_ClosedEnum):
+    """Why a speedup was not printed; a verdict lists every reason that applies."""
+
+    baseline_parity_not_verified = "baseline_parity_not_verified"
+    candidate_parity_not_verified = "candidate_parity_not_verified"
+    baseline_not_off = "baseline_not_off"
+    candidate_is_off = "candidate_is_off"
+    key_axis_mismatch = "key_axis_mismatch"
+    load_mismatch = "load_mismatch"
+    baseline_incomplete = "baseline_incomplete"
+    candidate_incomplete = "candidate_incomplete"
+    baseline_too_few_requests = "baseline_too_few_requests"
+    candidate_too_few_requests = "candidate_too_few_requests"
+    baseline_metric_missing = "baseline_metric_missing"
+    candidate_metric_missing = "candidate_metric_missing"
+    baseline_metric_not_positive = "baseline_metric_not_positive"
+    candidate_metric_not_positive = "candidate_metric_not_positive"
+    speedup_not_finite = "speedup_not_finite"
+    tokens_estimated = "tokens_estimated"
+
+
+class SpeedupVerdict(BaseModel):
+    """The outcome of :func:`compare_speedup`.
+
+    Invariant (checked on construction): ``printed`` ⇔ ``speedup is not None`` ⇔
+    ``reasons == ()``; a confidence interval exists only on a printed verdict.
+
+    Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed``, so
+    ``if compare_speedup(a, b):`` takes the branch only for an earned speedup
+    (a refused verdict is falsy).
+
+    Attributes:
+        metric: the metric compared.
+        printed: True only when a speedup was earned.
+        speedup: times faster (dimensionless, > 0), or ``None`` when refused.
+        reasons: every :class:`RefusalReason` that applies (empty when printed).
+        mismatched_axes: key axes other than ``speculative`` that differ.
+        ci_low, ci_high: optional 95 % interval of the speedup, attached by the
+            scorecard: from paired rounds when the run had 2 or more (then
+            ``rounds`` is set and ``speedup`` is their geometric mean), else a
+            per-request bootstrap.
+        rounds: the paired rounds behind ``speedup`` and the interval, or ``None``.
+
+    Raises:
+        pydantic.ValidationError: the invariant above fails, ``speedup``/``ci_*``
+            not > 0 or not finite, or an unknown field.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    metric: SpeedupMetric
+    printed: bool
+    speedup: float | None = Field(default=None, gt=0, description="times faster, dimensionless")
+    reasons: tuple[RefusalReason, ...] = ()
+    mismatched_axes: tuple[str, ...] = ()
+    ci_low: float | None = Field(default=None, gt=0, description="bootstrap 95% CI low")
+    ci_high: float | None = Field(default=None, gt=0, description="bootstrap 95% CI high")
+    rounds: int | None = Field(
+        default=None,
+        ge=2,
+        description="paired rounds the figure and interval come from (None: row medians, "
+        "per-request bootstrap interval)",
+    )
+
+    @model_validator(mode="after")
+    def _check_invariant(self) -> SpeedupVerdict:
+        if self.printed != (self.speedup is not None) or self.printed == bool(self.reasons):
+            raise ValueError("printed must hold exactly when a speedup exists and no reason does")
+        if not self.printed and (self.ci_low is not None or self.ci_high is not None):
+            raise ValueError("a refused verdict carries no interval")
+        return self
+
+    @property
+    def within_noise(self) -> bool:
+        """True when a credited speedup's 95 % interval includes 1 (no clear gain).
+
+        The speedup is still credited (parity holds); the mark says the measured
+        difference is not distinguishable from no change at this sample size.
+        """
+        return (
+            self.ci_low is not None and self.ci_high is not None
+            and self.ci_low <= 1.0 <= self.ci_high
+        )
+
+    def __bool__(self) -> bool:
+        """True only for a credited (printed) speedup; a refused verdict is falsy."""
+        return self.printed
+
+    @property
+    def slower(self) -> bool:
+        """True when a credited figure is below 1: the candidate is slower, and says so."""
+        return self.speedup is not None and self.speedup < 1.0
+
+    def with_paired_rounds(
+        self, speedup: float, low: float, high: float, rounds: int
+    ) -> SpeedupVerdict:
+        """A copy whose figure and 95 % interval come from ``rounds`` paired round
+        ratios (see :func:`~deepseekbench.paired_speedup_ci`); a refused verdict is
+        returned unchanged."""
+        if not self.printed:
+            return self
+        return self.model_copy(
+            update={"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
+        )
+
+    def with_interval(self, low: float, high: float) -> SpeedupVerdict:
+        """A copy carrying a 95 % interval; a refused verdict is returned unchanged."""
+        if not self.printed:
+            return self
+        return self.model_copy(update={"ci_low": low, "ci_high": high})
+
+    def __str__(self) -> str:
+        if self.printed and self.speedup is not None:
+            ci = ""
+            if self.ci_low is not None and self.ci_high is not None:
+                ci = f" (95% CI {self.ci_low:.2f}–{self.ci_high:.2f})"
+                if self.within_noise:
+                    ci += " within noise"
+            slower = " — slower" if self.slower else ""
+            return f"{self.speedup:.2f}× by {self.metric.value}{slower}{ci}"
+        text = "refused: " + ", ".join(r.value for r in self.reasons)
+        if self.mismatched_axes:
+            text += " [" + ", ".join(self.mismatched_axes) + "]"
+        return text
+
+
+def bootstrap_speedup_ci(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """95 % percentile-bootstrap interval of the speedup's ratio of medians.
+
+    ``baseline``/``candidate``: per-request values of ``metric`` (ms, or tokens/s
+    for ``output_toks_per_s``). Returns ``(low, high)`` (dimensionless), or
+    ``None`` with fewer than 2 samples a side or a degenerate interval. Uses
+    ``scipy.stats.bootstrap`` with a seeded generator, so it is reproducible.
+
+    Raises:
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value (checked only
+            once both sides have at least 2 usable samples).
+    """
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    b = np.asarray([x for x in baseline if math.isfinite(x) and x > 0], dtype=float)
+    c = np.asarray([x for x in candidate if math.isfinite(x) and x > 0], dtype=float)
+    if len(b) < 2 or len(c) < 2:
+        return None
+    invert = SpeedupMetric(metric).higher_is_better
+
+    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
+        mx, my = np.median(x, axis=axis), np.median(y, axis=axis)
+        return my / mx if invert else mx / my
+
+    kwargs: dict[str, Any] = {
+        "vectorized": True,
+        "paired": False,
+        "n_resamples": n_resamples,
+        "confidence_level": 0.95,
+        "method": "percentile",
+    }
+    try:  # scipy >= 1.15 takes ``rng``; older releases ``random_state``
+        res = bootstrap((b, c), ratio, rng=np.random.default_rng(seed), **kwargs)
+    except TypeError:
+        res = bootstrap((b, c), ratio, random_state=np.random.default_rng(seed), **kwargs)
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
+        return None
+    return low, high
+
+
+def paired_speedup_ci(
+    baseline: Mapping[int, float],
+    candidate: Mapping[int, float],
+    *,
+    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+) -> tuple[float, float, float, int] | None:
+    """The speedup and its 95 % interval from paired rounds.
+
+    ``baseline``/``candidate``: the metric per round (ms, tokens/s or requests/s),
+    by round number. Each round common to both gives a ratio (times faster,
+    :func:`~deepseekbench._analysis._speedup.speedup_of`); the speedup is their geometric
+    mean and the interval a Student-t interval on the mean of the log ratios
+    with ``n − 1`` degrees of freedom (``scipy.stats.t``), exponentiated. Suited
+    to few rounds, where a bootstrap has too few values to resample (Student
+    1908; geometric mean of ratios: Fleming & Wallace 1986; paired repetitions:
+    Kalibera & Jones 2013 — see ``docs/measurement.md``).
+
+    Returns:
+        ``(speedup, low, high, rounds)``, or ``None`` with fewer than 2 usable rounds.
+
+    Raises:
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
+    """
+    import numpy as np
+    from scipy.stats import t
+
+    m = SpeedupMetric(metric)
+    ratios = [
+        speedup_of(baseline[r], candidate[r], m)
+        for r in sorted(set(baseline) & set(candidate))
+        if baseline[r] > 0 and candidate[r] > 0
+    ]
+    logs = np.log(np.asarray([x for x in ratios if math.isfinite(x) and x > 0], dtype=float))
+    n = len(logs)
+    if n < 2:
+        return None
+    mean = float(np.mean(logs))
+    half = float(t.ppf(0.975, n - 1)) * float(np.std(logs, ddof=1)) / math.sqrt(n)
+    values = (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        return None
+    return (*values, n)
+
+
+class SpeedupEvidence(Protocol):
+    """What :func:`compare_speedup` reads a row's interval from: a
+    :class:`~deepseekbench.RunResult` (or any object with this method).
+
+    Raises:
+        TypeError: instantiated directly (a ``typing.Protocol``).
+    """
+
+    def speedup_evidence(
+        self, row: Row, metric: str = "tpot_ms"
+    ) -> tuple[Sequence[float] | None, Mapping[int, float]]:
+        """``row``'s per-request values of ``metric`` (``None`` for a window metric)
+        and its value per measurement round."""
+        ...
+
+
+def _with_interval(
+    verdict: SpeedupVerdict,
+    samples: tuple[Sequence[float] | None, Sequence[float] | None],
+    rounds: tuple[Mapping[int, float], Mapping[int, float]],
+    n_resamples: int,
+    seed: int,
+) -> SpeedupVerdict:
+    """``verdict`` with its 95 % interval: paired rounds first, else a bootstrap of the
+    per-request samples; unchanged when refused or when neither gives one."""
+    if not verdict.printed:
+        return verdict
+    paired = paired_speedup_ci(*rounds, metric=verdict.metric)
+    if paired is not None:
+        return verdict.with_paired_rounds(*paired)
+    b, c = samples
+    if b and c:
+        ci = bootstrap_speedup_ci(b, c, metric=verdict.metric, n_resamples=n_resamples, seed=seed)
+        if ci is not None:
+            return verdict.with_interval(*ci)
+    return verdict
+
+
+def _metric_value(row: Row, metric: SpeedupMetric) -> float | None:
+    value: Any = getattr(row, metric.value)
+    return None if value is None else float(value)
+
+
+def compare_speedup(
+    baseline: Row,
+    candidate: Row,
+    *,
+    metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+    min_requests: int = MIN_REQUESTS_FOR_SPEEDUP,
+    result: SpeedupEvidence | None = None,
+    samples: tuple[Sequence[float] | None, Sequence[float] | None] | None = None,
+    rounds: tuple[Mapping[int, float], Mapping[int, float]] | None = None,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> SpeedupVerdict:
+    """Credit ``candidate`` with a speedup over ``baseline`` only when it is earned.
+
+    A speedup is printed only when all hold: both rows have
+    ``quality_parity == verified``; ``baseline.speculative == off`` and
+    ``candidate.speculative != off``; every other key axis is equal (a different
+    load — ``concurrency``, ``request_rate_per_s``, ``arrival`` — is refused with
+    ``load_mismatch``, other axes with ``key_axis_mismatch``); both rows
+    are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
+    ``n_requests >= min_requests``; neither row's token counts were estimated
+    (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
+    on a count the engine did not give); the metric is present and positive on both.
+
+    **Interval.** Given the run the rows came from (``result``, e.g. from
+    :func:`~deepseekbench.load_results`), or its per-round values (``rounds``) or
+    per-request values (``samples``), a printed verdict carries the same figure and
+    95 % interval the scorecard prints for these rows (the scorecard calls this
+    function): with 2 or more paired rounds the figure is the geometric mean of
+    the rounds' ratios and the interval a Student-t interval on their logs
+    (:func:`paired_speedup_ci`, ``rounds`` set on the verdict); otherwise a
+    percentile bootstrap of the ratio of medians over the per-request samples
+    (:func:`bootstrap_speedup_ci`, ``n_resamples`` resamples, generator seeded
+    with ``seed``). Without any of them the figure is the ratio of the rows'
+    medians and there is no interval.
+
+    Args:
+        baseline: the ``speculative=off`` row.
+        candidate: the speculative row.
+        metric: :class:`SpeedupMetric` (or its value); default decode speed (TPOT).
+        min_requests: the minimum ``n_requests`` per row
+            (default :data:`MIN_REQUESTS_FOR_SPEEDUP`).
+        result: the :class:`~deepseekbench.RunResult` holding both rows; their
+            samples and rounds are read from it.
+        samples: ``(baseline, candidate)`` per-request values of ``metric`` (ms, or
+            tokens/s), instead of ``result``.
+        rounds: ``(baseline, candidate)`` value of ``metric`` per round number,
+            instead of ``result``.
+        n_resamples, seed: of the bootstrap.
+
+    Returns:
+        A :class:`SpeedupVerdict`; ``speedup`` is dimensionless ("times faster");
+        ``ci_low``/``ci_high`` the 95 % interval when one could be made.
+
+    Raises:
+        ValueError: ``metric`` is not a :class:`SpeedupMetric` value,
+            ``min_requests < 1``, ``result`` given together with ``samples`` or
+            ``rounds``, or a row that is not one of ``result``'s rows.
+    """
+    metric = SpeedupMetric(metric)
+    if min_requests < 1:
+        raise ValueError("min_requests must be >= 1")
+    if result is not None:
+        if samples is not None or rounds is not None:
+            raise ValueError("pass result, or samples/rounds, not both")
+        bs, br = result.speedup_evidence(baseline, metric.value)
+        cs, cr = result.speedup_evidence(candidate, metric.value)
+        samples, rounds = (bs, cs), (br, cr)
+    verdict = _judge(baseline, candidate, metric, min_requests)
+    return _with_interval(verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed)
+
+
+def _judge(
+    baseline: Row, candidate: Row, metric: SpeedupMetric, min_requests: int
+) -> SpeedupVerdict:
+    """The verdict from the rows alone (figure: ratio of the rows' values)."""
+    reasons: list[RefusalReason] = []
+    R = RefusalReason
+    if baseline.quality_parity is not QualityParity.verified:
+        reasons.append(R.baseline_parity_not_verified)
+    if candidate.quality_parity is not QualityParity.verified:
+        reasons.append(R.candidate_parity_not_verified)
+    if baseline.speculative is not Speculative.off:
+        reasons.append(R.baseline_not_off)
+    if candidate.speculative is Speculative.off:
+        reasons.append(R.candidate_is_off)
+    mismatched = tuple(
+        axis
+        for axis in KEY_AXES
+        if axis != "speculative" and getattr(baseline, axis) != getattr(candidate, axis)
+    )
+    if any(axis not in LOAD_AXES for axis in mismatched):
+        reasons.append(R.key_axis_mismatch)
+    if any(axis in LOAD_AXES for axis in mismatched):
+        # A schema-1 row (load unknown, None) never pairs with a row of known load.
+        reasons.append(R.load_mismatch)
+    if not baseline.is_complete:
+        reasons.append(R.baseline_incomplete)
+    if not candidate.is_complete:
+        reasons.append(R.candidate_incomplete)
+    if baseline.tokens_estimated or candidate.tokens_estimated:
+        reasons.append(R.tokens_estimated)
+    if baseline.n_requests < min_requests:
+        reasons.append(R.baseline_too_few_requests)
+    if candidate.n_requests < min_requests:
+        reasons.append(R.candidate_too_few_requests)
+    b = _metric_value(baseline, metric)
+    c = _metric_value(candidate, metric)
+    for value, missing, not_positive in (
+        (b, R.baseline_metric_missing, R.baseline_metric_not_positive),
+        (c, R.candidate_metric_missing, R.candidate_metric_not_positive),
+    ):
+        if value is None:
+            reasons.append(missing)
+        elif not value > 0:
+            reasons.append(not_positive)
+    if reasons or b is None or c is None:
+        return SpeedupVerdict(
+            metric=metric, printed=False, reasons=tuple(reasons), mismatched_axes=mismatched
+        )
+    speedup = speedup_of(b, c, metric)
+    if not (math.isfinite(speedup) and speedup > 0):
+        return SpeedupVerdict(metric=metric, printed=False, reasons=(R.speedup_not_finite,))
+    return SpeedupVerdict(metric=metric, printed=True, speedup=speedup)
+
+
+CompareSpeedup = compare_speedup
+"""The design card's CamelCase name for :func:`compare_speedup`."""

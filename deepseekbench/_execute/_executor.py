@@ -1,0 +1,193 @@
+"""The executor: sends a schedule's blocks at the right moments and measures them.
+
+The only async stage of a run. It knows nothing of results files or rows: each
+finished request is handed to a callback as a :class:`Sent` (the measurement
+and, in an open loop, its schedule lag), and a block's ``/metrics`` window comes
+back from :meth:`Executor.run_block`.
+
+Sending: a closed loop keeps ``concurrency`` requests in flight (a capacity
+limiter); an open loop starts request ``j`` at ``block start + offsets_s[j]``
+and waits for a free slot when ``concurrency`` are already in flight. The wait
+from the scheduled to the actual send is the request's ``queue_ms`` (the
+schedule lag: an overloaded client, not a slow server).
+
+Conversations: an item whose workload has several turns sends them in order
+in its slot (it keeps the slot, as one user would), each later turn with the
+route's own earlier answers in the history; each turn is its own :class:`Sent`
+(``turn``), and an errored turn ends the conversation.
+
+Self-check: a measure block's requests are sent inside a
+:class:`~deepseekbench._measure._selfcheck.SelfCheck` (an event-loop lag ticker), so each
+measured request's ``client_lag_ms`` holds the largest lag of the client's own
+event loop during it; the analysis flags a row ``client_saturated`` from these
+(docs/measurement.md, "Fidelity"). Warm-ups, parity and control requests are
+sent without one (their ``client_lag_ms`` is ``None``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+
+from deepseekbench._execute._prepare import converse
+from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._selfcheck import SelfCheck
+from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics, scrape_settled
+from deepseekbench._measure._tokens import TokenCounter, recount_output
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._plan._schedule import Block, Phase, WorkItem
+from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._request import ChatRequest
+
+__all__ = ["Executor", "Sent", "SentFn"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One finished request of a block.
+
+    Attributes:
+        item: the work item, or ``None`` for a warm-up request.
+        measurement: what was measured.
+        queue_ms: open loop: actual send − scheduled send (ms, ≥ 0); ``None`` closed
+            (and for a conversation's later turns).
+        turn: the conversation turn (0-based; 0 for a single-turn item).
+    """
+
+    item: WorkItem | None
+    measurement: StreamMeasurement
+    queue_ms: float | None = None
+    turn: int = 0
+
+
+SentFn = Callable[[Block, Sent], None]
+"""Called for every finished request (warm-ups included); must not block."""
+
+
+@dataclass(slots=True)
+class Executor:
+    """Sends blocks to their routes through ``gate`` on one shared ``client``.
+
+    Attributes:
+        routes: the engine route of every route label.
+        gate: the :class:`~deepseekbench.LiveGate` every request passes.
+        client: the shared ``httpx.AsyncClient`` (from ``gate.client()``).
+        timeouts: per-request deadlines.
+        counter: the plan's tokenizer: output tokens of a response without usage
+            are counted with it (:func:`~deepseekbench._measure._tokens.recount_output`).
+    """
+
+    routes: Mapping[str, EngineRoute]
+    gate: LiveGate
+    client: httpx.AsyncClient
+    timeouts: Timeouts
+    counter: TokenCounter | None = None
+
+    async def _one(self, route: EngineRoute, request: ChatRequest) -> StreamMeasurement:
+        m = await measure_streamed(
+            request, route=route, gate=self.gate, client=self.client, timeouts=self.timeouts
+        )
+        if self.counter is not None and m.tokens_estimated and m.error is None:
+            m = await recount_output(m, self.counter)
+        return m
+
+    async def _item(
+        self, block: Block, route: EngineRoute, item: WorkItem, lag: float | None, on_sent: SentFn
+    ) -> None:
+        """Send one item: a single request, or every remaining turn of its conversation
+        (each turn with this route's own earlier answers; :func:`converse`)."""
+        conv = item.workload
+        if conv is None or (len(conv.turns) == 1 and not item.done):
+            on_sent(block, Sent(item, await self._one(route, item.request), lag))
+            return
+
+        async def turn(request: ChatRequest) -> StreamMeasurement:
+            m = await self._one(route, request)
+            k = len(request.messages) // 2  # user/assistant pairs before this turn
+            on_sent(block, Sent(item, m, lag if k == 0 else None, turn=k))
+            return m
+
+        def request_for(messages: tuple[dict[str, Any], ...]) -> ChatRequest:
+            return item.request.model_copy(update={"messages": messages})
+
+        await converse(conv, request_for, turn, done=item.done)
+
+    async def run_block(
+        self, block: Block, items: tuple[WorkItem, ...], on_sent: SentFn
+    ) -> AcceptanceRecord | None:
+        """Send ``block``'s warm-ups, then ``items`` (the block's items still to do).
+
+        Returns:
+            the server-wide acceptance delta over the measured items when the
+            block asks for a ``/metrics`` window and the server has counters,
+            else ``None``.
+        """
+        route = self.routes[block.route]
+        limiter = anyio.CapacityLimiter(block.concurrency)
+        await self._warm(block, route, limiter, on_sent)
+        if not items:
+            return None
+        before = None
+        if block.scrape:
+            before = await scrape_metrics(route, gate=self.gate, client=self.client)
+        if block.phase is Phase.measure:
+            async with SelfCheck():  # per-request client_lag_ms (client_saturated rows)
+                await self._send(block, route, items, limiter, on_sent)
+        else:
+            await self._send(block, route, items, limiter, on_sent)
+        if before is None:
+            return None
+        after = await scrape_settled(route, gate=self.gate, client=self.client)
+        return metrics_delta(before, after)
+
+    async def _warm(
+        self, block: Block, route: EngineRoute, limiter: anyio.CapacityLimiter, on_sent: SentFn
+    ) -> None:
+        async def warm(request: ChatRequest) -> None:
+            async with limiter:
+                m = await self._one(route, request)
+            on_sent(block, Sent(None, m))
+
+        async with anyio.create_task_group() as tg:
+            for request in block.warmup:
+                tg.start_soon(warm, request)
+
+    async def _send(
+        self,
+        block: Block,
+        route: EngineRoute,
+        items: tuple[WorkItem, ...],
+        limiter: anyio.CapacityLimiter,
+        on_sent: SentFn,
+    ) -> None:
+        offsets = _item_offsets(block, items)
+
+        async def send(item: WorkItem, due: float | None) -> None:
+            async with limiter:
+                lag = None if due is None else max(0.0, anyio.current_time() - due) * 1000.0
+                await self._item(block, route, item, lag, on_sent)
+
+        async with anyio.create_task_group() as tg:
+            t0 = anyio.current_time()
+            for item, offset in zip(items, offsets, strict=True):
+                due = None if offset is None else t0 + offset
+                if due is not None:
+                    delay = due - anyio.current_time()
+                    if delay > 0:
+                        await anyio.sleep(delay)
+                tg.start_soon(send, item, due)
+
+
+def _item_offsets(block: Block, items: tuple[WorkItem, ...]) -> list[float | None]:
+    """Each pending item's send offset (s), re-based so the first pending one goes at 0."""
+    if block.offsets_s is None:
+        return [None] * len(items)
+    position = {it.index: j for j, it in enumerate(block.items)}
+    raw = [block.offsets_s[position[it.index]] for it in items]
+    first = raw[0] if raw else 0.0
+    return [x - first for x in raw]

@@ -1,0 +1,432 @@
+"""``RayPool``: one load point sent from Ray actors, spread over a cluster's nodes.
+
+Optional: needs the ``ray`` extra (``pip install 'deepseekbench[ray]'``). The
+same work split (:func:`~deepseekbench._execute._workshare.split_work`), the same worker
+core (:mod:`deepseekbench._execute._worker`: own event loop, own gate with the parent
+gate's rules, own client) and the same bookkeeping as the process pool
+(:class:`~deepseekbench._execute._workers.PhaseBook`); only the transport differs.
+
+* **Cluster.** ``address=None`` starts a local Ray instance bound to 127.0.0.1,
+  dashboard off, usage statistics off. An address of an existing cluster
+  (``"auto"``, ``"host:port"``, ``"ray://host:port"``) is checked like any URL:
+  a non-loopback host needs the gate's key and ``spend``. Actors are placed
+  with the ``SPREAD`` strategy (one per node while nodes last).
+* **Clocks.** Actors may run on other hosts, whose monotonic clocks share no
+  origin with the driver's. The shared start is a *wall-clock* instant
+  (``time.time_ns()``); each actor turns it into its own monotonic time, and
+  turns its send/finish stamps and each measurement's ``start_perf_ns`` back
+  into wall-clock time; the driver maps them onto its own CLOCK_MONOTONIC.
+  This **assumes the hosts' wall clocks are synchronised** (NTP/PTP): an offset
+  between two hosts shifts the window edges and the shared start by that much.
+  Each actor's offset is estimated at start (its wall clock minus the midpoint
+  of the driver's before/after a round trip; ± half the round trip) and kept
+  in :attr:`RayPool.clock_offsets_ns` and every :class:`PoolReport`.
+* **Budgets.** With a budget on the parent's gate, a ledger actor holds what is
+  left of it; actors ask it before each request, the driver charges it every
+  finished request's tokens, and after each load point the requests it admitted
+  are counted on the parent's gate, so budgets hold for the run as a whole.
+* **Secrets.** The key travels as a ``SecretStr`` inside the actors' setup (a
+  pickled argument: never a task name, an actor name, argv or the environment);
+  the dashboard is off for a local instance.
+* **Faults.** An actor that dies (``ActorDiedError``) is reported as a
+  :class:`~deepseekbench._execute._workers.WorkerDeath`; its unfinished requests become
+  ``worker_died`` measurements; it is replaced at the next load point.
+
+Runs under asyncio only (Ray's object references are asyncio awaitables).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anyio
+import httpx
+
+from deepseekbench._errors import DeepseekBenchError, LiveGateError
+from deepseekbench._execute._worker import Finished, WorkerCore, WorkerSetup
+from deepseekbench._execute._workers import (
+    BudgetLedger,
+    ClientPool,
+    PhaseBook,
+    PoolReport,
+    ResultFn,
+    WorkerError,
+    charged_tokens,
+    exception_leaves,
+)
+from deepseekbench._execute._workshare import LoadWork, WorkerShare, split_work
+from deepseekbench._measure._measure import Timeouts
+from deepseekbench._net._gate import LiveGate, is_loopback_host
+from deepseekbench._net._route import EngineRoute
+
+__all__ = ["RayPool", "RayUnavailableError", "ray_address_host"]
+
+
+class RayUnavailableError(DeepseekBenchError):
+    """``executor = "ray"`` was asked for but the ``ray`` package is not installed."""
+
+
+# Ray's own switch: off, a node takes the loopback address as its IP (read when
+# ray is first imported, and inherited by the processes ray.init starts).
+_LOOPBACK_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _ray(local: bool = False) -> Any:
+    """Import ray; for a local instance, first ask Ray to use the loopback address.
+
+    Raises:
+        RayUnavailableError: ray is not installed.
+    """
+    if local and "ray" not in sys.modules:
+        os.environ.setdefault(_LOOPBACK_NODE_ENV, "0")
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailableError(
+            "executor 'ray' needs the ray package: pip install 'deepseekbench[ray]'"
+        ) from exc
+    return ray
+
+
+def ray_address_host(address: str) -> str:
+    """The host of a Ray cluster address (``"auto"`` and ``"local"`` are this host).
+
+    Accepts ``host:port``, ``ray://host:port`` and ``[v6]:port``.
+    """
+    if address in ("auto", "local"):
+        return "127.0.0.1"
+    rest = address.split("://", 1)[-1]
+    return httpx.URL(f"http://{rest}").host
+
+
+def _wall_delta_ns() -> int:
+    """This host's wall clock minus its monotonic clock, now (ns)."""
+    return time.time_ns() - time.monotonic_ns()
+
+
+# ------------------------------------------------------------ actor side --
+
+
+class _Ledger:
+    """The run's remaining budgets, as a Ray actor (one per pool)."""
+
+    def __init__(self, spend: bool, max_requests: int | None, max_tokens: int | None) -> None:
+        self.gate = LiveGate(spend=spend, max_requests=max_requests, max_output_tokens=max_tokens)
+        self.book = BudgetLedger(self.gate)
+
+    def ask(self, url: str) -> tuple[str, str, tuple[str, ...]] | None:
+        return self.book.ask(url, True)  # the key is the worker gate's business
+
+    def charge(self, tokens: int) -> None:
+        self.gate.charge_output_tokens(tokens)
+
+    def admitted(self) -> int:
+        return self.gate.requests_admitted
+
+
+def _to_wall(f: Finished, delta_ns: int) -> Finished:
+    m = f.measurement
+    if m.start_perf_ns is not None:  # perf_counter is CLOCK_MONOTONIC on Linux
+        m = m.model_copy(update={"start_perf_ns": m.start_perf_ns + delta_ns})
+    return dataclasses.replace(
+        f, measurement=m, sent_ns=f.sent_ns + delta_ns, end_ns=f.end_ns + delta_ns
+    )
+
+
+class _Actor:
+    """A client worker as a Ray actor (async: its own asyncio loop)."""
+
+    def __init__(self, setup: WorkerSetup, ledger: Any) -> None:
+        self.setup = setup
+        self.ledger = ledger
+        self.queue: asyncio.Queue[Finished | None] = asyncio.Queue()
+        self.core = WorkerCore(setup, self.queue.put_nowait, self._ask if ledger else None)
+
+    async def _ask(self, route: EngineRoute) -> None:
+        reply = await self.ledger.ask.remote(route.chat_url)
+        if reply is not None:
+            raise LiveGateError(reply[0], host=reply[1], missing=tuple(reply[2]))
+
+    async def clock(self) -> tuple[int, int]:
+        """(wall clock ns, pid) of this actor."""
+        return time.time_ns(), os.getpid()
+
+    async def _stream(self, job: Any) -> AsyncIterator[Finished | tuple[Any, ...]]:
+        """Each finished request as it comes, then, if the job failed, one
+        ``("refused", message, host, missing)`` or ``("failed", text)`` (our
+        exceptions carry keyword fields Ray cannot rebuild, so none is raised)."""
+        delta = _wall_delta_ns()
+        task = asyncio.ensure_future(job)
+        task.add_done_callback(lambda _: self.queue.put_nowait(None))
+        while (f := await self.queue.get()) is not None:
+            yield _to_wall(f, delta)
+        try:
+            task.result()
+        except Exception as exc:
+            leaves = exception_leaves(exc)
+            refusal = next((e for e in leaves if isinstance(e, LiveGateError)), None)
+            if refusal is not None:
+                yield ("refused", str(refusal), refusal.host, refusal.missing)
+            else:
+                yield ("failed", "; ".join(f"{type(e).__name__}: {e}" for e in leaves))
+
+    async def warm(self, share: WorkerShare) -> AsyncIterator[Finished | tuple[Any, ...]]:
+        async for f in self._stream(self.core.warm(share)):
+            yield f
+
+    async def run(
+        self, share: WorkerShare, start_wall_ns: int
+    ) -> AsyncIterator[Finished | tuple[Any, ...]]:
+        local_start = start_wall_ns - _wall_delta_ns()
+        async for f in self._stream(self.core.run(share, local_start)):
+            yield f
+
+
+# ----------------------------------------------------------- driver side --
+
+
+class RayPool(ClientPool):
+    """N client workers as Ray actors; the same interface as
+    :class:`~deepseekbench._execute._workers.WorkerPool`.
+
+    Args:
+        workers: actors (>= 1).
+        routes: the engine route of every route label used by the work.
+        gate: the parent's :class:`~deepseekbench.LiveGate` (rules and budgets).
+        timeouts: per-request deadlines.
+        address: an existing cluster's address, or ``None`` for a local instance
+            on 127.0.0.1 (see the module docstring).
+        start_lead_s: how far after handing out the shares the shared start is (s).
+        actor_cpus: CPUs each actor reserves on its node (Ray's ``num_cpus``).
+
+    Raises:
+        ValueError: ``workers`` below 1, ``start_lead_s`` or ``actor_cpus`` negative.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        *,
+        routes: Mapping[str, EngineRoute],
+        gate: LiveGate,
+        timeouts: Timeouts | None = None,
+        address: str | None = None,
+        start_lead_s: float = 0.5,
+        actor_cpus: float = 1.0,
+    ) -> None:
+        super().__init__(
+            workers, routes=routes, gate=gate, timeouts=timeouts, start_lead_s=start_lead_s
+        )
+        if start_lead_s < 0 or actor_cpus < 0:
+            raise ValueError("start_lead_s and actor_cpus must be >= 0")
+        self.actor_cpus = actor_cpus
+        self.gate = gate
+        self.address = address
+        self.clock_offsets_ns: dict[int, int] = {}
+        self.pids: dict[int, int] = {}
+        self._actors: dict[int, Any] = {}
+        self._ray_ledger: Any | None = None
+        self._ledger_seen = 0
+        self._own_ray = False
+
+    def __repr__(self) -> str:
+        return f"RayPool(workers={self.workers}, address={self.address!r}, pids={self.pids})"
+
+    def _init_ray(self, ray: Any) -> None:
+        if ray.is_initialized():
+            return
+        if self.address is None:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            ray.init(
+                num_cpus=max(self.workers, os.cpu_count() or 1),
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            self._own_ray = True
+            _check_loopback(ray)
+        else:
+            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+            self._own_ray = True
+
+    async def start(self) -> None:
+        """Connect to (or start) Ray, create the actors and estimate their clock offsets.
+
+        Raises:
+            RayUnavailableError: ``ray`` is not installed.
+            LiveGateError: a non-loopback cluster address without the gate's key
+                and ``spend``.
+        """
+        if self.address is not None:  # checked before ray is even imported
+            host = ray_address_host(self.address)
+            if not is_loopback_host(host):
+                self.gate.check_url(f"http://{host}/")
+        ray = _ray(local=self.address is None)
+        try:
+            await anyio.to_thread.run_sync(self._init_ray, ray)
+        except LiveGateError:
+            await self.aclose()
+            raise
+        if self.rules.budgeted and self._ray_ledger is None:
+            left_r = _left(self.gate.max_requests, self.gate.requests_admitted)
+            left_t = _left(self.gate.max_output_tokens, self.gate.output_tokens_charged)
+            self._ray_ledger = ray.remote(num_cpus=0)(_Ledger).remote(
+                self.rules.spend, left_r, left_t
+            )
+        for w in range(self.workers):
+            await self._ensure(ray, w)
+
+    async def _ensure(self, ray: Any, worker: int) -> Any:
+        actor = self._actors.get(worker)
+        if actor is not None:
+            return actor
+        setup = WorkerSetup(worker, self.routes, self.rules, self.timeouts)
+        cls = ray.remote(num_cpus=self.actor_cpus, scheduling_strategy="SPREAD")(_Actor)
+        actor = cls.remote(setup, self._ray_ledger)
+        _, self.pids[worker] = await actor.clock.remote()  # the actor is up
+        self.clock_offsets_ns[worker] = await _clock_offset(actor)
+        self._actors[worker] = actor
+        return actor
+
+    async def run(self, work: LoadWork, on_result: ResultFn) -> PoolReport:
+        """Send ``work``'s warm-ups, then its items from a shared wall-clock start.
+
+        Returns:
+            :class:`~deepseekbench._execute._workers.PoolReport` (window edges on the
+            driver's CLOCK_MONOTONIC, deaths, clock offsets in ns).
+
+        Raises:
+            LiveGateError: a worker's gate or the run's budget refused a request.
+            WorkerError: an actor raised.
+            RayUnavailableError: ``ray`` is not installed.
+        """
+        ray = _ray()
+        shares = split_work(work, self.workers)
+        deaths = []
+        if any(s.warmup for s in shares):
+            warm = await self._phase(ray, shares, None, on_result)
+            deaths += warm.deaths
+            warm.raise_failure()
+        start_wall = time.time_ns() + round(self.start_lead_s * 1e9)
+        book = await self._phase(ray, shares, start_wall, on_result)
+        await self._count_ledger()
+        book.raise_failure()
+        deaths += book.deaths
+        start = start_wall - _wall_delta_ns()
+        offsets = tuple(self.clock_offsets_ns[s.worker] for s in shares)
+        return PoolReport(len(shares), start, max(start, book.end_ns), tuple(deaths), offsets)
+
+    async def _count_ledger(self) -> None:
+        """Count on the parent's gate the requests the ledger actor admitted."""
+        if self._ray_ledger is None:
+            return
+        admitted = await self._ray_ledger.admitted.remote()
+        for _ in range(admitted - self._ledger_seen):
+            self.gate.admit(httpx.Request("POST", "http://127.0.0.1/"))
+        self._ledger_seen = admitted
+
+    async def _phase(
+        self, ray: Any, shares: tuple[WorkerShare, ...], start_wall: int | None, on: ResultFn
+    ) -> PhaseBook:
+        items = start_wall is not None
+        pending = {s.worker: {it.key: it for it in s.items} for s in shares} if items else {}
+        waiting = {s.worker for s in shares}
+        book = PhaseBook(on, self.ledger, self.routes, waiting, pending)
+        async with anyio.create_task_group() as tg:
+            for share in shares:
+                actor = await self._ensure(ray, share.worker)
+                tg.start_soon(self._consume, ray, actor, share, start_wall, book)
+        return book
+
+    async def _consume(
+        self, ray: Any, actor: Any, share: WorkerShare, start_wall: int | None, book: PhaseBook
+    ) -> None:
+        w = share.worker
+        delta = _wall_delta_ns()
+        if start_wall is None:
+            gen = actor.warm.remote(share)
+        else:
+            gen = actor.run.remote(share, start_wall)
+        try:
+            async for ref in gen:
+                got = await ref
+                if isinstance(got, tuple):
+                    _failed(book, w, got)
+                    continue
+                f = _from_wall(got, delta)
+                book.finished(w, f)
+                if self._ray_ledger is not None:
+                    self._ray_ledger.charge.remote(charged_tokens(f.measurement))
+        except ray.exceptions.RayActorError:
+            self._actors.pop(w, None)
+            book.died(w, self.pids.get(w), None)
+        book.waiting.discard(w)
+
+    async def aclose(self) -> None:
+        """Kill the actors; shut down a Ray instance this pool started."""
+        ray = _ray()
+        for actor in self._actors.values():
+            ray.kill(actor)
+        self._actors.clear()
+        if self._ray_ledger is not None:
+            ray.kill(self._ray_ledger)
+            self._ray_ledger = None
+        if self._own_ray:
+            await anyio.to_thread.run_sync(ray.shutdown)
+            self._own_ray = False
+
+
+async def _clock_offset(actor: Any, pings: int = 5) -> int:
+    """The actor's wall clock minus the driver's (ns), from the ping with the
+    shortest round trip (Cristian's method: the reply is placed at the midpoint;
+    the error is at most half that round trip)."""
+    best: tuple[int, int] | None = None
+    for _ in range(pings):
+        t0 = time.time_ns()
+        wall, _pid = await actor.clock.remote()
+        t1 = time.time_ns()
+        if best is None or t1 - t0 < best[0]:
+            best = (t1 - t0, wall - (t0 + t1) // 2)
+    assert best is not None
+    return best[1]
+
+
+def _failed(book: PhaseBook, worker: int, what: tuple[Any, ...]) -> None:
+    if what[0] == "refused":
+        book.refusal = LiveGateError(what[1], host=what[2], missing=tuple(what[3]))
+    else:
+        book.failure = WorkerError(f"Ray worker {worker} failed: {what[1]}", worker=worker)
+
+
+def _check_loopback(ray: Any) -> None:
+    """Refuse a local instance whose node is not on a loopback address.
+
+    Raises:
+        LiveGateError: a node's address is not loopback (ray was imported
+            before the pool could ask for loopback nodes).
+    """
+    for node in ray.nodes():
+        host = str(node.get("NodeManagerAddress", ""))
+        if not is_loopback_host(host):
+            raise LiveGateError(
+                f"the local Ray instance took address {host!r}, not loopback: import "
+                f"deepseekbench's Ray executor before ray, or set {_LOOPBACK_NODE_ENV}=0",
+                host=host,
+                missing=("a loopback-only local Ray instance",),
+            )
+
+
+def _left(budget: int | None, used: int) -> int | None:
+    return None if budget is None else max(0, budget - used)
+
+
+def _from_wall(f: Finished, delta_ns: int) -> Finished:
+    """An actor's wall-clock stamps onto the driver's CLOCK_MONOTONIC."""
+    return _to_wall(f, -delta_ns)

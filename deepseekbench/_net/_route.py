@@ -1,0 +1,307 @@
+"""``EngineRoute``: where a request goes and what engine-scoped extras it carries.
+
+The route is the only place for engine-specific body fields: the extras a dialect
+needs to report acceptance (SGLang ``return_spec_tokens_details``, vLLM continuous usage)
+and any per-request speculative settings an engine accepts
+(``request_extras``). It also maps :class:`~deepseekbench.ReasoningMode` to each
+dialect's DeepSeek V4 thinking controls; the table and its sources are in
+``docs/measurement.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from deepseekbench._types._axes import (
+    Dialect,
+    DialectName,
+    ReasoningMode,
+    Speculative,
+    SpeculativeName,
+)
+from deepseekbench._types._request import ChatRequest
+
+__all__ = ["EngineRoute", "eos_controls", "reasoning_controls"]
+
+_ROUTE_OWNED = frozenset({"model", "messages", "stream"})
+_SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+
+
+def _thinking(mode: ReasoningMode) -> bool:
+    return mode is not ReasoningMode.non_think
+
+
+def _effort(mode: ReasoningMode) -> str | None:
+    return {ReasoningMode.think_high: "high", ReasoningMode.think_max: "max"}.get(mode)
+
+
+def reasoning_controls(dialect: Dialect, mode: ReasoningMode) -> dict[str, Any]:
+    """Return the body fields that select ``mode`` on DeepSeek V4 for ``dialect``.
+
+    * ``vllm``, ``sglang``, ``auto``: ``chat_template_kwargs`` =
+      ``{"thinking": bool}`` plus ``"reasoning_effort": "high"|"max"`` when
+      thinking (read by the DeepSeek V4 chat encoder).
+    * ``llamacpp``: the same ``chat_template_kwargs``, plus
+      ``reasoning_format: "deepseek"`` when thinking so the thoughts arrive as
+      ``reasoning_content``.
+    * ``deepseek`` (DeepSeek API): ``thinking: {"type": "enabled"|"disabled"}``
+      plus top-level ``reasoning_effort: "high"|"max"`` when enabled.
+    * ``openai`` (other OpenAI-compatible hosts): top-level
+      ``reasoning_effort`` = ``"none"``, ``"high"`` or ``"max"``.
+    """
+    thinking = _thinking(mode)
+    effort = _effort(mode)
+    if dialect is Dialect.deepseek:
+        body: dict[str, Any] = {"thinking": {"type": "enabled" if thinking else "disabled"}}
+        if effort is not None:
+            body["reasoning_effort"] = effort
+        return body
+    if dialect is Dialect.openai:
+        return {"reasoning_effort": effort or "none"}
+    kwargs: dict[str, Any] = {"thinking": thinking}
+    if effort is not None:
+        kwargs["reasoning_effort"] = effort
+    body = {"chat_template_kwargs": kwargs}
+    if dialect is Dialect.llamacpp and thinking:
+        body["reasoning_format"] = "deepseek"
+    return body
+
+
+def eos_controls(dialect: Dialect, max_tokens: int | None) -> dict[str, Any]:
+    """Body fields that make ``dialect`` generate ``max_tokens`` tokens, past EOS.
+
+    * ``vllm``, ``sglang``, ``auto``: ``ignore_eos: true`` and ``min_tokens:
+      max_tokens`` (both sampling extensions of their chat endpoints);
+    * ``llamacpp``: ``ignore_eos: true`` (llama-server has no ``min_tokens``);
+    * ``openai``, ``deepseek``: nothing — hosted APIs offer neither, so their
+      outputs may fall short of the target (the row says so).
+    """
+    if dialect in (Dialect.openai, Dialect.deepseek):
+        return {}
+    body: dict[str, Any] = {"ignore_eos": True}
+    if dialect is not Dialect.llamacpp and max_tokens is not None:
+        body["min_tokens"] = max_tokens
+    return body
+
+
+def can_ignore_eos(dialect: Dialect) -> bool:
+    """Whether ``dialect`` has a field that generates past end-of-sequence
+    (:func:`eos_controls` sends something)."""
+    return bool(eos_controls(dialect, 1))
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, Mapping):
+            out[key] = _deep_merge(old, value)
+        else:
+            out[key] = value
+    return out
+
+
+def check_base_url(url: str) -> str:
+    """Return an OpenAI base URL without its trailing slash.
+
+    A URL with user-info (``http://user:secret@host``) is refused: a secret
+    there would land in the results file, in logs and in reprs; pass it as an
+    API key instead. Messages about such a URL never repeat it.
+
+    Raises:
+        ValueError: httpx cannot parse it, not an ``http``/``https`` URL with a
+            host, a port outside 1..65535, or user-info in the URL.
+    """
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        detail = f" ({exc})" if "@" not in url else ""
+        _bad_base_url(url, f"is not a URL httpx can parse{detail}")
+    if parsed.userinfo:
+        raise ValueError(
+            "base_url must not carry user-info (user:password@): pass the key as the "
+            "route's api_key (api_key_env in a plan); the URL is not shown"
+        )
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        _bad_base_url(url, "must be an http(s) URL with a host")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        _bad_base_url(url, f"has port {parsed.port}, outside 1..65535")
+    return url.rstrip("/")
+
+
+def _bad_base_url(url: str, problem: str) -> NoReturn:
+    shown = f", got {url!r}" if "@" not in url else " (URL not shown: it may hold a secret)"
+    raise ValueError(f"base_url {problem}{shown}")
+
+
+def check_request_extras(extras: dict[str, Any]) -> dict[str, Any]:
+    """Return ``extras`` unchanged, or refuse body fields the route itself owns.
+
+    Raises:
+        ValueError: ``extras`` holds a non-finite number, or sets a field the
+            route builds (``model``, ``messages``, ``stream``, ...).
+    """
+    bad = sorted(k for k in extras if k in _ROUTE_OWNED)
+    if bad:
+        raise ValueError(f"request_extras may not set {bad}")
+    if not _all_finite(extras):
+        raise ValueError("request_extras holds a non-finite number (inf or nan): JSON has none")
+    return extras
+
+
+def _all_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, Mapping):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_all_finite(v) for v in value)
+    return True
+
+
+class EngineRoute(BaseModel):
+    """One serving endpoint: OpenAI base URL, model, dialect and engine-scoped extras.
+
+    ``api_key`` is a ``SecretStr`` excluded from ``repr``, ``model_dump`` and
+    JSON; it is sent only as ``Authorization: Bearer``.
+
+    Raises:
+        pydantic.ValidationError: a base URL that is not http(s), an unknown
+            dialect, a secret header in ``headers`` (use ``api_key``), or
+            ``request_extras`` that set ``model``, ``messages`` or ``stream``.
+            Its message names the field, never the refused value (which may
+            be a secret).
+    """
+
+    # hide_input_in_errors: a refused value may be a secret (a key in headers).
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    base_url: str = Field(description="OpenAI base URL, e.g. 'http://127.0.0.1:8000/v1'.")
+    model: str = Field(min_length=1, description="The 'model' body field.")
+    api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
+    dialect: Dialect = Field(default=Dialect.auto)
+    speculative: Speculative = Field(
+        default=Speculative.off, description="Speculative method this route serves."
+    )
+    label: str | None = Field(default=None, description="Free-form route name for reports.")
+    request_extras: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Engine-scoped body fields deep-merged into every request body "
+        "(e.g. per-request speculative settings an engine accepts).",
+    )
+    continuous_usage: bool = Field(
+        default=False,
+        description="Ask for usage on every chunk (stream_options.continuous_usage_stats; "
+        "vLLM, SGLang, auto) so tokens per chunk are known.",
+    )
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers.")
+    served_spec_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Speculative depth (draft tokens per verify step) the server said it "
+        "serves (llama.cpp /props, SGLang /get_server_info), set by the run before "
+        "measuring; measurements carry it where no per-request depth is reported.",
+    )
+
+    if TYPE_CHECKING:
+        # The signature type checkers see: enum fields also take their documented
+        # string values (validated into the enum). Kept equal to the fields by
+        # tests/test_typing_for_users.py.
+        def __init__(
+            self,
+            *,
+            base_url: str,
+            model: str,
+            api_key: SecretStr | str | None = None,
+            dialect: Dialect | DialectName = Dialect.auto,
+            speculative: Speculative | SpeculativeName = Speculative.off,
+            label: str | None = None,
+            request_extras: dict[str, Any] = ...,
+            continuous_usage: bool = False,
+            headers: dict[str, str] = ...,
+            served_spec_tokens: int | None = None,
+        ) -> None: ...
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        return check_base_url(v)
+
+    @field_validator("headers")
+    @classmethod
+    def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = sorted(k for k in v if k.lower() in _SECRET_HEADERS)
+        if bad:
+            raise ValueError(f"headers {bad} carry credentials: pass the key as api_key")
+        return v
+
+    @field_validator("request_extras")
+    @classmethod
+    def _extras_not_owned(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_request_extras(v)
+
+    @property
+    def chat_url(self) -> str:
+        """``{base_url}/chat/completions``."""
+        return f"{self.base_url}/chat/completions"
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus endpoint: the base URL without a trailing ``/v1``, plus ``/metrics``."""
+        base = self.base_url
+        if base.endswith("/v1"):
+            base = base[: -len("/v1")]
+        return f"{base}/metrics"
+
+    @property
+    def has_api_key(self) -> bool:
+        """Whether an API key is set (the key itself is never shown)."""
+        return self.api_key is not None
+
+    def request_headers(self) -> dict[str, str]:
+        """Headers for a streamed chat request (Accept, identity encoding, auth if set)."""
+        headers = {
+            "accept": "text/event-stream",
+            "accept-encoding": "identity",
+            "content-type": "application/json",
+        }
+        headers.update(self.headers)
+        if self.api_key is not None:
+            headers["authorization"] = f"Bearer {self.api_key.get_secret_value()}"
+        return headers
+
+    def build_body(self, request: ChatRequest) -> dict[str, Any]:
+        """Return the JSON body for ``request`` on this route.
+
+        Order: the request's fields, the dialect's reasoning controls, its
+        :func:`eos_controls` when ``request.reach_max_tokens``, the
+        dialect's reporting extras (SGLang/auto ``return_spec_tokens_details:
+        true``, answered by a trailing ``sglext`` chunk; never
+        ``return_meta_info``, which current SGLang refuses with HTTP 400 on a
+        streamed request;
+        ``stream_options.continuous_usage_stats`` when ``continuous_usage`` on
+        vLLM/SGLang/auto), then ``request_extras`` deep-merged; finally
+        ``model``, ``stream: true`` and ``stream_options.include_usage: true``
+        are forced.
+        """
+        body = request.body_fields()
+        body.update(reasoning_controls(self.dialect, request.reasoning_mode))
+        if request.reach_max_tokens:
+            body.update(eos_controls(self.dialect, request.max_tokens))
+        stream_options: dict[str, Any] = {}
+        if self.dialect in (Dialect.sglang, Dialect.auto):
+            body["return_spec_tokens_details"] = True
+        if self.continuous_usage and self.dialect in (Dialect.vllm, Dialect.sglang, Dialect.auto):
+            stream_options["continuous_usage_stats"] = True
+        body["stream_options"] = stream_options
+        body = _deep_merge(body, self.request_extras)
+        body["model"] = self.model
+        body["stream"] = True
+        so = body.get("stream_options")
+        body["stream_options"] = {**(so if isinstance(so, dict) else {}), "include_usage": True}
+        return body

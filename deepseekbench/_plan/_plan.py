@@ -1,0 +1,1008 @@
+"""``BenchmarkPlan``: what a run measures, loadable from TOML or JSON.
+
+A plan names the model, one route per speculative endpoint (speculative
+decoding is configured per server on vLLM and SGLang, so each value is its own
+endpoint; two routes may share a value when their labels differ, e.g. a correct
+and a mis-tuned ``mtp`` server), exactly one ``off`` route (the baseline), the
+axis cells, requests and warm-up requests per cell, the load (a fixed
+concurrency, or a request rate with Poisson or gamma arrivals), and the parity
+prompt and task sets. The format is documented in ``docs/plan.md``.
+
+Every model here is ``extra="forbid"``; a bad plan fails before any request
+with ``pydantic.ValidationError`` (direct construction) or :class:`PlanError`
+(:meth:`BenchmarkPlan.load` and friends, the message naming the file).
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import hashlib
+import os
+import tomllib
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from deepseekbench._errors import PlanError
+from deepseekbench._measure._selfcheck import DEFAULT_LAG_THRESHOLD_MS
+from deepseekbench._net._route import (
+    EngineRoute,
+    can_ignore_eos,
+    check_base_url,
+    check_request_extras,
+)
+from deepseekbench._plan._capability import (
+    ModelCapability,
+    ModelCapabilityError,
+    probe_model_capability,
+)
+from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
+from deepseekbench._plan._workload import (
+    InputLength,
+    WorkloadFormatError,
+    WorkloadItem,
+    load_jsonl,
+    load_sharegpt,
+    load_spec_bench,
+    sample_path,
+)
+from deepseekbench._types._axes import (
+    Arrival,
+    ContextBucket,
+    Dialect,
+    Hosting,
+    OutputTarget,
+    ReasoningMode,
+    Speculative,
+)
+
+__all__ = [
+    "ArrivalPlan",
+    "BenchmarkPlan",
+    "CellPlan",
+    "LoadPoint",
+    "ParityPlan",
+    "RoutePlan",
+    "SloPlan",
+    "WorkloadPlan",
+    "validation_error_lines",
+]
+
+def _bad_utf8(exc: UnicodeDecodeError) -> str:
+    return f"{exc.reason} at byte {exc.start}"
+
+
+# hide_input_in_errors: str(ValidationError) never repeats a refused value, which
+# may be a secret (a key pasted into api_key_env, user-info in a base_url).
+# allow_inf_nan=False: TOML's inf/nan would be stored as null and never read back.
+_CONFIG = ConfigDict(
+    frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False
+)
+# Fields whose value may be a secret: an error names the field, never the value.
+_SECRET_FIELDS = frozenset({"api_key", "api_key_env", "headers"})
+# Where results go and how the load is sent: a run resumed with more workers is
+# the same plan.
+_NOT_HASHED = {
+    "base_dir",
+    "results",
+    "client_lag_threshold_ms",
+    "workers",
+    "executor",
+    "ray_address",
+    "probe_routes",
+}
+
+
+def _loc_text(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "plan"
+
+
+def _type_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> Any:
+    """The annotation at ``loc`` inside ``model`` (Optional stripped), or ``None``."""
+    tp: Any = model
+    for part in loc:
+        if isinstance(part, str) and isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = tp.model_fields.get(part)
+            tp = field.annotation if field is not None else None
+        elif isinstance(part, int) and get_origin(tp) in (tuple, list):
+            items = [a for a in get_args(tp) if a is not Ellipsis]
+            tp = items[0] if len(items) == 1 else None
+        else:
+            return None
+        if get_origin(tp) in (Union, types.UnionType):
+            non_none = [a for a in get_args(tp) if a is not type(None)]
+            tp = non_none[0] if len(non_none) == 1 else None
+    return tp
+
+
+def _may_be_secret(loc: Sequence[int | str], value: Any) -> bool:
+    """Whether an error's input may be a secret (then only its field is named)."""
+    if any(part in _SECRET_FIELDS for part in loc):
+        return True
+    return isinstance(value, str) and "@" in value and "base_url" in loc
+
+
+def _error_message(err: Any, model: type[BaseModel] | None) -> str:
+    """The readable text of one pydantic error (without its location)."""
+    loc = tuple(err["loc"])
+    kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    hidden = _may_be_secret(loc, value)
+    shown = "the value (not shown: it may be a secret)" if hidden else repr(value)
+    tp = _type_at(model, loc)
+    if kind == "enum" and isinstance(tp, type) and issubclass(tp, enum.Enum):
+        allowed = ", ".join(repr(m.value) for m in tp)
+        return f"{shown} is not a valid {tp.__name__}; allowed: {allowed}"
+    if kind in ("enum", "literal_error"):
+        return f"{shown} is not allowed; allowed: {ctx.get('expected', '?')}"
+    if kind == "extra_forbidden":
+        parent = _type_at(model, loc[:-1])
+        fields = (
+            sorted(parent.model_fields)
+            if isinstance(parent, type) and issubclass(parent, BaseModel)
+            else []
+        )
+        near = difflib.get_close_matches(str(loc[-1]), fields, n=1) if loc else []
+        return "unknown field" + (f"; did you mean {near[0]!r}?" if near else "")
+    msg: str = err["msg"].removeprefix("Value error, ")
+    simple = isinstance(value, (str, int, float, bool))
+    if kind != "missing" and not hidden and simple and repr(value) not in msg:
+        msg += f" (got {value!r})"
+    return msg
+
+
+def _route_labels(data: Mapping[str, Any] | None, indexes: Sequence[int]) -> str:
+    """`` (routes 'a', 'b')``: the labels of the plan's routes at ``indexes``, where
+    ``data`` (the raw plan) gives a string label for every one; else ``""``."""
+    routes = data.get("routes") if data is not None else None
+    if not isinstance(routes, Sequence) or isinstance(routes, str):
+        return ""
+    labels = []
+    for i in indexes:
+        route = routes[i] if 0 <= i < len(routes) else None
+        label = route.get("label") if isinstance(route, Mapping) else None
+        if not isinstance(label, str):
+            return ""
+        labels.append(repr(label))
+    return f" (route{'s' if len(labels) != 1 else ''} {', '.join(labels)})"
+
+
+def validation_error_lines(
+    exc: ValidationError,
+    model: type[BaseModel] | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """One readable line per distinct problem of ``exc``: ``routes[1].speculative: ...``.
+
+    Enum errors name the enum (found by walking ``model``'s fields along the
+    error location) and list its values; unknown keys suggest the nearest field
+    (``difflib``); pydantic's documentation links are left out. A value that may
+    be a secret (``api_key_env``, ``api_key``, ``headers``, a ``base_url`` with
+    user-info) is never shown: the line names the field only. The same problem
+    in several items of a list (one bad ``dialect`` in every route) is one line
+    naming every index — ``routes[0,2].dialect`` — and, given the raw plan
+    ``data``, the routes' labels.
+    """
+    grouped: dict[tuple[tuple[int | str | None, ...], str], list[int]] = {}
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        first = next((i for i, part in enumerate(loc) if isinstance(part, int)), None)
+        generic = loc if first is None else (*loc[:first], None, *loc[first + 1 :])
+        index = [] if first is None else [int(loc[first])]
+        grouped.setdefault((generic, _error_message(err, model)), []).extend(index)
+    lines: list[str] = []
+    for (generic, msg), indexes in grouped.items():
+        parts = [p for p in generic if p is not None]
+        if not indexes:
+            lines.append(f"{_loc_text(parts)}: {msg}")
+            continue
+        cut = generic.index(None)
+        head = _loc_text(parts[:cut])
+        tail = _loc_text(["x", *parts[cut:]])[1:]
+        where = f"{head}[{','.join(str(i) for i in indexes)}]{tail}"
+        labels = _route_labels(data, indexes) if generic[:cut] == ("routes",) else ""
+        lines.append(f"{where}{labels}: {msg}")
+    return lines
+
+
+class RoutePlan(BaseModel):
+    """One serving endpoint in a plan.
+
+    Attributes:
+        label: unique name of the route in this plan (also the scorecard's name).
+        speculative: the speculative method the endpoint serves (``off`` = baseline).
+        base_url: OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1``.
+        model: the ``model`` body field; default the plan's ``model``.
+        dialect: the wire extras the engine speaks (``auto`` reads every place).
+        api_key_env: name of an environment variable holding the key (the key
+            itself never appears in a plan, a row or a report).
+        request_extras: engine-scoped body fields for every request.
+        continuous_usage: ask for usage on every chunk (vLLM/SGLang).
+        spec_tokens: the speculative depth (draft tokens per verify step) the
+            endpoint is declared to serve; checked against what the server says
+            before measuring (``deepseekbench._plan._spec_config``). Left out of the
+            plan's content (and hash) when not set.
+
+    Raises:
+        pydantic.ValidationError: a label that is empty, over 64 characters or not
+            ``[A-Za-z0-9_.:+-]``, a ``base_url`` that is not an http(s) URL with a
+            host, an ``api_key_env`` that is not a variable name, an unknown
+            ``speculative``/``dialect`` value, or an unknown field.
+    """
+
+    model_config = _CONFIG
+
+    label: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:+-]+$")
+    speculative: Speculative
+    base_url: str
+    model: str | None = None
+    dialect: Dialect = Dialect.auto
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    request_extras: dict[str, Any] = Field(default_factory=dict)
+    continuous_usage: bool = False
+    spec_tokens: int | None = Field(default=None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_depth(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("spec_tokens") is None:
+            data.pop("spec_tokens", None)  # plans written before the field keep their hash
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        return check_base_url(v)
+
+    @field_validator("request_extras")
+    @classmethod
+    def _extras(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The same rule EngineRoute applies, so a bad route fails at plan load.
+        return check_request_extras(v)
+
+    def engine_route(
+        self, default_model: str, environ: Mapping[str, str] | None = None
+    ) -> EngineRoute:
+        """The :class:`~deepseekbench.EngineRoute` to measure with (key read from the env).
+
+        Raises:
+            PlanError: ``api_key_env`` names an unset variable.
+        """
+        key: SecretStr | None = None
+        if self.api_key_env is not None:
+            env = os.environ if environ is None else environ
+            value = env.get(self.api_key_env)
+            if not value:
+                # a key pasted here instead of a variable name must not be echoed
+                name = self.api_key_env if self.api_key_env.isupper() else "(name not shown)"
+                raise PlanError(
+                    f"route {self.label!r}: api_key_env: environment variable {name} is not set"
+                )
+            key = SecretStr(value)
+        return EngineRoute(
+            base_url=self.base_url,
+            model=self.model or default_model,
+            api_key=key,
+            dialect=self.dialect,
+            speculative=self.speculative,
+            label=self.label,
+            request_extras=self.request_extras,
+            continuous_usage=self.continuous_usage,
+        )
+
+
+class CellPlan(BaseModel):
+    """One axis cell: prompt bucket, output target and reasoning mode (streamed).
+
+    ``max_tokens`` overrides the output target's bound (tokens) when set; it may
+    not exceed it.
+
+    Raises:
+        pydantic.ValidationError: ``max_tokens`` below 1 or above the output
+            target's ``max_output_tokens``, an unknown axis value, or an unknown field.
+    """
+
+    model_config = _CONFIG
+
+    context_bucket: ContextBucket = ContextBucket.k1
+    output_target: OutputTarget = OutputTarget.t256
+    reasoning_mode: ReasoningMode = ReasoningMode.non_think
+    max_tokens: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _bound(self) -> CellPlan:
+        if self.max_tokens is not None and self.max_tokens > self.output_target.max_output_tokens:
+            raise ValueError(
+                f"max_tokens {self.max_tokens} exceeds output_target "
+                f"{self.output_target.value} ({self.output_target.max_output_tokens} tokens)"
+            )
+        return self
+
+    @property
+    def cell_id(self) -> str:
+        """``<context>/<output>/<reasoning>``, e.g. ``1k/256/non_think``."""
+        return f"{self.context_bucket.value}/{self.output_target.value}/{self.reasoning_mode.value}"
+
+    @property
+    def request_max_tokens(self) -> int:
+        """The ``max_tokens`` sent for this cell (tokens)."""
+        return self.max_tokens or self.output_target.max_output_tokens
+
+
+_Concurrency = Annotated[int, Field(ge=1, le=4096)]
+_Rate = Annotated[float, Field(gt=0)]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """One offered load of a sweep: what a row's load axes hold.
+
+    Attributes:
+        arrival: ``closed`` (a closed loop), ``poisson`` or ``gamma`` (an open loop).
+        concurrency: closed-loop streams, or the open loop's in-flight cap (requests).
+        rate_per_s: the open loop's offered rate (requests/s); ``None`` when closed.
+    """
+
+    arrival: Arrival
+    concurrency: int
+    rate_per_s: float | None = None
+
+    @property
+    def key(self) -> str:
+        """A stable text key for results records, e.g. ``closed:c=16``, ``poisson:r=8:c=64``."""
+        if self.rate_per_s is None:
+            return f"{self.arrival.value}:c={self.concurrency}"
+        return f"{self.arrival.value}:r={self.rate_per_s:g}:c={self.concurrency}"
+
+    @property
+    def label(self) -> str:
+        """What a scorecard shows, e.g. ``c=16`` or ``8/s``."""
+        return f"c={self.concurrency}" if self.rate_per_s is None else f"{self.rate_per_s:g}/s"
+
+    @property
+    def phrase(self) -> str:
+        """In words, e.g. ``concurrency 16`` or ``8 req/s``."""
+        if self.rate_per_s is None:
+            return f"concurrency {self.concurrency}"
+        return f"{self.rate_per_s:g} req/s"
+
+    @property
+    def level(self) -> float:
+        """The sweep's ordering value: concurrency (closed) or rate (open), ascending load."""
+        return float(self.concurrency if self.rate_per_s is None else self.rate_per_s)
+
+
+def _unique(values: tuple[Any, ...], name: str) -> None:
+    if not values:
+        raise ValueError(f"{name} needs at least one value")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} values must be unique, got {list(values)}")
+
+
+class ArrivalPlan(BaseModel):
+    """How requests are offered within a cell, at one load point or a sweep of them.
+
+    ``mode="concurrency"``: a closed loop of ``concurrency`` workers; a list
+    (``concurrency = [1, 4, 16, 64]``) sweeps it, one load point per value.
+    ``mode="rate"``: an open loop at ``rate_per_s`` requests/s (a list sweeps
+    it) with ``distribution`` ``poisson`` (exponential gaps) or ``gamma`` (gaps
+    of shape ``gamma_shape``, mean ``1/rate_per_s``; shape < 1 is burstier),
+    drawn from ``numpy.random.default_rng(seed)``; ``concurrency`` (one value)
+    then caps requests in flight. ``max_lag_ms``: an open-loop row whose p90
+    schedule lag (scheduled send → actual send) exceeds it is flagged
+    ``schedule_lagged`` (ms).
+
+    Raises:
+        pydantic.ValidationError: a ``concurrency`` outside 1..4096 (requests),
+            a ``rate_per_s``, ``gamma_shape`` or ``max_lag_ms`` not > 0, an empty
+            or repeated sweep list, ``mode="rate"`` without ``rate_per_s``,
+            ``rate_per_s`` with ``mode="concurrency"``, a ``concurrency`` list with
+            ``mode="rate"``, or an unknown field.
+    """
+
+    model_config = _CONFIG
+
+    mode: Literal["concurrency", "rate"] = "concurrency"
+    concurrency: _Concurrency | tuple[_Concurrency, ...] = 1
+    rate_per_s: _Rate | tuple[_Rate, ...] | None = None
+    distribution: Literal["poisson", "gamma"] = "poisson"
+    gamma_shape: float = Field(default=1.0, gt=0)
+    seed: int = 0
+    max_lag_ms: float = Field(default=100.0, gt=0)
+
+    @model_validator(mode="after")
+    def _rate(self) -> ArrivalPlan:
+        if self.mode == "rate" and self.rate_per_s is None:
+            raise ValueError("mode='rate' needs rate_per_s")
+        if self.mode == "concurrency" and self.rate_per_s is not None:
+            raise ValueError("rate_per_s is only used with mode='rate'")
+        if isinstance(self.concurrency, tuple):
+            if self.mode == "rate":
+                raise ValueError(
+                    "with mode='rate', concurrency is one in-flight cap; sweep rate_per_s instead"
+                )
+            _unique(self.concurrency, "concurrency")
+        if isinstance(self.rate_per_s, tuple):
+            _unique(self.rate_per_s, "rate_per_s")
+        return self
+
+    def load_points(self) -> tuple[LoadPoint, ...]:
+        """The sweep's load points, in plan order (one when nothing is swept)."""
+        if self.mode == "rate" and self.rate_per_s is not None:
+            rates = self.rate_per_s if isinstance(self.rate_per_s, tuple) else (self.rate_per_s,)
+            cap = self.concurrency if isinstance(self.concurrency, int) else self.concurrency[0]
+            kind = Arrival(self.distribution)
+            return tuple(LoadPoint(kind, cap, float(r)) for r in rates)
+        levels = self.concurrency if isinstance(self.concurrency, tuple) else (self.concurrency,)
+        return tuple(LoadPoint(Arrival.closed, c) for c in levels)
+
+    def offsets_s(
+        self, n: int, *, salt: int = 0, rate_per_s: float | None = None
+    ) -> list[float] | None:
+        """Send times of ``n`` requests in seconds from the block start (``None`` = closed loop).
+
+        Gaps: exponential with mean ``1/rate`` (Poisson process) or gamma(shape
+        ``k``, scale ``1/(k·rate)``); the first request at 0. ``rate_per_s``
+        picks the load point (default: the plan's first rate). ``salt`` varies
+        the stream reproducibly.
+        """
+        if self.mode != "rate" or self.rate_per_s is None:
+            return None
+        import numpy as np
+
+        if rate_per_s is None:
+            rate_per_s = self.load_points()[0].rate_per_s
+        assert rate_per_s is not None
+        rng = np.random.default_rng([self.seed, salt])
+        mean = 1.0 / rate_per_s
+        if self.distribution == "poisson":
+            gaps = rng.exponential(mean, size=n)
+        else:
+            gaps = rng.gamma(self.gamma_shape, mean / self.gamma_shape, size=n)
+        if n:
+            gaps[0] = 0.0
+        return [float(x) for x in np.cumsum(gaps)]
+
+
+class SloPlan(BaseModel):
+    """Service-level objectives for goodput: a request is *good* when it meets every
+    limit given (any subset; none set = no goodput).
+
+    Attributes:
+        ttft_ms: TTFT limit (ms). tpot_ms: TPOT limit (ms/token). e2e_ms: E2E limit (ms).
+
+    Raises:
+        pydantic.ValidationError: a limit not > 0, or an unknown field.
+    """
+
+    model_config = _CONFIG
+
+    ttft_ms: float | None = Field(default=None, gt=0, description="TTFT limit, ms")
+    tpot_ms: float | None = Field(default=None, gt=0, description="TPOT limit, ms/token")
+    e2e_ms: float | None = Field(default=None, gt=0, description="E2E latency limit, ms")
+
+    @property
+    def limits(self) -> dict[str, float]:
+        """The limits set, by metric name (``ttft_ms``, ``tpot_ms``, ``e2e_ms``)."""
+        given = {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms}
+        return {k: v for k, v in given.items() if v is not None}
+
+
+class WorkloadPlan(BaseModel):
+    """The prompts measured for speed, cycled over each cell's requests.
+
+    Sources (``source``):
+
+    * ``default``: ``prompts`` inline, or ``prompts_file`` (JSONL of
+      ``{"prompt": "..."}`` lines, relative to the plan file), else the built-in
+      smoke tasks' prompts;
+    * ``sharegpt``, ``spec_bench``, ``jsonl``: the file at ``path`` in that
+      format (``path = "sample"`` picks the small sample shipped with the
+      package); ``categories`` keeps only those categories;
+    * ``synthetic``: ``n_prompts`` prompts per cell generated to
+      ``input_length`` tokens (default: fixed at ¾ of the cell's bucket bound),
+      sized with ``tokenizer`` (required).
+
+    ``tokenizer``: ``"endpoint"`` (the ``off`` route's ``POST /tokenize``) or a
+    path to a Hugging Face ``tokenizer.json`` (or its folder); with it every
+    cell's prompts are counted and must fall in the bucket's token range, and
+    outputs without usage are counted with it. Without it only the byte bound is
+    checked (a prompt of fewer UTF-8 bytes than the bucket's lower bound is
+    refused). ``reach_max_tokens``: ask the engine to generate ``max_tokens``
+    (ignore EOS, per dialect); parity requests never do.
+
+    Raises:
+        pydantic.ValidationError: an unknown field or source, a non-string
+            prompt, a file source without ``path``, ``input_length`` or
+            ``n_prompts`` on a non-synthetic source, a synthetic source without
+            ``tokenizer``, or ``prompts``/``prompts_file`` with another source.
+    """
+
+    model_config = _CONFIG
+
+    source: Literal["default", "sharegpt", "spec_bench", "jsonl", "synthetic"] = "default"
+    prompts: tuple[str, ...] = ()
+    prompts_file: str | None = None
+    path: str | None = None
+    categories: tuple[str, ...] = ()
+    input_length: InputLength | None = None
+    n_prompts: int | None = Field(default=None, ge=1, le=10_000)
+    tokenizer: str | None = Field(default=None, min_length=1)
+    reach_max_tokens: bool = True
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> WorkloadPlan:
+        file_source = self.source in ("sharegpt", "spec_bench", "jsonl")
+        if file_source and self.path is None:
+            raise ValueError(f"source={self.source!r} needs a path (or path='sample')")
+        if not file_source and (self.path is not None or self.categories):
+            raise ValueError("path and categories are for the sharegpt, spec_bench, jsonl sources")
+        if self.source != "synthetic" and (
+            self.input_length is not None or self.n_prompts is not None
+        ):
+            raise ValueError("input_length and n_prompts are for source='synthetic'")
+        if self.source == "synthetic" and self.tokenizer is None:
+            raise ValueError("source='synthetic' needs a tokenizer ('endpoint' or a path)")
+        if self.source != "default" and (self.prompts or self.prompts_file):
+            raise ValueError("prompts and prompts_file are for source='default'")
+        return self
+
+
+class ParityPlan(BaseModel):
+    """The deterministic parity set run on every route.
+
+    Attributes:
+        prompts: extra parity prompts (exact acceptance only).
+        tasks: ``"smoke"`` (built-in set), ``"none"``, or a JSONL task file path.
+        task_mode: ``strict`` or ``lenient`` (see :func:`~deepseekbench.task_parity`).
+        tolerance: lenient bound on the pass → fail rate (fraction of tasks).
+        alpha: lenient McNemar level.
+        max_tokens: output bound for parity requests (tokens).
+        seed: the fixed ``seed`` sent with every parity request.
+        task_temperature: 0 (default) makes task prompts deterministic and part
+            of exact acceptance; above 0 they are sampled and judged by task
+            parity alone.
+        determinism_control: run ``off`` twice (needed for a verified ``off`` row).
+        concurrency: parity requests in flight per route (requests, 1..256).
+
+    Raises:
+        pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` outside
+            (0, 1), ``max_tokens`` below 1, ``task_temperature`` outside [0, 2], an
+            unknown ``task_mode``, or an unknown field.
+    """
+
+    model_config = _CONFIG
+
+    prompts: tuple[str, ...] = ()
+    tasks: str = "smoke"
+    task_mode: Literal["strict", "lenient"] = "strict"
+    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0, lt=1)
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    max_tokens: int = Field(default=128, ge=1)
+    seed: int = 1234
+    task_temperature: float = Field(default=0.0, ge=0, le=2)
+    determinism_control: bool = True
+    concurrency: int = Field(default=1, ge=1, le=256)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSources:
+    """What :meth:`BenchmarkPlan.validate_sources` read from the plan's files.
+
+    Attributes:
+        tasks: the parity task set (``()`` for ``"none"``).
+        prompts: the speed-workload prompts.
+        capability: the probed model capability, ``None`` without ``model_source``.
+        items: the workload's items (:meth:`BenchmarkPlan.workload_items`);
+            ``None`` for a synthetic source (generated at run time).
+    """
+
+    tasks: tuple[Task, ...]
+    prompts: tuple[str, ...]
+    capability: ModelCapability | None
+    items: tuple[WorkloadItem, ...] | None = None
+
+
+class BenchmarkPlan(BaseModel):
+    """A full benchmark: routes × cells, with the parity set, and where results go.
+
+    Attributes:
+        model: the model id (rows' ``model_id``; routes' default ``model`` field).
+        provider_route, engine_route, hosting: the rows' other key axes.
+        routes: at least two; exactly one ``off``; unique labels.
+        cells: at least one; unique.
+        requests_per_cell: measured requests per route, cell and load point (>= 1),
+            split over the rounds.
+        warmup_per_cell: unmeasured requests before a route's first round at each
+            cell and load point (>= 0).
+        repeats: measurement rounds per cell and load point (1..100, default 3):
+            each round runs every route's block of the same prompts, the route
+            order alternating between rounds (see ``docs/measurement.md``); 1 is
+            the old sequential design.
+        temperature, seed: sampling for measured requests (default greedy, seed 0).
+        arrival: :class:`ArrivalPlan` (the load, or a sweep of loads).
+        workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
+        slo: :class:`SloPlan` (limits for goodput; none by default).
+        results: JSONL results path (relative to the plan file when loaded), or ``None``.
+        timeout_s: total deadline per request (s).
+        client_lag_threshold_ms: the client's own event-loop lag (ms, default 10)
+            above which a row is flagged ``client_saturated`` (docs/measurement.md).
+        workers: client workers that send each block (1..256, default 1: this
+            process); more split the load deterministically (``docs/workers.md``).
+        executor: ``"process"`` (worker processes on this host) or ``"ray"`` (Ray
+            actors; needs the ``ray`` extra).
+        ray_address: an existing Ray cluster's address (``None``: a local
+            instance on 127.0.0.1); a non-loopback host passes the gate.
+        model_source: optional path to the model's GGUF file or Hugging Face
+            ``config.json`` (or checkpoint folder), relative to the plan file. When
+            set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
+            an ``mtp`` route on a model whose depth is 0; the run records it.
+        probe_routes: ask every route once (``GET {base_url}/models``) before
+            measuring and stop with :class:`~deepseekbench.RouteUnreachableError`
+            when one is dead or does not serve its model (default ``True``;
+            ``deepseekbench._net._probe``). Not part of the plan hash.
+
+    Raises:
+        pydantic.ValidationError: any invalid field (direct construction).
+    """
+
+    model_config = _CONFIG
+
+    model: str = Field(min_length=1)
+    provider_route: str = Field(default="local", min_length=1)
+    engine_route: str = Field(default="embedded", min_length=1)
+    hosting: Hosting = Hosting.embedded
+    # The counts are checked by _counts, not by ``min_length``: pydantic checks a
+    # tuple's length on the items that validated, so one bad route of two would
+    # also report a misleading "at least 2 items" error.
+    routes: tuple[RoutePlan, ...] = Field(json_schema_extra={"minItems": 2})
+    cells: tuple[CellPlan, ...] = Field(default=(CellPlan(),), json_schema_extra={"minItems": 1})
+    requests_per_cell: int = Field(default=8, ge=1, le=100_000)
+    warmup_per_cell: int = Field(default=1, ge=0, le=10_000)
+    repeats: int = Field(default=3, ge=1, le=100)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    seed: int = 0
+    arrival: ArrivalPlan = ArrivalPlan()
+    workload: WorkloadPlan = WorkloadPlan()
+    parity: ParityPlan = ParityPlan()
+    slo: SloPlan = SloPlan()
+    results: str | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+    client_lag_threshold_ms: float = Field(
+        default=DEFAULT_LAG_THRESHOLD_MS,
+        gt=0,
+        description="client event-loop lag (ms) above which a row is flagged client_saturated",
+    )
+    workers: int = Field(default=1, ge=1, le=256, description="client workers (processes/actors)")
+    executor: Literal["process", "ray"] = "process"
+    ray_address: str | None = Field(default=None, description="Ray cluster address; None=local")
+    model_source: str | None = Field(
+        default=None,
+        description="GGUF file or HF config.json/checkpoint folder to probe for MTP depth",
+    )
+    probe_routes: bool = Field(
+        default=True,
+        description="probe every route once (GET /models) before measuring; false skips it",
+    )
+    base_dir: str | None = Field(
+        default=None, description="directory relative paths resolve against (set by load)"
+    )
+
+    @field_validator("routes", "cells")
+    @classmethod
+    def _counts(cls, v: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
+        # Runs only when every item validated (an after-validator is skipped
+        # when the field already failed).
+        if info.field_name == "routes" and len(v) < 2:
+            raise ValueError(
+                f"a plan needs at least 2 routes (the 'off' baseline and one to compare), "
+                f"got {len(v)}"
+            )
+        if not v:
+            raise ValueError("a plan needs at least 1 cell, got 0")
+        return v
+
+    @model_validator(mode="after")
+    def _check_routes(self) -> BenchmarkPlan:
+        labels = [r.label for r in self.routes]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"route labels must be unique; repeated: {dup}")
+        offs = [r.label for r in self.routes if r.speculative is Speculative.off]
+        if len(offs) != 1:
+            raise ValueError(f"a plan needs exactly one speculative='off' route, got {offs}")
+        cells = [c.cell_id for c in self.cells]
+        dup_cells = sorted({x for x in cells if cells.count(x) > 1})
+        if dup_cells:
+            raise ValueError(f"cells must be unique; repeated: {dup_cells}")
+        return self
+
+    # ---------------------------------------------------------------- access
+    @property
+    def off_route(self) -> RoutePlan:
+        """The baseline route (``speculative == off``)."""
+        return next(r for r in self.routes if r.speculative is Speculative.off)
+
+    @property
+    def load_points(self) -> tuple[LoadPoint, ...]:
+        """The load points every route is measured at (:meth:`ArrivalPlan.load_points`)."""
+        return self.arrival.load_points()
+
+    @property
+    def rounds(self) -> int:
+        """Rounds actually run per cell and load point: ``min(repeats, requests_per_cell)``."""
+        return min(self.repeats, self.requests_per_cell)
+
+    @property
+    def reach_max_tokens(self) -> bool:
+        """Whether measured requests ask the engines to generate past EOS: the
+        workload asks for it and every route's dialect can (a route that cannot —
+        ``openai``, ``deepseek`` — would decode different work than the others, so
+        then no route is asked and short outputs are flagged instead)."""
+        return self.workload.reach_max_tokens and all(
+            can_ignore_eos(r.dialect) for r in self.routes
+        )
+
+    @property
+    def speculative_routes(self) -> tuple[RoutePlan, ...]:
+        """Every route other than the baseline, in plan order."""
+        return tuple(r for r in self.routes if r.speculative is not Speculative.off)
+
+    def resolve(self, path: str) -> Path:
+        """``path`` made absolute against ``base_dir`` (or the working directory)."""
+        p = Path(path).expanduser()
+        if p.is_absolute() or self.base_dir is None:
+            return p
+        return Path(self.base_dir) / p
+
+    def results_path(self) -> Path | None:
+        """Where results go (``results`` resolved), or ``None``."""
+        return self.resolve(self.results) if self.results else None
+
+    def tasks(self) -> tuple[Task, ...]:
+        """The parity task set (``()`` for ``"none"``).
+
+        Raises:
+            PlanError: the task file cannot be read or is invalid.
+        """
+        spec = self.parity.tasks
+        if spec == "none":
+            return ()
+        if spec == "smoke":
+            return smoke_tasks()
+        return load_tasks(self.resolve(spec))
+
+    def workload_prompts(self) -> tuple[str, ...]:
+        """The speed-workload prompts (inline, from file, or the smoke tasks' prompts).
+
+        Raises:
+            PlanError: the prompts file is unreadable, not UTF-8, or malformed.
+        """
+        if self.workload.prompts:
+            return self.workload.prompts
+        if self.workload.prompts_file:
+            p = self.resolve(self.workload.prompts_file)
+            out: list[str] = []
+            if p.exists() and not p.is_file():
+                raise PlanError(f"prompts file {p} is not a regular file")
+            try:
+                lines = p.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise PlanError(f"cannot read prompts file {p}: {exc}") from exc
+            except UnicodeDecodeError as exc:
+                raise PlanError(f"prompts file {p} is not UTF-8 text: {_bad_utf8(exc)}") from None
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise PlanError(f"{p}: line {number} is not JSON") from exc
+                if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+                    raise PlanError(f"{p}: line {number} needs a string 'prompt'")
+                out.append(obj["prompt"])
+            if not out:
+                raise PlanError(f"{p}: no prompts")
+            return tuple(out)
+        return tuple(t.prompt for t in smoke_tasks())
+
+    def workload_items(self) -> tuple[WorkloadItem, ...] | None:
+        """The workload's conversations (``None`` for ``source="synthetic"``).
+
+        ``default`` source: inline prompts (ids ``prompt-<n>``), the prompts
+        file, or the smoke tasks (their ids and categories). Dataset sources: the
+        file read by its loader (``path="sample"``: the shipped sample), kept to
+        ``categories`` when given.
+
+        Raises:
+            PlanError: the prompts file is unreadable or malformed.
+            WorkloadFormatError: a dataset file is malformed (file and line
+                named), or no item has the requested categories.
+        """
+        w = self.workload
+        if w.source == "synthetic":
+            return None
+        if w.source == "default":
+            if not w.prompts and not w.prompts_file:
+                return tuple(
+                    WorkloadItem(id=t.id, turns=(t.prompt,), category=t.category, source="smoke")
+                    for t in smoke_tasks()
+                )
+            return tuple(
+                WorkloadItem(id=f"prompt-{i + 1}", turns=(p,), source="plan")
+                for i, p in enumerate(self.workload_prompts())
+            )
+        return self._dataset_items()
+
+    def _dataset_items(self) -> tuple[WorkloadItem, ...]:
+        w = self.workload
+        fmt = cast(Literal["sharegpt", "spec_bench", "jsonl"], w.source)
+        loader = {"sharegpt": load_sharegpt, "spec_bench": load_spec_bench, "jsonl": load_jsonl}
+        assert w.path is not None
+        path = sample_path(fmt) if w.path == "sample" else self.resolve(w.path)
+        items = loader[fmt](path)
+        if w.categories:
+            items = tuple(i for i in items if i.category in w.categories)
+            if not items:
+                raise WorkloadFormatError(
+                    f"{path}: no item of categories {list(w.categories)}", path=path
+                )
+        return items
+
+    def plan_hash(self) -> str:
+        """A 16-hex-digit digest of the plan's content (``base_dir``, ``results`` and
+        ``client_lag_threshold_ms``, which changes no request, and how the load is
+        sent — ``workers``, ``executor``, ``ray_address`` — excluded): a results
+        file resumes only records with the same hash."""
+        data = self.model_dump(mode="json", exclude=_NOT_HASHED)
+        return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+    def validate_sources(self) -> PlanSources:
+        """Read the task set and prompts now so a bad file fails before any request.
+
+        Returns:
+            :class:`PlanSources`: what was read (tasks, workload prompts, the probed
+            model capability), so callers need not read the files again.
+
+        Raises:
+            PlanError: a referenced file is missing or invalid, an ``mtp`` route is
+                planned on a model whose MTP depth is 0 (see :meth:`check_capability`),
+                or every cell's parity set would be empty.
+        """
+        tasks = self.tasks()
+        prompts = self.workload_prompts()
+        items = self.workload_items()
+        capability = self.check_capability()
+        if not tasks and not self.parity.prompts:
+            raise PlanError(
+                "the plan has no parity prompts and no tasks: parity could never be verified"
+            )
+        return PlanSources(tasks=tasks, prompts=prompts, capability=capability, items=items)
+
+    def model_capability(self) -> ModelCapability | None:
+        """The probed capability of ``model_source`` (``None`` when it is unset).
+
+        Raises:
+            PlanError: the model source cannot be read (wraps ModelCapabilityError).
+        """
+        if self.model_source is None:
+            return None
+        try:
+            return probe_model_capability(self.resolve(self.model_source))
+        except ModelCapabilityError as exc:
+            raise PlanError(f"cannot probe model_source: {exc}") from exc
+
+    def check_capability(self) -> ModelCapability | None:
+        """Refuse ``speculative=mtp`` routes on a model with no MTP (NextN) layers.
+
+        Returns the probed capability (``None`` without ``model_source``).
+
+        Raises:
+            PlanError: an ``mtp`` route is planned and the model's MTP depth is 0,
+                or the model source cannot be read.
+        """
+        cap = self.model_capability()
+        if cap is None:
+            return None
+        mtp_routes = [r.label for r in self.routes if r.speculative is Speculative.mtp]
+        if mtp_routes and cap.mtp_depth == 0:
+            raise PlanError(
+                f"routes {mtp_routes} ask for speculative=mtp, but {cap.source} has MTP "
+                f"(NextN) depth 0: the model carries no MTP layers to draft with"
+            )
+        return cap
+
+    # ---------------------------------------------------------------- loading
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], *, base_dir: str | Path | None = None
+    ) -> BenchmarkPlan:
+        """Validate a plan from a mapping.
+
+        Raises:
+            PlanError: the mapping is not a valid plan (wraps the validation error).
+        """
+        payload = dict(data)
+        if base_dir is not None:
+            payload.setdefault("base_dir", str(Path(base_dir).resolve()))
+        try:
+            return cls.model_validate(payload)
+        except ValidationError as exc:
+            lines = validation_error_lines(exc, cls, payload)
+            n = len(lines)
+            raise PlanError(
+                f"invalid plan ({n} error{'s' if n != 1 else ''}):\n  " + "\n  ".join(lines)
+            ) from exc
+
+    @classmethod
+    def from_toml(cls, text: str, *, base_dir: str | Path | None = None) -> BenchmarkPlan:
+        """Parse a TOML plan.
+
+        Raises:
+            PlanError: not TOML, or not a valid plan.
+        """
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PlanError(f"plan is not valid TOML: {exc}") from exc
+        return cls.from_mapping(data, base_dir=base_dir)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, base_dir: str | Path | None = None) -> BenchmarkPlan:
+        """Parse a JSON plan.
+
+        Raises:
+            PlanError: not a JSON object, or not a valid plan.
+        """
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise PlanError(f"plan is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise PlanError("a JSON plan must be an object")
+        return cls.from_mapping(data, base_dir=base_dir)
+
+    @classmethod
+    def load(cls, path: str | Path) -> BenchmarkPlan:
+        """Load ``*.toml`` or ``*.json``; relative paths inside resolve against its folder.
+
+        Raises:
+            PlanError: unreadable or non-UTF-8 file, unknown suffix, or an invalid
+                plan (the message names the file).
+        """
+        p = Path(path)
+        if p.exists() and not p.is_file():
+            raise PlanError(f"plan {p} is not a regular file")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PlanError(f"cannot read plan {p}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise PlanError(f"plan {p} is not UTF-8 text: {_bad_utf8(exc)}") from None
+        try:
+            if p.suffix.lower() == ".toml":
+                return cls.from_toml(text, base_dir=p.parent)
+            if p.suffix.lower() == ".json":
+                return cls.from_json(text, base_dir=p.parent)
+        except PlanError as exc:
+            raise PlanError(f"{p}: {exc}") from exc
+        raise PlanError(f"{p}: a plan must be a .toml or .json file")

@@ -1,0 +1,153 @@
+"""The speculative depth a server says it serves, checked against the plan before measuring.
+
+Where each engine says it (read once per route, before any measured request):
+
+* llama.cpp ``GET /props``: ``default_generation_settings.params`` key
+  ``speculative.n_max`` (the most draft tokens per verify step, set by
+  ``--spec-draft-n-max`` / ``--draft-max``), unless ``speculative.types`` is
+  ``"none"``;
+* SGLang ``GET /get_server_info`` (``/server_info`` when that is 404):
+  ``speculative_num_steps`` (draft tokens per verify step of a chain draft,
+  ``--speculative-num-steps``);
+* vLLM: no configuration endpoint; its depth is reported per request
+  (``metrics.speculative_decoding.num_spec_tokens``) and lands in the rows.
+
+A route whose plan declares ``spec_tokens`` that the server contradicts stops the
+run with :class:`~deepseekbench.PlanError` before any measured request. Every
+speculative route is asked, declared or not: the depth a server says is recorded on
+its route (``EngineRoute.served_spec_tokens``), so each measurement, the results
+file and the rows carry it (``spec_tokens``) where no per-request depth is reported. A server
+that does not say (no endpoint, an error, another engine) is not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
+
+import httpx
+
+from deepseekbench._errors import PlanError
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._plan._plan import RoutePlan
+from deepseekbench._types._axes import Dialect, Speculative
+
+__all__ = ["check_spec_config", "served_spec_tokens", "spec_tokens_from_info"]
+
+_ENDPOINTS: dict[Dialect, tuple[str, ...]] = {
+    Dialect.llamacpp: ("/props",),
+    Dialect.sglang: ("/get_server_info", "/server_info"),  # the second on newer releases
+}
+
+
+def _depth(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    depth = int(value)
+    return depth if depth >= 1 else None
+
+
+def spec_tokens_from_info(dialect: Dialect, info: Any) -> int | None:
+    """The depth in one parsed ``/props`` (llama.cpp) or ``/get_server_info`` (SGLang) body.
+
+    Returns draft tokens per verify step, or ``None`` where the body does not say
+    (speculation off, another shape). Never raises on wire data.
+    """
+    if not isinstance(info, Mapping):
+        return None
+    if dialect is Dialect.llamacpp:
+        settings = info.get("default_generation_settings")
+        params = settings.get("params") if isinstance(settings, Mapping) else None
+        if not isinstance(params, Mapping) or params.get("speculative.types") == "none":
+            return None  # newer builds say when nothing speculates (n_max keeps its default)
+        return _depth(params.get("speculative.n_max"))
+    if dialect is Dialect.sglang:
+        if info.get("speculative_algorithm") in (None, "", "NONE"):
+            return None
+        return _depth(info.get("speculative_num_steps"))
+    return None
+
+
+def _origin(route: EngineRoute) -> str:
+    base = route.base_url
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+async def served_spec_tokens(
+    route: EngineRoute, *, gate: LiveGate, client: httpx.AsyncClient, timeout_s: float = 10.0
+) -> int | None:
+    """GET the route's configuration endpoint through ``gate`` and read its depth.
+
+    Only ``llamacpp`` and ``sglang`` routes ask (module docstring); others, and
+    any server fault (connection, HTTP error, not JSON), give ``None``.
+
+    Raises:
+        LiveGateError: the gate refuses the URL, or ``client`` has a transport
+            (default or mount) the gate does not wrap (nothing is sent).
+    """
+    gate.check_client(client)
+    headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
+    for path in _ENDPOINTS.get(route.dialect, ()):
+        url = _origin(route) + path
+        refusal = gate.refusal(url, has_auth_header=route.has_api_key)
+        if refusal is not None:
+            raise refusal
+        try:
+            response = await client.get(url, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError:
+            return None
+        if response.status_code == 404:
+            continue  # an older or newer name for the same endpoint may follow
+        if not response.is_success:
+            return None
+        try:
+            info = response.json()
+        except ValueError:
+            return None
+        return spec_tokens_from_info(route.dialect, info)
+    return None
+
+
+async def check_spec_config(
+    plans: Sequence[RoutePlan],
+    routes: MutableMapping[str, EngineRoute],
+    *,
+    gate: LiveGate,
+    client: httpx.AsyncClient,
+) -> dict[str, int]:
+    """Ask each speculative route's server its depth; check it against the declared one.
+
+    Args:
+        plans: the plan's routes; every speculative one whose dialect has a
+            configuration endpoint is asked (``off`` routes are not).
+        routes: the :class:`EngineRoute` per route label; a route whose server
+            said its depth is replaced by a copy with ``served_spec_tokens`` set,
+            so what is measured with it carries the depth.
+
+    Returns:
+        The served depth per route label (draft tokens per verify step), for
+        the routes whose server said it.
+
+    Raises:
+        PlanError: a server serves another depth than its route declares.
+        LiveGateError: the gate refuses a configuration URL.
+    """
+    found: dict[str, int] = {}
+    for rp in plans:
+        route = routes[rp.label]
+        if rp.speculative is Speculative.off or route.dialect not in _ENDPOINTS:
+            continue
+        served = await served_spec_tokens(route, gate=gate, client=client)
+        if served is None:
+            continue
+        if rp.spec_tokens is not None and served != rp.spec_tokens:
+            raise PlanError(
+                f"route {rp.label!r} declares spec_tokens={rp.spec_tokens} but the server "
+                f"({route.dialect.value}) serves {served} draft tokens per verify step"
+            )
+        found[rp.label] = served
+        routes[rp.label] = route.model_copy(update={"served_spec_tokens": served})
+    return found

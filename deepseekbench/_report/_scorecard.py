@@ -1,0 +1,901 @@
+"""The scorecard: one line per cell, load point and route, a speedup only where it was earned.
+
+Each speculative row is paired with the ``off`` row of the same cell and load
+(every key axis but ``speculative`` equal) and judged by
+:func:`~deepseekbench.compare_speedup`. The speedup column shows a number only
+when that verdict is printed; otherwise it shows the refusal reasons. With 2 or
+more paired rounds a printed figure is the geometric mean of the rounds' ratios
+with a Student-t interval on their logs (:func:`paired_speedup_ci`); otherwise,
+with per-request samples, it carries a 95 % bootstrap interval
+(``scipy.stats.bootstrap``, percentile method, each route's requests resampled
+independently; Efron & Tibshirani 1993, *An Introduction to the Bootstrap*).
+Refused lines list their first divergence and every task flip; routes measured
+at several loads get a crossover note (:meth:`Scorecard.crossovers`).
+
+Renderings: :meth:`Scorecard.to_text` (terminal), :meth:`~Scorecard.to_markdown`,
+:meth:`~Scorecard.to_json`, :meth:`~Scorecard.to_csv`, ``_repr_html_`` (Jupyter)
+and :meth:`~Scorecard.to_pandas` (needs the ``pandas`` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from deepseekbench._analysis._analysis import RunResult, load_results
+from deepseekbench._analysis._speedup import (
+    SpeedupMetric,
+    SpeedupVerdict,
+    bootstrap_speedup_ci,
+    compare_speedup,
+    paired_speedup_ci,
+)
+from deepseekbench._errors import MissingExtraError
+from deepseekbench._plan._plan import LoadPoint
+from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
+from deepseekbench._types._row import Row, SliceStats
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "CategoryLine",
+    "MissingExtraError",
+    "ParityDetail",
+    "Scorecard",
+    "ScorecardLine",
+    "bootstrap_speedup_ci",
+    "cell_id",
+    "line_key",
+    "load_point",
+    "paired_speedup_ci",
+]
+
+
+def cell_id(row: Row) -> str:
+    """``<context>/<output>/<reasoning>`` of a row, e.g. ``1k/256/non_think``."""
+    return f"{row.context_bucket.value}/{row.output_target.value}/{row.reasoning_mode.value}"
+
+
+def load_point(row: Row) -> LoadPoint | None:
+    """The row's load point, or ``None`` when its load is unknown (a schema-1 row)."""
+    if row.arrival is None or row.concurrency is None:
+        return None
+    return LoadPoint(row.arrival, row.concurrency, row.request_rate_per_s)
+
+
+def line_key(row: Row) -> str:
+    """The key of a row's samples and details:
+    ``<route label or speculative>@<cell id>[@<load key>]``."""
+    lp = load_point(row)
+    tail = f"@{lp.key}" if lp is not None else ""
+    return f"{row.route_label or row.speculative.value}@{cell_id(row)}{tail}"
+
+
+class ParityDetail(BaseModel):
+    """What a refused line shows: the first divergence and every task flip (one line each)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_divergence: str | None = None
+    task_flips: tuple[str, ...] = ()
+
+
+class CategoryLine(BaseModel):
+    """One dataset category of a scorecard line: acceptance, TPOT and the speedup.
+
+    ``verdict`` is the category's :func:`~deepseekbench.compare_speedup` verdict
+    against the same category of the cell's ``off`` row (``None`` on ``off``
+    lines or without a baseline). TPOT in ms per output token.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    n_requests: int
+    accepted_token_ratio: float | None
+    acceptance_length: float | None
+    tpot_ms: float | None
+    verdict: SpeedupVerdict | None = None
+
+
+class ScorecardLine(BaseModel):
+    """One scorecard line: a row, its parity and acceptance, and its speedup verdict.
+
+    ``verdict`` is ``None`` on ``off`` lines and where the cell has no ``off`` row
+    at the same load (``baseline`` is then ``None``). ``load``: the load point
+    (``c=16``, ``8/s``; ``—`` unknown). Times in ms, throughput in tokens/s,
+    goodput in requests/s.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cell: str
+    route: str
+    speculative: Speculative
+    baseline: str | None
+    load: str = "—"
+    load_level: float | None = None
+    load_phrase: str = ""
+    quality_parity: QualityParity
+    parity_detail: str | None
+    accepted_token_ratio: float | None
+    acceptance_length: float | None
+    acceptance_scope: AcceptanceScope | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    output_toks_per_s: float | None
+    n_requests: int
+    n_errors: int
+    verdict: SpeedupVerdict | None
+    first_divergence: str | None = None
+    task_flips: tuple[str, ...] = ()
+    acceptance_by_position: tuple[float, ...] | None = None
+    spec_tokens: int | None = None
+    sse_ignored_lines: int = 0
+    output_throughput_toks_per_s: float | None = None
+    goodput_req_per_s: float | None = None
+    slo_attainment: float | None = None
+    schedule_lagged: bool = False
+    client_saturated: bool = False
+    output_short: bool = False
+    n_output_short: int = 0
+    categories: tuple[CategoryLine, ...] = ()
+    turns: tuple[SliceStats, ...] = ()
+
+    @property
+    def credited(self) -> bool:
+        """True when a speedup figure is shown on this line."""
+        return self.verdict is not None and self.verdict.printed
+
+    @property
+    def speedup_text(self) -> str:
+        """The speedup column: the figure (and interval) only when printed, else why not."""
+        if self.speculative is Speculative.off:
+            return "baseline"
+        if self.verdict is None:
+            return "refused: no off baseline in this cell"
+        return str(self.verdict)
+
+
+def _pair_key(row: Row) -> tuple[Any, ...]:
+    return tuple(getattr(row, a) for a in KEY_AXES if a != "speculative")
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.{digits}f}"
+
+
+def _category_lines(
+    base: Row | None, row: Row, metric: SpeedupMetric
+) -> tuple[CategoryLine, ...]:
+    """Per-category lines of ``row``; verdicts against ``base``'s categories."""
+    if not row.categories:
+        return ()
+    from deepseekbench._analysis._breakdown import category_speedups
+
+    verdicts = category_speedups(base, row, metric=metric) if base is not None else {}
+    return tuple(
+        CategoryLine(
+            name=c.name,
+            n_requests=c.n_requests,
+            accepted_token_ratio=c.accepted_token_ratio,
+            acceptance_length=c.acceptance_length,
+            tpot_ms=c.tpot_ms,
+            verdict=verdicts.get(c.name),
+        )
+        for c in row.categories
+    )
+
+
+_CATEGORY_COLUMNS: tuple[str, ...] = (
+    "cell",
+    "route",
+    "category",
+    "n",
+    "accept",
+    "acc.len",
+    "TPOT ms",
+    "speedup",
+)
+
+
+def _category_cells(ln: ScorecardLine) -> list[list[str]]:
+    """Category table rows of a line; none when the line has a single category
+    (the main table already gives those figures)."""
+    out: list[list[str]] = []
+    if len(ln.categories) < 2:
+        return out
+    for c in ln.categories:
+        if ln.speculative is Speculative.off:
+            speedup = "baseline"
+        elif c.verdict is None:
+            speedup = "refused: no off baseline for this category"
+        else:
+            speedup = str(c.verdict)
+        out.append(
+            [
+                ln.cell,
+                ln.route,
+                c.name,
+                str(c.n_requests),
+                _fmt(c.accepted_token_ratio, 2),
+                _fmt(c.acceptance_length, 2),
+                _fmt(c.tpot_ms, 2),
+                speedup,
+            ]
+        )
+    return out
+
+
+_TURN_COLUMNS: tuple[str, ...] = ("cell", "route", "turn", "n", "TTFT ms", "TPOT ms", "acc.len")
+
+
+def _turn_cells(ln: ScorecardLine) -> list[list[str]]:
+    return [
+        [
+            ln.cell,
+            ln.route,
+            t.name,
+            str(t.n_requests),
+            _fmt(t.ttft_ms, 1),
+            _fmt(t.tpot_ms, 2),
+            _fmt(t.acceptance_length, 2),
+        ]
+        for t in ln.turns
+    ]
+
+
+def _fixed_width(table: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    out = []
+    for i, r in enumerate(table):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+_COLUMNS: tuple[str, ...] = (
+    "cell",
+    "load",
+    "route",
+    "spec",
+    "parity",
+    "accept",
+    "acc.len",
+    "TPOT ms",
+    "TTFT ms",
+    "tok/s",
+    "thru tok/s",
+    "n (err)",
+    "speedup",
+)
+_GOODPUT_COLUMN = "goodput/s"
+
+
+class _Judge:
+    """:func:`compare_speedup` with each line's samples and rounds (the interval)."""
+
+    def __init__(
+        self,
+        metric: SpeedupMetric,
+        samples: Mapping[str, Sequence[float]] | None,
+        rounds: Mapping[str, Mapping[int, float]] | None,
+        n_resamples: int,
+        seed: int,
+    ) -> None:
+        self.metric = metric
+        self.samples = samples or {}
+        self.rounds = rounds or {}
+        self.n_resamples = n_resamples
+        self.seed = seed
+
+    def verdict(self, base: Row, row: Row) -> SpeedupVerdict:
+        bk, ck = line_key(base), line_key(row)
+        return compare_speedup(
+            base,
+            row,
+            metric=self.metric,
+            samples=(self.samples.get(bk), self.samples.get(ck)),
+            rounds=(self.rounds.get(bk, {}), self.rounds.get(ck, {})),
+            n_resamples=self.n_resamples,
+            seed=self.seed,
+        )
+
+
+def _line(
+    r: Row, base: Row | None, verdict: SpeedupVerdict | None, d: ParityDetail | None
+) -> ScorecardLine:
+    lp = load_point(r)
+    return ScorecardLine(
+        cell=cell_id(r),
+        route=r.route_label or r.speculative.value,
+        speculative=r.speculative,
+        baseline=(base.route_label or base.speculative.value) if base else None,
+        load=lp.label if lp is not None else "—",
+        load_level=lp.level if lp is not None else None,
+        load_phrase=lp.phrase if lp is not None else "",
+        quality_parity=r.quality_parity,
+        parity_detail=r.parity_detail,
+        accepted_token_ratio=r.accepted_token_ratio,
+        acceptance_length=r.acceptance_length,
+        acceptance_scope=r.acceptance_scope,
+        ttft_ms=r.ttft_ms,
+        tpot_ms=r.tpot_ms,
+        e2e_ms=r.e2e_ms,
+        output_toks_per_s=r.output_toks_per_s,
+        n_requests=r.n_requests,
+        n_errors=r.n_errors,
+        verdict=verdict,
+        first_divergence=d.first_divergence if d else None,
+        task_flips=d.task_flips if d else (),
+        output_throughput_toks_per_s=r.output_throughput_toks_per_s,
+        goodput_req_per_s=r.goodput_req_per_s,
+        slo_attainment=r.slo_attainment,
+        schedule_lagged=r.schedule_lagged,
+        client_saturated=r.client_saturated,
+        acceptance_by_position=r.acceptance_by_position,
+        spec_tokens=r.spec_tokens,
+        sse_ignored_lines=r.sse_ignored_lines,
+        output_short=r.output_short,
+        n_output_short=r.n_output_short,
+        categories=_category_lines(base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms),
+        turns=r.turns,
+    )
+
+
+def _x(v: float) -> str:
+    """A speedup figure, e.g. ``1.60×``."""
+    return f"{v:.2f}×"
+
+
+def crossover_text(route: str, cell: str, points: Sequence[tuple[str, float]]) -> str:
+    """One sentence on where ``route`` stops paying in ``cell``.
+
+    ``points``: ``(load phrase, credited speedup)`` in ascending load, e.g.
+    ``[("concurrency 1", 1.6), ("concurrency 16", 1.2), ("concurrency 64", 0.91)]``
+    gives "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.20×); at
+    concurrency 64 it is 0.91×".
+    """
+    head = f"{route} @ {cell}: "
+    paying = 0
+    while paying < len(points) and points[paying][1] > 1.0:
+        paying += 1
+    if paying == len(points):
+        first, last = points[0], points[-1]
+        return (
+            head
+            + f"pays at every load measured ({_x(first[1])} at {first[0]} → "
+            + (f"{_x(last[1])} at {last[0]})")
+        )
+    if paying == 0:
+        listing = ", ".join(f"{_x(v)} at {p}" for p, v in points)
+        return head + f"does not pay at any load measured ({listing})"
+    text = (
+        head + f"pays up to {points[paying - 1][0]} ({_x(points[0][1])} → "
+        f"{_x(points[paying - 1][1])}); at {points[paying][0]} it is {_x(points[paying][1])}"
+    )
+    rest = [f"{_x(v)} at {p}" for p, v in points[paying + 1 :]]
+    return text + (f" (then {', '.join(rest)})" if rest else "")
+
+
+def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
+    return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
+
+
+def _more_workers(workers: int | None) -> str:
+    """What to do about a saturated client: send the load from more workers."""
+    if workers is None:
+        return "send the load from more client workers (plan key workers, docs/workers.md)"
+    return (
+        f"send the load from more client workers: workers = {2 * workers} (now {workers}), "
+        'or executor = "ray" across hosts (docs/workers.md)'
+    )
+
+
+def _detail_notes(lines: Sequence[ScorecardLine], workers: int | None = None) -> list[str]:
+    """Per-position acceptance, ignored SSE lines and a saturated client (with the
+    advice to add client workers; ``workers``: the run's, when known), one note per
+    line that has them."""
+    notes: list[str] = []
+    for ln in lines:
+        where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
+        if ln.acceptance_by_position is not None:
+            depth = f", depth {ln.spec_tokens}" if ln.spec_tokens is not None else ""
+            notes.append(
+                f"{where}: acceptance by draft position 1.."
+                f"{len(ln.acceptance_by_position)}{depth}: "
+                f"{_positions_text(ln.acceptance_by_position)}"
+            )
+        if ln.sse_ignored_lines:
+            notes.append(
+                f"{where}: {ln.sse_ignored_lines} SSE line(s) ignored "
+                "(unknown or padded field names): streamed text may be incomplete"
+            )
+        if ln.client_saturated:
+            notes.append(
+                f"{where}: CLIENT SATURATED — the measuring client's event loop lagged past "
+                "client_lag_threshold_ms; its times may hold client delay; "
+                + _more_workers(workers)
+            )
+    return notes
+
+
+class Scorecard:
+    """Scorecard lines in row order, with renderings.
+
+    Build with :meth:`from_rows`, :meth:`from_run` or :meth:`from_results`.
+    ``rows``: the rows behind the lines, in line order (empty when built from
+    lines alone; :meth:`plot` needs them).
+    """
+
+    def __init__(
+        self,
+        lines: Sequence[ScorecardLine],
+        *,
+        metric: SpeedupMetric,
+        client_workers: int | None = None,
+        rows: Sequence[Row] = (),
+    ) -> None:
+        self.lines: tuple[ScorecardLine, ...] = tuple(lines)
+        self.metric = metric
+        self.client_workers = client_workers  # the run's plan key workers, when known
+        self.rows: tuple[Row, ...] = tuple(rows)
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def from_rows(
+        cls,
+        rows: Sequence[Row],
+        *,
+        samples: Mapping[str, Sequence[float]] | None = None,
+        details: Mapping[str, ParityDetail] | None = None,
+        metric: SpeedupMetric | str = SpeedupMetric.tpot_ms,
+        n_resamples: int = 2000,
+        seed: int = 0,
+        rounds: Mapping[str, Mapping[int, float]] | None = None,
+    ) -> Scorecard:
+        """Judge every speculative row against the ``off`` row of its cell and load.
+
+        Args:
+            rows: rows of any cells, load points and routes.
+            samples: per-request values of ``metric`` keyed by :func:`line_key`;
+                where both sides have them, a printed speedup gets a 95 % bootstrap
+                interval.
+            details: first divergence and task flips keyed by :func:`line_key`.
+            metric: the speedup metric (default TPOT).
+            rounds: ``metric`` per round keyed by :func:`line_key`; where both sides
+                share 2 or more rounds, a printed speedup's figure and interval come
+                from the paired rounds (:func:`paired_speedup_ci`) instead.
+
+        Raises:
+            ValueError: ``metric`` is unknown.
+        """
+        m = SpeedupMetric(metric)
+        offs: dict[tuple[Any, ...], Row] = {}
+        for r in rows:
+            if r.speculative is Speculative.off:
+                offs.setdefault(_pair_key(r), r)
+        judge = _Judge(m, samples, rounds, n_resamples, seed)
+        lines: list[ScorecardLine] = []
+        for r in rows:
+            base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))
+            verdict = judge.verdict(base, r) if base is not None else None
+            d = details.get(line_key(r)) if details is not None else None
+            lines.append(_line(r, base, verdict, d))
+        return cls(lines, metric=m, rows=rows)
+
+    @classmethod
+    def from_run(
+        cls, result: RunResult, *, metric: SpeedupMetric | str = SpeedupMetric.tpot_ms
+    ) -> Scorecard:
+        """The scorecard of a :class:`~deepseekbench.RunResult` (samples, rounds and
+        details included).
+
+        Raises:
+            ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
+        """
+        m = SpeedupMetric(metric)
+        samples: dict[str, list[float]] = {}
+        rounds: dict[str, dict[int, float]] = {}
+        details: dict[str, ParityDetail] = {}
+        for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
+            key = line_key(row)
+            row_samples, rounds[key] = result.speedup_evidence(row, m.value)
+            if row_samples is not None:
+                samples[key] = list(row_samples)
+            rp = result.parity.get((route, row.reasoning_mode))
+            traffic = result.traffic.get((route, cell, load))
+            # the parity set's divergence first (it names the prompt); the measured
+            # traffic's when the parity set passed
+            first = rp.first_divergence if rp is not None else None
+            if first is None and traffic is not None and traffic.first_divergence is not None:
+                first = "measured traffic, " + traffic.first_divergence.describe("off", route)
+            details[key] = ParityDetail(
+                first_divergence=first, task_flips=rp.task_flips if rp is not None else ()
+            )
+        card = cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
+        card.client_workers = result.plan.workers
+        return card
+
+    @classmethod
+    def from_results(
+        cls, path: str | Path, *, metric: SpeedupMetric | str = SpeedupMetric.tpot_ms
+    ) -> Scorecard:
+        """Rebuild the scorecard from a results JSONL file written by ``run_plan``.
+
+        Raises:
+            ResultsFormatError: the file cannot be read back.
+            ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
+        """
+        return cls.from_run(load_results(path), metric=metric)
+
+    # ------------------------------------------------------------ queries
+    @property
+    def credited(self) -> tuple[ScorecardLine, ...]:
+        """Lines showing a speedup figure."""
+        return tuple(ln for ln in self.lines if ln.credited)
+
+    @property
+    def refused(self) -> tuple[ScorecardLine, ...]:
+        """Speculative lines with no speedup figure."""
+        return tuple(
+            ln for ln in self.lines if ln.speculative is not Speculative.off and not ln.credited
+        )
+
+    # ------------------------------------------------------------ cells
+    def _cells(self, ln: ScorecardLine) -> list[str]:
+        scope = "*" if ln.acceptance_scope is AcceptanceScope.server_wide else ""
+        ratio = (
+            f"{ln.accepted_token_ratio:.2f}{scope}" if ln.accepted_token_ratio is not None else "—"
+        )
+        length = f"{ln.acceptance_length:.2f}{scope}" if ln.acceptance_length is not None else "—"
+        cells = [
+            ln.cell,
+            ln.load + ("!" if ln.schedule_lagged else ""),
+            ln.route,
+            ln.speculative.value,
+            ln.quality_parity.value,
+            ratio,
+            length,
+            _fmt(ln.tpot_ms, 2),
+            _fmt(ln.ttft_ms, 1),
+            _fmt(ln.output_toks_per_s, 1),
+            _fmt(ln.output_throughput_toks_per_s, 1),
+            f"{ln.n_requests} ({ln.n_errors})",
+            ln.speedup_text,
+        ]
+        if self._with_goodput:
+            slo = f" ({ln.slo_attainment:.0%})" if ln.slo_attainment is not None else ""
+            cells.insert(-2, _fmt(ln.goodput_req_per_s, 2) + slo)
+        return cells
+
+    @property
+    def _with_goodput(self) -> bool:
+        return any(ln.goodput_req_per_s is not None for ln in self.lines)
+
+    @property
+    def _columns(self) -> tuple[str, ...]:
+        if not self._with_goodput:
+            return _COLUMNS
+        return (*_COLUMNS[:-2], _GOODPUT_COLUMN, *_COLUMNS[-2:])
+
+    def crossovers(self) -> tuple[str, ...]:
+        """Per route and cell measured at 2 or more load points: where it stops paying
+        (:func:`crossover_text` over its credited speedups, ascending load), plus the
+        loads where no speedup was credited."""
+        groups: dict[tuple[str, str], list[ScorecardLine]] = {}
+        for ln in self.lines:
+            if ln.speculative is not Speculative.off and ln.load_level is not None:
+                groups.setdefault((ln.route, ln.cell), []).append(ln)
+        out: list[str] = []
+        for (route, cell), lns in groups.items():
+            if len(lns) < 2:
+                continue
+            lns.sort(key=lambda x: x.load_level or 0.0)
+            points = [
+                (x.load_phrase, x.verdict.speedup)
+                for x in lns
+                if x.verdict is not None and x.verdict.speedup is not None
+            ]
+            refused = [x.load_phrase for x in lns if not x.credited]
+            text = crossover_text(route, cell, points) if points else f"{route} @ {cell}: "
+            if refused:
+                text += ("; " if points else "") + "no speedup credited at " + ", ".join(refused)
+            out.append(text)
+        return tuple(out)
+
+    def _notes(self) -> list[str]:
+        notes: list[str] = [f"crossover: {c}" for c in self.crossovers()]
+        # One note per route, cell and explanation; the load points it holds at are listed.
+        groups: dict[tuple[Any, ...], list[str]] = {}
+        for ln in self.lines:
+            if ln.credited or (
+                ln.speculative is Speculative.off and ln.quality_parity is QualityParity.verified
+            ):
+                continue
+            key = (ln.route, ln.cell, ln.speculative is Speculative.off, ln.quality_parity,
+                   ln.parity_detail, ln.first_divergence, ln.task_flips)  # fmt: skip
+            groups.setdefault(key, []).append(ln.load)
+        for (route, cell, is_off, parity, detail, first, flips), loads in groups.items():
+            where = f"{route} @ {cell}" + (f" ({', '.join(loads)})" if loads != ["—"] else "")
+            if is_off:
+                notes.append(f"{where}: baseline parity {parity.value} — {detail or 'no detail'}")
+                continue
+            notes.append(
+                f"{where}: no speedup credited; parity {parity.value} — {detail or 'no detail'}"
+            )
+            if first:
+                notes.append(f"  first divergence: {first}")
+            if flips:
+                notes.append(f"  task flips ({len(flips)}):")
+                notes.extend(f"    {f}" for f in flips)
+        notes.extend(_detail_notes(self.lines, self.client_workers))
+        for ln in self.lines:
+            if ln.output_short:
+                where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
+                notes.append(
+                    f"{where}: {ln.n_output_short} of {ln.n_requests} outputs "
+                    "fell short of max_tokens: decode is under-measured at this output target"
+                )
+        if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
+            notes.append("* acceptance is a server-wide /metrics delta, not per request")
+        if any(ln.schedule_lagged for ln in self.lines):
+            notes.append(
+                "! the open-loop schedule lagged (p90 queue_ms above arrival.max_lag_ms): "
+                "the client, not the server, may have limited the load"
+            )
+        if any(ln.verdict is not None and ln.verdict.rounds for ln in self.lines):
+            notes.append(
+                "speedups with rounds: geometric mean of the paired round ratios, 95% CI a "
+                "Student-t interval on their logs"
+            )
+        return notes
+
+    # ------------------------------------------------------------ renderings
+    def to_text(self) -> str:
+        """A fixed-width terminal table plus notes on every refused line."""
+        table = [list(self._columns)] + [self._cells(ln) for ln in self.lines]
+        widths = [max(len(r[i]) for r in table) for i in range(len(self._columns))]
+        out = [
+            f"Scorecard (speedup by {self.metric.value}; credited only with parity verified "
+            "on both sides)"
+        ]
+        for i, r in enumerate(table):
+            out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+            if i == 0:
+                out.append("  ".join("-" * w for w in widths))
+        cats = [row for ln in self.lines for row in _category_cells(ln)]
+        if cats:
+            out.append("")
+            out.append("Per category (acceptance and speedup per dataset category)")
+            out.extend(_fixed_width([list(_CATEGORY_COLUMNS), *cats]))
+        turns = [row for ln in self.lines for row in _turn_cells(ln)]
+        if turns:
+            out.append("")
+            out.append("Per turn (multi-turn conversations)")
+            out.extend(_fixed_width([list(_TURN_COLUMNS), *turns]))
+        notes = self._notes()
+        if notes:
+            out.append("")
+            out.extend(notes)
+        return "\n".join(out) + "\n"
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return (
+            f"Scorecard(lines={len(self.lines)}, credited={len(self.credited)}, "
+            f"refused={len(self.refused)}, metric={self.metric.value!r})"
+        )
+
+    def to_markdown(self) -> str:
+        """A GitHub-flavoured Markdown table plus a bullet list of notes."""
+
+        def esc(s: str) -> str:
+            return s.replace("|", "\\|").replace("\n", " ")
+
+        out = ["| " + " | ".join(self._columns) + " |", "|" + "---|" * len(self._columns)]
+        out += ["| " + " | ".join(esc(c) for c in self._cells(ln)) + " |" for ln in self.lines]
+        cats = [row for ln in self.lines for row in _category_cells(ln)]
+        if cats:
+            out += ["", "| " + " | ".join(_CATEGORY_COLUMNS) + " |"]
+            out.append("|" + "---|" * len(_CATEGORY_COLUMNS))
+            out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cats]
+        turns = [row for ln in self.lines for row in _turn_cells(ln)]
+        if turns:
+            out += ["", "| " + " | ".join(_TURN_COLUMNS) + " |"]
+            out.append("|" + "---|" * len(_TURN_COLUMNS))
+            out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in turns]
+        notes = self._notes()
+        if notes:
+            out.append("")
+            out += [f"- {esc(n.strip())}" for n in notes]
+        return "\n".join(out) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"metric", "lines": [...]}``; each line's ``speedup`` is ``null`` unless credited."""
+        lines = []
+        for ln in self.lines:
+            d = ln.model_dump(mode="json")
+            d["speedup"] = ln.verdict.speedup if ln.verdict is not None else None
+            d["speedup_text"] = ln.speedup_text
+            lines.append(d)
+        return {"metric": self.metric.value, "lines": lines}
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as indented JSON text."""
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2).decode()
+
+    _CSV_FIELDS: tuple[str, ...] = (
+        "cell",
+        "load",
+        "route",
+        "speculative",
+        "baseline",
+        "quality_parity",
+        "accepted_token_ratio",
+        "acceptance_length",
+        "acceptance_scope",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "output_toks_per_s",
+        "output_throughput_toks_per_s",
+        "goodput_req_per_s",
+        "slo_attainment",
+        "schedule_lagged",
+        "n_requests",
+        "n_errors",
+        "speedup",
+        "ci95_low",
+        "ci95_high",
+        "rounds",
+        "refusal_reasons",
+        "parity_detail",
+        "first_divergence",
+        "task_flips",
+        "acceptance_by_position",
+        "spec_tokens",
+        "sse_ignored_lines",
+    )
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One flat dict per line (the CSV and DataFrame columns)."""
+        recs = []
+        for ln in self.lines:
+            v = ln.verdict
+            recs.append(
+                {
+                    "cell": ln.cell,
+                    "load": ln.load,
+                    "route": ln.route,
+                    "speculative": ln.speculative.value,
+                    "baseline": ln.baseline,
+                    "quality_parity": ln.quality_parity.value,
+                    "accepted_token_ratio": ln.accepted_token_ratio,
+                    "acceptance_length": ln.acceptance_length,
+                    "acceptance_scope": ln.acceptance_scope.value if ln.acceptance_scope else None,
+                    "ttft_ms": ln.ttft_ms,
+                    "tpot_ms": ln.tpot_ms,
+                    "e2e_ms": ln.e2e_ms,
+                    "output_toks_per_s": ln.output_toks_per_s,
+                    "output_throughput_toks_per_s": ln.output_throughput_toks_per_s,
+                    "goodput_req_per_s": ln.goodput_req_per_s,
+                    "slo_attainment": ln.slo_attainment,
+                    "schedule_lagged": ln.schedule_lagged,
+                    "n_requests": ln.n_requests,
+                    "n_errors": ln.n_errors,
+                    "speedup": v.speedup if v is not None else None,
+                    "ci95_low": v.ci_low if v is not None else None,
+                    "ci95_high": v.ci_high if v is not None else None,
+                    "rounds": v.rounds if v is not None else None,
+                    "refusal_reasons": (
+                        " ".join(r.value for r in v.reasons)
+                        if v is not None
+                        else ("no_off_baseline" if ln.speculative is not Speculative.off else "")
+                    ),
+                    "parity_detail": ln.parity_detail,
+                    "first_divergence": ln.first_divergence,
+                    "task_flips": " | ".join(ln.task_flips),
+                    "acceptance_by_position": _positions_text(ln.acceptance_by_position),
+                    "spec_tokens": ln.spec_tokens,
+                    "sse_ignored_lines": ln.sse_ignored_lines,
+                }
+            )
+        return recs
+
+    def to_csv(self) -> str:
+        """CSV with a header row; ``speedup`` is empty unless credited."""
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=self._CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        for rec in self.to_records():
+            w.writerow({k: "" if v is None else v for k, v in rec.items()})
+        return buf.getvalue()
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(ln)) + "</tr>"
+            for ln in self.lines
+        )
+        notes = "".join(f"<li>{html.escape(n.strip())}</li>" for n in self._notes())
+        tail = f"<ul>{notes}</ul>" if notes else ""
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{tail}"
+
+    def to_pandas(self) -> Any:
+        """A ``pandas.DataFrame`` of :meth:`to_records`.
+
+        Raises:
+            MissingExtraError: pandas is not installed (``pip install 'deepseekbench[pandas]'``).
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise MissingExtraError(
+                "Scorecard.to_pandas() needs pandas: pip install 'deepseekbench[pandas]'"
+            ) from exc
+        return pd.DataFrame.from_records(self.to_records(), columns=list(self._CSV_FIELDS))
+
+    def plot(self, path: str | Path | None = None) -> Figure:
+        """Speedup vs load per route (95 % CI bars) and TPOT vs output throughput per route.
+
+        Returns the matplotlib ``Figure`` (a notebook displays it); with ``path``
+        it is also written there (format from the suffix: ``.png``, ``.svg``,
+        ``.pdf``). See ``docs/scorecard.md``.
+
+        Raises:
+            MissingExtraError: matplotlib is not installed (``pip install 'deepseekbench[plot]'``).
+            ValueError: the scorecard has no rows (built from lines alone), or
+                ``path`` has a suffix matplotlib cannot write.
+            OSError: ``path`` cannot be written.
+        """
+        from deepseekbench._report._plot import plot_lines, save_figure
+
+        if len(self.rows) != len(self.lines):
+            raise ValueError("plotting needs the rows: build the scorecard with from_rows/from_run")
+        fig = plot_lines(self.lines, self.rows, metric=self.metric.value)
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+    def to_html(self, *, plots: bool = True) -> str:
+        """One self-contained HTML page: the table, the notes and the plots as inline PNG.
+
+        Nothing is fetched from elsewhere (no scripts, styles or images by URL).
+        Without matplotlib the page says how to get the plots
+        (``pip install 'deepseekbench[plot]'``) instead of failing.
+        """
+        from deepseekbench._report._plot import html_page
+
+        return html_page(self._repr_html_(), self.plot if plots else None)
+
+    def render(self, fmt: str = "text") -> str:
+        """Render as ``text``, ``markdown``, ``json``, ``csv`` or ``html`` (a whole page).
+
+        Raises:
+            ValueError: unknown format.
+        """
+        renderers = {
+            "text": self.to_text,
+            "markdown": self.to_markdown,
+            "json": self.to_json,
+            "csv": self.to_csv,
+            "html": self.to_html,
+        }
+        if fmt not in renderers:
+            raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(renderers)}")
+        return renderers[fmt]()

@@ -1,0 +1,544 @@
+"""``Row``: one cell of the benchmark grid for one speculative value.
+
+A row is keyed by :data:`~deepseekbench.KEY_AXES` and carries the cell's
+medians, their dispersion, acceptance and quality parity. Rows are frozen,
+reject unknown fields, and round-trip exactly through JSONL (orjson).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from deepseekbench._errors import RowFormatError
+from deepseekbench._types._axes import (
+    AcceptanceScope,
+    AcceptanceScopeName,
+    Arrival,
+    ArrivalName,
+    ContextBucket,
+    ContextBucketName,
+    Hosting,
+    HostingName,
+    OutputTarget,
+    OutputTargetName,
+    QualityParity,
+    QualityParityName,
+    ReasoningMode,
+    ReasoningModeName,
+    Speculative,
+    SpeculativeName,
+)
+
+SCHEMA_VERSION = 2
+"""Version of the ``Row`` JSON contract; bumped on any incompatible change.
+
+2: the load joined the key (``concurrency``, ``request_rate_per_s``,
+``arrival``), plus window throughput, goodput and SLO attainment. Version-1
+rows read with those fields ``None`` and never pair with rows of known load."""
+
+REQUIRED_FIELDS: tuple[str, ...] = (
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "output_toks_per_s",
+    "n_requests",
+)
+"""Fields a complete row carries: the four timing medians (not ``None``) and
+``n_requests >= 1``. Acceptance fields are not required: an ``off`` row has none."""
+
+_MODEL_CONFIG = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class Percentiles(BaseModel):
+    """Percentiles of one metric over a cell's requests (numpy's linear interpolation).
+
+    Same unit as the metric they describe; ``None`` where no request gave a value.
+
+    Raises:
+        pydantic.ValidationError: a non-finite value or an unknown field.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    p50: float | None = Field(default=None, description="50th percentile (median), metric's unit")
+    p90: float | None = Field(default=None, description="90th percentile, metric's unit")
+    p99: float | None = Field(default=None, description="99th percentile, metric's unit")
+
+
+class Dispersion(BaseModel):
+    """p50/p90/p99 per timing field, so a reader can judge noise.
+
+    Units: ``ttft_ms``, ``e2e_ms``, ``itl_ms`` in ms; ``tpot_ms`` in ms per output
+    token; ``output_toks_per_s`` in tokens/s (each field's ``description``).
+
+    Raises:
+        pydantic.ValidationError: a non-finite value or an unknown field.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    ttft_ms: Percentiles | None = Field(default=None, description="TTFT percentiles, ms")
+    tpot_ms: Percentiles | None = Field(default=None, description="TPOT percentiles, ms/token")
+    e2e_ms: Percentiles | None = Field(default=None, description="E2E latency percentiles, ms")
+    itl_ms: Percentiles | None = Field(
+        default=None, description="inter-chunk latency percentiles over all chunks, ms"
+    )
+    output_toks_per_s: Percentiles | None = Field(
+        default=None, description="per-request output throughput percentiles, tokens/s"
+    )
+
+
+class SliceStats(BaseModel):
+    """One slice of a row's requests — a dataset category or a conversation turn.
+
+    Medians over the slice's successful requests (TTFT, TPOT, E2E in ms; TPOT
+    in ms per output token; throughput in tokens/s). Acceptance is summed over
+    the slice's per-request figures (accepted / drafted; 1 + accepted / verify
+    steps), as AIPerf's spec-decode report and Spec-Bench give per category;
+    ``None`` where the engine reported no per-request acceptance (a server-wide
+    counter delta cannot be split by slice).
+
+    Raises:
+        pydantic.ValidationError: a ratio outside 0..1, an acceptance length
+            below 1, a negative time or count, a non-finite float, or an unknown field.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    name: str = Field(min_length=1, description="category name, or 'turn <n>' (1-based)")
+    n_requests: int = Field(default=0, ge=0, description="measured requests in the slice")
+    n_errors: int = Field(default=0, ge=0, description="of which ended in error")
+    ttft_ms: float | None = Field(default=None, ge=0, description="median TTFT, ms")
+    tpot_ms: float | None = Field(default=None, ge=0, description="median TPOT, ms/token")
+    e2e_ms: float | None = Field(default=None, ge=0, description="median E2E, ms")
+    output_toks_per_s: float | None = Field(
+        default=None, ge=0, description="median output throughput, tokens/s"
+    )
+    accepted_token_ratio: float | None = Field(
+        default=None, ge=0, le=1, description="accepted / drafted tokens over the slice"
+    )
+    acceptance_length: float | None = Field(
+        default=None, ge=1, description="1 + accepted / verify steps, tokens per step"
+    )
+    draft_tokens: int | None = Field(default=None, ge=0, description="drafted tokens, tokens")
+    accepted_tokens: int | None = Field(default=None, ge=0, description="accepted tokens, tokens")
+    tokens_estimated: bool = Field(default=False, description="any count estimated")
+    output_short: bool = Field(default=False, description="any output below max_tokens")
+
+
+class Row(BaseModel):
+    """One benchmark cell for one speculative value.
+
+    Keys (:data:`~deepseekbench.KEY_AXES`): ``model_id``, ``provider_route``,
+    ``engine_route``, ``hosting``, ``context_bucket``, ``output_target``,
+    ``reasoning_mode``, ``stream``, ``speculative``. Scalar timing fields are
+    medians over the cell's successful requests. ``route_label`` names the
+    endpoint when two routes share a key (for example a correct and a mis-tuned
+    ``mtp`` server); it is not a key axis.
+
+    Raises:
+        pydantic.ValidationError: an unknown field, an unknown axis value (the
+            message lists the allowed ones), a ratio outside 0..1, an acceptance
+            length below 1, a negative time, a non-finite float, a
+            ``schema_version`` outside 1..:data:`SCHEMA_VERSION`, or
+            ``n_errors > n_requests``.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Row contract version")
+    # --- key axes ---------------------------------------------------------
+    model_id: str = Field(min_length=1, description="model served, as the engine names it")
+    provider_route: str = Field(
+        min_length=1, description="who serves it, e.g. 'local', 'deepseek-api'"
+    )
+    engine_route: str = Field(
+        min_length=1, description="engine family, e.g. 'vllm', 'sglang', 'llamacpp', 'embedded'"
+    )
+    hosting: Hosting = Field(description="where the engine runs")
+    context_bucket: ContextBucket = Field(description="prompt-length bucket, tokens")
+    output_target: OutputTarget = Field(description="request max_tokens, tokens")
+    reasoning_mode: ReasoningMode = Field(description="DeepSeek V4 reasoning-effort mode")
+    stream: bool = Field(description="whether responses were streamed (SSE)")
+    speculative: Speculative = Field(description="speculative method; 'off' is the baseline")
+    # --- identity beyond the key -----------------------------------------
+    route_label: str | None = Field(
+        default=None, description="endpoint name when routes share a key (not a key axis)"
+    )
+    # --- measurements (medians) ------------------------------------------
+    ttft_ms: float | None = Field(default=None, ge=0, description="median TTFT, ms")
+    tpot_ms: float | None = Field(
+        default=None, ge=0, description="median TPOT = (E2E - TTFT)/(completion_tokens - 1), ms"
+    )
+    e2e_ms: float | None = Field(default=None, ge=0, description="median E2E latency, ms")
+    output_toks_per_s: float | None = Field(
+        default=None, ge=0, description="median completion_tokens / E2E, tokens/s"
+    )
+    accepted_token_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="accepted draft tokens / drafted tokens over the cell (None = unknown)",
+    )
+    acceptance_length: float | None = Field(
+        default=None,
+        ge=1,
+        description="1 + accepted draft tokens / verify steps, tokens per step (None = unknown)",
+    )
+    acceptance_scope: AcceptanceScope | None = Field(
+        default=None, description="per_request or server_wide (Prometheus delta); None = unknown"
+    )
+    draft_tokens: int | None = Field(
+        default=None, ge=0, description="drafted tokens summed, tokens"
+    )
+    accepted_tokens: int | None = Field(
+        default=None, ge=0, description="accepted draft tokens summed, tokens"
+    )
+    tokens_estimated: bool = Field(
+        default=False, description="True when any request's completion_tokens was estimated"
+    )
+    # --- quality ----------------------------------------------------------
+    quality_parity: QualityParity = Field(
+        default=QualityParity.unknown, description="parity with plain decoding"
+    )
+    parity_detail: str | None = Field(
+        default=None, description="why parity is what it is, e.g. the first divergence"
+    )
+    # --- counts and dispersion -------------------------------------------
+    n_requests: int = Field(default=0, ge=0, description="measured requests (warm-up excluded)")
+    n_errors: int = Field(default=0, ge=0, description="measured requests that ended in error")
+    dispersion: Dispersion = Field(
+        default_factory=Dispersion, description="p50/p90/p99 per timing field"
+    )
+    # --- speculation detail and stream health ------------------------------
+    acceptance_by_position: tuple[Annotated[float, Field(ge=0, le=1)], ...] | None = Field(
+        default=None,
+        description="per draft position k = 1, 2, ...: fraction of verify steps whose k-th "
+        "draft token was accepted, ratio, position 1 first (None = not reported)",
+    )
+    spec_tokens: int | None = Field(
+        default=None, ge=1, description="speculative depth: draft tokens per verify step"
+    )
+    acceptance_source: str | None = Field(
+        default=None,
+        description="where acceptance was read, e.g. 'sglext.spec_tokens_details', "
+        "'metrics.speculative_decoding', 'prometheus:vllm:spec_decode_*'",
+    )
+    server_ttft_ms: float | None = Field(
+        default=None, ge=0, description="median of the engine's own TTFT, ms (vLLM metrics)"
+    )
+    server_queue_ms: float | None = Field(
+        default=None, ge=0, description="median of the engine's own queueing time, ms"
+    )
+    sse_ignored_lines: int = Field(
+        default=0,
+        ge=0,
+        description="non-empty SSE lines not read as the answer, summed over the cell's "
+        "requests (fields the event-stream rules ignore, e.g. a padded ' data :'; events of "
+        "another type; lines after [DONE]); > 0 means text may be missing",
+    )
+    # --- client self-check (docs/measurement.md, "Fidelity") ----------------
+    client_saturated: bool = Field(
+        default=False,
+        description="a measured request saw the client's own event loop lag past the plan's "
+        "client_lag_threshold_ms: its times may hold client delay, not server latency",
+    )
+    client_pool_wait_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="longest wait of a measured request for a pooled connection, ms "
+        "(kept out of TTFT); None when the transport did not report it",
+    )
+    # --- load (key axes since schema 2) -------------------------------------
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="closed-loop streams, or an open loop's in-flight cap, requests "
+        "(None = unknown: a schema-1 row)",
+    )
+    request_rate_per_s: float | None = Field(
+        default=None, gt=0, description="open-loop offered rate, requests/s (None = closed loop)"
+    )
+    arrival: Arrival | None = Field(
+        default=None, description="closed, poisson or gamma (None = unknown: a schema-1 row)"
+    )
+    # --- window throughput and goodput ----------------------------------------
+    output_throughput_toks_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="output tokens of the successful measured requests / measurement window "
+        "(first send to last token, summed over rounds), tokens/s",
+    )
+    request_throughput_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="successful measured requests / measurement window, requests/s",
+    )
+    goodput_req_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="measured requests meeting every [slo] limit / measurement window, "
+        "requests/s (None = no [slo])",
+    )
+    slo_attainment: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="fraction of measured requests meeting every [slo] limit (None = no [slo])",
+    )
+    rounds: int | None = Field(
+        default=None, ge=1, description="measurement rounds the row's requests ran in"
+    )
+    schedule_lagged: bool = Field(
+        default=False,
+        description="True when the open-loop schedule lagged badly (p90 queue_ms above the "
+        "plan's arrival.max_lag_ms): the client, not the server, may have limited the load",
+    )
+    # --- workload (issue 13) ---------------------------------------------
+    output_short: bool = Field(
+        default=False,
+        description="True when a successful request's output (tokens) fell short of the "
+        "request's max_tokens: the row under-measures decode at its output target",
+    )
+    n_output_short: int = Field(
+        default=0, ge=0, description="successful requests whose output fell short of max_tokens"
+    )
+    output_tokens: Percentiles | None = Field(
+        default=None, description="per-request output length percentiles, tokens"
+    )
+    prompt_tokens: Percentiles | None = Field(
+        default=None, description="per-request prompt length percentiles (usage), tokens"
+    )
+    categories: tuple[SliceStats, ...] = Field(
+        default=(), description="per dataset category: medians and acceptance"
+    )
+    turns: tuple[SliceStats, ...] = Field(
+        default=(), description="per conversation turn ('turn 1', 'turn 2', ...)"
+    )
+
+    if TYPE_CHECKING:
+        # The signature type checkers see: axis fields also take their documented
+        # string values (validated into the enums). Kept equal to the fields by
+        # tests/test_typing_for_users.py.
+        def __init__(
+            self,
+            *,
+            schema_version: int = SCHEMA_VERSION,
+            model_id: str,
+            provider_route: str,
+            engine_route: str,
+            hosting: Hosting | HostingName,
+            context_bucket: ContextBucket | ContextBucketName,
+            output_target: OutputTarget | OutputTargetName,
+            reasoning_mode: ReasoningMode | ReasoningModeName,
+            stream: bool,
+            speculative: Speculative | SpeculativeName,
+            route_label: str | None = None,
+            ttft_ms: float | None = None,
+            tpot_ms: float | None = None,
+            e2e_ms: float | None = None,
+            output_toks_per_s: float | None = None,
+            accepted_token_ratio: float | None = None,
+            acceptance_length: float | None = None,
+            acceptance_scope: AcceptanceScope | AcceptanceScopeName | None = None,
+            draft_tokens: int | None = None,
+            accepted_tokens: int | None = None,
+            tokens_estimated: bool = False,
+            quality_parity: QualityParity | QualityParityName = QualityParity.unknown,
+            parity_detail: str | None = None,
+            n_requests: int = 0,
+            n_errors: int = 0,
+            dispersion: Dispersion = ...,
+            acceptance_by_position: tuple[float, ...] | None = None,
+            spec_tokens: int | None = None,
+            acceptance_source: str | None = None,
+            server_ttft_ms: float | None = None,
+            server_queue_ms: float | None = None,
+            sse_ignored_lines: int = 0,
+            client_saturated: bool = False,
+            client_pool_wait_ms: float | None = None,
+            concurrency: int | None = None,
+            request_rate_per_s: float | None = None,
+            arrival: Arrival | ArrivalName | None = None,
+            output_throughput_toks_per_s: float | None = None,
+            request_throughput_per_s: float | None = None,
+            goodput_req_per_s: float | None = None,
+            slo_attainment: float | None = None,
+            rounds: int | None = None,
+            schedule_lagged: bool = False,
+            output_short: bool = False,
+            n_output_short: int = 0,
+            output_tokens: Percentiles | None = None,
+            prompt_tokens: Percentiles | None = None,
+            categories: Sequence[SliceStats] = (),
+            turns: Sequence[SliceStats] = (),
+        ) -> None: ...
+
+    @model_validator(mode="after")
+    def _check_counts(self) -> Row:
+        if not 1 <= self.schema_version <= SCHEMA_VERSION:
+            # Older rows still read (version 1 rows carry no load: their load
+            # fields are None and never pair with rows of known load).
+            raise ValueError(
+                f"schema_version {self.schema_version} is not supported "
+                f"(this version reads 1..{SCHEMA_VERSION} and writes {SCHEMA_VERSION})"
+            )
+        if self.n_errors > self.n_requests:
+            raise ValueError(f"n_errors ({self.n_errors}) exceeds n_requests ({self.n_requests})")
+        return self
+
+    # --- completeness -----------------------------------------------------
+    def missing_fields(self) -> tuple[str, ...]:
+        """Names from :data:`REQUIRED_FIELDS` this row lacks (empty when complete)."""
+        missing: list[str] = []
+        for name in REQUIRED_FIELDS:
+            value = getattr(self, name)
+            if value is None or (name == "n_requests" and value < 1):
+                missing.append(name)
+        return tuple(missing)
+
+    @property
+    def is_complete(self) -> bool:
+        """True when every field of :data:`REQUIRED_FIELDS` is present."""
+        return not self.missing_fields()
+
+    def key(self) -> tuple[Any, ...]:
+        """The row's key-axis values, in :data:`KEY_AXES` order."""
+        from deepseekbench._types._axes import KEY_AXES
+
+        return tuple(getattr(self, name) for name in KEY_AXES)
+
+    def __repr_args__(self) -> Any:
+        yield from super().__repr_args__()
+        if not self.is_complete:
+            yield "incomplete", self.missing_fields()
+
+    # --- JSONL ------------------------------------------------------------
+    def to_json_line(self) -> bytes:
+        """The row as one JSON line (UTF-8, newline-terminated).
+
+        The row is validated again first, so one built around validation (e.g.
+        ``model_copy(update=...)`` with a NaN, which JSON would store as
+        ``null``) is refused rather than written differently from what it holds.
+
+        Raises:
+            pydantic.ValidationError: the row's values are not a valid row.
+        """
+        data = self.model_dump()
+        type(self).model_validate(data)
+        return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_APPEND_NEWLINE)
+
+    @classmethod
+    def from_json_line(cls, line: bytes | str) -> Row:
+        """Parse one JSON line written by :meth:`to_json_line`.
+
+        Raises:
+            orjson.JSONDecodeError: not JSON.
+            pydantic.ValidationError: JSON that is not a valid row.
+        """
+        return cls.model_validate(orjson.loads(line))
+
+    def _repr_html_(self) -> str:
+        return rows_html([self])
+
+
+def write_rows(path: str | Path, rows: Iterable[Row], *, append: bool = True) -> Path:
+    """Write rows as JSONL (one row a line), flushing after each; returns the path.
+
+    Raises:
+        pydantic.ValidationError: a row's values are not a valid row (see
+            :meth:`Row.to_json_line`).
+        OSError: the file cannot be opened or written.
+    """
+    p = Path(path)
+    with p.open("ab" if append else "wb") as fh:
+        for row in rows:
+            fh.write(row.to_json_line())
+            fh.flush()
+    return p
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """Read every row of a JSONL file (blank lines skipped).
+
+    Raises:
+        RowFormatError: a line is not a valid row; carries its 1-based line number.
+        OSError: the file cannot be opened or read.
+    """
+    rows: list[Row] = []
+    with Path(path).open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise RowFormatError(
+                    f"line {number} of {path} is not JSON: {exc}", line_number=number
+                ) from exc
+            if isinstance(data, dict) and "record" in data and "model_id" not in data:
+                raise RowFormatError(
+                    f"line {number} of {path} is a {data['record']!r} record: this is a "
+                    f"results file written by run_plan; read it with load_results(path).rows",
+                    line_number=number,
+                )
+            try:
+                rows.append(Row.model_validate(data))
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or '<row>'}: {e['msg']}"
+                    for e in exc.errors(include_url=False)
+                )
+                raise RowFormatError(
+                    f"line {number} of {path} is not a valid Row: {problems}", line_number=number
+                ) from exc
+    return rows
+
+
+_HTML_COLUMNS: tuple[str, ...] = (
+    "model_id",
+    "engine_route",
+    "route_label",
+    "context_bucket",
+    "output_target",
+    "reasoning_mode",
+    "speculative",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "output_toks_per_s",
+    "accepted_token_ratio",
+    "acceptance_length",
+    "quality_parity",
+    "n_requests",
+    "n_errors",
+)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
+    return html.escape(str(value))
+
+
+def rows_html(rows: Iterable[Row]) -> str:
+    """An HTML table of rows (what Jupyter shows for a ``Row``)."""
+    head = "".join(f"<th>{c}</th>" for c in _HTML_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_cell(getattr(r, c))}</td>" for c in _HTML_COLUMNS) + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def row_json_schema() -> dict[str, Any]:
+    """The JSON Schema of :class:`Row` (pydantic's export, serialization mode)."""
+    return Row.model_json_schema(mode="serialization")
