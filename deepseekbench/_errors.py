@@ -2,9 +2,32 @@
 
 Caller mistakes raise these; server misbehaviour never does (it is recorded on
 the measurement as an error kind instead). No message ever contains an API key.
+Every class is exported from :mod:`deepseekbench`. The tree::
+
+    DeepseekBenchError
+    ├── LiveGateError            the gate refused a request before any socket opened
+    ├── RowFormatError           a rows JSONL line cannot be read back
+    ├── MissingExtraError        an optional extra is not installed (also an ImportError)
+    ├── PlanError                a plan is invalid (raised before any request)
+    │   ├── RouteUnreachableError   a route failed the reachability probe
+    │   ├── WorkloadFormatError     a workload file is malformed
+    │   ├── WorkloadLengthError     prompts fall outside their context bucket
+    │   └── TaskFormatError         a task file or record is invalid
+    ├── ModelCapabilityError     a model file cannot be read for its capabilities
+    ├── TokenizeError            tokens could not be counted
+    ├── ResultsFormatError       a results JSONL file cannot be read back
+    │   ├── ResultsInUseError       another run holds the results file's lock
+    │   └── ResultsWriteError       a record could not be written
+    ├── WorkerError              a client worker failed
+    ├── RayUnavailableError      ``executor = "ray"`` without the ``ray`` package
+    └── ServerError              an engine server could not be started or got no ready
+        ├── VllmServerError         ... a vLLM server
+        └── LlamaServerError        ... a llama.cpp llama-server
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 class DeepseekBenchError(Exception):
@@ -44,7 +67,6 @@ class MissingExtraError(DeepseekBenchError, ImportError):
     """An optional dependency is not installed (the message names the extra to install)."""
 
 
-
 class RouteUnreachableError(PlanError):
     """One or more routes failed the reachability probe before any measurement (see
     ``deepseekbench._net._probe``): nothing answered, the server answered with an HTTP
@@ -64,3 +86,126 @@ class RouteUnreachableError(PlanError):
     def routes(self) -> tuple[str, ...]:
         """The labels of the routes that failed, in plan order."""
         return tuple(self.failures)
+
+
+class WorkloadFormatError(PlanError):
+    """A workload file is malformed; the message names the file and the line.
+
+    ``path``: the file; ``line_number``: 1-based line (0 when the whole file is
+    at fault, e.g. unreadable or empty).
+    """
+
+    def __init__(self, message: str, *, path: str | Path, line_number: int = 0) -> None:
+        super().__init__(message)
+        self.path = str(path)
+        self.line_number = line_number
+
+
+class WorkloadLengthError(PlanError):
+    """A cell's prompts fall outside its context bucket's token range.
+
+    ``cell``: the cell id; ``prompts``: ``(item id, tokens)`` of every prompt
+    outside the range (the message names the first ten).
+    """
+
+    def __init__(self, message: str, *, cell: str, prompts: tuple[tuple[str, int], ...]) -> None:
+        super().__init__(message)
+        self.cell = cell
+        self.prompts = prompts
+
+
+class TaskFormatError(PlanError):
+    """A task file or task record is invalid; carries the 1-based ``line_number`` (0 = n/a)."""
+
+    def __init__(self, message: str, *, line_number: int = 0) -> None:
+        super().__init__(message)
+        self.line_number = line_number
+
+
+class ModelCapabilityError(DeepseekBenchError):
+    """A model file could not be read for its capabilities.
+
+    Raised for a missing or unreadable file, a file that is not GGUF / not a JSON
+    object, a GGUF without ``general.architecture``, a depth value that is not a
+    non-negative integer, and (from the GGUF readers) when the optional ``gguf``
+    package is not installed. ``source`` names the file (or ``"<dict>"``).
+    """
+
+    def __init__(self, message: str, *, source: str) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class TokenizeError(DeepseekBenchError):
+    """Tokens could not be counted: the tokenize endpoint failed or answered
+    something that is not a token list, or a tokenizer file is unusable.
+
+    The message names the URL or file; ``source`` holds it too.
+    """
+
+    def __init__(self, message: str, *, source: str) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class ResultsFormatError(DeepseekBenchError):
+    """A results JSONL file cannot be read back (carries the 1-based ``line_number``)."""
+
+    def __init__(self, message: str, *, line_number: int = 0) -> None:
+        super().__init__(message)
+        self.line_number = line_number
+
+
+class ResultsInUseError(ResultsFormatError):
+    """Another run holds the results file's lock: two writers would mix their records."""
+
+
+class ResultsWriteError(ResultsFormatError):
+    """A record could not be written (e.g. no space left on the device).
+
+    Every record written before it is intact; the run stops.
+    """
+
+
+class WorkerError(DeepseekBenchError):
+    """A client worker failed (an exception inside it, or it did not start in time).
+
+    Carries the ``worker`` number. Records it had sent are kept.
+    """
+
+    def __init__(self, message: str, *, worker: int) -> None:
+        super().__init__(message)
+        self.worker = worker
+
+
+class RayUnavailableError(DeepseekBenchError):
+    """``executor = "ray"`` was asked for but the ``ray`` package is not installed."""
+
+
+class ServerError(DeepseekBenchError):
+    """An engine server could not be found, started, or did not become ready in time.
+
+    ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
+    process never started). The message carries the last lines of the log.
+    """
+
+    def __init__(self, message: str, *, name: str, log_path: Path | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.log_path = log_path
+
+
+class VllmServerError(ServerError):
+    """A vLLM server could not be found, started, or did not become healthy in time.
+
+    ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
+    process never started). The message carries the last lines of the log.
+    """
+
+
+class LlamaServerError(ServerError):
+    """llama-server could not be found, started, or did not become healthy in time.
+
+    ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
+    process never started). The message carries the last lines of the log.
+    """

@@ -301,7 +301,7 @@ class RunResult:
         Raises:
             MissingExtraError: pandas is not installed (``pip install 'deepseekbench[pandas]'``).
         """
-        from deepseekbench._report._scorecard import MissingExtraError
+        from deepseekbench._errors import MissingExtraError
 
         try:
             import pandas as pd

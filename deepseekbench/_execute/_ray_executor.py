@@ -48,7 +48,7 @@ from typing import Any
 import anyio
 import httpx
 
-from deepseekbench._errors import DeepseekBenchError, LiveGateError
+from deepseekbench._errors import LiveGateError, RayUnavailableError
 from deepseekbench._execute._worker import Finished, WorkerCore, WorkerSetup
 from deepseekbench._execute._workers import (
     BudgetLedger,
@@ -66,10 +66,6 @@ from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._net._route import EngineRoute
 
 __all__ = ["RayPool", "RayUnavailableError", "ray_address_host"]
-
-
-class RayUnavailableError(DeepseekBenchError):
-    """``executor = "ray"`` was asked for but the ``ray`` package is not installed."""
 
 
 # Ray's own switch: off, a node takes the loopback address as its IP (read when

@@ -48,7 +48,7 @@ from typing import Any, Self
 import anyio
 import httpx
 
-from deepseekbench._errors import DeepseekBenchError, LiveGateError
+from deepseekbench._errors import LiveGateError, WorkerError
 from deepseekbench._execute._worker import Finished, GateRules, WorkerCore, WorkerSetup
 from deepseekbench._execute._workshare import LoadWork, PoolItem, WorkerShare, split_work
 from deepseekbench._measure._measure import ErrorKind, StreamError, StreamMeasurement, Timeouts
@@ -69,17 +69,6 @@ __all__ = [
     "exception_leaves",
     "worker_main",
 ]
-
-
-class WorkerError(DeepseekBenchError):
-    """A client worker failed (an exception inside it, or it did not start in time).
-
-    Carries the ``worker`` number. Records it had sent are kept.
-    """
-
-    def __init__(self, message: str, *, worker: int) -> None:
-        super().__init__(message)
-        self.worker = worker
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,10 +39,10 @@ from typing import IO, Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deepseekbench._errors import LlamaServerError
 from deepseekbench._launch._servers import (
     Process,
     RunningServer,
-    ServerError,
     ServerKind,
     check_names,
     run_servers,
@@ -62,14 +62,6 @@ __all__ = [
 
 NgramType = Literal["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 SpecType = Literal["draft-simple", "draft-eagle3", "draft-mtp", "draft-dspark"] | NgramType
-
-
-class LlamaServerError(ServerError):
-    """llama-server could not be found, started, or did not become healthy in time.
-
-    ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
-    process never started). The message carries the last lines of the log.
-    """
 
 
 class LlamaServerSpec(BaseModel):

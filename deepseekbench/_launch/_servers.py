@@ -34,24 +34,11 @@ from typing import IO, Any, Generic, Protocol, TypeVar
 import anyio
 import httpx
 
-from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._errors import ServerError
 from deepseekbench._net._gate import LiveGate
 
 LOG_TAIL_LINES = 25
 """Lines of a server's log quoted in an error message."""
-
-
-class ServerError(DeepseekBenchError):
-    """An engine server could not be found, started, or did not become ready in time.
-
-    ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
-    process never started). The message carries the last lines of the log.
-    """
-
-    def __init__(self, message: str, *, name: str, log_path: Path | None = None) -> None:
-        super().__init__(message)
-        self.name = name
-        self.log_path = log_path
 
 
 class _Route(Protocol):

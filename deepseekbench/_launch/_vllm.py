@@ -38,10 +38,10 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deepseekbench._errors import VllmServerError
 from deepseekbench._launch._servers import (
     Process,
     RunningServer,
-    ServerError,
     ServerKind,
     check_names,
     run_servers,
@@ -72,14 +72,6 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
 
 PerRequestSpecMetrics = Literal["none", "summary", "detailed"]
-
-
-class VllmServerError(ServerError):
-    """A vLLM server could not be found, started, or did not become healthy in time.
-
-    ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
-    process never started). The message carries the last lines of the log.
-    """
 
 
 class VllmServerSpec(BaseModel):

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._errors import TokenizeError
 from deepseekbench._measure._measure import StreamMeasurement, _check_gated
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -50,18 +50,6 @@ __all__ = [
 ]
 
 _ERROR_TEXT_LIMIT = 300
-
-
-class TokenizeError(DeepseekBenchError):
-    """Tokens could not be counted: the tokenize endpoint failed or answered
-    something that is not a token list, or a tokenizer file is unusable.
-
-    The message names the URL or file; ``source`` holds it too.
-    """
-
-    def __init__(self, message: str, *, source: str) -> None:
-        super().__init__(message)
-        self.source = source
 
 
 class TokenCounter(Protocol):

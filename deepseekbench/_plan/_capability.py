@@ -25,7 +25,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._errors import ModelCapabilityError
 
 __all__ = [
     "ModelCapability",
@@ -38,20 +38,6 @@ __all__ = [
 _HF_KEY = "num_nextn_predict_layers"
 _GGUF_ARCH_KEY = "general.architecture"
 _GGUF_NEXTN_SUFFIX = ".nextn_predict_layers"
-
-
-class ModelCapabilityError(DeepseekBenchError):
-    """A model file could not be read for its capabilities.
-
-    Raised for a missing or unreadable file, a file that is not GGUF / not a JSON
-    object, a GGUF without ``general.architecture``, a depth value that is not a
-    non-negative integer, and (from the GGUF readers) when the optional ``gguf``
-    package is not installed. ``source`` names the file (or ``"<dict>"``).
-    """
-
-    def __init__(self, message: str, *, source: str) -> None:
-        super().__init__(message)
-        self.source = source
 
 
 class ModelCapability(BaseModel):

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from deepseekbench._errors import PlanError
+from deepseekbench._errors import TaskFormatError
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._parity import ParityOutput
 
@@ -55,14 +55,6 @@ DEFAULT_TOLERANCE = 0.05
 """Lenient mode's default bound on the pass → fail flip rate (fraction of tasks, 0..1)."""
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
-
-
-class TaskFormatError(PlanError):
-    """A task file or task record is invalid; carries the 1-based ``line_number`` (0 = n/a)."""
-
-    def __init__(self, message: str, *, line_number: int = 0) -> None:
-        super().__init__(message)
-        self.line_number = line_number
 
 
 class GraderKind(StrEnum):

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._errors import PlanError
+from deepseekbench._errors import WorkloadFormatError, WorkloadLengthError
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._types._axes import ContextBucket
 
@@ -50,32 +50,6 @@ __all__ = [
 ]
 
 _NAMED_LIMIT = 10
-
-
-class WorkloadFormatError(PlanError):
-    """A workload file is malformed; the message names the file and the line.
-
-    ``path``: the file; ``line_number``: 1-based line (0 when the whole file is
-    at fault, e.g. unreadable or empty).
-    """
-
-    def __init__(self, message: str, *, path: str | Path, line_number: int = 0) -> None:
-        super().__init__(message)
-        self.path = str(path)
-        self.line_number = line_number
-
-
-class WorkloadLengthError(PlanError):
-    """A cell's prompts fall outside its context bucket's token range.
-
-    ``cell``: the cell id; ``prompts``: ``(item id, tokens)`` of every prompt
-    outside the range (the message names the first ten).
-    """
-
-    def __init__(self, message: str, *, cell: str, prompts: tuple[tuple[str, int], ...]) -> None:
-        super().__init__(message)
-        self.cell = cell
-        self.prompts = prompts
 
 
 class WorkloadItem(BaseModel):

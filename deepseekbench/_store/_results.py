@@ -38,7 +38,11 @@ except ImportError:  # pragma: no cover - not POSIX: no lock
 import orjson
 from pydantic import ValidationError
 
-from deepseekbench._errors import DeepseekBenchError
+from deepseekbench._errors import (
+    ResultsFormatError,
+    ResultsInUseError,
+    ResultsWriteError,
+)
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._types._acceptance import AcceptanceRecord
@@ -63,25 +67,6 @@ __all__ = [
     "runs_of",
     "state_from",
 ]
-
-
-class ResultsFormatError(DeepseekBenchError):
-    """A results JSONL file cannot be read back (carries the 1-based ``line_number``)."""
-
-    def __init__(self, message: str, *, line_number: int = 0) -> None:
-        super().__init__(message)
-        self.line_number = line_number
-
-
-class ResultsInUseError(ResultsFormatError):
-    """Another run holds the results file's lock: two writers would mix their records."""
-
-
-class ResultsWriteError(ResultsFormatError):
-    """A record could not be written (e.g. no space left on the device).
-
-    Every record written before it is intact; the run stops.
-    """
 
 
 MAX_RECORD_BYTES = 1 << 30
