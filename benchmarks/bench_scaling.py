@@ -46,14 +46,19 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from deepseekbench._execute._ray_executor import RayPool
-from deepseekbench._execute._workers import PoolReport, PoolResult, WorkerPool
-from deepseekbench._execute._workshare import LoadWork, PoolItem
-from deepseekbench._measure._measure import Timeouts
-from deepseekbench._measure._selfcheck import DEFAULT_LAG_THRESHOLD_MS
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._net._route import EngineRoute
-from deepseekbench._types._request import ChatRequest
+from deepseekbench import (
+    DEFAULT_LAG_THRESHOLD_MS,
+    ChatRequest,
+    EngineRoute,
+    LiveGate,
+    LoadWork,
+    PoolItem,
+    PoolReport,
+    PoolResult,
+    RayPool,
+    Timeouts,
+    WorkerPool,
+)
 
 PROMPTS = ("Count from 10 to 90.", "Count from 3 to 60.", "Reverse bratakolu.", "12 + 30 =")
 

@@ -3,186 +3,453 @@
 A speedup is credited only when ``quality_parity == "verified"`` on both the
 speculative row and its ``speculative=off`` baseline (:func:`compare_speedup`).
 Nothing opens a connection except through a :class:`LiveGate`.
+
+**Layers.** The package is one folder per stage of the run's pipeline, over a
+shared vocabulary. A module may import only from its own folder or from a layer
+*below* it (lower in this list); nothing reaches back up. ``tests/test_layers.py``
+holds the rule, for every import in every module (inside functions and
+``if TYPE_CHECKING:`` blocks too)::
+
+    __init__, __main__   the public surface (everything re-exported, lazily)
+    _cli                 the command line
+    _runner              wires the stages into one run (run_plan, dry_run)
+    _report/             scorecard and plots: renders rows
+    _analysis/           rows, statistics, speed-ups, parity verdicts (pure)
+    _store/              the results file: append-only JSONL, resume, lock
+    _execute/            prepare the workload; send and measure each block
+                         (in-process, worker pool, Ray)
+    _plan/               the validated plan, workload, tasks, and its schedule (pure)
+    _measure/            one request measured: SSE, timing, self-check, tokens,
+                         server metrics
+    _launch/             start real engines (vLLM, llama.cpp) for tests and benchmarks
+    _net/                transport, the live gate, routes, the reachability probe
+    _engine/             the embedded reference engine (a server; shares only _types)
+    _types/              shared vocabulary: axes, requests, acceptance, parity, rows
+    _errors              the one exception tree
+
+**Import cost.** ``import deepseekbench`` imports none of the stages: every public
+name is looked up in ``_IMPORTS`` on first use (module ``__getattr__``, as pydantic
+does), so ``httpx``, ``aiohttp``, ``scipy``, ``matplotlib`` … load only when a name
+that needs them is touched.
 """
 
-from deepseekbench._analysis._analysis import MeasuredRequest, RouteParity, RunResult, load_results
-from deepseekbench._analysis._breakdown import category_speedups
-from deepseekbench._analysis._speedup import (
-    MIN_REQUESTS_FOR_SPEEDUP,
-    CompareSpeedup,
-    RefusalReason,
-    SpeedupEvidence,
-    SpeedupMetric,
-    SpeedupVerdict,
-    compare_speedup,
-)
-from deepseekbench._engine import (
-    FAULT_HEADER,
-    CostModel,
-    EmbeddedEngine,
-    EngineConfig,
-    EngineCounters,
-    EngineTask,
-    FaultConfig,
-    FaultKind,
-    all_reference_tasks,
-    reference_tasks,
-)
-from deepseekbench._errors import (
-    DeepseekBenchError,
-    LiveGateError,
-    PlanError,
-    RouteUnreachableError,
-    RowFormatError,
-)
-from deepseekbench._launch._llamacpp import (
-    LlamaServerError,
-    LlamaServerSpec,
-    RunningLlamaServer,
-    find_llama_server,
-    llama_server,
-    llama_server_args,
-    llama_servers,
-)
-from deepseekbench._measure._measure import (
-    ErrorKind,
-    MeasureStreamed,
-    StreamError,
-    StreamLimits,
-    StreamMeasurement,
-    Timeouts,
-    measure_streamed,
-)
-from deepseekbench._measure._server_metrics import (
-    MetricsSnapshot,
-    metrics_delta,
-    parse_metrics,
-    scrape_metrics,
-)
-from deepseekbench._measure._tokens import (
-    EndpointTokenCounter,
-    HFTokenizerCounter,
-    TokenCounter,
-    TokenizeError,
-)
-from deepseekbench._net._gate import GatedTransport, LiveGate, is_loopback_host
-from deepseekbench._net._route import EngineRoute, eos_controls, reasoning_controls
-from deepseekbench._net._transport import pool_limits
-from deepseekbench._plan._capability import (
-    ModelCapability,
-    ModelCapabilityError,
-    mtp_depth_from_gguf,
-    mtp_depth_from_hf_config,
-    probe_model_capability,
-)
-from deepseekbench._plan._plan import (
-    ArrivalPlan,
-    BenchmarkPlan,
-    CellPlan,
-    LoadPoint,
-    ParityPlan,
-    PlanSources,
-    RoutePlan,
-    SloPlan,
-    WorkloadPlan,
-)
-from deepseekbench._plan._tasks import (
-    DEFAULT_TOLERANCE,
-    Grader,
-    GraderKind,
-    Task,
-    TaskFlip,
-    TaskFormatError,
-    TaskParityResult,
-    load_tasks,
-    smoke_tasks,
-    task_parity,
-)
-from deepseekbench._plan._workload import (
-    InputLength,
-    WorkloadFormatError,
-    WorkloadItem,
-    WorkloadLengthError,
-    check_bucket,
-    load_jsonl,
-    load_sharegpt,
-    load_spec_bench,
-    synthetic_items,
-)
-from deepseekbench._report._scorecard import (
-    MissingExtraError,
-    Scorecard,
-    ScorecardLine,
-    bootstrap_speedup_ci,
-    crossover_text,
-    paired_speedup_ci,
-)
-from deepseekbench._runner import DryRunResult, ProgressEvent, dry_run, run_plan
-from deepseekbench._store._results import (
-    ResultsFormatError,
-    ResultsInUseError,
-    ResultsRun,
-    ResultsWriteError,
-    list_runs,
-)
-from deepseekbench._types._acceptance import (
-    AcceptanceRecord,
-    acceptance_from_llamacpp,
-    acceptance_from_sglang,
-    acceptance_from_vllm,
-    read_acceptance,
-)
-from deepseekbench._types._axes import (
-    KEY_AXES,
-    LOAD_AXES,
-    AcceptanceScope,
-    AcceptanceScopeName,
-    Arrival,
-    ArrivalName,
-    ContextBucket,
-    ContextBucketName,
-    Dialect,
-    DialectName,
-    Hosting,
-    HostingName,
-    OutputTarget,
-    OutputTargetName,
-    QualityParity,
-    QualityParityName,
-    ReasoningMode,
-    ReasoningModeName,
-    Speculative,
-    SpeculativeName,
-)
-from deepseekbench._types._parity import (
-    BASELINE_NONDETERMINISTIC,
-    DeterminismControl,
-    Divergence,
-    ExactAcceptance,
-    ParityOutput,
-    ParityResult,
-    PromptComparison,
-    determinism_control,
-    exact_acceptance,
-)
-from deepseekbench._types._request import PASSTHROUGH_FIELDS, ChatRequest, coerce_request
-from deepseekbench._types._row import (
-    REQUIRED_FIELDS,
-    SCHEMA_VERSION,
-    Dispersion,
-    Percentiles,
-    Row,
-    SliceStats,
-    read_rows,
-    row_json_schema,
-    rows_html,
-    write_rows,
-)
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from deepseekbench._analysis._analysis import (
+        MeasuredRequest,
+        RouteParity,
+        RunResult,
+        load_results,
+    )
+    from deepseekbench._analysis._breakdown import (
+        category_speedups,
+    )
+    from deepseekbench._analysis._speedup import (
+        MIN_REQUESTS_FOR_SPEEDUP,
+        CompareSpeedup,
+        RefusalReason,
+        SpeedupEvidence,
+        SpeedupMetric,
+        SpeedupVerdict,
+        compare_speedup,
+    )
+    from deepseekbench._engine import (
+        FAULT_HEADER,
+        CostModel,
+        EmbeddedEngine,
+        EngineConfig,
+        EngineCounters,
+        EngineTask,
+        FaultConfig,
+        FaultKind,
+        all_reference_tasks,
+        reference_tasks,
+    )
+    from deepseekbench._errors import (
+        DeepseekBenchError,
+        LiveGateError,
+        LlamaServerError,
+        MissingExtraError,
+        ModelCapabilityError,
+        PlanError,
+        RayUnavailableError,
+        ResultsFormatError,
+        ResultsInUseError,
+        ResultsWriteError,
+        RouteUnreachableError,
+        RowFormatError,
+        ServerError,
+        TaskFormatError,
+        TokenizeError,
+        VllmServerError,
+        WorkerError,
+        WorkloadFormatError,
+        WorkloadLengthError,
+    )
+    from deepseekbench._execute._ray_executor import (
+        RayPool,
+    )
+    from deepseekbench._execute._workers import (
+        PoolReport,
+        PoolResult,
+        WorkerPool,
+    )
+    from deepseekbench._execute._workshare import (
+        LoadWork,
+        PoolItem,
+    )
+    from deepseekbench._launch._llamacpp import (
+        LlamaServerSpec,
+        RunningLlamaServer,
+        find_llama_server,
+        llama_server,
+        llama_server_args,
+        llama_servers,
+    )
+    from deepseekbench._launch._vllm import (
+        RunningVllmServer,
+        VllmServerSpec,
+        find_vllm_python,
+        vllm_server_args,
+        vllm_servers,
+    )
+    from deepseekbench._measure._measure import (
+        ErrorKind,
+        MeasureStreamed,
+        StreamError,
+        StreamLimits,
+        StreamMeasurement,
+        Timeouts,
+        measure_streamed,
+    )
+    from deepseekbench._measure._selfcheck import (
+        DEFAULT_LAG_THRESHOLD_MS,
+        SelfCheck,
+        SelfCheckSummary,
+    )
+    from deepseekbench._measure._server_metrics import (
+        MetricsSnapshot,
+        metrics_delta,
+        parse_metrics,
+        scrape_metrics,
+    )
+    from deepseekbench._measure._tokens import (
+        EndpointTokenCounter,
+        HFTokenizerCounter,
+        TokenCounter,
+    )
+    from deepseekbench._net._gate import (
+        GatedTransport,
+        LiveGate,
+        is_loopback_host,
+    )
+    from deepseekbench._net._route import (
+        EngineRoute,
+        eos_controls,
+        reasoning_controls,
+    )
+    from deepseekbench._net._transport import (
+        pool_limits,
+    )
+    from deepseekbench._plan._capability import (
+        ModelCapability,
+        mtp_depth_from_gguf,
+        mtp_depth_from_hf_config,
+        probe_model_capability,
+    )
+    from deepseekbench._plan._plan import (
+        ArrivalPlan,
+        BenchmarkPlan,
+        CellPlan,
+        LoadPoint,
+        ParityPlan,
+        PlanSources,
+        RoutePlan,
+        SloPlan,
+        WorkloadPlan,
+    )
+    from deepseekbench._plan._tasks import (
+        DEFAULT_TOLERANCE,
+        Grader,
+        GraderKind,
+        Task,
+        TaskFlip,
+        TaskParityResult,
+        load_tasks,
+        smoke_tasks,
+        task_parity,
+    )
+    from deepseekbench._plan._workload import (
+        InputLength,
+        WorkloadItem,
+        check_bucket,
+        load_jsonl,
+        load_sharegpt,
+        load_spec_bench,
+        synthetic_items,
+    )
+    from deepseekbench._report._scorecard import (
+        Scorecard,
+        ScorecardLine,
+        bootstrap_speedup_ci,
+        crossover_text,
+        paired_speedup_ci,
+    )
+    from deepseekbench._runner import (
+        DryRunResult,
+        ProgressEvent,
+        dry_run,
+        run_plan,
+    )
+    from deepseekbench._store._results import (
+        ResultsRun,
+        list_runs,
+    )
+    from deepseekbench._types._acceptance import (
+        AcceptanceRecord,
+        acceptance_from_llamacpp,
+        acceptance_from_sglang,
+        acceptance_from_vllm,
+        read_acceptance,
+    )
+    from deepseekbench._types._axes import (
+        KEY_AXES,
+        LOAD_AXES,
+        AcceptanceScope,
+        AcceptanceScopeName,
+        Arrival,
+        ArrivalName,
+        ContextBucket,
+        ContextBucketName,
+        Dialect,
+        DialectName,
+        Hosting,
+        HostingName,
+        OutputTarget,
+        OutputTargetName,
+        QualityParity,
+        QualityParityName,
+        ReasoningMode,
+        ReasoningModeName,
+        Speculative,
+        SpeculativeName,
+    )
+    from deepseekbench._types._parity import (
+        BASELINE_NONDETERMINISTIC,
+        DeterminismControl,
+        Divergence,
+        ExactAcceptance,
+        ParityOutput,
+        ParityResult,
+        PromptComparison,
+        determinism_control,
+        exact_acceptance,
+    )
+    from deepseekbench._types._request import (
+        PASSTHROUGH_FIELDS,
+        ChatRequest,
+        coerce_request,
+    )
+    from deepseekbench._types._row import (
+        REQUIRED_FIELDS,
+        SCHEMA_VERSION,
+        Dispersion,
+        Percentiles,
+        Row,
+        SliceStats,
+        read_rows,
+        row_json_schema,
+        rows_html,
+        write_rows,
+    )
 
 __version__ = "0.1.0"
 
+# public name -> the module that defines it
+_IMPORTS: dict[str, str] = {
+    "AcceptanceRecord": "deepseekbench._types._acceptance",
+    "AcceptanceScope": "deepseekbench._types._axes",
+    "AcceptanceScopeName": "deepseekbench._types._axes",
+    "Arrival": "deepseekbench._types._axes",
+    "ArrivalName": "deepseekbench._types._axes",
+    "ArrivalPlan": "deepseekbench._plan._plan",
+    "BASELINE_NONDETERMINISTIC": "deepseekbench._types._parity",
+    "BenchmarkPlan": "deepseekbench._plan._plan",
+    "CellPlan": "deepseekbench._plan._plan",
+    "ChatRequest": "deepseekbench._types._request",
+    "CompareSpeedup": "deepseekbench._analysis._speedup",
+    "ContextBucket": "deepseekbench._types._axes",
+    "ContextBucketName": "deepseekbench._types._axes",
+    "CostModel": "deepseekbench._engine",
+    "DEFAULT_LAG_THRESHOLD_MS": "deepseekbench._measure._selfcheck",
+    "DEFAULT_TOLERANCE": "deepseekbench._plan._tasks",
+    "DeepseekBenchError": "deepseekbench._errors",
+    "DeterminismControl": "deepseekbench._types._parity",
+    "Dialect": "deepseekbench._types._axes",
+    "DialectName": "deepseekbench._types._axes",
+    "Dispersion": "deepseekbench._types._row",
+    "Divergence": "deepseekbench._types._parity",
+    "DryRunResult": "deepseekbench._runner",
+    "EmbeddedEngine": "deepseekbench._engine",
+    "EndpointTokenCounter": "deepseekbench._measure._tokens",
+    "EngineConfig": "deepseekbench._engine",
+    "EngineCounters": "deepseekbench._engine",
+    "EngineRoute": "deepseekbench._net._route",
+    "EngineTask": "deepseekbench._engine",
+    "ErrorKind": "deepseekbench._measure._measure",
+    "ExactAcceptance": "deepseekbench._types._parity",
+    "FAULT_HEADER": "deepseekbench._engine",
+    "FaultConfig": "deepseekbench._engine",
+    "FaultKind": "deepseekbench._engine",
+    "GatedTransport": "deepseekbench._net._gate",
+    "Grader": "deepseekbench._plan._tasks",
+    "GraderKind": "deepseekbench._plan._tasks",
+    "HFTokenizerCounter": "deepseekbench._measure._tokens",
+    "Hosting": "deepseekbench._types._axes",
+    "HostingName": "deepseekbench._types._axes",
+    "InputLength": "deepseekbench._plan._workload",
+    "KEY_AXES": "deepseekbench._types._axes",
+    "LOAD_AXES": "deepseekbench._types._axes",
+    "LiveGate": "deepseekbench._net._gate",
+    "LiveGateError": "deepseekbench._errors",
+    "LlamaServerError": "deepseekbench._errors",
+    "LlamaServerSpec": "deepseekbench._launch._llamacpp",
+    "LoadPoint": "deepseekbench._plan._plan",
+    "LoadWork": "deepseekbench._execute._workshare",
+    "MIN_REQUESTS_FOR_SPEEDUP": "deepseekbench._analysis._speedup",
+    "MeasureStreamed": "deepseekbench._measure._measure",
+    "MeasuredRequest": "deepseekbench._analysis._analysis",
+    "MetricsSnapshot": "deepseekbench._measure._server_metrics",
+    "MissingExtraError": "deepseekbench._errors",
+    "ModelCapability": "deepseekbench._plan._capability",
+    "ModelCapabilityError": "deepseekbench._errors",
+    "OutputTarget": "deepseekbench._types._axes",
+    "OutputTargetName": "deepseekbench._types._axes",
+    "PASSTHROUGH_FIELDS": "deepseekbench._types._request",
+    "ParityOutput": "deepseekbench._types._parity",
+    "ParityPlan": "deepseekbench._plan._plan",
+    "ParityResult": "deepseekbench._types._parity",
+    "Percentiles": "deepseekbench._types._row",
+    "PlanError": "deepseekbench._errors",
+    "PlanSources": "deepseekbench._plan._plan",
+    "PoolItem": "deepseekbench._execute._workshare",
+    "PoolReport": "deepseekbench._execute._workers",
+    "PoolResult": "deepseekbench._execute._workers",
+    "ProgressEvent": "deepseekbench._runner",
+    "PromptComparison": "deepseekbench._types._parity",
+    "QualityParity": "deepseekbench._types._axes",
+    "QualityParityName": "deepseekbench._types._axes",
+    "REQUIRED_FIELDS": "deepseekbench._types._row",
+    "RayPool": "deepseekbench._execute._ray_executor",
+    "RayUnavailableError": "deepseekbench._errors",
+    "ReasoningMode": "deepseekbench._types._axes",
+    "ReasoningModeName": "deepseekbench._types._axes",
+    "RefusalReason": "deepseekbench._analysis._speedup",
+    "ResultsFormatError": "deepseekbench._errors",
+    "ResultsInUseError": "deepseekbench._errors",
+    "ResultsRun": "deepseekbench._store._results",
+    "ResultsWriteError": "deepseekbench._errors",
+    "RouteParity": "deepseekbench._analysis._analysis",
+    "RoutePlan": "deepseekbench._plan._plan",
+    "RouteUnreachableError": "deepseekbench._errors",
+    "Row": "deepseekbench._types._row",
+    "RowFormatError": "deepseekbench._errors",
+    "RunResult": "deepseekbench._analysis._analysis",
+    "RunningLlamaServer": "deepseekbench._launch._llamacpp",
+    "RunningVllmServer": "deepseekbench._launch._vllm",
+    "SCHEMA_VERSION": "deepseekbench._types._row",
+    "Scorecard": "deepseekbench._report._scorecard",
+    "ScorecardLine": "deepseekbench._report._scorecard",
+    "SelfCheck": "deepseekbench._measure._selfcheck",
+    "SelfCheckSummary": "deepseekbench._measure._selfcheck",
+    "ServerError": "deepseekbench._errors",
+    "SliceStats": "deepseekbench._types._row",
+    "SloPlan": "deepseekbench._plan._plan",
+    "Speculative": "deepseekbench._types._axes",
+    "SpeculativeName": "deepseekbench._types._axes",
+    "SpeedupEvidence": "deepseekbench._analysis._speedup",
+    "SpeedupMetric": "deepseekbench._analysis._speedup",
+    "SpeedupVerdict": "deepseekbench._analysis._speedup",
+    "StreamError": "deepseekbench._measure._measure",
+    "StreamLimits": "deepseekbench._measure._measure",
+    "StreamMeasurement": "deepseekbench._measure._measure",
+    "Task": "deepseekbench._plan._tasks",
+    "TaskFlip": "deepseekbench._plan._tasks",
+    "TaskFormatError": "deepseekbench._errors",
+    "TaskParityResult": "deepseekbench._plan._tasks",
+    "Timeouts": "deepseekbench._measure._measure",
+    "TokenCounter": "deepseekbench._measure._tokens",
+    "TokenizeError": "deepseekbench._errors",
+    "VllmServerError": "deepseekbench._errors",
+    "VllmServerSpec": "deepseekbench._launch._vllm",
+    "WorkerError": "deepseekbench._errors",
+    "WorkerPool": "deepseekbench._execute._workers",
+    "WorkloadFormatError": "deepseekbench._errors",
+    "WorkloadItem": "deepseekbench._plan._workload",
+    "WorkloadLengthError": "deepseekbench._errors",
+    "WorkloadPlan": "deepseekbench._plan._plan",
+    "acceptance_from_llamacpp": "deepseekbench._types._acceptance",
+    "acceptance_from_sglang": "deepseekbench._types._acceptance",
+    "acceptance_from_vllm": "deepseekbench._types._acceptance",
+    "all_reference_tasks": "deepseekbench._engine",
+    "bootstrap_speedup_ci": "deepseekbench._report._scorecard",
+    "category_speedups": "deepseekbench._analysis._breakdown",
+    "check_bucket": "deepseekbench._plan._workload",
+    "coerce_request": "deepseekbench._types._request",
+    "compare_speedup": "deepseekbench._analysis._speedup",
+    "crossover_text": "deepseekbench._report._scorecard",
+    "determinism_control": "deepseekbench._types._parity",
+    "dry_run": "deepseekbench._runner",
+    "eos_controls": "deepseekbench._net._route",
+    "exact_acceptance": "deepseekbench._types._parity",
+    "find_llama_server": "deepseekbench._launch._llamacpp",
+    "find_vllm_python": "deepseekbench._launch._vllm",
+    "is_loopback_host": "deepseekbench._net._gate",
+    "list_runs": "deepseekbench._store._results",
+    "llama_server": "deepseekbench._launch._llamacpp",
+    "llama_server_args": "deepseekbench._launch._llamacpp",
+    "llama_servers": "deepseekbench._launch._llamacpp",
+    "load_jsonl": "deepseekbench._plan._workload",
+    "load_results": "deepseekbench._analysis._analysis",
+    "load_sharegpt": "deepseekbench._plan._workload",
+    "load_spec_bench": "deepseekbench._plan._workload",
+    "load_tasks": "deepseekbench._plan._tasks",
+    "measure_streamed": "deepseekbench._measure._measure",
+    "metrics_delta": "deepseekbench._measure._server_metrics",
+    "mtp_depth_from_gguf": "deepseekbench._plan._capability",
+    "mtp_depth_from_hf_config": "deepseekbench._plan._capability",
+    "paired_speedup_ci": "deepseekbench._report._scorecard",
+    "parse_metrics": "deepseekbench._measure._server_metrics",
+    "pool_limits": "deepseekbench._net._transport",
+    "probe_model_capability": "deepseekbench._plan._capability",
+    "read_acceptance": "deepseekbench._types._acceptance",
+    "read_rows": "deepseekbench._types._row",
+    "reasoning_controls": "deepseekbench._net._route",
+    "reference_tasks": "deepseekbench._engine",
+    "row_json_schema": "deepseekbench._types._row",
+    "rows_html": "deepseekbench._types._row",
+    "run_plan": "deepseekbench._runner",
+    "scrape_metrics": "deepseekbench._measure._server_metrics",
+    "smoke_tasks": "deepseekbench._plan._tasks",
+    "synthetic_items": "deepseekbench._plan._workload",
+    "task_parity": "deepseekbench._plan._tasks",
+    "vllm_server_args": "deepseekbench._launch._vllm",
+    "vllm_servers": "deepseekbench._launch._vllm",
+    "write_rows": "deepseekbench._types._row",
+}
+
 __all__ = [
     "BASELINE_NONDETERMINISTIC",
+    "DEFAULT_LAG_THRESHOLD_MS",
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
     "KEY_AXES",
@@ -233,6 +500,7 @@ __all__ = [
     "LlamaServerError",
     "LlamaServerSpec",
     "LoadPoint",
+    "LoadWork",
     "MeasureStreamed",
     "MeasuredRequest",
     "MetricsSnapshot",
@@ -247,10 +515,15 @@ __all__ = [
     "Percentiles",
     "PlanError",
     "PlanSources",
+    "PoolItem",
+    "PoolReport",
+    "PoolResult",
     "ProgressEvent",
     "PromptComparison",
     "QualityParity",
     "QualityParityName",
+    "RayPool",
+    "RayUnavailableError",
     "ReasoningMode",
     "ReasoningModeName",
     "RefusalReason",
@@ -265,8 +538,12 @@ __all__ = [
     "RowFormatError",
     "RunResult",
     "RunningLlamaServer",
+    "RunningVllmServer",
     "Scorecard",
     "ScorecardLine",
+    "SelfCheck",
+    "SelfCheckSummary",
+    "ServerError",
     "SliceStats",
     "SloPlan",
     "Speculative",
@@ -284,6 +561,10 @@ __all__ = [
     "Timeouts",
     "TokenCounter",
     "TokenizeError",
+    "VllmServerError",
+    "VllmServerSpec",
+    "WorkerError",
+    "WorkerPool",
     "WorkloadFormatError",
     "WorkloadItem",
     "WorkloadLengthError",
@@ -304,6 +585,7 @@ __all__ = [
     "eos_controls",
     "exact_acceptance",
     "find_llama_server",
+    "find_vllm_python",
     "is_loopback_host",
     "list_runs",
     "llama_server",
@@ -333,5 +615,90 @@ __all__ = [
     "smoke_tasks",
     "synthetic_items",
     "task_parity",
+    "vllm_server_args",
+    "vllm_servers",
     "write_rows",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _IMPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+# Private module paths from before the stage folders (0.1.0's flat layout), kept
+# importable because docs and scripts used some of them. Deprecated: import the
+# public name from ``deepseekbench`` instead. (``_plan``, ``_measure`` and
+# ``_analysis`` are now the stage folders themselves.)
+_MOVED: dict[str, str] = {
+    "deepseekbench._acceptance": "deepseekbench._types._acceptance",
+    "deepseekbench._axes": "deepseekbench._types._axes",
+    "deepseekbench._breakdown": "deepseekbench._analysis._breakdown",
+    "deepseekbench._capability": "deepseekbench._plan._capability",
+    "deepseekbench._client_health": "deepseekbench._measure._client_health",
+    "deepseekbench._executor": "deepseekbench._execute._executor",
+    "deepseekbench._gate": "deepseekbench._net._gate",
+    "deepseekbench._llamacpp": "deepseekbench._launch._llamacpp",
+    "deepseekbench._parity": "deepseekbench._types._parity",
+    "deepseekbench._plot": "deepseekbench._report._plot",
+    "deepseekbench._pool_executor": "deepseekbench._execute._pool_executor",
+    "deepseekbench._prepare": "deepseekbench._execute._prepare",
+    "deepseekbench._probe": "deepseekbench._net._probe",
+    "deepseekbench._ray_executor": "deepseekbench._execute._ray_executor",
+    "deepseekbench._request": "deepseekbench._types._request",
+    "deepseekbench._results": "deepseekbench._store._results",
+    "deepseekbench._route": "deepseekbench._net._route",
+    "deepseekbench._row": "deepseekbench._types._row",
+    "deepseekbench._rowstats": "deepseekbench._analysis._rowstats",
+    "deepseekbench._schedule": "deepseekbench._plan._schedule",
+    "deepseekbench._scorecard": "deepseekbench._report._scorecard",
+    "deepseekbench._selfcheck": "deepseekbench._measure._selfcheck",
+    "deepseekbench._server_metrics": "deepseekbench._measure._server_metrics",
+    "deepseekbench._servers": "deepseekbench._launch._servers",
+    "deepseekbench._spec_config": "deepseekbench._plan._spec_config",
+    "deepseekbench._spec_fields": "deepseekbench._analysis._spec_fields",
+    "deepseekbench._speedup": "deepseekbench._analysis._speedup",
+    "deepseekbench._sse": "deepseekbench._measure._sse",
+    "deepseekbench._stats": "deepseekbench._analysis._stats",
+    "deepseekbench._tasks": "deepseekbench._plan._tasks",
+    "deepseekbench._tokens": "deepseekbench._measure._tokens",
+    "deepseekbench._traffic": "deepseekbench._analysis._traffic",
+    "deepseekbench._transport": "deepseekbench._net._transport",
+    "deepseekbench._vllm": "deepseekbench._launch._vllm",
+    "deepseekbench._worker": "deepseekbench._execute._worker",
+    "deepseekbench._workers": "deepseekbench._execute._workers",
+    "deepseekbench._workload": "deepseekbench._plan._workload",
+    "deepseekbench._workshare": "deepseekbench._execute._workshare",
+}
+
+
+class _MovedLoader(importlib.abc.Loader):
+    def exec_module(self, module: ModuleType) -> None:
+        new = _MOVED[module.__name__]
+        warnings.warn(
+            f"{module.__name__} moved to {new}; import the public name from deepseekbench",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        target = importlib.import_module(new)
+        module.__dict__.update({k: v for k, v in vars(target).items() if not k.startswith("__")})
+        module.__all__ = list(getattr(target, "__all__", ()))
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, _MovedLoader())
+
+
+if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+    sys.meta_path.append(_MovedFinder())

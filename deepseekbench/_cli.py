@@ -37,29 +37,22 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-import anyio
-from pydantic import ValidationError
-from tqdm import tqdm
-
-from deepseekbench._errors import LiveGateError, MissingExtraError, PlanError, RowFormatError
-from deepseekbench._measure._tokens import TokenizeError
-from deepseekbench._net._gate import ENV_API_KEY, LiveGate
-from deepseekbench._plan._plan import BenchmarkPlan, ParityPlan, validation_error_lines
-from deepseekbench._report._plot import require_matplotlib
-from deepseekbench._report._scorecard import Scorecard, cell_id, load_point
-from deepseekbench._runner import (
-    DryRunResult,
-    ProgressEvent,
+from deepseekbench._errors import (
+    LiveGateError,
+    MissingExtraError,
+    PlanError,
     ResultsFormatError,
-    RunResult,
-    dry_run,
-    grid_text,
-    load_results_and_runs,
-    run_plan,
+    RowFormatError,
+    TokenizeError,
 )
-from deepseekbench._types._row import read_rows, write_rows
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._runner import DryRunResult, ProgressEvent, RunResult
 
 __all__ = [
     "DEMO_COMPUTE_MS_PER_TOKEN",
@@ -116,6 +109,8 @@ class _StderrProgress:
         self._bar: tqdm[None] | None = None
 
     def __call__(self, ev: ProgressEvent) -> None:
+        from tqdm import tqdm
+
         if ev.phase == "resume":
             self.stream.write(
                 f"resumed: {ev.kept} measured request(s) kept from the results file, "
@@ -269,6 +264,8 @@ def demo_plan(
     Raises:
         ValueError: not exactly three base URLs.
     """
+    from deepseekbench._plan._plan import BenchmarkPlan, ParityPlan
+
     if len(base_urls) != 3:
         raise ValueError("demo_plan needs three base URLs (off, mtp, mis-tuned mtp)")
     off, mtp, bad = base_urls
@@ -301,6 +298,8 @@ def demo_plan(
 
 def _known_secrets(plan: BenchmarkPlan) -> list[str]:
     """The keys this process knows for ``plan``: the gate's and each route's (from the env)."""
+    from deepseekbench._net._gate import ENV_API_KEY
+
     names = [ENV_API_KEY, *(r.api_key_env for r in plan.routes if r.api_key_env)]
     return [v for n in names if (v := os.environ.get(n))]
 
@@ -318,6 +317,9 @@ def _exit_for(result: RunResult) -> int:
 
 async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner import run_plan
     from deepseekbench._types._axes import Speculative
 
     t0 = time.perf_counter()
@@ -350,6 +352,10 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 async def _run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner import grid_text, run_plan
+
     gate = LiveGate.from_env(spend=True if args.spend else None)
     path: Path = args.results
     err.write(f"grid: {grid_text(plan)}\n")
@@ -390,6 +396,8 @@ _DRY_COLUMNS = ("route", "speculative", "cell", "load", "gate")
 
 
 def _dry_table(result: DryRunResult) -> list[dict[str, str]]:
+    from deepseekbench._report._scorecard import cell_id, load_point
+
     out: list[dict[str, str]] = []
     for row in result.rows:
         label = row.route_label or row.speculative.value
@@ -437,6 +445,8 @@ def _render_dry_run(result: DryRunResult, fmt: str) -> str:
 def _holds_results(path: Path) -> bool:
     """True when ``path`` is a non-empty file that is not only rows of an earlier dry run
     (a device, pipe or folder counts as holding results: it is never written)."""
+    from deepseekbench._types._row import read_rows
+
     if path.exists() and not path.is_file():
         return True
     try:
@@ -452,6 +462,10 @@ def _holds_results(path: Path) -> bool:
 
 
 def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._runner import dry_run
+    from deepseekbench._types._row import write_rows
+
     gate = LiveGate.from_env(spend=True if args.spend else None)
     result = dry_run(plan, gate=gate)
     if args.results is not None:
@@ -477,6 +491,10 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
 
 
 def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from deepseekbench._report._plot import require_matplotlib
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner import load_results_and_runs
+
     path: Path = args.results
     if args.plot is not None:
         try:  # before anything is printed: the scorecard alone is not what was asked for
@@ -519,6 +537,8 @@ def _with_client_flags(plan: BenchmarkPlan, args: argparse.Namespace) -> Benchma
     Raises:
         PlanError: a flag's value is invalid (e.g. ``--workers 0``).
     """
+    from deepseekbench._plan._plan import BenchmarkPlan
+
     given = {
         "workers": args.workers,
         "executor": args.executor,
@@ -542,6 +562,12 @@ def main(
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    # the stages load only now, so that --help and usage errors stay fast
+    import anyio
+    from pydantic import ValidationError
+
+    from deepseekbench._plan._plan import BenchmarkPlan, validation_error_lines
+
     try:
         if args.command == "demo":
             if args.requests < 1:
