@@ -29,7 +29,7 @@ holds the rule, for every import in every module (inside functions and
 
 **Import cost.** ``import deepseekbench`` imports none of the stages: every public
 name is looked up in ``_IMPORTS`` on first use (module ``__getattr__``, as pydantic
-does), so ``httpx``, ``aiohttp``, ``scipy``, ``matplotlib`` … load only when a name
+does), so the HTTP clients, ``scipy``, ``matplotlib`` … load only when a name
 that needs them is touched.
 """
 
