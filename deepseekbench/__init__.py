@@ -690,7 +690,7 @@ class _MovedLoader(importlib.abc.Loader):
         )
         target = importlib.import_module(new)
         module.__dict__.update({k: v for k, v in vars(target).items() if not k.startswith("__")})
-        module.__all__ = list(getattr(target, "__all__", ()))
+        module.__dict__["__all__"] = list(getattr(target, "__all__", ()))
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
