@@ -501,7 +501,7 @@ def _usage_counts(usage: Mapping[str, Any] | None) -> _UsageCounts:
     if completion is None:
         return _UsageCounts(None, prompt, reasoning, None)
     confirmed = prompt is not None and total is not None
-    if confirmed and prompt + completion != total:
+    if prompt is not None and total is not None and prompt + completion != total:
         note = f"prompt_tokens {prompt} + completion_tokens {completion} != total_tokens {total}"
         if reasoning is not None and reasoning > completion:
             note += f"; reasoning_tokens {reasoning} > completion_tokens"

@@ -24,7 +24,8 @@ from deepseekbench._route import EngineRoute
 from deepseekbench._server_metrics import metrics_delta, parse_metrics
 from tests._replay import Script, Write, replay_server
 
-REQ = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 32}
+MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+REQ = {"messages": MESSAGES, "max_tokens": 32}
 DONE = "data: [DONE]\n\n"
 
 
@@ -264,7 +265,7 @@ async def test_untrusted_completion_count_is_estimated_and_said_so() -> None:
 @pytest.mark.parametrize("dialect", list(Dialect))
 def test_non_think_never_sends_reasoning_effort(dialect: Dialect) -> None:
     route = EngineRoute(base_url="http://127.0.0.1:1/v1", model="m", dialect=dialect)
-    body = route.build_body(ChatRequest(messages=REQ["messages"]))
+    body = route.build_body(ChatRequest(messages=MESSAGES))
     assert "reasoning_effort" not in body
     assert "none" not in orjson.dumps(body).decode()
 
@@ -286,7 +287,7 @@ async def test_openai_dialect_sends_reasoning_effort_only_when_asked() -> None:
             route = EngineRoute(
                 base_url=server.base_url, model="m", dialect="openai", request_extras=extras
             )
-            req = ChatRequest(messages=REQ["messages"], reasoning_mode=mode)
+            req = ChatRequest(messages=MESSAGES, reasoning_mode=mode)
             m = await measure_streamed(req, route=route, gate=LiveGate())
             assert m.error is None
     assert [b.get("reasoning_effort") for b in seen] == [None, "high", "none"]
