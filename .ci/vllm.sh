@@ -48,6 +48,18 @@ install_vllm() {
     touch "$VENV/.complete"
 }
 
+cpu_features() {  # which of the CPU flags that steer vLLM's CPU kernels are present
+    local flags f out=""
+    flags=" $(awk -F: '/^flags/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true) "
+    for f in amx_tile amx_bf16 avx512f avx2; do
+        case "$flags" in *" $f "*) out+=" $f=yes" ;; *) out+=" $f=no" ;; esac
+    done
+    echo "${out# }"
+}
+# The DeepSeek test passes --attention-backend CPU_MLA (and the same for the MTP
+# drafter) on every CPU: with AMX, vLLM 0.32 would pick AMX_MLA, bf16-only.
+echo "[vllm.sh] CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)" \
+    "| $(nproc 2>/dev/null || echo '?') cores | $(cpu_features)"
 echo "[vllm.sh] tests python: $("$PY" -c 'import sys; print(sys.executable)')"
 if [ -f "$VENV/.complete" ]; then
     echo "[vllm.sh] reusing $VENV"
@@ -58,6 +70,9 @@ step "vllm import check" "$VENV/bin/python" -c '
 import importlib.metadata as md, torch, transformers, vllm
 print("vllm", vllm.__version__, "| torch", torch.__version__,
       "| transformers", transformers.__version__)
+# what vLLM 0.32 asks (vllm/platforms/cpu.py) before choosing AMX_MLA for MLA models
+amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+print("torch.cpu._is_amx_tile_supported():", amx() if amx else "n/a")
 for gone in ("torchvision", "torchaudio", "torchcodec"):
     try:
         md.version(gone)

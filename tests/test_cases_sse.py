@@ -6,7 +6,8 @@
   route's dialect (``harness.dialect``) and request fields (``harness.request``);
   the server answers the case's refusal instead of the stream when the request
   body carries every ``harness.refuse_when.body_has`` field, and the ``extra``
-  checks (``request_body_must_not_have``, ``tpot_ms_range``) are enforced.
+  checks (``request_body_must_not_have``, ``tpot_ms_range``, ``chunk_count``,
+  ``itl_count``, ``reasoning_tokens``) are enforced.
 * The cases are samples of fault kinds, so each stream case is also replayed
   re-framed: with CRLF and CR-only line ends, and re-split into small reads, and
   must give the same non-timing results.
@@ -75,7 +76,13 @@ KNOWN_EXPECT = {
     "accepted_tokens",
     "acceptance_by_position",
 }
-KNOWN_EXTRA = {"request_body_must_not_have", "tpot_ms_range"}
+KNOWN_EXTRA = {
+    "request_body_must_not_have",
+    "tpot_ms_range",
+    "chunk_count",
+    "itl_count",
+    "reasoning_tokens",
+}
 KNOWN_HARNESS = {"request", "refuse_when", "dialect"}
 RECORD_FIELDS = (
     "draft_tokens",
@@ -203,6 +210,13 @@ def _assert_extra(
     assert not unknown, f"case has extra checks this test does not enforce: {unknown}"
     for name in extra.get("request_body_must_not_have", []):
         assert name not in sent, f"the request body carried {name!r}"
+    # counts of token-bearing chunks and usage figures do not depend on the framing
+    if "chunk_count" in extra:
+        assert len(m.chunk_arrival_ms) == extra["chunk_count"], m.chunk_arrival_ms
+    if "itl_count" in extra:
+        assert len(m.itl_ms) == extra["itl_count"], m.itl_ms
+    if "reasoning_tokens" in extra:
+        assert m.reasoning_tokens == extra["reasoning_tokens"], m.usage
     if timing:
         _in_range(m.tpot_ms, extra.get("tpot_ms_range"), "tpot_ms_range")
 

@@ -128,7 +128,9 @@ def test_dict_standard_and_explicit_custom_fields_pass_through() -> None:
                 "reasoning_format": "deepseek",
             },
         ),
-        (Dialect.openai, ReasoningMode.non_think, {"reasoning_effort": "none"}),
+        # requests/03: hosts refuse reasoning_effort "none"; the host default applies
+        (Dialect.openai, ReasoningMode.non_think, {}),
+        (Dialect.openai, ReasoningMode.think_max, {"reasoning_effort": "max"}),
         (Dialect.openai, ReasoningMode.think_high, {"reasoning_effort": "high"}),
     ],
 )

@@ -135,12 +135,75 @@ def test_argv_for_each_route_kind(model_dir: Path) -> None:
         "num_speculative_tokens": 4,
     }  # fmt: skip
     mtp = VllmServerSpec.mtp("m", model_dir, enforce_eager=True)
-    assert cfg(mtp) == {"method": "deepseek_mtp", "num_speculative_tokens": 1}
-    assert mtp.method == "deepseek_mtp"
+    assert cfg(mtp) == {"method": "mtp", "num_speculative_tokens": 1}
+    assert mtp.method == "mtp"
     assert "--enforce-eager" in vllm_server_args(mtp, port=1, python=py)
     quiet = VllmServerSpec.off("q", model_dir, per_request_spec_metrics="none", extra_args=("-x",))
     args = vllm_server_args(quiet, port=1, python=py)
     assert "--enable-per-request-metrics" not in args and args[-1] == "-x"
+
+
+def test_attention_backend_flag_only_when_set(model_dir: Path) -> None:
+    py = Path("/venv/bin/python")
+    for spec in (VllmServerSpec.off("o", model_dir), VllmServerSpec.mtp("m", model_dir)):
+        args = vllm_server_args(spec, port=1, python=py)
+        assert not any(a.startswith("--attention-backend") for a in args)
+    off = VllmServerSpec.off("o", model_dir, attention_backend="CPU_MLA")
+    args = vllm_server_args(off, port=1, python=py)
+    assert args.count("--attention-backend") == 1
+    assert args[args.index("--attention-backend") + 1] == "CPU_MLA"
+    # the target's flag does not go into the drafter's config (vLLM never inherits it)
+    mtp = VllmServerSpec.mtp("m", model_dir, attention_backend="CPU_MLA")
+    args = vllm_server_args(mtp, port=1, python=py)
+    assert args[args.index("--attention-backend") + 1] == "CPU_MLA"
+    spec_cfg = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec_cfg == {"method": "mtp", "num_speculative_tokens": 1}
+
+
+def test_mtp_carries_the_drafter_settings(model_dir: Path) -> None:
+    py = Path("/venv/bin/python")
+    mtp = VllmServerSpec.mtp(
+        "m", model_dir, num_speculative_tokens=2, attention_backend="CPU_MLA",
+        draft_attention_backend="CPU_MLA", draft_config={"enforce_eager": True},
+    )  # fmt: skip
+    assert mtp.speculative_config == {
+        "method": "mtp", "num_speculative_tokens": 2,
+        "enforce_eager": True, "attention_backend": "CPU_MLA",
+    }  # fmt: skip
+    args = vllm_server_args(mtp, port=1, python=py)
+    assert json.loads(args[args.index("--speculative-config") + 1]) == mtp.speculative_config
+    assert args[args.index("--attention-backend") + 1] == "CPU_MLA"
+    # the drafter's backend alone, through draft_config, and the deprecated alias
+    only_draft = VllmServerSpec.mtp(
+        "m", model_dir, method="deepseek_mtp", draft_config={"attention_backend": "CPU_MLA"}
+    )
+    assert only_draft.speculative_config == {
+        "method": "deepseek_mtp", "num_speculative_tokens": 1, "attention_backend": "CPU_MLA",
+    }  # fmt: skip
+    assert "--attention-backend" not in vllm_server_args(only_draft, port=1, python=py)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"draft_config": {"method": "ngram"}}, r"may not set \['method'\]"),
+        ({"draft_config": {"num_speculative_tokens": 5}}, "num_speculative_tokens"),
+        (
+            {"draft_attention_backend": "CPU_MLA", "draft_config": {"attention_backend": "X"}},
+            "given twice",
+        ),
+        ({"num_speculative_tokens": 0}, ">= 1"),
+        ({"method": ""}, "non-empty"),
+        ({"draft_attention_backend": "CPU MLA"}, "attention_backend must match"),
+        ({"draft_config": {"attention_backend": 3}}, "attention_backend must match"),
+        ({"attention_backend": "--enforce-eager"}, "attention_backend"),
+    ],
+)
+def test_mtp_refuses_bad_drafter_settings(
+    model_dir: Path, kw: dict[str, object], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        VllmServerSpec.mtp("m", model_dir, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -148,6 +211,9 @@ def test_argv_for_each_route_kind(model_dir: Path) -> None:
     [
         {"name": "bad name"},
         {"speculative_config": {"num_speculative_tokens": 3}},
+        {"attention_backend": ""},
+        {"attention_backend": "CPU_MLA --x"},
+        {"speculative_config": {"method": "mtp", "attention_backend": ""}},
         {"max_model_len": 10},
         {"kv_cache_gib": 0},
         {"unknown": 1},

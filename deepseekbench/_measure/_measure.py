@@ -39,7 +39,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import httpx
@@ -62,6 +62,7 @@ from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._request import ChatRequest, coerce_request
 
 __all__ = [
+    "ABNORMAL_FINISH_REASONS",
     "ErrorKind",
     "MeasureStreamed",
     "StreamError",
@@ -188,10 +189,20 @@ class StreamMeasurement(BaseModel):
     )
     prompt_tokens: int | None = Field(default=None, description="From usage (tokens).")
     reasoning_tokens: int | None = Field(
-        default=None, description="usage.completion_tokens_details.reasoning_tokens (tokens)."
+        default=None,
+        description="usage.reasoning_tokens (SGLang) or "
+        "usage.completion_tokens_details.reasoning_tokens (tokens); None when absent or "
+        "impossible (see usage_contradiction).",
     )
     tokens_estimated: bool = Field(
-        default=True, description="True when no usage gave completion_tokens."
+        default=True,
+        description="True when no trusted usage gave completion_tokens (none sent, or a "
+        "usage block that contradicts itself).",
+    )
+    usage_contradiction: str | None = Field(
+        default=None,
+        description="Why counts of the last usage block were refused: prompt + completion "
+        "!= total, or reasoning > completion; None for a consistent block.",
     )
     estimated_completion_tokens: int | None = Field(
         default=None,
@@ -288,6 +299,12 @@ class StreamMeasurement(BaseModel):
         description="The response's content-encoding when not identity (e.g. 'gzip'): the "
         "server compressed although identity was asked; times are those of the decoded "
         "events, so any compressor buffering is inside them.",
+    )
+    unexpected_content_type: str | None = Field(
+        default=None,
+        description="The response's content-type when it was not text/event-stream (e.g. "
+        "'application/json'): the body was read as an event stream anyway and measured "
+        "when it held SSE data events; None for text/event-stream or no header.",
     )
     choices_seen: int = Field(
         default=1, description="Distinct choice indexes streamed (n > 1 gives several)."
@@ -392,6 +409,111 @@ def _error_in(chunk: dict[str, Any]) -> Any:
     return None
 
 
+ABNORMAL_FINISH_REASONS: frozenset[str] = frozenset(
+    {"abort", "aborted", "error", "cancelled", "canceled"}
+)
+"""Finish reasons that say the engine interrupted the generation: a stream ending
+with one is a ``server_error_event`` even without an error object (vLLM
+``FinishReason.ABORT``/``ERROR`` stream as ``"abort"``/``"error"`` after HTTP 200,
+vllm-project/vllm issue #57082; SGLang ``FINISH_ABORT`` as ``"abort"``). Compared
+lower-cased; ``stop``, ``length``, ``tool_calls``, ``content_filter`` and any other
+reason are completions."""
+
+_THINKING_PARTS = frozenset({"thinking", "reasoning"})
+
+
+def _part_text(value: Any) -> str:
+    """The text of a part's payload: a string, or a list of ``{type: text, text}`` parts."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(
+            p["text"]
+            for p in value
+            if isinstance(p, dict)
+            and p.get("type", "text") == "text"
+            and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def _content_parts(parts: list[Any]) -> tuple[str, str]:
+    """``(answer text, reasoning text)`` from ``delta.content`` given as typed parts.
+
+    ``{"type": "text", "text": ...}`` parts are the answer; ``{"type":
+    "thinking", "thinking": [{"type": "text", "text": ...}]}`` (Mistral
+    Magistral; BerriAI/litellm issue #16272) and ``"reasoning"`` parts are the
+    reasoning, their payload a string or nested text parts. Other part types
+    (images, refusals, ...) carry no token text here.
+    """
+    text: list[str] = []
+    thoughts: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            text.append(_part_text(part.get("text")))
+        elif kind in _THINKING_PARTS:
+            payload = part.get(kind)
+            thoughts.append(_part_text(payload if payload is not None else part.get("text")))
+    return "".join(text), "".join(thoughts)
+
+
+class _UsageCounts(NamedTuple):
+    """The counts of a usage block that can be trusted (tokens; ``None`` = unknown)."""
+
+    completion_tokens: int | None
+    prompt_tokens: int | None
+    reasoning_tokens: int | None
+    contradiction: str | None
+
+
+def _usage_counts(usage: Mapping[str, Any] | None) -> _UsageCounts:
+    """Read a usage block, refusing counts it contradicts itself about.
+
+    ``reasoning_tokens`` is read where engines put it: the top level of
+    ``usage`` (SGLang ``UsageInfo.reasoning_tokens``) or
+    ``completion_tokens_details.reasoning_tokens`` (OpenAI, vLLM). Two checks
+    (``total_tokens = prompt_tokens + completion_tokens`` is the OpenAI usage
+    definition; reasoning tokens are part of the completion tokens):
+
+    * prompt + completion != total: the completion count is not the output
+      count (a gateway that leaves the thoughts out of it; mozilla-ai/any-llm
+      issue #1290, router-for-me/CLIProxyAPI issue #5733): completion and
+      reasoning counts are unknown (the output is then estimated, and said so);
+    * reasoning > completion with a total that confirms the completion count:
+      the reasoning count is impossible (SGLang counting a verified block past
+      EOS, sgl-project/sglang issue #39826) and unknown, the completion count
+      stands; with no total to settle it, both are unknown.
+
+    ``contradiction`` says what was refused, ``None`` for a consistent block.
+    """
+    if not usage:
+        return _UsageCounts(None, None, None, None)
+    completion = _int_or_none(usage.get("completion_tokens"))
+    prompt = _int_or_none(usage.get("prompt_tokens"))
+    total = _int_or_none(usage.get("total_tokens"))
+    details = usage.get("completion_tokens_details")
+    reasoning = _int_or_none(usage.get("reasoning_tokens"))
+    if reasoning is None and isinstance(details, Mapping):
+        reasoning = _int_or_none(details.get("reasoning_tokens"))
+    if completion is None:
+        return _UsageCounts(None, prompt, reasoning, None)
+    confirmed = prompt is not None and total is not None
+    if prompt is not None and total is not None and prompt + completion != total:
+        note = f"prompt_tokens {prompt} + completion_tokens {completion} != total_tokens {total}"
+        if reasoning is not None and reasoning > completion:
+            note += f"; reasoning_tokens {reasoning} > completion_tokens"
+        return _UsageCounts(None, prompt, None, note + ": completion count not trusted")
+    if reasoning is not None and reasoning > completion:
+        note = f"reasoning_tokens {reasoning} > completion_tokens {completion}"
+        if confirmed:
+            return _UsageCounts(completion, prompt, None, note + ": reasoning count not trusted")
+        return _UsageCounts(None, prompt, None, note + " and no total to settle it: not trusted")
+    return _UsageCounts(completion, prompt, reasoning, None)
+
+
 _CHUNK_EVENTS = frozenset({"message", "error"})
 """SSE event types read as the answer: ``message`` (the default) and ``error``."""
 
@@ -428,6 +550,8 @@ class _Accumulator:
         self.pool_wait_ns: int | None = None
         self.stale_retries = 0
         self.content_encoding: str | None = None
+        self.unexpected_content_type: str | None = None
+        self.abnormal: set[str] = set()  # abnormal finish reasons already recorded
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         # cut to _MESSAGE_LIMIT only after redaction (see redact_measurement)
@@ -454,6 +578,25 @@ class _Accumulator:
     def on_oversized(self, message: str) -> None:
         self.fail(ErrorKind.invalid_event, message)
 
+    def check_framing(self) -> None:
+        """A 200 body under another content-type than ``text/event-stream``.
+
+        Read as an event stream anyway: holding at least one SSE data event it
+        is measured, and ``unexpected_content_type`` says the type was wrong
+        (any incompleteness is judged as for any stream); holding none (a plain
+        JSON completion, an HTML page) it is ``invalid_event``.
+        """
+        ctype = self.unexpected_content_type
+        if ctype is None or self.events > 0:
+            return
+        if any(e.kind in (ErrorKind.timeout, ErrorKind.content_encoding) for e in self.errors):
+            return  # the body was not read to its end: that fault says why
+        self.fail(
+            ErrorKind.invalid_event,
+            f"content-type is {ctype!r}, not text/event-stream, and the body holds no "
+            "SSE data event (not an event stream)",
+        )
+
     def end_of_stream(self, decoder: SSEDecoder) -> None:
         """The body ended before ``[DONE]`` was dispatched: complete or truncated?
 
@@ -465,6 +608,8 @@ class _Accumulator:
         tail = decoder.flush(time.perf_counter_ns())
         if tail is not None and _is_done(tail.data):
             self.on_event(tail)
+        elif self.unexpected_content_type is not None and self.events == 0:
+            return  # not an event stream at all: one invalid_event (check_framing), no more
         elif pending:
             self.fail(ErrorKind.truncated, "stream ended inside an event")
         elif self.finish_reason is None:
@@ -567,6 +712,12 @@ class _Accumulator:
             self.fail(ErrorKind.invalid_event, "'delta' is not an object")
             delta = {}
         content = delta.get("content")
+        if isinstance(content, list):
+            text, thoughts = _content_parts(content)
+            content = text
+            if thoughts:
+                self._add_reasoning(thoughts)
+                has_token = True
         if isinstance(content, str) and content:
             self.text.append(content)
             has_token = True
@@ -574,9 +725,7 @@ class _Accumulator:
         if reasoning is None:
             reasoning = delta.get("reasoning")  # newer vLLM name
         if isinstance(reasoning, str) and reasoning:
-            if self.reasoning is None:
-                self.reasoning = []
-            self.reasoning.append(reasoning)
+            self._add_reasoning(reasoning)
             has_token = True
         tool_calls = delta.get("tool_calls")
         if isinstance(tool_calls, list) and tool_calls:
@@ -589,7 +738,19 @@ class _Accumulator:
         finish = choice.get("finish_reason")
         if isinstance(finish, str) and finish:
             self.finish_reason = finish
+            if finish.strip().lower() in ABNORMAL_FINISH_REASONS and finish not in self.abnormal:
+                self.abnormal.add(finish)
+                self.fail(
+                    ErrorKind.server_error_event,
+                    f"finish_reason {finish!r}: the engine ended the generation abnormally "
+                    "(no error object sent); the answer is cut off",
+                )
         return has_token
+
+    def _add_reasoning(self, text: str) -> None:
+        if self.reasoning is None:
+            self.reasoning = []
+        self.reasoning.append(text)
 
     # -- results ----------------------------------------------------------------
     def _choice_tokens(self) -> tuple[int | None, bool]:
@@ -620,8 +781,9 @@ class _Accumulator:
 
     def measurement(self, route: EngineRoute) -> StreamMeasurement:
         usage = self.usage
-        completion = _int_or_none(usage.get("completion_tokens")) if usage else None
-        prompt = _int_or_none(usage.get("prompt_tokens")) if usage else None
+        counts = _usage_counts(usage)
+        completion = counts.completion_tokens
+        prompt = counts.prompt_tokens
         details = usage.get("completion_tokens_details") if usage else None
         details = details if isinstance(details, dict) else {}
         estimated: int | None = None
@@ -656,7 +818,8 @@ class _Accumulator:
             reasoning_text=reasoning,
             completion_tokens=completion,
             prompt_tokens=prompt,
-            reasoning_tokens=_int_or_none(details.get("reasoning_tokens")),
+            reasoning_tokens=counts.reasoning_tokens,
+            usage_contradiction=counts.contradiction,
             tokens_estimated=completion is None,
             estimated_completion_tokens=estimated,
             tokens_estimated_by=(
@@ -695,6 +858,7 @@ class _Accumulator:
             acceptance_source=acc.source if acc else None,
             sse_ignored_lines=self.ignored_lines,
             content_encoding=self.content_encoding,
+            unexpected_content_type=self.unexpected_content_type,
             choices_seen=max(1, len(self.choice_indexes)),
             choice_tokens=choice_tokens,
             choice_tokens_estimated=choice_estimated,
@@ -895,6 +1059,7 @@ async def _measure(
             acc.fail(ErrorKind.timeout, f"no token within first_token_s={timeouts.first_token_s}")
     if total.cancelled_caught:
         acc.fail(ErrorKind.timeout, f"stream not finished within total_s={timeouts.total_s}")
+    acc.check_framing()
     return acc.measurement(route)
 
 
@@ -952,7 +1117,8 @@ async def _exchange(
             return
         ctype = response.headers.get("content-type", "")
         if ctype and "text/event-stream" not in ctype.lower():
-            acc.fail(ErrorKind.invalid_event, f"content-type is {ctype!r}, not text/event-stream")
+            # read anyway: judged at the end by what the body held (_Accumulator.check_framing)
+            acc.unexpected_content_type = ctype
         if not _decodable(response, acc):
             return
         await _read_stream(response, acc, first_token)
@@ -1019,9 +1185,7 @@ async def _read_stream(
     acc.end_of_stream(decoder)
 
 
-def _direct_transport(
-    client: httpx.AsyncClient, url: httpx.URL
-) -> httpx.AsyncBaseTransport | None:
+def _direct_transport(client: httpx.AsyncClient, url: httpx.URL) -> httpx.AsyncBaseTransport | None:
     """The client's (gated) transport for ``url`` when ``client.send`` would add nothing
     to one POST — no redirects to follow, no auth flow, no event hooks — else ``None``.
 

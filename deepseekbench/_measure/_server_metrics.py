@@ -26,14 +26,29 @@ every request the server ran between the two scrapes, never one request.
   (not 0..K-1, more than the steps, not summing to the accepted tokens) give no
   per-position figure, the totals still stand.
 * SGLang gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``
-  are recent-window values, not counters: the after-scrape value is used.
+  are recent-window values, not counters: the after-scrape value is used. A
+  gauge is never added over label sets: the value its label sets agree on is
+  used, and where they disagree (data-parallel ``dp_rank`` groups with their own
+  values) it is unknown, since a mean needs each group's weight, which the
+  gauge does not carry.
+* Copies: series that differ only in a tensor/pipeline/expert-parallel rank
+  label (``tp_rank``, ``pp_rank``, ``moe_ep_rank``, ``ep_rank``,
+  ``attn_tp_rank``) are copies of one figure (SGLang
+  ``--enable-metrics-for-all-schedulers`` exports every TP rank's scheduler,
+  and the ranks of one group run the same batches; sgl-project/sglang
+  ``srt/metrics/collector.py``): counted once, never summed. Copies of a
+  counter that disagree give no record.
+* vLLM V1 before ``num_drafts`` existed (vllm-project/vllm PR #15151; the
+  family came with PR #16665) exports only drafted and accepted tokens: the
+  window's counts and ratio are known, verify steps, acceptance length and
+  per-position acceptance are ``None``.
 
 A window whose counts are not this window's gives no record, never a figure from
 part of it: a restart between the scrapes (a ``_created`` sample or
 ``process_start_time_seconds`` changed, or a counter went down), a counter
 family or label set (e.g. a data-parallel engine) present in one scrape only,
-or accepted > drafted. Label sets of one family (vLLM data-parallel ``engine``
-labels) are summed.
+or accepted > drafted. Label sets of one counter family (vLLM data-parallel
+``engine`` labels) are summed, copies (above) counted once.
 """
 
 from __future__ import annotations
@@ -91,6 +106,9 @@ _COUNTER_SETS: tuple[tuple[Dialect, str, tuple[str, str, str], str], ...] = (
     ),
 )
 _PER_POS = frozenset({per_pos for *_, per_pos in _COUNTER_SETS})
+_GAUGES = frozenset({_SGLANG_LENGTH, _SGLANG_RATE})
+_COPY_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "ep_rank", "attn_tp_rank"})
+"""Labels whose series are copies of one figure (parallel ranks of one scheduler group)."""
 _WANTED = frozenset(
     {name for _, _, names, _ in _COUNTER_SETS for name in names} | {_SGLANG_LENGTH, _SGLANG_RATE}
 )
@@ -99,8 +117,10 @@ _WANTED = frozenset(
 class MetricsSnapshot(BaseModel):
     """The speculative metrics from one ``/metrics`` scrape.
 
-    ``values`` maps a metric name (``_total`` stripped) to its value summed over
-    label sets (filtered to one ``model_name`` when asked); ``series`` keeps each
+    ``values`` maps a metric name (``_total`` stripped) to its value: a counter
+    summed over label sets with copies (module docstring) counted once, a gauge
+    the one value its label sets agree on (absent where they disagree), both
+    filtered to one ``model_name`` when asked; ``series`` keeps each
     label set apart (name -> JSON of the sorted labels -> value), per-position
     families included; ``restart_markers`` holds the counters' ``_created``
     samples and ``process_start_time_seconds`` (s since the epoch), which change
@@ -143,10 +163,17 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
                     continue
                 per_label = series.setdefault(name, {})
                 per_label[key] = per_label.get(key, 0.0) + float(sample.value)
-                if name in _WANTED:
-                    values[name] = values.get(name, 0.0) + float(sample.value)
     except ValueError as exc:
         return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"unparsable metrics: {exc}")
+    for name, per_label in series.items():
+        if name in _GAUGES:
+            value = _gauge_value(per_label)
+            if value is not None:
+                values[name] = value
+        elif name in _WANTED:
+            merged = _merge_copies(per_label)
+            if merged is not None:
+                values[name] = sum(merged.values())
     return MetricsSnapshot(
         values=values, series=series, restart_markers=markers, taken_ns=time.perf_counter_ns()
     )
@@ -154,6 +181,30 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
 
 def _labels_key(labels: Mapping[str, str]) -> str:
     return json.dumps(sorted(labels.items()), separators=(",", ":"))
+
+
+def _without_copy_labels(key: str) -> str:
+    """A labels key with the parallel-rank labels (``_COPY_LABELS``) removed."""
+    labels = json.loads(key)
+    return json.dumps([kv for kv in labels if kv[0] not in _COPY_LABELS], separators=(",", ":"))
+
+
+def _merge_copies(per_label: Mapping[str, float]) -> dict[str, float] | None:
+    """Series keyed by their labels without rank labels, each group of copies once;
+    ``None`` when the copies of a group disagree."""
+    groups: dict[str, set[float]] = {}
+    for key, value in per_label.items():
+        groups.setdefault(_without_copy_labels(key), set()).add(value)
+    if any(len(values) > 1 for values in groups.values()):
+        return None
+    return {key: values.pop() for key, values in groups.items()}
+
+
+def _gauge_value(per_label: Mapping[str, float]) -> float | None:
+    """The one value every label set of a gauge holds, else ``None`` (never a sum:
+    copies are one figure, and data-parallel groups need weights to be averaged)."""
+    distinct = set(per_label.values())
+    return distinct.pop() if len(distinct) == 1 else None
 
 
 async def scrape_metrics(
@@ -289,22 +340,33 @@ def _restarted(before: MetricsSnapshot, after: MetricsSnapshot) -> bool:
 
 
 def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int:
-    """The window delta of a counter family, summed over its label sets.
+    """The window delta of a counter family, summed over its label sets, copies
+    (parallel-rank labels, module docstring) counted once.
 
     Raises:
         _Inconsistent: the family or one of its label sets is in one scrape only,
-            or a series went down.
+            a series went down, or copies of one series moved differently.
     """
     b, a = before.series.get(name), after.series.get(name)
     if b is None or a is None or b.keys() != a.keys():
         raise _Inconsistent(f"{name}: not the same series in both scrapes")
-    total = 0.0
+    deltas: dict[str, float] = {}
     for key, value in a.items():
         d = value - b[key]
         if d < 0:
             raise _Inconsistent(f"{name}: went down (a restart)")
-        total += d
-    return round(total)
+        deltas[key] = d
+    merged = _merge_copies(deltas)
+    if merged is None:
+        raise _Inconsistent(f"{name}: copies on parallel ranks moved differently")
+    return round(sum(merged.values()))
+
+
+def _optional_delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | None:
+    """:func:`_delta`, or ``None`` when the family is in neither scrape (not exported)."""
+    if name not in before.series and name not in after.series:
+        return None
+    return _delta(before, after, name)
 
 
 def _position(key: str) -> int | None:
@@ -333,12 +395,18 @@ def _by_position(
     b = before.series.get(family, {})
     if not b.keys() <= a.keys():
         raise _Inconsistent(f"{family}: a series vanished")
-    counts: dict[int, float] = {}
+    deltas: dict[str, float] = {}
     for key, value in a.items():
-        pos = _position(key)
         d = value - b.get(key, 0.0)
         if d < 0:
             raise _Inconsistent(f"{family}: a series went down (a restart)")
+        deltas[key] = d
+    merged = _merge_copies(deltas)
+    if merged is None:
+        return None
+    counts: dict[int, float] = {}
+    for key, d in merged.items():
+        pos = _position(key)
         if pos is None or pos < 0:
             return None
         counts[pos] = counts.get(pos, 0.0) + d
@@ -358,16 +426,19 @@ def _counter_record(
     names: tuple[str, str, str],
     per_pos: str,
 ) -> AcceptanceRecord:
-    """The record of one counter set.
+    """The record of one counter set; verify steps may be missing (early vLLM V1).
 
     Raises:
         _Inconsistent: see :func:`_delta` and :func:`_by_position`; also
             accepted > drafted.
     """
-    steps, drafted, accepted = (_delta(before, after, n) for n in names)
+    steps = _optional_delta(before, after, names[0])
+    drafted, accepted = (_delta(before, after, n) for n in names[1:])
     if accepted > drafted:
         raise _Inconsistent("accepted tokens exceed drafted tokens")
-    by_pos = _by_position(before, after, per_pos, steps, accepted)
+    by_pos = None
+    if steps is not None:
+        by_pos = _by_position(before, after, per_pos, steps, accepted)
     return AcceptanceRecord.from_counts(
         engine=engine,
         source=source,
@@ -383,7 +454,10 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> Acceptance
     """Server-wide acceptance between two scrapes, or ``None`` if none is known.
 
     Counters win when either scrape has them, vLLM's first, then llama.cpp's
-    (``engine`` says which); otherwise the SGLang gauges of ``after`` are used.
+    (``engine`` says which); verify steps (so acceptance length and
+    per-position acceptance) are ``None`` where the drafts family is not
+    exported. Otherwise the SGLang gauges of ``after`` are used, each only
+    where its label sets agree on one value (copies; never a sum).
     Counts are in tokens (drafts in verify steps); ``acceptance_by_position``
     holds fractions (position 1 first); the record's ``scope`` is
     ``server_wide``. ``None`` for a window whose counts are unknown: a restart

@@ -52,7 +52,12 @@ def reasoning_controls(dialect: Dialect, mode: ReasoningMode) -> dict[str, Any]:
     * ``deepseek`` (DeepSeek API): ``thinking: {"type": "enabled"|"disabled"}``
       plus top-level ``reasoning_effort: "high"|"max"`` when enabled.
     * ``openai`` (other OpenAI-compatible hosts): top-level
-      ``reasoning_effort`` = ``"none"``, ``"high"`` or ``"max"``.
+      ``reasoning_effort`` = ``"high"`` or ``"max"`` when thinking, and nothing
+      for ``non_think`` (the host's default applies): ``reasoning_effort:
+      "none"`` is answered HTTP 400 by hosts that do not accept that value or
+      the field for the model (Kilo-Org/cloud PR #3807), and a dialect never
+      sends a field the caller did not ask for that a host may refuse. Send it
+      explicitly with ``EngineRoute.request_extras`` where a host needs it.
     """
     thinking = _thinking(mode)
     effort = _effort(mode)
@@ -62,7 +67,7 @@ def reasoning_controls(dialect: Dialect, mode: ReasoningMode) -> dict[str, Any]:
             body["reasoning_effort"] = effort
         return body
     if dialect is Dialect.openai:
-        return {"reasoning_effort": effort or "none"}
+        return {"reasoning_effort": effort} if effort is not None else {}
     kwargs: dict[str, Any] = {"thinking": thinking}
     if effort is not None:
         kwargs["reasoning_effort"] = effort

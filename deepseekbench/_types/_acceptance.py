@@ -14,7 +14,9 @@ Definitions (used for every engine; see ``docs/measurement.md``):
   of verify steps whose k-th draft token was accepted (a draft token is
   accepted only if every earlier one was, so the fractions never rise with k).
   Same definition as vLLM's ``vllm:spec_decode_num_accepted_tokens_per_pos``
-  divided by ``vllm:spec_decode_num_drafts`` (vLLM ``v1/spec_decode/metrics.py``).
+  divided by ``vllm:spec_decode_num_drafts`` (vLLM ``v1/spec_decode/metrics.py``),
+  and as SGLang's per-request ``spec_correct_drafts_histogram`` (steps by
+  number of correct drafts; position k = steps with >= k correct / steps).
 
 Unknown is ``None``, never 0. OpenAI Predicted Outputs counts
 (``accepted_prediction_tokens``) are another statistic and never read here.
@@ -350,8 +352,62 @@ def _sglang_record(meta: Mapping[str, Any], source: str) -> AcceptanceRecord | N
         verify_steps=meta.get("spec_verify_ct"),
         reported_ratio=_first(meta, *_SGLANG_RATE),
         reported_length=meta.get("spec_accept_length"),
+        by_position=_sglang_positions(meta),
     )
     return record if record.known else None
+
+
+_LENGTH_TOLERANCE = 0.01
+"""How far (tokens/step) a histogram's mean may sit from a reported ``spec_accept_length``."""
+
+
+def _histogram_fits(
+    hist: list[int], steps: int | None, accepted: int | None, length: float | None
+) -> bool:
+    """Whether ``hist`` (steps by correct drafts) agrees with every figure reported
+    beside it, and at least one was reported to check it against."""
+    total = sum(hist)
+    correct = sum(j * h for j, h in enumerate(hist))
+    checks = []
+    if steps is not None:
+        checks.append(total == steps)
+    if accepted is not None:
+        checks.append(correct == accepted)
+    if length is not None and total > 0:
+        checks.append(abs(1.0 + correct / total - length) <= _LENGTH_TOLERANCE)
+    return bool(checks) and all(checks)
+
+
+def _sglang_positions(meta: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """Per-position acceptance from SGLang's per-request histogram, or ``None``.
+
+    ``spec_correct_drafts_histogram[j]`` = verify steps with exactly j correct
+    drafts (sgl-project/sglang PR #33518: ``sum(h)`` = ``spec_verify_ct``,
+    ``sum(j * h[j])`` = ``spec_num_correct_drafts``); position k = steps with
+    >= k correct / steps (:func:`positions_from_histogram`). The older name
+    ``spec_accept_histogram`` (renamed, drafts only, in PR #24081) is read
+    either way it may be indexed: by correct drafts, or by tokens accepted per
+    step with the bonus token (bucket 0 empty, shifted down by one); the
+    indexing that agrees with the reported counts is used. A histogram is
+    used only when it agrees with every count reported beside it (verify
+    steps, correct drafts, mean acceptance length) and at least one is
+    reported; an ambiguous or disagreeing one gives ``None``.
+    """
+    steps = _count(meta.get("spec_verify_ct"))
+    accepted = _count(_first(meta, *_SGLANG_ACCEPTED))
+    length = _real(meta.get("spec_accept_length"))
+    new = _counts(meta.get("spec_correct_drafts_histogram"))
+    if new is not None:
+        fits = _histogram_fits(new, steps, accepted, length)
+        return positions_from_histogram(new) if fits else None
+    old = _counts(meta.get("spec_accept_histogram"))
+    if old is None:
+        return None
+    candidates = [old]
+    if old and old[0] == 0:
+        candidates.append(old[1:])  # indexed by tokens per step, bonus token included
+    fitting = [h for h in candidates if _histogram_fits(h, steps, accepted, length)]
+    return positions_from_histogram(fitting[0]) if len(fitting) == 1 else None
 
 
 def acceptance_from_sglang(chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
@@ -365,8 +421,10 @@ def acceptance_from_sglang(chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
     ``spec_accepted_drafts``, ``spec_accept_token_num``, ``spec_accepted_tokens``);
     drafted = ``spec_num_proposed_drafts`` (aliases ``spec_proposed_drafts``,
     ``spec_draft_token_num``); ``spec_accept_rate`` (alias
-    ``spec_acceptance_rate``); ``spec_accept_length``. ``spec_verify_ct == 0``
-    means nothing was drafted and gives ``None``.
+    ``spec_acceptance_rate``); ``spec_accept_length``; per-position acceptance
+    from ``spec_correct_drafts_histogram`` (older ``spec_accept_histogram``),
+    only where it agrees with the counts (see :func:`_sglang_positions`).
+    ``spec_verify_ct == 0`` means nothing was drafted and gives ``None``.
     """
     ext = chunk.get("sglext")
     if isinstance(ext, Mapping):

@@ -43,6 +43,13 @@ TRAIN_STEPS = 300
 # one OpenMP thread per server: two servers and the test share a 2-core CI machine
 SERVER_THREADS = 1
 MAX_MODEL_LEN = 512  # the generated Llama pair's max_position_embeddings
+# Attention backend of the DeepSeek (MLA) servers and of their MTP drafter, passed on
+# every CPU. vLLM 0.32's CPU build picks AMX_MLA on an x86 CPU with AMX tiles
+# (``torch.cpu._is_amx_tile_supported()``, vllm/platforms/cpu.py), and AMX_MLA refuses
+# float32 weights ("expect weight to be bfloat16, float16, ..."); without AMX it picks
+# CPU_MLA anyway. The drafter chooses its own backend (it never inherits the target's
+# ``--attention-backend``), so the speculative config carries it too.
+MLA_ATTENTION_BACKEND = "CPU_MLA"
 
 
 def vllm_cache_dir() -> Path:

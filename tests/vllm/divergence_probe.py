@@ -3,11 +3,12 @@
 Usage (library venv, ``$DEEPSEEKBENCH_VLLM_PYTHON`` set to the vLLM venv's python)::
 
     python -m tests.vllm.divergence_probe MODEL_DIR [--dtype float32] [--prompts 16]
-        [--method deepseek_mtp|ngram] [--max-num-seqs 1] [--max-tokens 48]
-        [--concurrency 1]
+        [--method mtp|ngram] [--max-num-seqs 1] [--max-tokens 48]
+        [--concurrency 1] [--attention-backend CPU_MLA]
 
 Starts an ``off`` and a speculative server on the checkpoint (both ``--enforce-eager``
-unless ``--off-compiled``),
+unless ``--off-compiled``; both with ``--attention-backend CPU_MLA``, and the MTP drafter
+too, unless ``--attention-backend none``: see ``conftest.MLA_ATTENTION_BACKEND``),
 sends the same greedy prompts to both one at a time, and prints, per prompt, whether the
 texts match; for a divergence, the first differing token position and off's top-1 /
 top-2 log-probability margin there (a near tie is numerical noise; a wide margin is a
@@ -33,6 +34,7 @@ import httpx
 
 from deepseekbench._launch._vllm import VllmServerSpec, vllm_servers
 from tests.vllm import hf_models
+from tests.vllm.conftest import MLA_ATTENTION_BACKEND
 
 
 async def _complete(
@@ -65,10 +67,14 @@ async def probe(args: argparse.Namespace) -> list[dict[str, Any]]:
         "served_model_name": "m", "enforce_eager": True, "dtype": args.dtype,
         "max_model_len": 512, "threads": 1, "max_num_seqs": args.max_num_seqs,
     }  # fmt: skip
+    backend = None if args.attention_backend.lower() == "none" else args.attention_backend
+    common["attention_backend"] = backend
     if args.method == "ngram":
         cand = VllmServerSpec.ngram("cand", model, **common)
     else:
-        cand = VllmServerSpec.mtp("cand", model, method=args.method, **common)
+        cand = VllmServerSpec.mtp(
+            "cand", model, method=args.method, draft_attention_backend=backend, **common
+        )
     off_kw = common | ({"enforce_eager": False} if args.off_compiled else {})
     specs = [VllmServerSpec.off("off", model, **off_kw), cand]
     prompts = hf_models.prompt_words(args.seed, args.prompts)
@@ -123,7 +129,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--method", default="deepseek_mtp")
+    ap.add_argument("--method", default="mtp")
+    ap.add_argument(
+        "--attention-backend",
+        default=MLA_ATTENTION_BACKEND,
+        help="target's and MTP drafter's vLLM attention backend; 'none' = vLLM chooses",
+    )
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-num-seqs", type=int, default=1)

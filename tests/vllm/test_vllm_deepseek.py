@@ -3,7 +3,11 @@
 The MTP depth is probed from the checkpoint's ``config.json``
 (``num_nextn_predict_layers``), used as ``num_speculative_tokens`` and recorded in the
 run's ``run_start`` record. Both servers run ``--enforce-eager`` (the MTP one needs it:
-torch.compile's warm-up overflowed the stack) in float32, one sequence at a time.
+torch.compile's warm-up overflowed the stack) in float32, one sequence at a time, with
+``--attention-backend CPU_MLA`` and ``"attention_backend": "CPU_MLA"`` in the MTP
+speculative config (on a CPU with AMX, vLLM would otherwise pick AMX_MLA, which refuses
+float32 weights; see ``conftest.MLA_ATTENTION_BACKEND``); each server's log must show
+CPU_MLA chosen and AMX_MLA never.
 
 Whatever vLLM's CPU MTP path returns is judged as it is: the library's verdict must be
 the one the raw streamed texts give (``verified`` only when every parity prompt is
@@ -19,7 +23,7 @@ import pytest
 
 from deepseekbench._plan._capability import mtp_depth_from_hf_config
 from tests.vllm.checks import check_counts, check_requests, check_verdict
-from tests.vllm.conftest import VllmModels, server_spec, serving
+from tests.vllm.conftest import MLA_ATTENTION_BACKEND, VllmModels, server_spec, serving
 from tests.vllm.plans import append_report, build_plan, run_pair
 
 pytestmark = pytest.mark.vllm
@@ -30,11 +34,22 @@ MODEL = "deepseekbench-deepseek-v3-generated"
 def test_deepseek_mtp_plan(vllm_models: VllmModels, tmp_path: Path) -> None:
     depth = mtp_depth_from_hf_config(vllm_models.deepseek / "config.json")
     assert depth == 1  # the generator writes one MTP layer
-    common = {"served_model_name": MODEL, "enforce_eager": True}
+    common = {
+        "served_model_name": MODEL,
+        "enforce_eager": True,
+        "attention_backend": MLA_ATTENTION_BACKEND,
+    }
     specs = [
         server_spec("off", "ds-off", vllm_models.deepseek, **common),
-        server_spec("mtp", "ds-mtp", vllm_models.deepseek, num_speculative_tokens=depth, **common),
-    ]
+        server_spec(
+            "mtp", "ds-mtp", vllm_models.deepseek, num_speculative_tokens=depth,
+            draft_attention_backend=MLA_ATTENTION_BACKEND, **common,
+        ),
+    ]  # fmt: skip
+    assert specs[1].speculative_config == {
+        "method": "mtp", "num_speculative_tokens": depth,
+        "attention_backend": MLA_ATTENTION_BACKEND,
+    }  # fmt: skip
     with serving(specs, tmp_path / "logs") as running:
         servers = {"off": running["ds-off"], "mtp": running["ds-mtp"]}
         plan = build_plan(
@@ -42,6 +57,13 @@ def test_deepseek_mtp_plan(vllm_models: VllmModels, tmp_path: Path) -> None:
             model_source=vllm_models.deepseek / "config.json",
         )  # fmt: skip
         run = run_pair(plan, servers, tmp_path, "DeepSeek-V3 (generated): off vs MTP (vLLM)")
+
+    # vLLM chose the requested MLA backend (vllm/platforms/cpu.py logs "Using <name>
+    # backend." once per process), for the target and the drafter alike
+    for server in servers.values():
+        log = server.log_path.read_text(errors="replace")
+        assert f"Using {MLA_ATTENTION_BACKEND} backend" in log, server.log_path
+        assert "AMX_MLA" not in log, server.log_path
 
     # the probed depth is recorded with the run
     (start,) = run.records("run_start")
