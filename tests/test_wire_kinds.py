@@ -15,13 +15,18 @@ from typing import Any
 import orjson
 import pytest
 
-from deepseekbench._acceptance import acceptance_from_sglang, read_acceptance
-from deepseekbench._axes import Dialect, ReasoningMode
-from deepseekbench._gate import LiveGate
-from deepseekbench._measure import ErrorKind, StreamMeasurement, _usage_counts, measure_streamed
-from deepseekbench._request import ChatRequest
-from deepseekbench._route import EngineRoute
-from deepseekbench._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._measure._measure import (
+    ErrorKind,
+    StreamMeasurement,
+    _usage_counts,
+    measure_streamed,
+)
+from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._acceptance import acceptance_from_sglang, read_acceptance
+from deepseekbench._types._axes import Dialect, ReasoningMode
+from deepseekbench._types._request import ChatRequest
 from tests._replay import Script, Write, replay_server
 
 MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
