@@ -64,7 +64,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
-from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._plan import BenchmarkPlan, PlanSources
 from deepseekbench._plan._schedule import (
     Block,
     Phase,
@@ -75,13 +75,25 @@ from deepseekbench._plan._schedule import (
 )
 from deepseekbench._plan._spec_config import check_spec_config
 from deepseekbench._plan._workload import check_bucket_bytes
+from deepseekbench._store._records import (
+    MeasurementRecord,
+    ParityOutputRecord,
+    ParityRecord,
+    RowRecord,
+    RunEndRecord,
+    RunStartRecord,
+    ServerMetricsRecord,
+    WorkersRecord,
+    WorkloadEntry,
+    WorkloadRecord,
+    parity_entries,
+)
 from deepseekbench._store._results import (
-    MeasureInfo,
     ResultsFormatError,
     ResultsRun,
     ResultsState,
+    ResultsStore,
     ResultsWriteError,
-    ResultsWriter,
     list_runs,
     read_numbered_records,
     state_from,
@@ -272,18 +284,14 @@ def pending(
 
 
 class _Recorder:
-    """Writes each finished request to the results file and the in-memory state."""
+    """Turns each finished request into its typed record and appends it to the store
+    (which writes and indexes it: the runner never touches the index)."""
 
     def __init__(
-        self,
-        writer: ResultsWriter,
-        state: ResultsState,
-        base: Mapping[str, Any],
-        speculative: Mapping[str, str],
+        self, store: ResultsStore, plan_hash: str, run_id: str, speculative: Mapping[str, str]
     ) -> None:
-        self.writer = writer
-        self.state = state
-        self.base = dict(base)
+        self.store = store
+        self.base: dict[str, Any] = {"plan_hash": plan_hash, "run_id": run_id}
         self.speculative = speculative  # route label -> speculative value
 
     def sent(self, block: Block, sent: Sent) -> None:
@@ -296,131 +304,120 @@ class _Recorder:
 
     def _measurement(self, block: Block, sent: Sent) -> None:
         assert block.load is not None and sent.item is not None
-        key = (block.route, block.cell, block.load.key, sent.item.index, sent.turn)
-        if key not in self.state.measurements:
-            self.state.order.append(key)
-        self.state.measurements[key] = sent.measurement
         w = sent.item.workload
-        item, category = (w.id, w.category) if w is not None else (None, None)
-        self.state.info[key] = MeasureInfo(
-            block.round, sent.queue_ms, self.base["run_id"], item, category
-        )
-        self.writer.write(
-            {
-                "record": "measurement",
+        self.store.append(
+            MeasurementRecord(
                 **self.base,
-                "route": block.route,
-                "speculative": self.speculative[block.route],
-                "cell": block.cell,
-                "load": block.load.key,
-                "round": block.round,
-                "index": sent.item.index,
-                "turn": sent.turn,
-                "item": item,
-                "category": category,
-                "queue_ms": sent.queue_ms,
-                "measurement": sent.measurement.model_dump(mode="json"),
-            }
+                route=block.route,
+                speculative=self.speculative[block.route],
+                cell=block.cell,
+                load=block.load.key,
+                round=block.round,
+                index=sent.item.index,
+                turn=sent.turn,
+                item=w.id if w is not None else None,
+                category=w.category if w is not None else None,
+                queue_ms=sent.queue_ms,
+                measurement=sent.measurement,
+            )
         )
 
     def _parity_output(self, block: Block, sent: Sent) -> None:
         assert sent.item is not None
         pid = _parity_pid(sent.item, sent.turn)
-        out = ParityOutput.from_measurement(pid, sent.measurement)
-        mode = block.reasoning_mode.value
-        self.state.outputs[(block.route, mode, block.parity_pass, pid)] = out
-        self.writer.write(
-            {
-                "record": "parity_output",
+        self.store.append(
+            ParityOutputRecord(
                 **self.base,
-                "route": block.route,
-                "reasoning_mode": mode,
-                "pass": block.parity_pass,
-                "prompt_id": pid,
-                "output": out.model_dump(mode="json"),
-            }
+                route=block.route,
+                reasoning_mode=block.reasoning_mode.value,
+                parity_pass=block.parity_pass,
+                prompt_id=pid,
+                output=ParityOutput.from_measurement(pid, sent.measurement),
+            )
         )
 
-    def workload(self, prepared: PreparedWorkload) -> None:
-        """One ``workload`` record: the tokenizer and, per cell, each item's id,
-        category, turn count and counted prompt tokens."""
-        self.writer.write(
-            {
-                "record": "workload",
+    def start(
+        self, plan: BenchmarkPlan, resumed: int, sources: PlanSources, prepared: PreparedWorkload
+    ) -> None:
+        """The ``run_start`` record (the plan and its parity set: what the analysis
+        needs) and the ``workload`` manifest (tokenizer; per cell each item's id,
+        category, turn count and counted prompt tokens)."""
+        cap = sources.capability
+        self.store.append(
+            RunStartRecord(
                 **self.base,
-                "tokenizer": prepared.tokenizer,
-                "cells": {
-                    cid: [
-                        {
-                            "id": i.id,
-                            "category": i.category,
-                            "turns": len(i.turns),
-                            "prompt_tokens": i.prompt_tokens,
-                        }
-                        for i in items
-                    ]
-                    for cid, items in prepared.cells.items()
-                },
-            }
+                started_at=_now(),
+                resumed=resumed,
+                plan=plan.model_dump(mode="json"),
+                model_capability=cap.model_dump(mode="json") if cap else None,
+                parity_set=parity_entries(plan, sources.tasks),
+            )
+        )
+        cells = {
+            cid: tuple(
+                WorkloadEntry(
+                    id=i.id, category=i.category, turns=len(i.turns), prompt_tokens=i.prompt_tokens
+                )
+                for i in items
+            )
+            for cid, items in prepared.cells.items()
+        }
+        self.store.append(
+            WorkloadRecord(**self.base, tokenizer=prepared.tokenizer, cells=cells)
         )
 
     def window(self, block: Block, delta: AcceptanceRecord) -> None:
         assert block.load is not None
-        self.state.server[(block.route, block.cell, block.load.key, block.round)] = delta
-        self.writer.write(
-            {
-                "record": "server_metrics",
+        self.store.append(
+            ServerMetricsRecord(
                 **self.base,
-                "route": block.route,
-                "cell": block.cell,
-                "load": block.load.key,
-                "round": block.round,
-                "acceptance": delta.model_dump(mode="json"),
-            }
+                route=block.route,
+                cell=block.cell,
+                load=block.load.key,
+                round=block.round,
+                acceptance=delta,
+            )
         )
 
     def workers(self, block: Block, report: PoolReport) -> None:
         """One ``workers`` record per block sent by several workers: the window
         edges (CLOCK_MONOTONIC ns; Ray: mapped from wall-clock time), the
         workers that died, and each Ray actor's clock offset estimate (ns)."""
-        self.writer.write(
-            {
-                "record": "workers",
+        self.store.append(
+            WorkersRecord(
                 **self.base,
-                "route": block.route,
-                "phase": block.phase.value,
-                "cell": block.cell,
-                "load": block.load.key if block.load is not None else None,
-                "round": block.round,
-                "workers": report.workers,
-                "window_start_ns": report.start_ns,
-                "window_end_ns": report.end_ns,
-                "deaths": [dataclasses.asdict(d) for d in report.deaths],
-                "clock_offsets_ns": list(report.clock_offsets_ns),
-            }
+                route=block.route,
+                phase=block.phase.value,
+                cell=block.cell,
+                load=block.load.key if block.load is not None else None,
+                round=block.round,
+                workers=report.workers,
+                window_start_ns=report.start_ns,
+                window_end_ns=report.end_ns,
+                deaths=tuple(dataclasses.asdict(d) for d in report.deaths),
+                clock_offsets_ns=tuple(report.clock_offsets_ns),
+            )
         )
 
     def finish(self, result: RunResult) -> None:
         for rpar in result.parity.values():
-            self.writer.write(
-                {
-                    "record": "parity",
+            self.store.append(
+                ParityRecord(
                     **self.base,
-                    "route": rpar.route,
-                    "reasoning_mode": rpar.reasoning_mode.value,
-                    "parity": rpar.model_dump(mode="json"),
-                }
+                    route=rpar.route,
+                    reasoning_mode=rpar.reasoning_mode.value,
+                    parity=rpar.model_dump(mode="json"),
+                )
             )
         for row in result.rows:
-            self.writer.write({"record": "row", **self.base, "row": row.model_dump(mode="json")})
-        self.writer.write(
-            {
-                "record": "run_end",
+            self.store.append(RowRecord(**self.base, row=row))
+        self.store.append(
+            RunEndRecord(
                 **self.base,
-                "finished_at": _now(),
-                "n_requests": len(result.measurements),
-                "n_errors": result.n_errors,
-            }
+                finished_at=_now(),
+                n_requests=len(result.measurements),
+                n_errors=result.n_errors,
+            )
         )
 
 
@@ -527,23 +524,23 @@ async def run_plan(
         gate.check_client(client)
     path = Path(results_path) if results_path is not None else plan.results_path()
     plan_hash = plan.plan_hash()
-    writer = ResultsWriter(path)  # the lock first: a second run is refused before reading
+    store = ResultsStore(path)  # the lock first: a second run is refused before reading
     try:
-        state = ResultsState(plan=plan)
         if path is not None:
-            state = state_from(read_numbered_records(path), plan_hash, path, plan=plan)
+            store.state = state_from(read_numbered_records(path), plan_hash, path, plan=plan)
+        else:
+            store.state = ResultsState(plan=plan)
     except BaseException:
-        writer.close()
+        store.close()
         raise
+    state = store.state
+    writer = store.writer
     retried = state.drop_errored() if retry_errors else 0
     resumed = _resumed(state)
     prog = _Progress(progress, 0)
     run_id = uuid.uuid4().hex[:12]
     recorder = _Recorder(
-        writer,
-        state,
-        {"plan_hash": plan_hash, "run_id": run_id},
-        {r.label: r.speculative.value for r in plan.routes},
+        store, plan_hash, run_id, {r.label: r.speculative.value for r in plan.routes}
     )
     own_client = client is None
     timeout = httpx.Timeout(plan.timeout_s)
@@ -575,18 +572,7 @@ async def run_plan(
         prog.remaining = sum(_to_send(items) for b, items in work if b.phase is Phase.measure)
         prog.kept = len(state.measurements)
         _check_conversations(plan, prepared)
-        cap = sources.capability
-        writer.write(
-            {
-                "record": "run_start",
-                **recorder.base,
-                "started_at": _now(),
-                "resumed": resumed,
-                "plan": plan.model_dump(mode="json"),
-                "model_capability": cap.model_dump(mode="json") if cap else None,
-            }
-        )
-        recorder.workload(prepared)
+        recorder.start(plan, resumed, sources, prepared)
         if resumed:
             prog.set_phase("resume")  # the first event says what was kept and what is left
         else:
@@ -601,7 +587,12 @@ async def run_plan(
                     recorder.window(block, delta)
         prog.set_phase("done")
         result = build_result(
-            plan, state, results_path=path, resumed=resumed, complete=True, tasks=sources.tasks
+            plan,
+            state,
+            results_path=path,
+            resumed=resumed,
+            complete=True,
+            parity_set=parity_entries(plan, sources.tasks),
         )
         result.retried = retried
         result.kept_measurements, result.remaining_measurements = prog.kept, prog.remaining

@@ -273,7 +273,13 @@ def test_a_full_disk_stops_the_run_with_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
-        (lambda r: r.update(index=1.5), "'index' must be an integer"),
+        (lambda r: r.update(index=1.5), "'index': Input should be a valid integer"),
+        (lambda r: r.update(index=99999), "index 99999 is outside the plan's"),
+        (lambda r: r.update(index=-1), "'index': Input should be greater than or equal to 0"),
+        (lambda r: r.update(turn=-5), "'turn': Input should be greater than or equal to 0"),
+        (lambda r: r.update(load="c=999"), "load 'c=999' is not in the plan"),
+        (lambda r: r.update(index="3"), "'index': Input should be a valid integer"),
+        (lambda r: r.update(surprise=1), "'surprise': Extra inputs are not permitted"),
         (lambda r: r.update(route="typo"), "route 'typo' is not in the plan"),
         (lambda r: r.update(cell="8k/256/non_think"), "cell '8k/256/non_think' is not in"),
         (lambda r: r.update(record="measurment"), "unknown record kind 'measurment'"),

@@ -39,8 +39,9 @@ from deepseekbench._errors import PlanError
 from deepseekbench._measure._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
-from deepseekbench._plan._schedule import parity_ids, parity_prompts, reasoning_modes
-from deepseekbench._plan._tasks import Task, TaskParityResult, task_parity
+from deepseekbench._plan._schedule import reasoning_modes
+from deepseekbench._plan._tasks import TaskParityResult, task_parity
+from deepseekbench._store._records import ParityEntry, parity_entries
 from deepseekbench._store._results import (
     MeasureInfo,
     ResultsFormatError,
@@ -360,9 +361,10 @@ class RunResult:
 
 
 def _build_parity(
-    plan: BenchmarkPlan, state: ResultsState, tasks: Sequence[Task]
+    plan: BenchmarkPlan, state: ResultsState, parity_set: Sequence[ParityEntry]
 ) -> dict[tuple[str, ReasoningMode], RouteParity]:
-    ids = parity_ids(parity_prompts(plan, tasks))
+    ids = [(e.prompt_id, e.text, e.task) for e in parity_set]
+    tasks = tuple(e.task for e in parity_set if e.task is not None)
     det_ids = [pid for pid, _, t in ids if t is None or plan.parity.task_temperature == 0]
     checker = ExactAcceptance()
     off = plan.off_route
@@ -625,14 +627,11 @@ def build_result(
     results_path: Path | None,
     resumed: int,
     complete: bool,
-    tasks: Sequence[Task],
+    parity_set: Sequence[ParityEntry],
 ) -> RunResult:
-    """The :class:`RunResult` of ``plan``'s records (pure: same records, same result).
-
-    Raises:
-        PlanError: a task id collides with a parity prompt id.
-    """
-    inp = _RowInput(plan, state, _build_parity(plan, state, tasks))
+    """The :class:`RunResult` of ``plan``'s records and the run's recorded parity set
+    (pure: same records, same result; no file is read)."""
+    inp = _RowInput(plan, state, _build_parity(plan, state, parity_set))
     rows: list[Row] = []
     keys: list[RowKey] = []
     traffic: dict[RowKey, ParityResult] = {}
@@ -681,7 +680,11 @@ def load_results(path: str | Path, *, plan_hash: str | None = None) -> RunResult
 
     Rows are rebuilt from the per-request records exactly as
     :func:`~deepseekbench.run_plan` built them, so a report equals the run's own;
-    an unfinished run gives rows of what was measured (``complete`` False).
+    an unfinished run gives rows of what was measured (``complete`` False). Only
+    the file is read: the parity set (prompts, graders, expected answers) is the
+    one its ``run_start`` record holds, so editing or deleting the plan's task or
+    dataset files changes nothing. Files written before the parity set was
+    recorded read the plan's files again.
 
     Raises:
         ResultsFormatError: the file is unreadable, has no ``run_start`` record,
@@ -700,15 +703,18 @@ def load_results_and_runs(
     """
     p = Path(path)
     stored = read_stored_run(p, plan_hash=plan_hash)
-    try:
-        result = build_result(
-            stored.plan,
-            stored.state,
-            results_path=p,
-            resumed=0,
-            complete=stored.complete,
-            tasks=stored.plan.tasks(),
-        )
-    except PlanError as exc:
-        raise ResultsFormatError(f"{p}: {exc}") from exc
+    parity_set = stored.parity_set
+    if parity_set is None:  # written before results stood alone
+        try:
+            parity_set = parity_entries(stored.plan, stored.plan.tasks())
+        except PlanError as exc:
+            raise ResultsFormatError(f"{p}: {exc}") from exc
+    result = build_result(
+        stored.plan,
+        stored.state,
+        results_path=p,
+        resumed=0,
+        complete=stored.complete,
+        parity_set=parity_set,
+    )
     return result, stored.runs

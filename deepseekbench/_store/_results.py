@@ -45,6 +45,16 @@ from deepseekbench._errors import (
 )
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._store._records import (
+    MeasurementRecord,
+    ParityEntry,
+    ParityOutputRecord,
+    Record,
+    RunStartRecord,
+    ServerMetricsRecord,
+    parse_record,
+    record_json,
+)
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._parity import ParityOutput
 
@@ -57,6 +67,7 @@ __all__ = [
     "ResultsInUseError",
     "ResultsRun",
     "ResultsState",
+    "ResultsStore",
     "ResultsWriteError",
     "ResultsWriter",
     "StoredRun",
@@ -187,7 +198,7 @@ class ResultsWriter:
                 fh.truncate(keep)  # torn mid-write: never a record
         fh.seek(0, os.SEEK_END)
 
-    def write(self, record: Mapping[str, Any]) -> None:
+    def write(self, record: Record) -> None:
         """Append one record and flush it.
 
         Raises:
@@ -197,7 +208,7 @@ class ResultsWriter:
             raise self.error
         if self._fh is None:
             return
-        data = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        data = orjson.dumps(record_json(record), option=orjson.OPT_APPEND_NEWLINE)
         pos = self._fh.tell()
         try:
             self._fh.write(data)
@@ -283,20 +294,6 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return [rec for _, rec in read_numbered_records(path)]
 
 
-def _int_field(rec: Mapping[str, Any], name: str) -> int:
-    value = rec[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name!r} must be an integer, got {value!r}")
-    return value
-
-
-def _str_field(rec: Mapping[str, Any], name: str) -> str:
-    value = rec[name]
-    if not isinstance(value, str):
-        raise ValueError(f"{name!r} must be a string, got {value!r}")
-    return value
-
-
 MeasureKey = tuple[str, str, str | None, int, int]
 """``(route, cell, load key, index, turn)`` of a measured request (turn 0-based;
 0 for a single-turn item and in files written before conversations)."""
@@ -350,53 +347,48 @@ class ResultsState:
             known = [c.cell_id for c in self.plan.cells]
             raise ValueError(f"cell {cell!r} is not in the plan (cells: {known})")
 
-    def add(self, rec: Mapping[str, Any]) -> None:
-        """Index one record (the latest record of a key wins).
+    def _check_load(self, load: str | None) -> None:
+        if self.plan is not None and load is not None:
+            known = [lp.key for lp in self.plan.load_points]
+            if load not in known:
+                raise ValueError(f"load {load!r} is not in the plan (load points: {known})")
+
+    def _check_index(self, index: int) -> None:
+        if self.plan is not None and index >= self.plan.requests_per_cell:
+            raise ValueError(
+                f"index {index} is outside the plan's {self.plan.requests_per_cell} "
+                f"requests per cell"
+            )
+
+    def add(self, rec: Record) -> None:
+        """Index one record (the latest record of a key wins); kinds the index does
+        not hold (``run_start``, ``row``, ...) are ignored.
 
         Raises:
-            KeyError: a required field is missing.
-            ValueError: a field has the wrong type, or names a route or cell
-                outside the plan.
-            pydantic.ValidationError: the payload is not a valid model.
+            ValueError: the record names a route, cell, load point or request
+                index outside the plan.
         """
-        kind = rec.get("record")
-        if kind == "measurement":
-            key = (
-                _str_field(rec, "route"),
-                _str_field(rec, "cell"),
-                _load_key(rec),
-                _int_field(rec, "index"),
-                _int_field(rec, "turn") if "turn" in rec else 0,
-            )
-            self._check_route(key[0])
-            self._check_cell(key[1])
+        if isinstance(rec, MeasurementRecord):
+            self._check_route(rec.route)
+            self._check_cell(rec.cell)
+            self._check_load(rec.load)
+            self._check_index(rec.index)
+            key = (rec.route, rec.cell, rec.load, rec.index, rec.turn)
             if key not in self.measurements:
                 self.order.append(key)
-            self.measurements[key] = StreamMeasurement.model_validate(rec["measurement"])
-            queue = rec.get("queue_ms")
-            item, category = rec.get("item"), rec.get("category")
+            self.measurements[key] = rec.measurement
             self.info[key] = MeasureInfo(
-                round=int(rec.get("round", 0)),
-                queue_ms=float(queue) if queue is not None else None,
-                run_id=str(rec.get("run_id", "")),
-                item=item if isinstance(item, str) else None,
-                category=category if isinstance(category, str) else None,
+                rec.round, rec.queue_ms, rec.run_id, rec.item, rec.category
             )
-        elif kind == "parity_output":
-            pkey = (
-                _str_field(rec, "route"),
-                _str_field(rec, "reasoning_mode"),
-                _int_field(rec, "pass"),
-                _str_field(rec, "prompt_id"),
-            )
-            self._check_route(pkey[0])
-            self.outputs[pkey] = ParityOutput.model_validate(rec["output"])
-        elif kind == "server_metrics":
-            skey = (_str_field(rec, "route"), _str_field(rec, "cell"), _load_key(rec),
-                    int(rec.get("round", 0)))  # fmt: skip
-            self._check_route(skey[0])
-            self._check_cell(skey[1])
-            self.server[skey] = AcceptanceRecord.model_validate(rec["acceptance"])
+        elif isinstance(rec, ParityOutputRecord):
+            self._check_route(rec.route)
+            pkey = (rec.route, rec.reasoning_mode, rec.parity_pass, rec.prompt_id)
+            self.outputs[pkey] = rec.output
+        elif isinstance(rec, ServerMetricsRecord):
+            self._check_route(rec.route)
+            self._check_cell(rec.cell)
+            self._check_load(rec.load)
+            self.server[(rec.route, rec.cell, rec.load, rec.round)] = rec.acceptance
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries
@@ -411,12 +403,12 @@ class ResultsState:
         return len(errored)
 
 
-def _load_key(rec: Mapping[str, Any]) -> str | None:
-    load = rec.get("load")
-    return None if load is None else str(load)
+def _typed(path: Path, number: int, rec: Mapping[str, Any]) -> Record:
+    """The typed record of line ``number``.
 
-
-def _check_record(path: Path, number: int, rec: Mapping[str, Any]) -> None:
+    Raises:
+        ResultsFormatError: an unknown kind, no plan hash, or an invalid field.
+    """
     kind = rec.get("record")
     if kind not in RECORD_KINDS:
         raise ResultsFormatError(
@@ -429,6 +421,24 @@ def _check_record(path: Path, number: int, rec: Mapping[str, Any]) -> None:
             f"{path}: line {number}: the {kind!r} record has no plan_hash string",
             line_number=number,
         )
+    try:
+        return parse_record(rec)
+    except ValidationError as exc:
+        raise ResultsFormatError(
+            f"{path}: line {number} ({kind!r} record) is malformed: {_problems(exc)}",
+            line_number=number,
+        ) from exc
+
+
+def _problems(exc: ValidationError) -> str:
+    """A validation error in one line: ``'index': Input should be ... (got -1)``."""
+    out = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(part) for part in err["loc"][1:])  # [0] is the record kind
+        got = "" if err["type"] == "missing" else f" (got {str(err.get('input'))[:60]!r})"
+        out.append(f"{where!r}: {err['msg']}{got}")
+    more = exc.error_count() - len(out)
+    return "; ".join(out) + (f"; and {more} more" if more > 0 else "")
 
 
 def state_from(
@@ -440,26 +450,62 @@ def state_from(
 ) -> ResultsState:
     """Index the records of the plan ``plan_hash`` (``(line number, record)`` pairs).
 
-    Every record is checked (known kind, a plan hash); those of this plan are
-    checked against ``plan`` when given (route, cell, index).
+    Every record is checked (known kind, a plan hash, its fields' types and
+    ranges); those of this plan are checked against ``plan`` when given (route,
+    cell, load point, request index within ``requests_per_cell``).
 
     Raises:
         ResultsFormatError: a record is malformed; the message names its line.
     """
     state = ResultsState(plan=plan)
-    for number, rec in records:
-        _check_record(path, number, rec)
-        if rec["plan_hash"] != plan_hash:
+    for number, raw in records:
+        rec = _typed(path, number, raw)
+        if rec.plan_hash != plan_hash:
             continue
         try:
             state.add(rec)
-        except (KeyError, TypeError, ValueError, ValidationError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        except ValueError as exc:
             raise ResultsFormatError(
-                f"{path}: line {number} ({rec.get('record')!r} record) is malformed: {detail}",
+                f"{path}: line {number} ({rec.record!r} record) is malformed: {exc}",
                 line_number=number,
             ) from exc
     return state
+
+
+class ResultsStore:
+    """The one writer of a run's records: each record is appended to the file and
+    indexed in :attr:`state` in one call (:meth:`append`), so the file and the
+    index never disagree.
+
+    Raises:
+        as :class:`ResultsWriter` (opening: in use, not a regular file, OSError).
+    """
+
+    def __init__(self, path: Path | None, state: ResultsState | None = None) -> None:
+        self.writer = ResultsWriter(path)
+        self.state = state if state is not None else ResultsState()
+
+    @property
+    def path(self) -> Path | None:
+        return self.writer.path
+
+    @property
+    def error(self) -> ResultsWriteError | None:
+        """The first failed write (see :attr:`ResultsWriter.error`)."""
+        return self.writer.error
+
+    def append(self, record: Record) -> None:
+        """Index ``record`` in :attr:`state`, then append it to the file.
+
+        Raises:
+            ValueError: the record names a route, cell, load or index outside the plan.
+            ResultsWriteError: the write failed.
+        """
+        self.state.add(record)
+        self.writer.write(record)
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,12 +575,21 @@ class StoredRun:
         state: its records, indexed (:class:`ResultsState`).
         complete: True when a ``run_end`` record of this plan exists.
         runs: every plan run in the file (:func:`list_runs`).
+        start: the run's latest ``run_start`` record; its ``parity_set`` is what
+            the analysis grades against (``None`` in files written before results
+            stood alone: then the plan's task and dataset files are read again).
     """
 
     plan: BenchmarkPlan
     state: ResultsState
     complete: bool
     runs: tuple[ResultsRun, ...]
+    start: RunStartRecord
+
+    @property
+    def parity_set(self) -> tuple[ParityEntry, ...] | None:
+        """The recorded parity set (``None`` in files written before it was recorded)."""
+        return self.start.parity_set
 
 
 def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> StoredRun:
@@ -548,26 +603,29 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
     p = Path(path)
     numbered = read_numbered_records(p)
     records = [r for _, r in numbered]
-    starts = [r for r in records if r.get("record") == "run_start"]
+    starts = [(n, r) for n, r in numbered if r.get("record") == "run_start"]
     if not starts:
         raise ResultsFormatError(f"{p}: no run_start record (not a deepseekbench results file?)")
-    runs = runs_of(starts)
+    runs = runs_of([r for _, r in starts])
     if plan_hash is not None:
         hashes = [r.plan_hash for r in runs if r.plan_hash.startswith(plan_hash)]
         if len(hashes) != 1:
             problem = "matches no run" if not hashes else "is ambiguous"
             listing = ", ".join(f"{r.plan_hash} (started {r.started_at})" for r in runs)
             raise ResultsFormatError(f"{p}: plan hash {plan_hash!r} {problem}; runs: {listing}")
-        starts = [r for r in starts if r.get("plan_hash") == hashes[0]]
+        starts = [(n, r) for n, r in starts if r.get("plan_hash") == hashes[0]]
+    number, last = starts[-1]
     try:
-        plan = _stored_plan(starts[-1]["plan"])
+        plan = _stored_plan(last["plan"])
     except (KeyError, TypeError, ValidationError) as exc:
         raise ResultsFormatError(f"{p}: the run_start record has no valid plan: {exc}") from exc
+    start = _typed(p, number, last)
+    assert isinstance(start, RunStartRecord)
     # The hash the records carry: a plan written by an older version hashes
     # differently now that the plan has more (defaulted) keys.
-    found_hash = str(starts[-1].get("plan_hash", plan.plan_hash()))
+    found_hash = start.plan_hash
     state = state_from(numbered, found_hash, p, plan=plan)
     complete = any(
         r.get("record") == "run_end" and r.get("plan_hash") == found_hash for r in records
     )
-    return StoredRun(plan=plan, state=state, complete=complete, runs=runs)
+    return StoredRun(plan=plan, state=state, complete=complete, runs=runs, start=start)

@@ -1,0 +1,233 @@
+"""The records of a results file: one frozen pydantic model per kind, one union.
+
+Every line of a results file is one of these, told apart by its ``"record"``
+field (:data:`Record`, a discriminated union). They are written by
+:meth:`~deepseekbench._store._results.ResultsStore.append` and read back by
+:func:`parse_record`; nothing else builds a record's JSON by hand.
+
+Compatibility: every field a file written before these models (commit 8900197)
+lacks has a default, and the fields of those files are exactly the fields
+here, so old files read (``tests/data/results_v0``); unknown fields are refused
+(``extra="forbid"``), so a typo in a hand-edited file is an error naming its
+line. Fields added since (``parity_set`` on ``run_start``) are ignored by older
+readers, which look up fields by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._schedule import parity_ids, parity_prompts
+from deepseekbench._plan._tasks import Task
+from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._parity import ParityOutput
+from deepseekbench._types._row import Row
+
+__all__ = [
+    "RECORD_ADAPTER",
+    "MeasurementRecord",
+    "ParityEntry",
+    "ParityOutputRecord",
+    "ParityRecord",
+    "Record",
+    "RowRecord",
+    "RunEndRecord",
+    "RunStartRecord",
+    "ServerMetricsRecord",
+    "WorkersRecord",
+    "WorkloadEntry",
+    "WorkloadRecord",
+    "parity_entries",
+    "parse_record",
+    "record_json",
+]
+
+_CONFIG = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+_Count = Annotated[int, Field(strict=True, ge=0)]
+"""A non-negative integer, strictly (``1.5``, ``"3"`` and ``true`` are refused)."""
+
+
+class _Base(BaseModel):
+    """Fields every record carries: the plan's hash and the run (process) id."""
+
+    model_config = _CONFIG
+
+    plan_hash: str = Field(min_length=1, description="BenchmarkPlan.plan_hash() of the run")
+    run_id: str = Field(default="", description="the process that wrote it (12 hex digits)")
+
+
+class ParityEntry(BaseModel):
+    """One output of the parity set: its prompt id, the prompt text, and its task
+    (grader and expected answer) when it is one; what the analysis grades against."""
+
+    model_config = _CONFIG
+
+    prompt_id: str
+    text: str
+    task: Task | None = None
+
+
+def parity_entries(plan: BenchmarkPlan, tasks: Sequence[Task]) -> tuple[ParityEntry, ...]:
+    """The parity set of ``plan`` with task set ``tasks``, one entry per parity output
+    (a conversation's turns one each), as ``run_start`` records it.
+
+    Raises:
+        PlanError: a task id collides with a parity prompt id; as
+            ``BenchmarkPlan.workload_items`` (the parity conversations).
+    """
+    return tuple(
+        ParityEntry(prompt_id=pid, text=text, task=task)
+        for pid, text, task in parity_ids(parity_prompts(plan, tasks))
+    )
+
+
+class RunStartRecord(_Base):
+    """A run (or a resume) started: the plan, and what analysis needs from its files.
+
+    ``parity_set`` is ``None`` in files written before results stood alone; the
+    analysis then reads the plan's task and dataset files again."""
+
+    record: Literal["run_start"] = "run_start"
+    started_at: str = Field(default="?", description="ISO 8601, UTC")
+    resumed: int = Field(default=0, ge=0, description="requests kept from the file")
+    plan: dict[str, Any]
+    model_capability: dict[str, Any] | None = None
+    parity_set: tuple[ParityEntry, ...] | None = None
+
+
+class MeasurementRecord(_Base):
+    """One measured request (turn ``turn`` of item ``index``)."""
+
+    record: Literal["measurement"] = "measurement"
+    route: str
+    speculative: str | None = None
+    cell: str
+    load: str | None = Field(default=None, description="LoadPoint.key; None before sweeps")
+    round: _Count = 0
+    index: _Count
+    turn: _Count = 0
+    item: str | None = None
+    category: str | None = None
+    queue_ms: float | None = Field(default=None, description="actual - scheduled send (ms)")
+    measurement: StreamMeasurement
+
+
+class ParityOutputRecord(_Base):
+    """One parity request's output."""
+
+    record: Literal["parity_output"] = "parity_output"
+    route: str
+    reasoning_mode: str
+    parity_pass: int = Field(alias="pass", ge=1, strict=True)
+    prompt_id: str
+    output: ParityOutput
+
+
+class ServerMetricsRecord(_Base):
+    """A server-wide acceptance delta over one block's ``/metrics`` window."""
+
+    record: Literal["server_metrics"] = "server_metrics"
+    route: str
+    cell: str
+    load: str | None = None
+    round: _Count = 0
+    acceptance: AcceptanceRecord
+
+
+class ParityRecord(_Base):
+    """A route's parity-set verdict as the run computed it (the analysis recomputes it)."""
+
+    record: Literal["parity"] = "parity"
+    route: str
+    reasoning_mode: str
+    parity: dict[str, Any]
+
+
+class RowRecord(_Base):
+    """One row as the run computed it (the analysis recomputes it)."""
+
+    record: Literal["row"] = "row"
+    row: Row
+
+
+class RunEndRecord(_Base):
+    """The run finished: measured requests and how many of them errored."""
+
+    record: Literal["run_end"] = "run_end"
+    finished_at: str = "?"
+    n_requests: int = Field(default=0, ge=0)
+    n_errors: int = Field(default=0, ge=0)
+
+
+class WorkersRecord(_Base):
+    """A block sent by several workers: window edges (CLOCK_MONOTONIC ns; Ray: mapped
+    from wall-clock time), the workers that died, each Ray actor's clock offset (ns)."""
+
+    record: Literal["workers"] = "workers"
+    route: str
+    phase: str
+    cell: str
+    load: str | None = None
+    round: _Count = 0
+    workers: int = Field(ge=1)
+    window_start_ns: int
+    window_end_ns: int
+    deaths: tuple[dict[str, Any], ...] = ()
+    clock_offsets_ns: tuple[int, ...] = ()
+
+
+class WorkloadEntry(BaseModel):
+    """One workload item of a cell: id, dataset category, turns, counted prompt tokens."""
+
+    model_config = _CONFIG
+
+    id: str
+    category: str | None = None
+    turns: int = Field(ge=1)
+    prompt_tokens: int | None = Field(default=None, ge=0)
+
+
+class WorkloadRecord(_Base):
+    """The workload manifest: the tokenizer and each cell's items."""
+
+    record: Literal["workload"] = "workload"
+    tokenizer: str | None = None
+    cells: dict[str, tuple[WorkloadEntry, ...]]
+
+
+Record = Annotated[
+    RunStartRecord
+    | MeasurementRecord
+    | ParityOutputRecord
+    | ServerMetricsRecord
+    | ParityRecord
+    | RowRecord
+    | RunEndRecord
+    | WorkersRecord
+    | WorkloadRecord,
+    Field(discriminator="record"),
+]
+"""Any results record, told apart by its ``record`` field."""
+
+RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
+
+
+def parse_record(data: Any) -> Record:
+    """The record of one parsed JSON line.
+
+    Raises:
+        pydantic.ValidationError: an unknown kind, a missing or unknown field, or
+            a field of the wrong type or range (a negative index or turn).
+    """
+    return RECORD_ADAPTER.validate_python(data)
+
+
+def record_json(record: Record) -> dict[str, Any]:
+    """The JSON object of ``record`` as written (``pass`` under its file name)."""
+    return record.model_dump(mode="json", by_alias=True)

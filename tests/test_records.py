@@ -1,0 +1,139 @@
+"""Typed results records (issue 20 items 3 and 4): old files still read, and a
+results file stands alone (the plan's task and dataset files are never read again)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from deepseekbench import ResultsFormatError, load_results
+from deepseekbench._engine import EmbeddedEngine, EngineConfig
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._report._scorecard import Scorecard
+from deepseekbench._runner import run_plan
+from deepseekbench._store._records import (
+    MeasurementRecord,
+    RunStartRecord,
+    parse_record,
+    record_json,
+)
+from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._types._row import Row
+from tests._helpers import COSTS, plan_of, read_records
+
+FIXTURE = Path(__file__).parent / "data" / "results_v0"
+"""A results file written by commit 8900197 (before typed records), with the task
+and dataset files its plan named; ``make_fixture.py.txt`` wrote it."""
+
+WRITTEN_AT = "/tmp/dsb-fixture-v0"
+"""Where the fixture's task and dataset files were when it was written."""
+
+
+def _old_file(tmp_path: Path) -> Path:
+    """The fixture, its plan's file paths moved to ``tmp_path``."""
+    for name in ("tasks.jsonl", "data.jsonl"):
+        shutil.copy(FIXTURE / name, tmp_path / name)
+    text = (FIXTURE / "results.jsonl").read_text(encoding="utf-8")
+    out = tmp_path / "results.jsonl"
+    out.write_text(text.replace(WRITTEN_AT, str(tmp_path)), encoding="utf-8")
+    return out
+
+
+def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
+    lines = (FIXTURE / "results.jsonl").read_bytes().split(b"\n")
+    records = [orjson.loads(line) for line in lines if line]
+    kinds = {r["record"] for r in records}
+    assert {"run_start", "measurement", "parity_output", "server_metrics", "workload"} <= kinds
+    assert {"parity", "row", "run_end"} <= kinds
+    for raw in records:
+        out = record_json(parse_record(raw))
+        if out["record"] == "run_start":
+            assert out.pop("parity_set") is None  # the one field added since
+        assert out == raw, raw["record"]
+
+
+def test_an_old_results_file_reports_the_rows_its_run_wrote(tmp_path: Path) -> None:
+    path = _old_file(tmp_path)
+    written = [Row.model_validate(r["row"]) for r in read_records(path) if r["record"] == "row"]
+    result = load_results(path)
+    assert len(written) == 3
+    assert list(result.rows) == written
+    assert len(result.measurements) == 18 and result.complete
+    # an old file has no parity set of its own: it needs its plan's task file
+    (tmp_path / "tasks.jsonl").unlink()
+    with pytest.raises(ResultsFormatError, match="task file"):
+        load_results(path)
+
+
+def _run(tmp_path: Path, results: Path) -> Any:
+    (tmp_path / "tasks.jsonl").write_text((FIXTURE / "tasks.jsonl").read_text())
+    (tmp_path / "data.jsonl").write_text((FIXTURE / "data.jsonl").read_text())
+
+    async def main() -> Any:
+        async with (
+            EmbeddedEngine(EngineConfig(cost=COSTS)) as off,
+            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, cost=COSTS)) as mtp,
+            EmbeddedEngine(EngineConfig(speculative=Speculative.mtp, mistuned_draft=True,
+                                        cost=COSTS)) as bad,
+        ):  # fmt: skip
+            plan = plan_of(
+                [
+                    ("off", "off", off.base_url),
+                    ("mtp", "mtp", mtp.base_url),
+                    ("bad", "mtp", bad.base_url, Dialect.vllm),
+                ],
+                {
+                    "requests_per_cell": 2,
+                    "warmup_per_cell": 0,
+                    "repeats": 1,
+                    "parity": {"max_tokens": 24, "tasks": "tasks.jsonl", "prompts": ["Say hi."]},
+                    "workload": {"source": "spec_bench", "path": "data.jsonl"},
+                    "cells": [{"context_bucket": "1k", "output_target": "256", "max_tokens": 16}],
+                    "base_dir": str(tmp_path),
+                },
+                {},
+            )
+            return await run_plan(plan, gate=LiveGate(), results_path=results)
+
+    return anyio.run(main)
+
+
+def test_a_results_file_stands_alone_when_its_task_and_dataset_files_change(
+    tmp_path: Path,
+) -> None:
+    results = tmp_path / "run.jsonl"
+    result = _run(tmp_path, results)
+    card = Scorecard.from_run(result).to_text()
+    (start,) = [parse_record(r) for r in read_records(results) if r["record"] == "run_start"]
+    assert isinstance(start, RunStartRecord) and start.parity_set is not None
+    ids = [e.prompt_id for e in start.parity_set]
+    assert ids[:3] == ["prompt-1", "t-add", "t-mul"] and "conv:spec_bench-1#2" in ids  # a conversation
+    graded = {e.prompt_id: e.task for e in start.parity_set if e.task is not None}
+    assert graded["t-add"] is not None and graded["t-add"].grader.expected == "42"
+    # edited: a different expected answer would flip every task verdict
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(tasks.read_text().replace('"expected":"42"', '"expected":"7"'))
+    (tmp_path / "data.jsonl").write_text('{"question_id": 9, "turns": ["Other."]}\n')
+    again = load_results(results)
+    assert again.rows == result.rows and again.parity == result.parity
+    assert Scorecard.from_run(again).to_text() == card
+    # deleted
+    tasks.unlink()
+    (tmp_path / "data.jsonl").unlink()
+    assert load_results(results).rows == result.rows
+
+
+def test_the_store_is_the_one_writer_of_measurements(tmp_path: Path) -> None:
+    """Every measurement the run returned is a record of its file, in the same order."""
+    results = tmp_path / "run.jsonl"
+    result = _run(tmp_path, results)
+    recs = [parse_record(r) for r in read_records(results) if r["record"] == "measurement"]
+    assert all(isinstance(r, MeasurementRecord) for r in recs)
+    assert [(r.route, r.index, r.turn) for r in recs if isinstance(r, MeasurementRecord)] == [
+        (m.route, m.index, m.turn) for m in result.measurements
+    ]
