@@ -444,7 +444,8 @@ def _render_dry_run(result: DryRunResult, fmt: str) -> str:
 
 def _holds_results(path: Path) -> bool:
     """True when ``path`` is a non-empty file that is not only rows of an earlier dry run
-    (a device, pipe or folder counts as holding results: it is never written)."""
+    (a device, pipe or folder counts as holding results: it is never written; so do
+    measured rows, e.g. rows exported from a run)."""
     from deepseekbench._types._row import read_rows
 
     if path.exists() and not path.is_file():
@@ -455,10 +456,10 @@ def _holds_results(path: Path) -> bool:
     except FileNotFoundError:
         return False
     try:
-        read_rows(path)
+        rows = read_rows(path)
     except (RowFormatError, OSError):
         return True
-    return False
+    return any(r.n_requests > 0 or not (r.parity_detail or "").startswith("dry run") for r in rows)
 
 
 def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict
 from deepseekbench._analysis._analysis import (
     MeasuredRequest,
     RouteParity,
+    RunMeta,
     RunResult,
     build_result,
     load_results,
@@ -60,6 +61,7 @@ from deepseekbench._execute._prepare import (
 )
 from deepseekbench._execute._workers import PoolReport
 from deepseekbench._measure._measure import StreamMeasurement, redact_measurement
+from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
@@ -77,6 +79,7 @@ from deepseekbench._plan._spec_config import check_spec_config
 from deepseekbench._plan._workload import check_bucket_bytes
 from deepseekbench._store._records import (
     MeasurementRecord,
+    ParityEntry,
     ParityOutputRecord,
     ParityRecord,
     RowRecord,
@@ -337,7 +340,12 @@ class _Recorder:
         )
 
     def start(
-        self, plan: BenchmarkPlan, resumed: int, sources: PlanSources, prepared: PreparedWorkload
+        self,
+        plan: BenchmarkPlan,
+        resumed: int,
+        sources: PlanSources,
+        prepared: PreparedWorkload,
+        parity_set: tuple[ParityEntry, ...],
     ) -> None:
         """The ``run_start`` record (the plan and its parity set: what the analysis
         needs) and the ``workload`` manifest (tokenizer; per cell each item's id,
@@ -350,7 +358,8 @@ class _Recorder:
                 resumed=resumed,
                 plan=plan.model_dump(mode="json"),
                 model_capability=cap.model_dump(mode="json") if cap else None,
-                parity_set=parity_entries(plan, sources.tasks),
+                parity_set=parity_set,
+                library_version=_library_version(),
             )
         )
         cells = {
@@ -399,7 +408,7 @@ class _Recorder:
             )
         )
 
-    def finish(self, result: RunResult) -> None:
+    def finish(self, result: RunResult, finished_at: str) -> None:
         for rpar in result.parity.values():
             self.store.append(
                 ParityRecord(
@@ -414,7 +423,7 @@ class _Recorder:
         self.store.append(
             RunEndRecord(
                 **self.base,
-                finished_at=_now(),
+                finished_at=finished_at,
                 n_requests=len(result.measurements),
                 n_errors=result.n_errors,
             )
@@ -452,6 +461,205 @@ def _to_send(items: Iterable[WorkItem]) -> int:
 
 def _resumed(state: ResultsState) -> int:
     return len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
+
+
+# ------------------------------------------------------------- the run's steps --
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What preflight read and checked before anything is opened or sent."""
+
+    sources: PlanSources
+    parity_set: tuple[ParityEntry, ...]
+    routes: dict[str, EngineRoute]
+    path: Path | None
+    plan_hash: str
+    secrets: tuple[str, ...]
+    """Every key a server may echo (any route's, the gate's): none lands in the file."""
+
+
+def _preflight(
+    plan: BenchmarkPlan,
+    gate: LiveGate,
+    client: httpx.AsyncClient | None,
+    results_path: str | Path | None,
+) -> _Checked:
+    """Step 1: read the plan's files, build the routes, ask the gate for every route.
+
+    Raises:
+        PlanError, pydantic.ValidationError, LiveGateError: see :func:`run_plan`.
+    """
+    sources = plan.validate_sources()
+    parity_set = parity_entries(plan, sources.tasks)
+    routes = {r.label: r.engine_route(plan.model) for r in plan.routes}
+    _check_gate(routes.values(), gate)
+    if client is not None:
+        gate.check_client(client)
+    keys = (gate.api_key, *(r.api_key for r in routes.values()))
+    return _Checked(
+        sources=sources,
+        parity_set=parity_set,
+        routes=routes,
+        path=Path(results_path) if results_path is not None else plan.results_path(),
+        plan_hash=plan.plan_hash(),
+        secrets=tuple(k.get_secret_value() for k in keys if k is not None),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Previous:
+    """What the results file held of this plan when the run opened it."""
+
+    retried: int  # errored measurements dropped, to be measured again
+    resumed: int  # measured requests and complete parity outputs kept
+    kept: int  # measured requests kept
+    started_at: str | None  # the plan's first run_start in the file
+
+
+def _open_store(
+    plan: BenchmarkPlan, path: Path | None, retry_errors: bool
+) -> tuple[ResultsStore, _Previous]:
+    """Step 2: lock the results file (a second run is refused before reading), then
+    index what an earlier run of the same plan recorded.
+
+    Raises:
+        ResultsInUseError, ResultsFormatError, OSError: see :func:`run_plan`.
+    """
+    plan_hash = plan.plan_hash()
+    store = ResultsStore(path, ResultsState(plan=plan))
+    started_at = None
+    try:
+        if path is not None:
+            numbered = read_numbered_records(path)
+            store.state = state_from(numbered, plan_hash, path, plan=plan)
+            started_at = next(
+                (str(r.get("started_at")) for _, r in numbered
+                 if r.get("record") == "run_start" and r.get("plan_hash") == plan_hash),
+                None,
+            )  # fmt: skip
+    except BaseException:
+        store.close()
+        raise
+    state = store.state
+    retried = state.drop_errored() if retry_errors else 0
+    return store, _Previous(retried, _resumed(state), len(state.measurements), started_at)
+
+
+class _Steps:
+    """Steps 3 to 6 of one run (prepare, schedule, execute, finish), over the store
+    opened in step 2; each step records through the store, never around it."""
+
+    def __init__(
+        self,
+        plan: BenchmarkPlan,
+        gate: LiveGate,
+        http: httpx.AsyncClient,
+        run: _Checked,
+        store: ResultsStore,
+        previous: _Previous,
+        prog: _Progress,
+    ) -> None:
+        self.plan, self.gate, self.http, self.run = plan, gate, http, run
+        self.store, self.previous, self.prog = store, previous, prog
+        self.started_at = previous.started_at or _now()
+        speculative = {r.label: r.speculative.value for r in plan.routes}
+        self.recorder = _Recorder(store, run.plan_hash, uuid.uuid4().hex[:12], speculative)
+
+    async def prepare(self) -> tuple[TokenCounter | None, PreparedWorkload]:
+        """Step 3: probe the routes, check served depths, count each cell's items.
+
+        Raises:
+            RouteUnreachableError, PlanError, WorkloadLengthError, TokenizeError.
+        """
+        plan, routes = self.plan, self.run.routes
+        if plan.probe_routes:  # a dead route stops the run before anything is measured
+            probe_timeout = min(plan.timeout_s, PROBE_TIMEOUT_S)
+            await probe_routes(routes, gate=self.gate, client=self.http, timeout_s=probe_timeout)
+        await check_spec_config(plan.routes, routes, gate=self.gate, client=self.http)
+        counter = make_counter(
+            plan, off_route=routes[plan.off_route.label], gate=self.gate, client=self.http
+        )
+        prepared = await prepare_workload(plan, counter=counter, items=self.run.sources.items)
+        _check_conversations(plan, prepared)
+        return counter, prepared
+
+    def schedule(self, prepared: PreparedWorkload) -> list[tuple[Block, tuple[WorkItem, ...]]]:
+        """Step 4: the schedule, less what the file already holds; sizes the progress."""
+        parity = parity_prompts(self.plan, self.run.sources.tasks)
+        schedule = build_schedule(
+            self.plan, self.run.sources.prompts, parity, items=prepared.cells
+        )
+        work = pending(schedule, self.store.state)
+        self.prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
+        self.prog.remaining = sum(
+            _to_send(items) for b, items in work if b.phase is Phase.measure
+        )
+        self.prog.kept = self.previous.kept
+        return work
+
+    def record_start(self, prepared: PreparedWorkload) -> None:
+        """The ``run_start`` and ``workload`` records, then the first progress event."""
+        self.recorder.start(
+            self.plan, self.previous.resumed, self.run.sources, prepared, self.run.parity_set
+        )
+        if self.previous.resumed:
+            self.prog.set_phase("resume")  # the first event says what was kept and what is left
+        else:
+            self.prog.emit()
+
+    def _on_sent(self, block: Block, sent: Sent) -> None:
+        clean = redact_measurement(sent.measurement, self.run.secrets)
+        if clean is not sent.measurement:
+            sent = dataclasses.replace(sent, measurement=clean)
+        self.recorder.sent(block, sent)
+        self.prog.step(sent.measurement.error is not None)
+
+    async def execute(
+        self, work: list[tuple[Block, tuple[WorkItem, ...]]], counter: TokenCounter | None
+    ) -> None:
+        """Step 5: send every block; each finished request is recorded as it arrives."""
+        async with executor_for(
+            self.plan, self.run.routes, self.gate, self.http, self.recorder.workers,
+            counter=counter,
+        ) as executor:  # fmt: skip
+            for block, items in work:
+                self.prog.set_phase(block.title)
+                delta = await executor.run_block(block, items, self._on_sent)
+                if delta is not None:
+                    self.recorder.window(block, delta)
+        self.prog.set_phase("done")
+
+    def finish(self) -> RunResult:
+        """Step 6: the result, built once from the store's records, then its
+        ``parity``, ``row`` and ``run_end`` records."""
+        finished_at = _now()
+        result = build_result(
+            self.plan,
+            self.store.state,
+            results_path=self.run.path,
+            resumed=self.previous.resumed,
+            complete=True,
+            parity_set=self.run.parity_set,
+            meta=RunMeta.of(
+                self.plan,
+                self.run.plan_hash,
+                started_at=self.started_at,
+                finished_at=finished_at,
+                library_version=_library_version(),
+            ),
+            retried=self.previous.retried,
+            kept_measurements=self.prog.kept,
+            remaining_measurements=self.prog.remaining,
+        )
+        self.recorder.finish(result, finished_at)
+        return result
+
+
+def _library_version() -> str:
+    from deepseekbench import __version__
+
+    return __version__
 
 
 async def run_plan(
@@ -516,95 +724,26 @@ async def run_plan(
             run stops, every record written before is kept.
         OSError: the results file or its folder cannot be created.
     """
-    sources = plan.validate_sources()
-    parity_set = parity_prompts(plan, sources.tasks)
-    routes: dict[str, EngineRoute] = {r.label: r.engine_route(plan.model) for r in plan.routes}
-    _check_gate(routes.values(), gate)
-    if client is not None:
-        gate.check_client(client)
-    path = Path(results_path) if results_path is not None else plan.results_path()
-    plan_hash = plan.plan_hash()
-    store = ResultsStore(path)  # the lock first: a second run is refused before reading
-    try:
-        if path is not None:
-            store.state = state_from(read_numbered_records(path), plan_hash, path, plan=plan)
-        else:
-            store.state = ResultsState(plan=plan)
-    except BaseException:
-        store.close()
-        raise
-    state = store.state
-    writer = store.writer
-    retried = state.drop_errored() if retry_errors else 0
-    resumed = _resumed(state)
-    prog = _Progress(progress, 0)
-    run_id = uuid.uuid4().hex[:12]
-    recorder = _Recorder(
-        store, plan_hash, run_id, {r.label: r.speculative.value for r in plan.routes}
-    )
+    run = _preflight(plan, gate, client, results_path)
+    store, previous = _open_store(plan, run.path, retry_errors)
     own_client = client is None
-    timeout = httpx.Timeout(plan.timeout_s)
-    pool = pool_limits(_in_flight(plan))
-    http = client if client is not None else gate.client(timeout=timeout, limits=pool)
-
-    # a server may echo any route's key, or the gate's: none lands in the file
-    keys = (gate.api_key, *(r.api_key for r in routes.values()))
-    secrets = tuple(k.get_secret_value() for k in keys if k is not None)
-
-    def on_sent(block: Block, sent: Sent) -> None:
-        clean = redact_measurement(sent.measurement, secrets)
-        if clean is not sent.measurement:
-            sent = dataclasses.replace(sent, measurement=clean)
-        recorder.sent(block, sent)
-        prog.step(sent.measurement.error is not None)
-
+    http = client if client is not None else gate.client(
+        timeout=httpx.Timeout(plan.timeout_s), limits=pool_limits(_in_flight(plan))
+    )
+    steps = _Steps(plan, gate, http, run, store, previous, _Progress(progress, 0))
     try:
-        if plan.probe_routes:  # a dead route stops the run before anything is measured
-            probe_timeout = min(plan.timeout_s, PROBE_TIMEOUT_S)
-            await probe_routes(routes, gate=gate, client=http, timeout_s=probe_timeout)
-        await check_spec_config(plan.routes, routes, gate=gate, client=http)
-        # the workload stage: items per cell, counted and checked against each bucket
-        counter = make_counter(plan, off_route=routes[plan.off_route.label], gate=gate, client=http)
-        prepared = await prepare_workload(plan, counter=counter, items=sources.items)
-        schedule = build_schedule(plan, sources.prompts, parity_set, items=prepared.cells)
-        work = pending(schedule, state)
-        prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
-        prog.remaining = sum(_to_send(items) for b, items in work if b.phase is Phase.measure)
-        prog.kept = len(state.measurements)
-        _check_conversations(plan, prepared)
-        recorder.start(plan, resumed, sources, prepared)
-        if resumed:
-            prog.set_phase("resume")  # the first event says what was kept and what is left
-        else:
-            prog.emit()
-        async with executor_for(
-            plan, routes, gate, http, recorder.workers, counter=counter
-        ) as executor:
-            for block, items in work:
-                prog.set_phase(block.title)
-                delta = await executor.run_block(block, items, on_sent)
-                if delta is not None:
-                    recorder.window(block, delta)
-        prog.set_phase("done")
-        result = build_result(
-            plan,
-            state,
-            results_path=path,
-            resumed=resumed,
-            complete=True,
-            parity_set=parity_entries(plan, sources.tasks),
-        )
-        result.retried = retried
-        result.kept_measurements, result.remaining_measurements = prog.kept, prog.remaining
-        recorder.finish(result)
-        return result
+        counter, prepared = await steps.prepare()
+        work = steps.schedule(prepared)
+        steps.record_start(prepared)
+        await steps.execute(work, counter)
+        return steps.finish()
     except BaseExceptionGroup as group:
         # a failed write inside a task group: say so plainly, not as a group
-        if writer.error is not None and group.subgroup(ResultsWriteError) is not None:
-            raise writer.error from None
+        if store.error is not None and group.subgroup(ResultsWriteError) is not None:
+            raise store.error from None
         raise
     finally:
-        writer.close()
+        store.close()
         if own_client:
             with anyio.CancelScope(shield=True):
                 await http.aclose()

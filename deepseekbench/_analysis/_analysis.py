@@ -65,6 +65,7 @@ __all__ = [
     "ErrorSummary",
     "MeasuredRequest",
     "RouteParity",
+    "RunMeta",
     "RunResult",
     "build_result",
     "load_results",
@@ -139,6 +140,54 @@ class MeasuredRequest:
     category: str | None = None
 
 
+class RunMeta(BaseModel):
+    """What a report says about the run it shows: the model, the plan's hash, when
+    the run started (ISO 8601, UTC; ``None`` when unknown) and finished (``None``:
+    unfinished or unknown), the deepseekbench version that wrote it (``None`` in
+    older files) and, per route label, the engine it measured (the plan's
+    ``engine_route`` and the route's ``dialect``; engine versions are not known
+    to the run and are not claimed)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    plan_hash: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    library_version: str | None = None
+    engines: dict[str, str] = {}
+
+    @classmethod
+    def of(
+        cls,
+        plan: BenchmarkPlan,
+        plan_hash: str,
+        *,
+        started_at: str | None,
+        finished_at: str | None = None,
+        library_version: str | None = None,
+    ) -> RunMeta:
+        """The metadata of a run of ``plan`` (engines from its routes)."""
+        engines = {r.label: f"{plan.engine_route} ({r.dialect.value})" for r in plan.routes}
+        return cls(
+            model=plan.model,
+            plan_hash=plan_hash,
+            started_at=started_at,
+            finished_at=finished_at,
+            library_version=library_version,
+            engines=engines,
+        )
+
+    def describe(self) -> str:
+        """One line: ``model M, plan H, started S, deepseekbench V; engines: ...``."""
+        engines = ", ".join(f"{k}={v}" for k, v in self.engines.items())
+        return (
+            f"model {self.model}, plan {self.plan_hash}, started {self.started_at or '?'}"
+            f"{', finished ' + self.finished_at if self.finished_at else ''}, deepseekbench "
+            f"{self.library_version or '?'}; engines: {engines}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorSummary:
     """Measured requests of one route that ended in one error kind: how many, and
@@ -165,9 +214,9 @@ _REQUEST_COLUMNS = (
 )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunResult:
-    """What a run measured.
+    """What a run measured (built once by :func:`build_result`, then never changed).
 
     Attributes:
         plan: the plan run. plan_hash: its digest.
@@ -186,6 +235,7 @@ class RunResult:
         row_keys: ``(route label, cell id, load key)`` of each row, in row order.
         traffic: exact comparison of each speculative row's measured outputs with
             ``off``'s, by row key (temperature 0 only).
+        meta: the run's metadata (model, plan hash, dates, engines) that exports carry.
     """
 
     plan: BenchmarkPlan
@@ -201,6 +251,7 @@ class RunResult:
     retried: int = 0
     kept_measurements: int = 0
     remaining_measurements: int = 0
+    meta: RunMeta | None = None
 
     @property
     def n_errors(self) -> int:
@@ -628,9 +679,14 @@ def build_result(
     resumed: int,
     complete: bool,
     parity_set: Sequence[ParityEntry],
+    meta: RunMeta | None = None,
+    retried: int = 0,
+    kept_measurements: int = 0,
+    remaining_measurements: int = 0,
 ) -> RunResult:
     """The :class:`RunResult` of ``plan``'s records and the run's recorded parity set
-    (pure: same records, same result; no file is read)."""
+    (pure: same records, same result; no file is read). ``meta`` and the counts are
+    carried as given (see :class:`RunResult`)."""
     inp = _RowInput(plan, state, _build_parity(plan, state, parity_set))
     rows: list[Row] = []
     keys: list[RowKey] = []
@@ -671,6 +727,10 @@ def build_result(
         complete=complete,
         row_keys=tuple(keys),
         traffic=traffic,
+        retried=retried,
+        kept_measurements=kept_measurements,
+        remaining_measurements=remaining_measurements,
+        meta=meta,
     )
 
 
@@ -709,6 +769,14 @@ def load_results_and_runs(
             parity_set = parity_entries(stored.plan, stored.plan.tasks())
         except PlanError as exc:
             raise ResultsFormatError(f"{p}: {exc}") from exc
+    run = next(r for r in stored.runs if r.plan_hash == stored.start.plan_hash)
+    meta = RunMeta.of(
+        stored.plan,
+        stored.start.plan_hash,
+        started_at=run.started_at if run.started_at != "?" else None,
+        finished_at=stored.finished_at,
+        library_version=stored.start.library_version,
+    )
     result = build_result(
         stored.plan,
         stored.state,
@@ -716,5 +784,6 @@ def load_results_and_runs(
         resumed=0,
         complete=stored.complete,
         parity_set=parity_set,
+        meta=meta,
     )
     return result, stored.runs

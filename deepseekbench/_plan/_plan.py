@@ -805,7 +805,7 @@ class BenchmarkPlan(BaseModel):
             if p.exists() and not p.is_file():
                 raise PlanError(f"prompts file {p} is not a regular file")
             try:
-                lines = p.read_text(encoding="utf-8").splitlines()
+                lines = p.read_text(encoding="utf-8").split("\n")  # not splitlines (U+2028)
             except OSError as exc:
                 raise PlanError(f"cannot read prompts file {p}: {exc}") from exc
             except UnicodeDecodeError as exc:

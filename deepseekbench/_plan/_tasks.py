@@ -232,7 +232,7 @@ def load_tasks(path: str | Path) -> tuple[Task, ...]:
         raise TaskFormatError(
             f"task file {p} is not UTF-8 text: {exc.reason} at byte {exc.start}"
         ) from None
-    return parse_tasks(text.splitlines(), source=str(p))
+    return parse_tasks(text.split("\n"), source=str(p))  # not splitlines (U+2028, U+0085)
 
 
 def smoke_tasks() -> tuple[Task, ...]:

@@ -89,7 +89,8 @@ def _read_text(path: Path) -> str:
 def _jsonl_objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for every non-blank line of a JSONL file."""
     out: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+    # not splitlines(): U+2028 or U+0085 may sit inside a JSON string
+    for number, line in enumerate(_read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -99,6 +99,9 @@ class RunStartRecord(_Base):
     plan: dict[str, Any]
     model_capability: dict[str, Any] | None = None
     parity_set: tuple[ParityEntry, ...] | None = None
+    library_version: str | None = Field(
+        default=None, description="the deepseekbench version that wrote it"
+    )
 
 
 class MeasurementRecord(_Base):

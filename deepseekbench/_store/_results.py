@@ -147,6 +147,8 @@ class ResultsWriter:
     Opening takes the lock (refusing a second writer), then repairs the tail a
     crash may have left: a torn final line of any size is cut off; a complete
     final record missing only its newline gets the newline (it is kept).
+    Closing removes a file this writer created and never wrote to (a run that
+    stopped before its first record, e.g. on a failed probe, leaves no empty file).
 
     Raises:
         ResultsInUseError: another writer holds the file's lock.
@@ -159,9 +161,11 @@ class ResultsWriter:
         self._fh: IO[bytes] | None = None
         self.error: ResultsWriteError | None = None
         """The first failed write; every later write raises it again."""
+        self._created = False
         if path is not None:
             _check_regular(path)
             path.parent.mkdir(parents=True, exist_ok=True)
+            self._created = not path.exists()
             fh = path.open("a+b")
             try:
                 self._lock(fh, path)
@@ -232,7 +236,11 @@ class ResultsWriter:
             os.close(fd)  # the descriptor, without flushing the failed buffer again
 
     def close(self) -> None:
+        """Release the lock; a file this writer created and left empty is removed."""
         if self._fh is not None:
+            if self._created and self.path is not None and self._fh.tell() == 0:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()  # still under the lock: no other run wrote it
             self._fh.close()
             self._fh = None
 
@@ -575,6 +583,7 @@ class StoredRun:
         state: its records, indexed (:class:`ResultsState`).
         complete: True when a ``run_end`` record of this plan exists.
         runs: every plan run in the file (:func:`list_runs`).
+        finished_at: the last ``run_end`` record's time (ISO 8601, UTC), if any.
         start: the run's latest ``run_start`` record; its ``parity_set`` is what
             the analysis grades against (``None`` in files written before results
             stood alone: then the plan's task and dataset files are read again).
@@ -585,6 +594,7 @@ class StoredRun:
     complete: bool
     runs: tuple[ResultsRun, ...]
     start: RunStartRecord
+    finished_at: str | None = None
 
     @property
     def parity_set(self) -> tuple[ParityEntry, ...] | None:
@@ -625,7 +635,8 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
     # differently now that the plan has more (defaulted) keys.
     found_hash = start.plan_hash
     state = state_from(numbered, found_hash, p, plan=plan)
-    complete = any(
-        r.get("record") == "run_end" and r.get("plan_hash") == found_hash for r in records
+    ends = [r for r in records if r.get("record") == "run_end" and r.get("plan_hash") == found_hash]
+    finished = str(ends[-1].get("finished_at")) if ends else None
+    return StoredRun(
+        plan=plan, state=state, complete=bool(ends), runs=runs, start=start, finished_at=finished
     )
-    return StoredRun(plan=plan, state=state, complete=complete, runs=runs, start=start)
