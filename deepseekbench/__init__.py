@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from deepseekbench._analysis._analysis import (
         MeasuredRequest,
         RouteParity,
+        RunMeta,
         RunResult,
         load_results,
     )
@@ -363,6 +364,7 @@ _IMPORTS: dict[str, str] = {
     "RouteUnreachableError": "deepseekbench._errors",
     "Row": "deepseekbench._types._row",
     "RowFormatError": "deepseekbench._errors",
+    "RunMeta": "deepseekbench._analysis._analysis",
     "RunResult": "deepseekbench._analysis._analysis",
     "RunningLlamaServer": "deepseekbench._launch._llamacpp",
     "RunningVllmServer": "deepseekbench._launch._vllm",
@@ -536,6 +538,7 @@ __all__ = [
     "RouteUnreachableError",
     "Row",
     "RowFormatError",
+    "RunMeta",
     "RunResult",
     "RunningLlamaServer",
     "RunningVllmServer",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from deepseekbench._analysis._analysis import RunResult, load_results
+from deepseekbench._analysis._analysis import RunMeta, RunResult, load_results
 from deepseekbench._analysis._speedup import (
     SpeedupMetric,
     SpeedupVerdict,
@@ -437,7 +437,9 @@ class Scorecard:
 
     Build with :meth:`from_rows`, :meth:`from_run` or :meth:`from_results`.
     ``rows``: the rows behind the lines, in line order (empty when built from
-    lines alone; :meth:`plot` needs them).
+    lines alone; :meth:`plot` needs them). ``meta``: the run's metadata (model,
+    plan hash, dates, deepseekbench version, engines) when built from a run;
+    every rendering carries it.
     """
 
     def __init__(
@@ -447,8 +449,10 @@ class Scorecard:
         metric: SpeedupMetric,
         client_workers: int | None = None,
         rows: Sequence[Row] = (),
+        meta: RunMeta | None = None,
     ) -> None:
         self.lines: tuple[ScorecardLine, ...] = tuple(lines)
+        self.meta = meta
         self.metric = metric
         self.client_workers = client_workers  # the run's plan key workers, when known
         self.rows: tuple[Row, ...] = tuple(rows)
@@ -527,6 +531,7 @@ class Scorecard:
             )
         card = cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
         card.client_workers = result.plan.workers
+        card.meta = result.meta
         return card
 
     @classmethod
@@ -672,6 +677,8 @@ class Scorecard:
             f"Scorecard (speedup by {self.metric.value}; credited only with parity verified "
             "on both sides)"
         ]
+        if self.meta is not None:
+            out.append(f"Run: {self.meta.describe()}")
         for i, r in enumerate(table):
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
             if i == 0:
@@ -707,7 +714,8 @@ class Scorecard:
         def esc(s: str) -> str:
             return s.replace("|", "\\|").replace("\n", " ")
 
-        out = ["| " + " | ".join(self._columns) + " |", "|" + "---|" * len(self._columns)]
+        out = [f"Run: {esc(self.meta.describe())}", ""] if self.meta is not None else []
+        out += ["| " + " | ".join(self._columns) + " |", "|" + "---|" * len(self._columns)]
         out += ["| " + " | ".join(esc(c) for c in self._cells(ln)) + " |" for ln in self.lines]
         cats = [row for ln in self.lines for row in _category_cells(ln)]
         if cats:
@@ -726,14 +734,17 @@ class Scorecard:
         return "\n".join(out) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"metric", "lines": [...]}``; each line's ``speedup`` is ``null`` unless credited."""
+        """``{"metric", "run", "lines": [...]}``; ``run`` is the run's metadata
+        (:class:`~deepseekbench.RunMeta` fields, ``null`` when unknown); each line's
+        ``speedup`` is ``null`` unless credited."""
         lines = []
         for ln in self.lines:
             d = ln.model_dump(mode="json")
             d["speedup"] = ln.verdict.speedup if ln.verdict is not None else None
             d["speedup_text"] = ln.speedup_text
             lines.append(d)
-        return {"metric": self.metric.value, "lines": lines}
+        meta = self.meta.model_dump(mode="json") if self.meta is not None else None
+        return {"metric": self.metric.value, "run": meta, "lines": lines}
 
     def to_json(self) -> str:
         """:meth:`to_dict` as indented JSON text."""
@@ -770,11 +781,17 @@ class Scorecard:
         "acceptance_by_position",
         "spec_tokens",
         "sse_ignored_lines",
+        "model",
+        "plan_hash",
+        "run_started_at",
+        "engine",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One flat dict per line (the CSV and DataFrame columns)."""
+        """One flat dict per line (the CSV and DataFrame columns; the run's metadata in
+        ``model``, ``plan_hash``, ``run_started_at`` and ``engine``, empty when unknown)."""
         recs = []
+        meta = self.meta
         for ln in self.lines:
             v = ln.verdict
             recs.append(
@@ -813,6 +830,10 @@ class Scorecard:
                     "acceptance_by_position": _positions_text(ln.acceptance_by_position),
                     "spec_tokens": ln.spec_tokens,
                     "sse_ignored_lines": ln.sse_ignored_lines,
+                    "model": meta.model if meta else None,
+                    "plan_hash": meta.plan_hash if meta else None,
+                    "run_started_at": meta.started_at if meta else None,
+                    "engine": meta.engines.get(ln.route) if meta else None,
                 }
             )
         return recs
@@ -834,7 +855,8 @@ class Scorecard:
         )
         notes = "".join(f"<li>{html.escape(n.strip())}</li>" for n in self._notes())
         tail = f"<ul>{notes}</ul>" if notes else ""
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{tail}"
+        run = f"<p>Run: {html.escape(self.meta.describe())}</p>" if self.meta else ""
+        return f"{run}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{tail}"
 
     def to_pandas(self) -> Any:
         """A ``pandas.DataFrame`` of :meth:`to_records`.
