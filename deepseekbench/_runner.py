@@ -98,8 +98,6 @@ from deepseekbench._store._results import (
     ResultsStore,
     ResultsWriteError,
     list_runs,
-    read_numbered_records,
-    state_from,
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity
@@ -526,24 +524,11 @@ def _open_store(
     Raises:
         ResultsInUseError, ResultsFormatError, OSError: see :func:`run_plan`.
     """
-    plan_hash = plan.plan_hash()
-    store = ResultsStore(path, ResultsState(plan=plan))
-    started_at = None
-    try:
-        if path is not None:
-            numbered = read_numbered_records(path)
-            store.state = state_from(numbered, plan_hash, path, plan=plan)
-            started_at = next(
-                (str(r.get("started_at")) for _, r in numbered
-                 if r.get("record") == "run_start" and r.get("plan_hash") == plan_hash),
-                None,
-            )  # fmt: skip
-    except BaseException:
-        store.close()
-        raise
+    store = ResultsStore.open(path, plan)
+    retried = store.drop_errored() if retry_errors else 0
     state = store.state
-    retried = state.drop_errored() if retry_errors else 0
-    return store, _Previous(retried, _resumed(state), len(state.measurements), started_at)
+    kept = len(state.measurements)
+    return store, _Previous(retried, _resumed(state), kept, store.started_at)
 
 
 class _Steps:

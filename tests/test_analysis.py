@@ -20,6 +20,13 @@ from deepseekbench import (
     StreamMeasurement,
     load_results,
 )
+from deepseekbench._store._records import (
+    MeasurementRecord,
+    ParityOutputRecord,
+    Record,
+    RunStartRecord,
+    record_json,
+)
 from deepseekbench._types._parity import ParityOutput
 
 PARITY_PROMPTS = ["a", "b"]
@@ -59,50 +66,50 @@ def _m(
 
 
 class Records:
+    """A results file written through the record models (as the runner writes it)."""
+
     def __init__(self, plan: BenchmarkPlan) -> None:
         self.plan = plan
         self.h = plan.plan_hash()
-        start = {"record": "run_start", "plan_hash": self.h, "run_id": "r1"}
-        self.lines: list[dict[str, Any]] = [{**start, "plan": plan.model_dump(mode="json")}]
+        self.lines: list[Record] = [
+            RunStartRecord(plan_hash=self.h, run_id="r1", plan=plan.model_dump(mode="json"))
+        ]
 
     def parity_set(self) -> None:
         for route, passes in (("off", (1, 2)), ("mtp", (1,))):
             for p in passes:
                 for i, text in enumerate(PARITY_PROMPTS):
                     pid = f"prompt-{i + 1}"
-                    out = ParityOutput(prompt_id=pid, text=f"answer {text}")
                     self.lines.append(
-                        {
-                            "record": "parity_output",
-                            "plan_hash": self.h,
-                            "route": route,
-                            "reasoning_mode": "non_think",
-                            "pass": p,
-                            "prompt_id": pid,
-                            "output": out.model_dump(mode="json"),
-                        }
+                        ParityOutputRecord(
+                            plan_hash=self.h,
+                            route=route,
+                            reasoning_mode="non_think",
+                            parity_pass=p,
+                            prompt_id=pid,
+                            output=ParityOutput(prompt_id=pid, text=f"answer {text}"),
+                        )
                     )
 
     def measure(
         self, route: str, load: str, index: int, m: dict[str, Any], queue_ms: float | None = None
     ) -> None:
         self.lines.append(
-            {
-                "record": "measurement",
-                "plan_hash": self.h,
-                "run_id": "r1",
-                "route": route,
-                "cell": "1k/256/non_think",
-                "load": load,
-                "round": index % self.plan.rounds,
-                "index": index,
-                "queue_ms": queue_ms,
-                "measurement": m,
-            }
+            MeasurementRecord(
+                plan_hash=self.h,
+                run_id="r1",
+                route=route,
+                cell="1k/256/non_think",
+                load=load,
+                round=index % self.plan.rounds,
+                index=index,
+                queue_ms=queue_ms,
+                measurement=StreamMeasurement.model_validate(m),
+            )
         )
 
     def write(self, path: Path) -> Path:
-        path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in self.lines))
+        path.write_bytes(b"".join(orjson.dumps(record_json(x)) + b"\n" for x in self.lines))
         return path
 
 
@@ -279,13 +286,18 @@ def test_a_results_file_from_before_load_sweeps_still_reads(tmp_path: Path) -> N
     for key in ("repeats", "slo"):
         del old_plan[key]
     del old_plan["arrival"]["max_lag_ms"]
-    for line in rec.lines:  # what an older version wrote: other hash, no load, no round
+    lines = [record_json(x) for x in rec.lines]
+    for line in lines:  # what an older version wrote: other hash, no load, no round
         line["plan_hash"] = "0ld0ld0ld0ld0ld0"
-        for key in ("load", "round", "queue_ms"):
+        for key in ("load", "round", "queue_ms", "turn", "item", "category", "speculative"):
             line.pop(key, None)
         if line["record"] == "run_start":
             line["plan"] = old_plan
-    result = load_results(rec.write(tmp_path / "old.jsonl"))
+            for key in ("parity_set", "library_version", "started_at", "resumed"):
+                del line[key]
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    result = load_results(old)
     off, mtp = result.rows
     assert off.n_requests == mtp.n_requests == 6 and off.rounds == 1
     assert (off.concurrency, off.arrival) == (2, Arrival.closed)  # the load its plan recorded

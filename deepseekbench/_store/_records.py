@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
@@ -127,7 +127,13 @@ class ParityOutputRecord(_Base):
     record: Literal["parity_output"] = "parity_output"
     route: str
     reasoning_mode: str
-    parity_pass: int = Field(alias="pass", ge=1, strict=True)
+    parity_pass: int = Field(
+        validation_alias=AliasChoices("pass", "parity_pass"),
+        serialization_alias="pass",
+        ge=1,
+        strict=True,
+        description="1, or 2 for the off route's determinism control",
+    )
     prompt_id: str
     output: ParityOutput
 

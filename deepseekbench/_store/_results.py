@@ -492,6 +492,39 @@ class ResultsStore:
     def __init__(self, path: Path | None, state: ResultsState | None = None) -> None:
         self.writer = ResultsWriter(path)
         self.state = state if state is not None else ResultsState()
+        self.started_at: str | None = None
+        """The time of the plan's first ``run_start`` in the file (set by :meth:`open`)."""
+
+    @classmethod
+    def open(cls, path: Path | None, plan: BenchmarkPlan) -> ResultsStore:
+        """Lock ``path`` (a second run is refused before anything is read), then index
+        what earlier runs of ``plan`` recorded there (``path`` ``None``: in memory).
+
+        Raises:
+            ResultsInUseError: another run holds the file.
+            ResultsFormatError: the file cannot be read back, or a record is malformed.
+            OSError: the file or its folder cannot be created.
+        """
+        store = cls(path, ResultsState(plan=plan))
+        try:
+            if path is not None:
+                plan_hash = plan.plan_hash()
+                numbered = read_numbered_records(path)
+                store.state = state_from(numbered, plan_hash, path, plan=plan)
+                store.started_at = next(
+                    (str(r.get("started_at")) for _, r in numbered
+                     if r.get("record") == "run_start" and r.get("plan_hash") == plan_hash),
+                    None,
+                )  # fmt: skip
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def drop_errored(self) -> int:
+        """Forget every errored measurement so a resumed run retries it (see
+        :meth:`ResultsState.drop_errored`); returns how many."""
+        return self.state.drop_errored()
 
     @property
     def path(self) -> Path | None:
