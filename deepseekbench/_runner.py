@@ -16,6 +16,15 @@ the same plan already recorded, hands each block to the executor, appends every
 finished request to the results file as it arrives, and builds the rows from
 the records at the end.
 
+**Steps.** :func:`run_plan` runs six named steps, each one short function:
+``_preflight`` (read the plan's files, build the routes, ask the gate),
+``_open_store`` (lock the results file, index what it holds), then
+``_Steps.prepare`` (probe, served depth, count the workload), ``.schedule``,
+``.execute`` (every finished request recorded as it arrives) and ``.finish``
+(the :class:`RunResult`, built once and frozen, then its records). Every
+record goes through :class:`~deepseekbench._store._results.ResultsStore`,
+which writes it and indexes it in one call.
+
 **Results file.** Records are appended and flushed as they arrive
 (:mod:`deepseekbench._store._results`); a crash or Ctrl-C loses nothing already
 written. A rerun with the same plan and file skips every measured request that
@@ -340,6 +349,7 @@ class _Recorder:
     def start(
         self,
         plan: BenchmarkPlan,
+        started_at: str,
         resumed: int,
         sources: PlanSources,
         prepared: PreparedWorkload,
@@ -352,7 +362,7 @@ class _Recorder:
         self.store.append(
             RunStartRecord(
                 **self.base,
-                started_at=_now(),
+                started_at=started_at,
                 resumed=resumed,
                 plan=plan.model_dump(mode="json"),
                 model_capability=cap.model_dump(mode="json") if cap else None,
@@ -547,7 +557,7 @@ class _Steps:
     ) -> None:
         self.plan, self.gate, self.http, self.run = plan, gate, http, run
         self.store, self.previous, self.prog = store, previous, prog
-        self.started_at = previous.started_at or _now()
+        self.started_at = previous.started_at  # the plan's first start; set when recorded
         speculative = {r.label: r.speculative.value for r in plan.routes}
         self.recorder = _Recorder(store, run.plan_hash, uuid.uuid4().hex[:12], speculative)
 
@@ -585,8 +595,10 @@ class _Steps:
 
     def record_start(self, prepared: PreparedWorkload) -> None:
         """The ``run_start`` and ``workload`` records, then the first progress event."""
+        now = _now()
+        self.started_at = self.started_at or now
         self.recorder.start(
-            self.plan, self.previous.resumed, self.run.sources, prepared, self.run.parity_set
+            self.plan, now, self.previous.resumed, self.run.sources, prepared, self.run.parity_set
         )
         if self.previous.resumed:
             self.prog.set_phase("resume")  # the first event says what was kept and what is left
