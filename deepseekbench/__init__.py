@@ -26,6 +26,7 @@ holds the rule, for every import in every module (inside functions and
     _engine/             the embedded reference engine (a server; shares only _types)
     _types/              shared vocabulary: axes, requests, acceptance, parity, rows
     _errors              the one exception tree
+    _version             the version string (recorded in every results file)
 
 **Import cost.** ``import deepseekbench`` imports none of the stages: every public
 name is looked up in ``_IMPORTS`` on first use (module ``__getattr__``, as pydantic
@@ -273,7 +274,7 @@ if TYPE_CHECKING:
         write_rows,
     )
 
-__version__ = "0.1.0"
+from deepseekbench._version import __version__
 
 # public name -> the module that defines it
 _IMPORTS: dict[str, str] = {

@@ -112,6 +112,7 @@ from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
+from deepseekbench._version import __version__
 
 __all__ = [
     "DryRunResult",
@@ -654,8 +655,6 @@ class _Steps:
 
 
 def _library_version() -> str:
-    from deepseekbench import __version__
-
     return __version__
 
 

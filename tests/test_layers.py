@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "deepseekbench"
 
 # lowest first; a layer may import itself and anything before it
 LAYERS = (
+    "_version",
     "_errors",
     "_types",
     "_engine",
