@@ -443,7 +443,7 @@ def _problems(exc: ValidationError) -> str:
     out = []
     for err in exc.errors()[:3]:
         where = ".".join(str(part) for part in err["loc"][1:])  # [0] is the record kind
-        got = "" if err["type"] == "missing" else f" (got {str(err.get('input'))[:60]!r})"
+        got = "" if err["type"] == "missing" else f" (got {repr(err.get('input'))[:60]})"
         out.append(f"{where!r}: {err['msg']}{got}")
     more = exc.error_count() - len(out)
     return "; ".join(out) + (f"; and {more} more" if more > 0 else "")
