@@ -189,6 +189,7 @@ def _shape(text: str) -> list[str]:
     for line in text.strip("\n").splitlines():
         line = line.replace(" within noise", "")
         line = re.sub(r"'[^']*'", "Q", line)
+        line = re.sub(r"plan [0-9a-f]{16}", "plan H", line)  # the hash of the run's ports
         line = re.sub(r"-{3,}", "-", line)
         line = re.sub(r"\d+(\.\d+)?", "N", line)
         out.append(re.sub(r"\s+", " ", line).strip())
