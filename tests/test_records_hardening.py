@@ -28,6 +28,9 @@ from deepseekbench import (
 from deepseekbench._cli import EXIT_USAGE, main
 from deepseekbench._plan._tasks import load_tasks
 from deepseekbench._plan._workload import load_jsonl
+from deepseekbench._store._records import ParityOutputRecord, parse_record
+from deepseekbench._store._results import ResultsStore, read_numbered_records
+from deepseekbench._types._parity import ParityOutput
 from tests._helpers import COSTS, make_row, off_and_mtp, plan_of
 
 SEPARATORS = "a\u2028b\u2029c\x85d\x0be\x0cf\x1cg"
@@ -163,3 +166,21 @@ def test_every_export_carries_the_run_metadata(tmp_path: Path) -> None:
     assert first["run_started_at"] == meta.started_at and first["engine"] == "embedded (vllm)"
     code, out, _ = _cli("report", str(results), "--format", "markdown")
     assert code == 0 and f"plan {meta.plan_hash}" in out
+
+
+def test_a_results_file_keeps_line_separators_inside_strings(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    store = ResultsStore(path)
+    rec = ParityOutputRecord(
+        plan_hash="h",
+        route="off",
+        reasoning_mode="non_think",
+        parity_pass=1,
+        prompt_id="p",
+        output=ParityOutput(prompt_id="p", text=SEPARATORS),
+    )
+    store.append(rec)
+    store.close()
+    assert "\u2028".encode() in path.read_bytes()  # raw in the file, one line
+    ((number, raw),) = read_numbered_records(path)
+    assert number == 1 and parse_record(raw) == rec
