@@ -24,6 +24,7 @@ holds the rule, for every import in every module (inside functions and
     _launch/             start real engines (vLLM, llama.cpp) for tests and benchmarks
     _net/                transport, the live gate, routes, the reachability probe
     _engine/             the embedded reference engine (a server; shares only _types)
+    _dialects/           one adapter per engine (vllm, sglang, llamacpp, openai, deepseek, auto)
     _types/              shared vocabulary: axes, requests, acceptance, parity, rows
     _errors              the one exception tree
 
@@ -62,6 +63,10 @@ if TYPE_CHECKING:
         SpeedupVerdict,
         compare_speedup,
     )
+    from deepseekbench._dialects import read_acceptance
+    from deepseekbench._dialects.llamacpp import acceptance_from_llamacpp
+    from deepseekbench._dialects.sglang import acceptance_from_sglang
+    from deepseekbench._dialects.vllm import acceptance_from_vllm
     from deepseekbench._engine import (
         FAULT_HEADER,
         CostModel,
@@ -214,13 +219,7 @@ if TYPE_CHECKING:
         ResultsRun,
         list_runs,
     )
-    from deepseekbench._types._acceptance import (
-        AcceptanceRecord,
-        acceptance_from_llamacpp,
-        acceptance_from_sglang,
-        acceptance_from_vllm,
-        read_acceptance,
-    )
+    from deepseekbench._types._acceptance import AcceptanceRecord
     from deepseekbench._types._axes import (
         KEY_AXES,
         LOAD_AXES,
@@ -397,9 +396,9 @@ _IMPORTS: dict[str, str] = {
     "WorkloadItem": "deepseekbench._plan._workload",
     "WorkloadLengthError": "deepseekbench._errors",
     "WorkloadPlan": "deepseekbench._plan._plan",
-    "acceptance_from_llamacpp": "deepseekbench._types._acceptance",
-    "acceptance_from_sglang": "deepseekbench._types._acceptance",
-    "acceptance_from_vllm": "deepseekbench._types._acceptance",
+    "acceptance_from_llamacpp": "deepseekbench._dialects.llamacpp",
+    "acceptance_from_sglang": "deepseekbench._dialects.sglang",
+    "acceptance_from_vllm": "deepseekbench._dialects.vllm",
     "all_reference_tasks": "deepseekbench._engine",
     "bootstrap_speedup_ci": "deepseekbench._report._scorecard",
     "category_speedups": "deepseekbench._analysis._breakdown",
@@ -431,7 +430,7 @@ _IMPORTS: dict[str, str] = {
     "parse_metrics": "deepseekbench._measure._server_metrics",
     "pool_limits": "deepseekbench._net._transport",
     "probe_model_capability": "deepseekbench._plan._capability",
-    "read_acceptance": "deepseekbench._types._acceptance",
+    "read_acceptance": "deepseekbench._dialects",
     "read_rows": "deepseekbench._types._row",
     "reasoning_controls": "deepseekbench._net._route",
     "reference_tasks": "deepseekbench._engine",
@@ -639,7 +638,7 @@ def __dir__() -> list[str]:
 # public name from ``deepseekbench`` instead. (``_plan``, ``_measure`` and
 # ``_analysis`` are now the stage folders themselves.)
 _MOVED: dict[str, str] = {
-    "deepseekbench._acceptance": "deepseekbench._types._acceptance",
+    "deepseekbench._acceptance": "deepseekbench._dialects",
     "deepseekbench._axes": "deepseekbench._types._axes",
     "deepseekbench._breakdown": "deepseekbench._analysis._breakdown",
     "deepseekbench._capability": "deepseekbench._plan._capability",

@@ -22,6 +22,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "deepseekbench"
 LAYERS = (
     "_errors",
     "_types",
+    "_dialects",
     "_engine",
     "_net",
     "_launch",

@@ -46,6 +46,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from deepseekbench._dialects import SERVER_TIME_FIELDS, dialect_for
 from deepseekbench._errors import LiveGateError
 from deepseekbench._measure._selfcheck import current_selfcheck
 from deepseekbench._measure._sse import (
@@ -57,7 +58,7 @@ from deepseekbench._measure._sse import (
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import POOL_CLOCK, PoolClock, fast_reads
-from deepseekbench._types._acceptance import AcceptanceRecord, read_acceptance
+from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._request import ChatRequest, coerce_request
 
@@ -528,6 +529,7 @@ class _Accumulator:
 
     def __init__(self, dialect: Dialect, start_ns: int, limits: StreamLimits | None = None) -> None:
         self.dialect = dialect
+        self.adapter = dialect_for(dialect)
         self.start_ns = start_ns
         self.limits = limits or StreamLimits()
         self.text: list[str] = []
@@ -670,14 +672,15 @@ class _Accumulator:
             choices = []
         has_token = False
         # acceptance adapters run only where a chunk can carry acceptance figures
-        spec = any(k in chunk for k in ("metrics", "meta_info", "timings", "sglext"))
+        spec_keys, choice_keys = self.adapter.spec_keys, self.adapter.choice_spec_keys
+        spec = any(k in chunk for k in spec_keys)
         for choice in choices:
             if choice is None:
                 continue
             if not isinstance(choice, dict):
                 self.fail(ErrorKind.invalid_event, "a choice is not an object")
                 continue
-            spec = spec or "meta_info" in choice or "speculative_decoding_stats" in choice
+            spec = spec or any(k in choice for k in choice_keys)
             index = choice.get("index", 0)
             if isinstance(index, int):
                 self.choice_indexes.add(index)
@@ -696,12 +699,12 @@ class _Accumulator:
         return has_token
 
     def _on_spec(self, chunk: dict[str, Any]) -> None:
-        record = read_acceptance(chunk, self.dialect)
+        record = self.adapter.read_acceptance(chunk)
         if record is not None:
             self.acceptance = record
-        metrics = chunk.get("metrics")
-        if isinstance(metrics, dict):
-            self.server_timing = metrics
+        times = self.adapter.server_times(chunk)
+        if times is not None:
+            self.server_timing = dict(times)
 
     def _on_choice(self, choice: dict[str, Any]) -> bool:
         has_token = False
@@ -771,13 +774,7 @@ class _Accumulator:
 
     def _server_times(self) -> dict[str, float | None]:
         m = self.server_timing
-        return {
-            "server_ttft_ms": _ms_or_none(m.get("time_to_first_token_ms")),
-            "server_queue_ms": _ms_or_none(m.get("queue_time_ms")),
-            "server_generation_ms": _ms_or_none(m.get("generation_time_ms")),
-            "server_mean_itl_ms": _ms_or_none(m.get("mean_itl_ms")),
-            "server_toks_per_s": _ms_or_none(m.get("tokens_per_second")),
-        }
+        return {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
 
     def measurement(self, route: EngineRoute) -> StreamMeasurement:
         usage = self.usage

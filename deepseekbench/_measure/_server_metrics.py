@@ -63,6 +63,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
+from deepseekbench._dialects import CounterSet, GaugeSet, all_dialects
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -79,39 +80,39 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
-_VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-_VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-_LLAMACPP_DRAFTS = "llamacpp:spec_decode_num_drafts"
-_LLAMACPP_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens"
-_LLAMACPP_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens"
-_SGLANG_LENGTH = "sglang:spec_accept_length"
-_SGLANG_RATE = "sglang:spec_accept_rate"
-_VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-_LLAMACPP_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos"
 _PROCESS_START = "process_start_time_seconds"
-# (engine, source, (drafts = verify steps, draft tokens, accepted tokens), per-position family)
-_COUNTER_SETS: tuple[tuple[Dialect, str, tuple[str, str, str], str], ...] = (
-    (
-        Dialect.vllm,
-        "prometheus:vllm:spec_decode_*",
-        (_VLLM_DRAFTS, _VLLM_DRAFT_TOKENS, _VLLM_ACCEPTED),
-        _VLLM_PER_POS,
-    ),
-    (
-        Dialect.llamacpp,
-        "prometheus:llamacpp:spec_decode_*",
-        (_LLAMACPP_DRAFTS, _LLAMACPP_DRAFT_TOKENS, _LLAMACPP_ACCEPTED),
-        _LLAMACPP_PER_POS,
-    ),
-)
-_PER_POS = frozenset({per_pos for *_, per_pos in _COUNTER_SETS})
-_GAUGES = frozenset({_SGLANG_LENGTH, _SGLANG_RATE})
+
+
+def _counter_sets() -> tuple[tuple[Dialect, CounterSet], ...]:
+    """Every registered engine's counter sets, in registry order (vLLM's, then
+    llama.cpp's for the built-in engines), each once."""
+    found: dict[CounterSet, Dialect] = {}
+    for adapter in all_dialects():
+        for cs in adapter.counter_sets:
+            found.setdefault(cs, adapter.engine)
+    return tuple((engine, cs) for cs, engine in found.items())
+
+
+def _gauge_sets() -> tuple[tuple[Dialect, GaugeSet], ...]:
+    """Every registered engine's gauge sets (SGLang's for the built-in engines), each once."""
+    found: dict[GaugeSet, Dialect] = {}
+    for adapter in all_dialects():
+        for gs in adapter.gauge_sets:
+            found.setdefault(gs, adapter.engine)
+    return tuple((engine, gs) for gs, engine in found.items())
+
+
+def _families() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """``(wanted, per_position, gauges)``: the family names a scrape keeps; ``wanted``
+    holds the counters and gauges, ``per_position`` the per-position families."""
+    counters = [cs for _, cs in _counter_sets()]
+    gauges = frozenset(n for _, gs in _gauge_sets() for n in (gs.rate, gs.length))
+    wanted = frozenset(n for cs in counters for n in cs.names) | gauges
+    return wanted, frozenset(cs.per_position for cs in counters), gauges
+
+
 _COPY_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "ep_rank", "attn_tp_rank"})
 """Labels whose series are copies of one figure (parallel ranks of one scheduler group)."""
-_WANTED = frozenset(
-    {name for _, _, names, _ in _COUNTER_SETS for name in names} | {_SGLANG_LENGTH, _SGLANG_RATE}
-)
 
 
 class MetricsSnapshot(BaseModel):
@@ -143,6 +144,7 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
     Samples whose ``model_name`` label differs from ``model_name`` (when given)
     are skipped. Unparsable text gives a snapshot with ``error`` set.
     """
+    wanted, per_pos, gauges = _families()
     values: dict[str, float] = {}
     series: dict[str, dict[str, float]] = {}
     markers: dict[str, float] = {}
@@ -155,22 +157,22 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
                 name, key = sample.name, _labels_key(sample.labels)
                 if name == _PROCESS_START or name.endswith("_created"):
                     base = name.removesuffix("_created")
-                    if base == _PROCESS_START or base in _WANTED or base in _PER_POS:
+                    if base == _PROCESS_START or base in wanted or base in per_pos:
                         markers[f"{name}{key}"] = float(sample.value)
                     continue
                 name = name.removesuffix("_total")
-                if name not in _WANTED and name not in _PER_POS:
+                if name not in wanted and name not in per_pos:
                     continue
                 per_label = series.setdefault(name, {})
                 per_label[key] = per_label.get(key, 0.0) + float(sample.value)
     except ValueError as exc:
         return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"unparsable metrics: {exc}")
     for name, per_label in series.items():
-        if name in _GAUGES:
+        if name in gauges:
             value = _gauge_value(per_label)
             if value is not None:
                 values[name] = value
-        elif name in _WANTED:
+        elif name in wanted:
             merged = _merge_copies(per_label)
             if merged is not None:
                 values[name] = sum(merged.values())
@@ -253,13 +255,9 @@ async def scrape_metrics(
     return parse_metrics(response.text, model_name=model)
 
 
-_COUNTER_FAMILIES = frozenset(
-    {name for _, _, names, per_pos in _COUNTER_SETS for name in (*names, per_pos)}
-)
-
-
 def _counters(snapshot: MetricsSnapshot) -> dict[str, dict[str, float]]:
-    return {k: v for k, v in snapshot.series.items() if k in _COUNTER_FAMILIES}
+    families = {n for _, cs in _counter_sets() for n in (*cs.names, cs.per_position)}
+    return {k: v for k, v in snapshot.series.items() if k in families}
 
 
 async def scrape_settled(
@@ -470,21 +468,23 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> Acceptance
     if _restarted(before, after):
         _log.warning("/metrics window dropped: the server restarted between the scrapes")
         return None
-    for engine, source, names, per_pos in _COUNTER_SETS:
-        if not any(n in after.series or n in before.series for n in names):
+    for engine, cs in _counter_sets():
+        if not any(n in after.series or n in before.series for n in cs.names):
             continue
         try:
-            return _counter_record(before, after, engine, source, names, per_pos)
+            return _counter_record(before, after, engine, cs.source, cs.names, cs.per_position)
         except _Inconsistent as exc:
             _log.warning("/metrics window dropped: %s", exc)
             return None
     a = after.values
-    if _SGLANG_LENGTH in a or _SGLANG_RATE in a:
+    for engine, gs in _gauge_sets():
+        if gs.length not in a and gs.rate not in a:
+            continue
         record = AcceptanceRecord.from_counts(
-            engine=Dialect.sglang,
-            source="prometheus:sglang:spec_accept_*",
-            reported_ratio=a.get(_SGLANG_RATE),
-            reported_length=a.get(_SGLANG_LENGTH),
+            engine=engine,
+            source=gs.source,
+            reported_ratio=a.get(gs.rate),
+            reported_length=a.get(gs.length),
             scope=AcceptanceScope.server_wide,
         )
         if record.known:

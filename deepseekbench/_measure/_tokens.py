@@ -34,11 +34,11 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
+from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import TokenizeError
 from deepseekbench._measure._measure import StreamMeasurement, _check_gated
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._types._axes import Dialect
 
 __all__ = [
     "EndpointTokenCounter",
@@ -79,9 +79,7 @@ def tokenize_url(route: EngineRoute) -> str:
 
 
 def _tokenize_body(route: EngineRoute, text: str) -> dict[str, Any]:
-    if route.dialect is Dialect.llamacpp:
-        return {"content": text, "add_special": False}
-    return {"model": route.model, "prompt": text, "add_special_tokens": False}
+    return dialect_for(route.dialect).tokenize_body(route.model, text)
 
 
 def _count_from(payload: Any) -> int | None:
