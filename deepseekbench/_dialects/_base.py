@@ -52,22 +52,23 @@ SERVER_TIME_FIELDS: tuple[str, ...] = (
 class CounterSet:
     """One engine's Prometheus speculative counters (monotonic, summed over the run).
 
-    ``drafts``: verify steps (may be missing on early engines); ``draft_tokens``
-    and ``accepted``: tokens; ``per_position``: the family of accepted tokens per
-    draft position (label ``position``); ``source``: the record's ``source`` text.
-    Names are written without ``_total``.
+    ``drafts``: verify steps (``None`` for an engine that exports none, e.g.
+    TensorRT-LLM: acceptance length then stays unknown); ``draft_tokens`` and
+    ``accepted``: tokens; ``per_position``: the family of accepted tokens per
+    draft position (label ``position``; ``None`` when not exported); ``source``:
+    the record's ``source`` text. Names are written without ``_total``.
     """
 
     source: str
-    drafts: str
+    drafts: str | None
     draft_tokens: str
     accepted: str
-    per_position: str
+    per_position: str | None
 
     @property
-    def names(self) -> tuple[str, str, str]:
-        """``(drafts, draft_tokens, accepted)``."""
-        return (self.drafts, self.draft_tokens, self.accepted)
+    def names(self) -> tuple[str, ...]:
+        """The exported counter families: ``drafts`` (when set), ``draft_tokens``, ``accepted``."""
+        return tuple(n for n in (self.drafts, self.draft_tokens, self.accepted) if n is not None)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 * Request: vLLM's fields (``chat_template_kwargs``, ``ignore_eos`` +
   ``min_tokens``, ``continuous_usage_stats``) plus SGLang's
   ``return_spec_tokens_details: true``.
-* Response: acceptance from vLLM's places, then SGLang's, then llama.cpp's
-  (first hit wins); vLLM's server times.
+* Response: acceptance from vLLM's places, then SGLang's, then llama.cpp's, then
+  TensorRT-LLM's (first hit wins); vLLM's server times.
 * ``/metrics`` is read the same for every dialect (every registered counter set).
 """
 
@@ -16,12 +16,13 @@ from typing import Any, ClassVar
 from deepseekbench._dialects._base import EngineDialect
 from deepseekbench._dialects.llamacpp import DIALECT as LLAMACPP
 from deepseekbench._dialects.sglang import DIALECT as SGLANG
+from deepseekbench._dialects.trtllm import DIALECT as TRTLLM
 from deepseekbench._dialects.vllm import DIALECT as VLLM
 from deepseekbench._types._acceptance import AcceptanceRecord
 
 __all__ = ["DIALECT", "AutoDialect"]
 
-_READERS: tuple[EngineDialect, ...] = (VLLM, SGLANG, LLAMACPP)
+_READERS: tuple[EngineDialect, ...] = (VLLM, SGLANG, LLAMACPP, TRTLLM)
 
 
 class AutoDialect(EngineDialect):
@@ -43,7 +44,7 @@ class AutoDialect(EngineDialect):
         return SGLANG.report_extras()
 
     def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
-        """vLLM's places, then SGLang's, then llama.cpp's; first hit wins."""
+        """vLLM's places, then SGLang's, llama.cpp's, TensorRT-LLM's; first hit wins."""
         for reader in _READERS:
             record = reader.read_acceptance(chunk)
             if record is not None:

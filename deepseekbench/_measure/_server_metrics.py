@@ -108,7 +108,8 @@ def _families() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     counters = [cs for _, cs in _counter_sets()]
     gauges = frozenset(n for _, gs in _gauge_sets() for n in (gs.rate, gs.length))
     wanted = frozenset(n for cs in counters for n in cs.names) | gauges
-    return wanted, frozenset(cs.per_position for cs in counters), gauges
+    per_pos = frozenset(cs.per_position for cs in counters if cs.per_position is not None)
+    return wanted, per_pos, gauges
 
 
 _COPY_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "ep_rank", "attn_tp_rank"})
@@ -256,7 +257,7 @@ async def scrape_metrics(
 
 
 def _counters(snapshot: MetricsSnapshot) -> dict[str, dict[str, float]]:
-    families = {n for _, cs in _counter_sets() for n in (*cs.names, cs.per_position)}
+    families = {n for _, cs in _counter_sets() for n in (*cs.names, cs.per_position) if n}
     return {k: v for k, v in snapshot.series.items() if k in families}
 
 
@@ -417,29 +418,26 @@ def _by_position(
 
 
 def _counter_record(
-    before: MetricsSnapshot,
-    after: MetricsSnapshot,
-    engine: Dialect,
-    source: str,
-    names: tuple[str, str, str],
-    per_pos: str,
+    before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect, cs: CounterSet
 ) -> AcceptanceRecord:
-    """The record of one counter set; verify steps may be missing (early vLLM V1).
+    """The record of one counter set; verify steps may be missing (early vLLM V1,
+    TensorRT-LLM), and so per-position acceptance.
 
     Raises:
         _Inconsistent: see :func:`_delta` and :func:`_by_position`; also
             accepted > drafted.
     """
-    steps = _optional_delta(before, after, names[0])
-    drafted, accepted = (_delta(before, after, n) for n in names[1:])
+    steps = _optional_delta(before, after, cs.drafts) if cs.drafts is not None else None
+    drafted = _delta(before, after, cs.draft_tokens)
+    accepted = _delta(before, after, cs.accepted)
     if accepted > drafted:
         raise _Inconsistent("accepted tokens exceed drafted tokens")
     by_pos = None
-    if steps is not None:
-        by_pos = _by_position(before, after, per_pos, steps, accepted)
+    if steps is not None and cs.per_position is not None:
+        by_pos = _by_position(before, after, cs.per_position, steps, accepted)
     return AcceptanceRecord.from_counts(
         engine=engine,
-        source=source,
+        source=cs.source,
         draft_tokens=drafted,
         accepted_tokens=accepted,
         verify_steps=steps,
@@ -472,7 +470,7 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> Acceptance
         if not any(n in after.series or n in before.series for n in cs.names):
             continue
         try:
-            return _counter_record(before, after, engine, cs.source, cs.names, cs.per_position)
+            return _counter_record(before, after, engine, cs)
         except _Inconsistent as exc:
             _log.warning("/metrics window dropped: %s", exc)
             return None
