@@ -72,6 +72,7 @@ from deepseekbench._types._axes import (
     ReasoningMode,
     Speculative,
 )
+from deepseekbench._userfile import SMALL_FILE_MAX_BYTES, read_user_text
 
 __all__ = [
     "ArrivalPlan",
@@ -84,10 +85,6 @@ __all__ = [
     "WorkloadPlan",
     "validation_error_lines",
 ]
-
-def _bad_utf8(exc: UnicodeDecodeError) -> str:
-    return f"{exc.reason} at byte {exc.start}"
-
 
 # hide_input_in_errors: str(ValidationError) never repeats a refused value, which
 # may be a secret (a key pasted into api_key_env, user-info in a base_url).
@@ -802,14 +799,7 @@ class BenchmarkPlan(BaseModel):
         if self.workload.prompts_file:
             p = self.resolve(self.workload.prompts_file)
             out: list[str] = []
-            if p.exists() and not p.is_file():
-                raise PlanError(f"prompts file {p} is not a regular file")
-            try:
-                lines = p.read_text(encoding="utf-8").splitlines()
-            except OSError as exc:
-                raise PlanError(f"cannot read prompts file {p}: {exc}") from exc
-            except UnicodeDecodeError as exc:
-                raise PlanError(f"prompts file {p} is not UTF-8 text: {_bad_utf8(exc)}") from None
+            lines = read_user_text(p, what="prompts file", fail=PlanError).splitlines()
             for number, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
@@ -990,14 +980,7 @@ class BenchmarkPlan(BaseModel):
                 plan (the message names the file).
         """
         p = Path(path)
-        if p.exists() and not p.is_file():
-            raise PlanError(f"plan {p} is not a regular file")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise PlanError(f"cannot read plan {p}: {exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise PlanError(f"plan {p} is not UTF-8 text: {_bad_utf8(exc)}") from None
+        text = read_user_text(p, what="plan", fail=PlanError, max_bytes=SMALL_FILE_MAX_BYTES)
         try:
             if p.suffix.lower() == ".toml":
                 return cls.from_toml(text, base_dir=p.parent)
