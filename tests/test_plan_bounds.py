@@ -82,3 +82,22 @@ def test_a_near_zero_arrival_rate_is_refused(tmp_path: Path, rate: str) -> None:
 def test_the_slowest_allowed_rate_loads() -> None:
     plan = BenchmarkPlan.from_toml(EXAMPLE.replace("rate_per_s = 8.0", "rate_per_s = 0.001"))
     assert plan.arrival.rate_per_s == 0.001
+
+
+@pytest.mark.parametrize("depth", [100, 300, 450])
+def test_deep_values_inside_the_plan_are_one_line(tmp_path: Path, depth: int) -> None:
+    nested = "[" * depth + "]" * depth
+    text = EXAMPLE.replace(
+        'dialect = "vllm"\n', f'dialect = "vllm"\nrequest_extras = {{x = {nested}}}\n', 1
+    )
+    message = _load(tmp_path, text)
+    assert "\n" not in message
+    assert "routes[0].request_extras.x..." in message and "more than 64 levels deep" in message
+
+
+def test_values_64_levels_deep_load() -> None:
+    nested = "[" * 60 + "]" * 60
+    text = EXAMPLE.replace(
+        'dialect = "vllm"\n', f'dialect = "vllm"\nrequest_extras = {{x = {nested}}}\n', 1
+    )
+    assert BenchmarkPlan.from_toml(text).routes[0].request_extras is not None

@@ -231,6 +231,26 @@ def _one_line(text: str) -> str:
     return _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+_MAX_PLAN_DEPTH = 64
+"""Deepest nesting of lists and tables a plan may hold: deeper values (in
+``request_extras``, say) overflow pydantic's serializer or Python's recursion."""
+
+
+def _too_deep(data: Any, limit: int) -> list[int | str] | None:
+    """The path of a value nested more than ``limit`` levels deep in ``data``, or
+    ``None``; iterative, so it never recurses itself."""
+    stack: list[tuple[Any, list[int | str]]] = [(data, [])]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > limit:
+            return path[: limit + 1]
+        if isinstance(value, Mapping):
+            stack.extend((v, [*path, str(k)]) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((v, [*path, i]) for i, v in enumerate(value))
+    return None
+
+
 class RoutePlan(BaseModel):
     """One serving endpoint in a plan.
 
@@ -961,8 +981,15 @@ class BenchmarkPlan(BaseModel):
         """Validate a plan from a mapping.
 
         Raises:
-            PlanError: the mapping is not a valid plan (wraps the validation error).
+            PlanError: the mapping is not a valid plan (wraps the validation error),
+                or its values nest deeper than ``_MAX_PLAN_DEPTH`` (64) levels.
         """
+        deep = _too_deep(data, _MAX_PLAN_DEPTH)
+        if deep is not None:
+            raise PlanError(
+                f"invalid plan: {_one_line(_loc_text(deep[:4]))}... nests lists or tables "
+                f"more than {_MAX_PLAN_DEPTH} levels deep"
+            )
         payload = dict(data)
         if base_dir is not None:
             payload.setdefault("base_dir", str(Path(base_dir).resolve()))
