@@ -26,6 +26,7 @@ holds the rule, for every import in every module (inside functions and
     _engine/             the embedded reference engine (a server; shares only _types)
     _dialects/           one adapter per engine (vllm, sglang, llamacpp, openai, deepseek, auto)
     _types/              shared vocabulary: axes, requests, acceptance, parity, rows
+    _userfile            the one reader for user files (plan, datasets, tasks, model)
     _errors              the one exception tree
 
 **Import cost.** ``import deepseekbench`` imports none of the stages: every public

@@ -592,10 +592,21 @@ def main(
             return _report(args, out, err)
         if args.command == "serve":
             from deepseekbench._engine import config_from_args, serve
+            from deepseekbench._engine._embedded import is_loopback_host
 
             config = config_from_args(args)
+            if not args.allow_non_loopback and not is_loopback_host(args.host):
+                err.write(
+                    f"deepseekbench: serve --host {args.host} is not a loopback address; the "
+                    "embedded engine has no authentication: pass --allow-non-loopback to "
+                    "serve it beyond this machine\n"
+                )
+                return EXIT_USAGE
+            allow = bool(args.allow_non_loopback)
             try:
-                anyio.run(lambda: serve(config, args.host, args.port))
+                anyio.run(
+                    lambda: serve(config, args.host, args.port, allow_non_loopback=allow)
+                )
             except KeyboardInterrupt:
                 return EXIT_OK
             return EXIT_OK

@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "deepseekbench"
 # lowest first; a layer may import itself and anything before it
 LAYERS = (
     "_errors",
+    "_userfile",
     "_types",
     "_dialects",
     "_engine",

@@ -53,12 +53,14 @@ or accepted > drafted. Label sets of one counter family (vLLM data-parallel
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from collections.abc import Mapping
 
 import anyio
+import anyio.to_thread
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
@@ -227,7 +229,12 @@ async def scrape_metrics(
         gate: every scrape passes it; a gated ``client`` may be shared.
         client: a client made by ``gate.client()``; every transport it may use
             (mounts included) must be gated by ``gate``.
-        timeout_s: whole-scrape timeout (s).
+        timeout_s: overall deadline (s) for the whole scrape, connect to the
+            body's last byte (a server trickling 1 byte/s cannot stretch it), and
+            httpx's per-phase timeout. A scrape past it, a body over 16 MiB (read
+            no further), an HTTP error, a malformed response or unparsable text
+            gives a snapshot with ``error`` set, never an exception. A body over
+            256 KiB is parsed in a worker thread, off the event loop.
 
     Raises:
         LiveGateError: the gate refuses the URL, or ``client`` has a transport
@@ -241,19 +248,46 @@ async def scrape_metrics(
         gate.check_client(client)
     headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
     model = route.model if filter_model else None
-    try:
-        if client is None:
-            async with gate.client(timeout=timeout_s) as own:
-                response = await _get(own, url, headers, timeout_s)
-        else:
-            response = await _get(client, url, headers, timeout_s)
-    except httpx.HTTPError as exc:
-        return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"{type(exc).__name__}")
-    if not response.is_success:
-        return MetricsSnapshot(
-            taken_ns=time.perf_counter_ns(), error=f"HTTP {response.status_code}"
-        )
-    return parse_metrics(response.text, model_name=model)
+    body: bytes | None = None
+    status = 0
+    with anyio.move_on_after(timeout_s) as deadline:
+        try:
+            if client is None:
+                async with gate.client(timeout=timeout_s) as own:
+                    status, body = await _get(own, url, headers, timeout_s)
+            else:
+                status, body = await _get(client, url, headers, timeout_s)
+        except httpx.HTTPError as exc:
+            return _failed(f"{type(exc).__name__}")
+        except _TooBig:
+            return _failed(f"metrics body over {_METRICS_MAX_BYTES} bytes: not read further")
+    if body is None or deadline.cancelled_caught:
+        return _failed(f"scrape not finished within timeout_s={timeout_s} s (headers and body)")
+    if not 200 <= status < 300:
+        return _failed(f"HTTP {status}")
+    text = body.decode("utf-8", errors="replace")
+    if len(body) <= _PARSE_ON_LOOP_BYTES:
+        return parse_metrics(text, model_name=model)
+    # a large exposition takes seconds of pure-Python parsing: off the event loop, so
+    # the run's streams keep their timestamps (the GIL is shared, the loop still turns)
+    return await anyio.to_thread.run_sync(functools.partial(parse_metrics, text, model_name=model))
+
+
+_METRICS_MAX_BYTES = 16 * 1024 * 1024
+"""Largest ``/metrics`` body read (bytes): a vLLM or SGLang exposition is well under
+1 MB even with per-position series; a larger one is recorded as a failed scrape."""
+
+_PARSE_ON_LOOP_BYTES = 256 * 1024
+"""Bodies up to this size (bytes) are parsed on the event loop (a few ms); larger
+ones in a worker thread."""
+
+
+def _failed(error: str) -> MetricsSnapshot:
+    return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=error)
+
+
+class _TooBig(Exception):
+    """The ``/metrics`` body passed :data:`_METRICS_MAX_BYTES`."""
 
 
 def _counters(snapshot: MetricsSnapshot) -> dict[str, dict[str, float]]:
@@ -309,9 +343,10 @@ async def scrape_settled(
 
 async def _get(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
-) -> httpx.Response:
-    """GET ``url``, sent once more on a new connection when a pooled keep-alive
-    connection was closed by the server before it answered.
+) -> tuple[int, bytes]:
+    """GET ``url``: its status and body (empty for a non-2xx answer), the body read
+    up to :data:`_METRICS_MAX_BYTES`; sent once more on a new connection when a
+    pooled keep-alive connection was closed by the server before it answered.
 
     Engines close idle keep-alive connections (llama-server after 5 s) while the
     client's pool still holds them; a scrape after a long block reuses such a
@@ -321,11 +356,29 @@ async def _get(
 
     Raises:
         httpx.HTTPError: the request failed (the second time, for a stale connection).
+        _TooBig: the body passed :data:`_METRICS_MAX_BYTES`.
     """
     try:
-        return await client.get(url, headers=headers, timeout=timeout_s)
+        return await _get_once(client, url, headers, timeout_s)
     except httpx.RemoteProtocolError:
-        return await client.get(url, headers=headers, timeout=timeout_s)
+        return await _get_once(client, url, headers, timeout_s)
+
+
+async def _get_once(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
+) -> tuple[int, bytes]:
+    async with client.stream("GET", url, headers=headers, timeout=timeout_s) as response:
+        if not response.is_success:
+            return response.status_code, b""
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > _METRICS_MAX_BYTES:
+            raise _TooBig
+        body = bytearray()
+        async for part in response.aiter_bytes():
+            body += part
+            if len(body) > _METRICS_MAX_BYTES:
+                raise _TooBig
+        return response.status_code, bytes(body)
 
 
 class _Inconsistent(Exception):

@@ -109,7 +109,11 @@ def check_base_url(url: str) -> str:
             "base_url must not carry user-info (user:password@): pass the key as the "
             "route's api_key (api_key_env in a plan); the URL is not shown"
         )
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    try:
+        host = parsed.host  # decodes an IDNA A-label ("xn--..."): it may be invalid
+    except UnicodeError as exc:  # idna.IDNAError
+        _bad_base_url(url, f"has a host that is not valid IDNA ({exc})")
+    if parsed.scheme not in ("http", "https") or not host:
         _bad_base_url(url, "must be an http(s) URL with a host")
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
         _bad_base_url(url, f"has port {parsed.port}, outside 1..65535")
