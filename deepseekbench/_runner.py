@@ -90,6 +90,7 @@ from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
+from deepseekbench._types._secrets import secret_values
 
 __all__ = [
     "DryRunResult",
@@ -552,7 +553,7 @@ async def run_plan(
 
     # a server may echo any route's key, or the gate's: none lands in the file
     keys = (gate.api_key, *(r.api_key for r in routes.values()))
-    secrets = tuple(k.get_secret_value() for k in keys if k is not None)
+    secrets = secret_values(*keys)
 
     def on_sent(block: Block, sent: Sent) -> None:
         clean = redact_measurement(sent.measurement, secrets)

@@ -68,6 +68,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import AcceptanceScope, Dialect
+from deepseekbench._types._secrets import printable, safe_server_text
 
 __all__ = [
     "MetricsSnapshot",
@@ -164,7 +165,9 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
                 per_label = series.setdefault(name, {})
                 per_label[key] = per_label.get(key, 0.0) + float(sample.value)
     except ValueError as exc:
-        return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"unparsable metrics: {exc}")
+        return MetricsSnapshot(
+            taken_ns=time.perf_counter_ns(), error=printable(f"unparsable metrics: {exc}")
+        )
     for name, per_label in series.items():
         if name in _GAUGES:
             value = _gauge_value(per_label)
@@ -250,7 +253,14 @@ async def scrape_metrics(
         return MetricsSnapshot(
             taken_ns=time.perf_counter_ns(), error=f"HTTP {response.status_code}"
         )
-    return parse_metrics(response.text, model_name=model)
+    snapshot = parse_metrics(response.text, model_name=model)
+    if snapshot.error is not None:
+        # a parse error quotes the server's text: a key echoed there, or terminal
+        # escapes, must reach neither the results nor stderr (the one redaction)
+        safe = safe_server_text(snapshot.error, (route.api_key, gate.api_key))
+        if safe != snapshot.error:
+            snapshot = snapshot.model_copy(update={"error": safe})
+    return snapshot
 
 
 _COUNTER_FAMILIES = frozenset(

@@ -40,6 +40,7 @@ from pydantic import SecretStr
 
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._transport import BenchTransport
+from deepseekbench._types._secrets import normalize_key
 
 ENV_API_KEY = "DEEPSEEKBENCH_API_KEY"
 """Environment variable :meth:`LiveGate.from_env` reads the API key from."""
@@ -91,7 +92,8 @@ class LiveGate:
     Args:
         api_key: key for non-loopback hosts (``str`` or ``SecretStr``); sent as
             ``Authorization: Bearer`` to a non-loopback host when the request
-            carries none. Never shown in ``repr``.
+            carries none. Never shown in ``repr``. An empty or whitespace-only
+            key is no key; surrounding whitespace is dropped.
         spend: must be True for any non-loopback request (CLIs map ``--spend``).
         max_requests: refuse after this many admitted requests (``None`` = no limit).
         max_output_tokens: refuse once this many output tokens were charged
@@ -113,9 +115,8 @@ class LiveGate:
             raise ValueError("max_requests must be >= 0")
         if max_output_tokens is not None and max_output_tokens < 0:
             raise ValueError("max_output_tokens must be >= 0")
-        if isinstance(api_key, str):
-            api_key = SecretStr(api_key) if api_key else None
-        self._api_key: SecretStr | None = api_key
+        # a blank key ("", "  ") is no key: it must not open the gate
+        self._api_key: SecretStr | None = normalize_key(api_key)
         self._spend = bool(spend)
         self._max_requests = max_requests
         self._max_output_tokens = max_output_tokens
@@ -140,7 +141,7 @@ class LiveGate:
             ValueError: ``max_requests`` or ``max_output_tokens`` is negative.
         """
         env = os.environ if environ is None else environ
-        key = env.get(ENV_API_KEY) or None
+        key = normalize_key(env.get(ENV_API_KEY))
         env_spend = env.get(ENV_SPEND, "").strip().lower() in _TRUE
         return cls(
             api_key=key,

