@@ -8,6 +8,8 @@ refused before a socket opens.
 from __future__ import annotations
 
 import io
+import sys
+from collections.abc import Iterator
 
 import anyio
 import httpx
@@ -164,5 +166,105 @@ def test_the_cli_error_summary_escapes_server_text() -> None:
     assert "***" in err.getvalue()
 
 
-def _unused() -> None:  # keep imports used by later items in this file
-    _ = (httpx, LiveGateError)
+# -- a proxy on any transport the library builds, or on a wrapper ---------------------
+_OFF_LOOPBACK: list[str] = []  # connects this module's guard refused
+
+
+def _loopback_guard(event: str, args: tuple[object, ...]) -> None:
+    """Refuse (and record) any in-process connect to a non-loopback address."""
+    if event != "socket.connect" or len(args) < 2:
+        return
+    address = args[1]
+    if isinstance(address, tuple) and address and isinstance(address[0], str):
+        host = address[0]
+        if not (host.startswith("127.") or host in ("::1", "localhost")):
+            _OFF_LOOPBACK.append(host)
+            raise PermissionError(f"test guard: connect to {host} refused")
+
+
+sys.addaudithook(_loopback_guard)
+
+
+@pytest.fixture
+def no_packet_leaves() -> Iterator[None]:
+    _OFF_LOOPBACK.clear()
+    yield
+    assert _OFF_LOOPBACK == [], f"connects off loopback: {_OFF_LOOPBACK}"
+
+
+class Wrapper(httpx.AsyncBaseTransport):
+    """A caller's wrapper (retries, logging, …) around another transport."""
+
+    def __init__(self, wrapped: httpx.AsyncBaseTransport) -> None:
+        self.wrapped = wrapped
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.wrapped.handle_async_request(request)
+
+
+def _refused_through(transport: httpx.AsyncBaseTransport) -> None:
+    async def go() -> None:
+        async with LiveGate().client(transport=transport) as client:
+            with pytest.raises(LiveGateError, match=r"192\.0\.2\.1.*proxy"):
+                await client.get("http://127.0.0.1:9/health")
+
+    anyio.run(go)
+
+
+def test_a_proxy_inside_a_wrapper_transport_is_refused(no_packet_leaves: None) -> None:
+    _refused_through(Wrapper(Wrapper(httpx.AsyncHTTPTransport(proxy="http://192.0.2.1:3128"))))
+
+
+def test_a_proxy_on_the_librarys_aiohttp_transport_is_refused(no_packet_leaves: None) -> None:
+    from deepseekbench._net._transport import BenchTransport
+
+    async def go() -> None:
+        transport = BenchTransport()  # picks aiohttp on this asyncio loop
+        inner = transport._pick()
+        inner._inner.proxy = httpx.Proxy("http://192.0.2.1:3128")  # type: ignore[attr-defined]
+        async with LiveGate().client(transport=transport) as client:
+            with pytest.raises(LiveGateError, match=r"192\.0\.2\.1.*proxy"):
+                await client.get("http://127.0.0.1:9/health")
+
+    anyio.run(go)
+
+
+def test_a_proxy_on_an_aiohttp_session_is_refused(no_packet_leaves: None) -> None:
+    import aiohttp
+    from httpx_aiohttp import AiohttpTransport
+
+    async def go() -> None:
+        session = aiohttp.ClientSession(proxy="http://192.0.2.1:3128")
+        async with LiveGate().client(transport=Wrapper(AiohttpTransport(client=session))) as c:
+            with pytest.raises(LiveGateError, match=r"192\.0\.2\.1.*proxy"):
+                await c.get("http://127.0.0.1:9/health")
+        await session.close()
+
+    anyio.run(go)
+
+
+def test_env_proxies_of_a_trust_env_session_are_checked(
+    monkeypatch: pytest.MonkeyPatch, no_packet_leaves: None
+) -> None:
+    import aiohttp
+    from httpx_aiohttp import AiohttpTransport
+
+    monkeypatch.setenv("HTTP_PROXY", "http://192.0.2.1:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    async def go(expect_refusal: bool) -> None:
+        async with replay_server(Script(headers={}, writes=(Write(0, b"ok"),))) as server:
+            session = aiohttp.ClientSession(trust_env=True)
+            transport = AiohttpTransport(client=session)
+            async with LiveGate().client(transport=transport) as client:
+                if expect_refusal:
+                    with pytest.raises(LiveGateError, match=r"192\.0\.2\.1.*proxy"):
+                        await client.get(f"{server.base_url}/health")
+                else:  # NO_PROXY covers the host: aiohttp goes direct, the gate admits
+                    assert (await client.get(f"{server.base_url}/health")).text == "ok"
+            await session.close()
+
+    anyio.run(go, True)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    anyio.run(go, False)
