@@ -490,6 +490,9 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     for label, refusal in result.refusals.items():
         verdict = f"gate would refuse: {refusal}" if refusal else "admitted"
         err.write(f"  route {label}: {verdict}\n")
+    if result.ray_address is not None:
+        verdict = f"gate would refuse: {result.ray_refusal}" if result.ray_refusal else "admitted"
+        err.write(f"  ray cluster {result.ray_address}: {verdict}\n")
     return EXIT_GATE if result.refused else EXIT_OK
 
 

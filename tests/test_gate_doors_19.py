@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import httpx
@@ -18,6 +19,8 @@ import pytest
 from pydantic import SecretStr
 
 from deepseekbench import EngineRoute, LiveGate, LiveGateError
+from deepseekbench._errors import RayUnavailableError
+from deepseekbench._execute._ray_executor import RayPool
 from deepseekbench._measure._measure import (
     ErrorKind,
     StreamError,
@@ -268,3 +271,86 @@ def test_env_proxies_of_a_trust_env_session_are_checked(
     anyio.run(go, True)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     anyio.run(go, False)
+
+
+# -- ray_address = "auto" is resolved before the gate judges it -----------------------
+def test_auto_resolves_like_ray_and_is_judged_by_the_resolved_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deepseekbench._execute._ray_executor import ray_address_refusal, resolve_ray_address
+
+    env = {"RAY_ADDRESS": "203.0.113.1:6379"}
+    assert resolve_ray_address("auto", env) == "203.0.113.1:6379"
+    resolved, err = ray_address_refusal("auto", LiveGate(), env)
+    assert resolved == "203.0.113.1:6379" and err is not None
+    assert err.host == "203.0.113.1" and "resolved from 'auto'" in str(err)
+    # with key and spend the same address is admitted
+    assert ray_address_refusal("auto", LiveGate(api_key="k", spend=True), env)[1] is None
+    # a leftover cluster file, as `ray start` leaves it
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("198.51.100.7:6379\n")
+    file_env = {"RAY_TMPDIR": str(tmp_path)}
+    assert resolve_ray_address("auto", file_env) == "198.51.100.7:6379"
+    assert ray_address_refusal("auto", LiveGate(), file_env)[1] is not None
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:6379\n")
+    assert ray_address_refusal("auto", LiveGate(), file_env) == ("127.0.0.1:6379", None)
+    # RAY_ADDRESS wins over the file, as in ray.init
+    assert resolve_ray_address("auto", {**file_env, **env}) == "203.0.113.1:6379"
+    # nothing to resolve: refused with one clear line, never "loopback"
+    with pytest.raises(RayUnavailableError, match="found no cluster address"):
+        resolve_ray_address("auto", {"RAY_TMPDIR": str(tmp_path / "none")})
+    # a local instance ignores both
+    assert resolve_ray_address(None, env) is None and resolve_ray_address("local", env) is None
+
+
+async def _start(pool: RayPool) -> None:
+    await pool.start()
+
+
+def test_a_ray_pool_with_auto_is_refused_before_ray_is_touched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from deepseekbench._execute import _ray_executor
+
+    def no_ray(local: bool = False) -> None:
+        raise AssertionError("ray was imported before the gate judged the address")
+
+    monkeypatch.setattr(_ray_executor, "_ray", no_ray)
+    monkeypatch.setenv("RAY_ADDRESS", "203.0.113.1:6379")
+    pool = RayPool(1, routes={}, gate=LiveGate(), address="auto")
+    with pytest.raises(LiveGateError, match=r"203\.0\.113\.1"):
+        anyio.run(_start, pool, backend="asyncio")
+    assert pool.resolved_address is None
+
+
+def _ray_plan(tmp_path: Path, address: str | None) -> Path:
+    plan: dict[str, object] = {
+        "model": "m",
+        "routes": [
+            {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:9/v1"},
+            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:9/v1"},
+        ],
+        "workers": 2,
+        "executor": "ray",
+    }
+    if address is not None:
+        plan["ray_address"] = address
+    path = tmp_path / "plan.json"
+    path.write_text(orjson.dumps(plan).decode(), encoding="utf-8")
+    return path
+
+
+def test_the_dry_run_shows_the_resolved_ray_address_and_refuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deepseekbench._cli import main
+
+    monkeypatch.setenv("RAY_ADDRESS", "203.0.113.1:6379")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["run", str(_ray_plan(tmp_path, "auto")), "--dry-run"], stdout=out, stderr=err)
+    assert "ray cluster 203.0.113.1:6379: gate would refuse" in err.getvalue()
+    assert code != 0
+    # a local instance: shown as such, admitted (RAY_ADDRESS does not apply to it)
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["run", str(_ray_plan(tmp_path, None)), "--dry-run"], stdout=out, stderr=err)
+    assert "ray cluster local: admitted" in err.getvalue() and code == 0, err.getvalue()

@@ -64,7 +64,7 @@ def proc_files(pid: int) -> bytes:
 
 
 def test_cluster_addresses_are_checked_by_host() -> None:
-    assert ray_address_host("auto") == "127.0.0.1"
+    assert ray_address_host("local") == "127.0.0.1"
     assert ray_address_host("ray://10.0.0.5:10001") == "10.0.0.5"
     assert ray_address_host("127.0.0.1:6379") == "127.0.0.1"
 
