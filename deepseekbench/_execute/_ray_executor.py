@@ -67,8 +67,9 @@ from deepseekbench._execute._workers import (
 )
 from deepseekbench._execute._workshare import LoadWork, WorkerShare, split_work
 from deepseekbench._measure._measure import Timeouts
-from deepseekbench._net._gate import LiveGate, is_loopback_host
+from deepseekbench._net._gate import ENV_API_KEY, LiveGate, is_loopback_host
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._secrets import contains_secret, secret_values
 
 __all__ = [
     "RayPool",
@@ -218,12 +219,19 @@ _RAY_LOCAL_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "NO_PROXY": "*", "no_proxy": "
 
 
 @contextlib.contextmanager
-def _local_ray_env() -> Iterator[None]:
+def _local_ray_env(secrets: tuple[str, ...] = ()) -> Iterator[None]:
     """``os.environ`` fit for starting a local Ray instance (its processes inherit it):
-    proxies and ``RAY_ADDRESS`` removed, usage statistics off; restored afterwards,
-    except ``RAY_USAGE_STATS_ENABLED=0`` which stays (the driver reads it later)."""
-    saved = {k: os.environ.get(k) for k in (*_RAY_SCRUBBED_ENV, *_RAY_LOCAL_ENV)}
-    for k in _RAY_SCRUBBED_ENV:
+    proxies, ``RAY_ADDRESS``, ``DEEPSEEKBENCH_API_KEY`` and any variable holding a
+    key removed, usage statistics off; restored afterwards, except
+    ``RAY_USAGE_STATS_ENABLED=0`` which stays (the driver reads it later)."""
+    keyed = [
+        k
+        for k, v in os.environ.items()
+        if k == ENV_API_KEY or (secrets and contains_secret(v, secrets))
+    ]
+    scrub = (*_RAY_SCRUBBED_ENV, *keyed)
+    saved = {k: os.environ.get(k) for k in (*scrub, *_RAY_LOCAL_ENV)}
+    for k in scrub:
         os.environ.pop(k, None)
     os.environ.update(_RAY_LOCAL_ENV)
     try:
@@ -376,7 +384,8 @@ class RayPool(ClientPool):
         if ray.is_initialized():
             return
         if resolved is None:
-            with _local_ray_env():
+            keys = (self.rules.api_key, *(r.api_key for r in self.routes.values()))
+            with _local_ray_env(secret_values(*keys)):
                 ray.init(
                     # "local": a new instance; None or "auto" would follow RAY_ADDRESS
                     # or a leftover cluster file
