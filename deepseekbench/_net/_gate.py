@@ -127,7 +127,7 @@ def proxy_hosts(transport: object, url: httpx.URL | None = None) -> list[str]:
     def env_proxies() -> None:
         import urllib.request
 
-        if url is not None and url.host and urllib.request.proxy_bypass_environment(url.host):
+        if url is not None and url.host and urllib.request.proxy_bypass(url.host):
             return
         for scheme, value in urllib.request.getproxies_environment().items():
             if scheme != "no":
