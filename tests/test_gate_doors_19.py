@@ -354,3 +354,22 @@ def test_the_dry_run_shows_the_resolved_ray_address_and_refuses_it(
     out, err = io.StringIO(), io.StringIO()
     code = main(["run", str(_ray_plan(tmp_path, None)), "--dry-run"], stdout=out, stderr=err)
     assert "ray cluster local: admitted" in err.getvalue() and code == 0, err.getvalue()
+
+
+def test_a_session_made_on_first_use_is_checked_before_that_use(
+    monkeypatch: pytest.MonkeyPatch, no_packet_leaves: None
+) -> None:
+    import aiohttp
+    from httpx_aiohttp import AiohttpTransport
+
+    monkeypatch.setenv("HTTP_PROXY", "http://192.0.2.1:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    async def go() -> None:
+        transport = AiohttpTransport(client=lambda: aiohttp.ClientSession(trust_env=True))
+        async with LiveGate().client(transport=transport) as client:
+            with pytest.raises(LiveGateError, match=r"192\.0\.2\.1.*proxy"):
+                await client.get("http://127.0.0.1:9/health")
+
+    anyio.run(go)

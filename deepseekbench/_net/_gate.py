@@ -34,6 +34,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,6 +85,7 @@ def proxy_host(transport: httpx.AsyncBaseTransport) -> str | None:
 
 
 _WALK_DEPTH = 8  # wrappers inside wrappers: deeper than any real stack
+_REWALK_NS = 1_000_000_000  # how often a gated transport walks its inner transport again
 
 
 def proxy_hosts(transport: object, url: httpx.URL | None = None) -> list[str]:
@@ -103,8 +105,45 @@ def proxy_hosts(transport: object, url: httpx.URL | None = None) -> list[str]:
 
     Returns hosts (no ports), in the order found; empty for a direct transport.
     """
-    found: list[str] = []
+    return _hosts_of(_proxy_nodes(transport), url)
+
+
+def _proxy_nodes(transport: object, *, materialize: bool = False) -> list[object]:
+    """The transports, pools and aiohttp sessions inside ``transport`` (itself first).
+
+    ``materialize``: an ``httpx_aiohttp`` transport whose session is still a factory
+    gets its session now (what its next request would do first), so the session's
+    proxy settings can be read before that request is sent.
+    """
+    nodes: list[object] = []
     seen: set[int] = set()
+
+    def walk(obj: object, depth: int) -> None:
+        if depth > _WALK_DEPTH or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        nodes.append(obj)
+        if materialize and type(obj).__module__.startswith("httpx_aiohttp"):
+            client = getattr(obj, "client", None)
+            get_client = getattr(obj, "get_client", None)
+            if callable(client) and not _is_aiohttp_session(client) and callable(get_client):
+                obj.client = get_client()  # type: ignore[attr-defined]
+        try:
+            attrs = list(vars(obj).values())
+        except TypeError:  # __slots__ only
+            attrs = [getattr(obj, n, None) for n in getattr(type(obj), "__slots__", ())]
+        for value in attrs:
+            for item in _items(value):
+                if _holds_transport(item):
+                    walk(item, depth + 1)
+
+    walk(transport, 0)
+    return nodes
+
+
+def _hosts_of(nodes: list[object], url: httpx.URL | None) -> list[str]:
+    """The proxy hosts the ``nodes`` of :func:`_proxy_nodes` connect through."""
+    found: list[str] = []
 
     def add(value: object) -> None:
         host: object = None
@@ -124,19 +163,7 @@ def proxy_hosts(transport: object, url: httpx.URL | None = None) -> list[str]:
         if isinstance(host, str) and host and host not in found:
             found.append(host)
 
-    def env_proxies() -> None:
-        import urllib.request
-
-        if url is not None and url.host and urllib.request.proxy_bypass(url.host):
-            return
-        for scheme, value in urllib.request.getproxies_environment().items():
-            if scheme != "no":
-                add(value)
-
-    def walk(obj: object, depth: int) -> None:
-        if depth > _WALK_DEPTH or id(obj) in seen:
-            return
-        seen.add(id(obj))
+    for obj in nodes:
         pool = getattr(obj, "_pool", None)
         if pool is not None:
             add(getattr(pool, "_proxy_url", None))
@@ -145,17 +172,12 @@ def proxy_hosts(transport: object, url: httpx.URL | None = None) -> list[str]:
         if _is_aiohttp_session(obj):
             add(getattr(obj, "_default_proxy", None))
             if getattr(obj, "_trust_env", False):
-                env_proxies()
-        try:
-            attrs = list(vars(obj).values())
-        except TypeError:  # __slots__ only
-            attrs = [getattr(obj, n, None) for n in getattr(type(obj), "__slots__", ())]
-        for value in attrs:
-            for item in _items(value):
-                if _holds_transport(item):
-                    walk(item, depth + 1)
+                import urllib.request
 
-    walk(transport, 0)
+                if url is None or not url.host or not urllib.request.proxy_bypass(url.host):
+                    for scheme, value in urllib.request.getproxies_environment().items():
+                        if scheme != "no":
+                            add(value)
     return found
 
 
@@ -436,6 +458,8 @@ class GatedTransport(httpx.AsyncBaseTransport):
     def __init__(self, gate: LiveGate, inner: httpx.AsyncBaseTransport) -> None:
         self.gate = gate
         self.inner = inner
+        self._nodes: list[object] | None = None
+        self._walked_ns = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Admit ``request`` through :meth:`LiveGate.admit`, then send it on ``inner``.
@@ -453,8 +477,13 @@ class GatedTransport(httpx.AsyncBaseTransport):
             httpx.TransportError: raised by the inner transport (connect, read,
                 timeouts).
         """
-        # read per request: a session is made on first use, a proxy may be set later
-        for host in proxy_hosts(self.inner, request.url):
+        # what the inner transport holds is walked on the first request and again
+        # each second (a walk costs ~0.1 ms); the proxies are read on every request
+        now = time.monotonic_ns()
+        if self._nodes is None or now - self._walked_ns > _REWALK_NS:
+            self._nodes = _proxy_nodes(self.inner, materialize=True)
+            self._walked_ns = now
+        for host in _hosts_of(self._nodes, request.url):
             err = self.gate.refusal(
                 httpx.URL(scheme="http", host=host, path="/"),
                 has_auth_header="authorization" in request.headers,
