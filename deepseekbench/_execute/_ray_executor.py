@@ -341,8 +341,9 @@ class RayPool(ClientPool):
         routes: the engine route of every route label used by the work.
         gate: the parent's :class:`~deepseekbench.LiveGate` (rules and budgets).
         timeouts: per-request deadlines.
-        address: an existing cluster's address, or ``None`` for a local instance
-            on 127.0.0.1 (see the module docstring).
+        address: an existing cluster's address (``"auto"`` is resolved as Ray
+            would, see :func:`resolve_ray_address`), or ``None``/``"local"`` for a
+            new local instance on 127.0.0.1 (see the module docstring).
         start_lead_s: how far after handing out the shares the shared start is (s).
         actor_cpus: CPUs each actor reserves on its node (Ray's ``num_cpus``).
 
