@@ -301,14 +301,15 @@ def _known_secrets(plan: BenchmarkPlan) -> list[str]:
     from deepseekbench._net._gate import ENV_API_KEY
 
     names = [ENV_API_KEY, *(r.api_key_env for r in plan.routes if r.api_key_env)]
-    return [v for n in names if (v := os.environ.get(n))]
+    return [v for n in names if (v := os.environ.get(n)) and v.strip()]
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every known secret replaced by ``***`` (older results files included)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+    """``text`` with every known secret replaced by ``***`` (older results files included):
+    the one redaction, :func:`deepseekbench._types._secrets.redact`."""
+    from deepseekbench._types._secrets import redact
+
+    return redact(text, secrets)
 
 
 def _exit_for(result: RunResult) -> int:
@@ -388,7 +389,9 @@ def _write_error_summary(result: RunResult, err: TextIO, secrets: Sequence[str])
         return
     err.write("request errors by route (kind × count: first message):\n")
     for e in summary:
-        message = _redact(e.first_message, secrets)
+        from deepseekbench._types._secrets import safe_server_text
+
+        message = safe_server_text(e.first_message, secrets)  # a server's words: no escapes
         err.write(f"  {e.route}: {e.kind} × {e.count}: {message[:200]}\n")
 
 
@@ -487,6 +490,9 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     for label, refusal in result.refusals.items():
         verdict = f"gate would refuse: {refusal}" if refusal else "admitted"
         err.write(f"  route {label}: {verdict}\n")
+    if result.ray_address is not None:
+        verdict = f"gate would refuse: {result.ray_refusal}" if result.ray_refusal else "admitted"
+        err.write(f"  ray cluster {result.ray_address}: {verdict}\n")
     return EXIT_GATE if result.refused else EXIT_OK
 
 

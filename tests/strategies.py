@@ -86,6 +86,51 @@ def rows(draw: st.DrawFn, /, **fixed: Any) -> Row:
     return Row(**{name: draw(strategy) for name, strategy in fields.items()})
 
 
+known_loads: st.SearchStrategy[dict[str, Any]] = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.integers(min_value=1, max_value=4096),
+            "request_rate_per_s": st.none(),
+            "arrival": st.just(Arrival.closed),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.none() | st.integers(min_value=1, max_value=4096),
+            "request_rate_per_s": st.floats(min_value=0.01, max_value=1e4),
+            "arrival": st.sampled_from([Arrival.poisson, Arrival.gamma]),
+        }
+    ),
+)
+"""A load a row states in full: a closed loop with its concurrency, or an open loop
+with its rate."""
+
+unknown_loads: st.SearchStrategy[dict[str, Any]] = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.none() | st.integers(min_value=1, max_value=4096),
+            "request_rate_per_s": st.none() | st.floats(min_value=0.01, max_value=1e4),
+            "arrival": st.none(),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.none(),
+            "request_rate_per_s": st.none() | st.floats(min_value=0.01, max_value=1e4),
+            "arrival": st.just(Arrival.closed),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.none() | st.integers(min_value=1, max_value=4096),
+            "request_rate_per_s": st.none(),
+            "arrival": st.sampled_from([Arrival.poisson, Arrival.gamma]),
+        }
+    ),
+)
+"""A load a row leaves unknown (schema-1 rows, rows built without their load)."""
+
+
 @st.composite
 def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
     """An (off, speculative) pair that satisfies every condition for a speedup."""
@@ -119,5 +164,6 @@ def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
             tokens_estimated=False,
         )
     )
+    base = base.model_copy(update=draw(known_loads))
     same_keys = {axis: getattr(base, axis) for axis in KEY_AXES if axis != "speculative"}
     return base, cand.model_copy(update=same_keys)

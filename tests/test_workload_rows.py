@@ -197,6 +197,8 @@ def _row(spec: Speculative, cats: tuple[SliceStats, ...]) -> Row:
         n_requests=10,
         quality_parity=QualityParity.verified,
         categories=cats,
+        concurrency=1,
+        arrival="closed",
     )
 
 

@@ -61,6 +61,13 @@ from deepseekbench._net._transport import POOL_CLOCK, PoolClock, fast_reads
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._request import ChatRequest, coerce_request
+from deepseekbench._types._secrets import (
+    contains_secret,
+    redact,
+    redact_json,
+    safe_server_text,
+    secret_values,
+)
 
 __all__ = [
     "ABNORMAL_FINISH_REASONS",
@@ -80,7 +87,6 @@ _MESSAGE_LIMIT = 500
 # Messages are kept up to this many characters while measuring, redacted, and only
 # then cut to _MESSAGE_LIMIT, so no key can straddle a cut and survive in part.
 _RAW_MESSAGE_LIMIT = 64 * 1024
-_REDACTED = "***"
 
 
 class ErrorKind(StrEnum):
@@ -901,48 +907,40 @@ def _error_text(err: Any) -> str:
     return str(err)
 
 
-def _scrub(value: Any, secrets: tuple[str, ...]) -> Any:
-    """``value`` (JSON-like) with every secret in every string replaced by ``***``."""
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, _REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
-    return value
-
-
 def redact_measurement(m: StreamMeasurement, secrets: Iterable[str | None]) -> StreamMeasurement:
     """``m`` with every secret removed from its texts, usage and error messages.
 
-    Each occurrence of a (non-empty) secret in ``text``, ``reasoning_text``,
-    ``finish_reason``, ``usage`` (keys and values, at any depth) and every
-    error message becomes ``***``; error messages are then cut to 500
-    characters (redaction first, so no part of a key survives a cut). Returns
+    Each occurrence of a non-blank secret in ``text``, ``reasoning_text``,
+    ``finish_reason``, ``content_encoding``, ``usage`` (keys and values, at any
+    depth) and every error message becomes ``***``
+    (:func:`deepseekbench._types._secrets.redact`, the one redaction). Error
+    messages and ``content_encoding`` (a server's header) then have their control
+    characters escaped (:func:`~deepseekbench._types._secrets.printable`: no
+    terminal escape sequence reaches a report or stderr) and messages are cut to
+    500 characters (redaction first, so no part of a key survives a cut). Returns
     ``m`` itself when there is nothing to change.
     """
-    keys = tuple(sorted({k for k in secrets if k}, key=len, reverse=True))
+    keys = secret_values(*secrets)
 
     def clean(e: StreamError) -> StreamError:
-        msg = _scrub(e.message, keys)[:_MESSAGE_LIMIT]
+        msg = safe_server_text(e.message, keys)[:_MESSAGE_LIMIT]
         return e if msg == e.message else StreamError(kind=e.kind, message=msg)
 
     update: dict[str, Any] = {}
-    long_or_secret = (
-        len(e.message) > _MESSAGE_LIMIT or any(k in e.message for k in keys) for e in m.errors
-    )
-    if any(long_or_secret):
+    if any(safe_server_text(e.message, keys)[:_MESSAGE_LIMIT] != e.message for e in m.errors):
         update["errors"] = [clean(e) for e in m.errors]
         update["error"] = clean(m.error) if m.error is not None else None
+    if m.content_encoding is not None:
+        coding = safe_server_text(m.content_encoding, keys)
+        if coding != m.content_encoding:
+            update["content_encoding"] = coding
     if keys:
         for name in ("text", "reasoning_text", "finish_reason"):
             text = getattr(m, name)
-            if text is not None and any(k in text for k in keys):
-                update[name] = _scrub(text, keys)
-        if m.usage is not None and any(k.encode() in orjson.dumps(m.usage) for k in keys):
-            update["usage"] = _scrub(m.usage, keys)
+            if text is not None and contains_secret(text, keys):
+                update[name] = redact(text, keys)
+        if m.usage is not None and contains_secret(orjson.dumps(m.usage).decode(), keys):
+            update["usage"] = redact_json(m.usage, keys)
     return m.model_copy(update=update) if update else m
 
 
@@ -1060,8 +1058,8 @@ async def _measure(
     return acc.measurement(route)
 
 
-def _secret_values(*keys: SecretStr | None) -> list[str]:
-    return [k.get_secret_value() for k in keys if k is not None]
+def _secret_values(*keys: SecretStr | None) -> tuple[str, ...]:
+    return secret_values(*keys)
 
 
 _STALE_RETRIES = 1

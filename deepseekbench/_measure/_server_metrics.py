@@ -71,6 +71,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import AcceptanceScope, Dialect
+from deepseekbench._types._secrets import printable, safe_server_text
 
 __all__ = [
     "MetricsSnapshot",
@@ -169,7 +170,9 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
                 per_label = series.setdefault(name, {})
                 per_label[key] = per_label.get(key, 0.0) + float(sample.value)
     except ValueError as exc:
-        return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"unparsable metrics: {exc}")
+        return MetricsSnapshot(
+            taken_ns=time.perf_counter_ns(), error=printable(f"unparsable metrics: {exc}")
+        )
     for name, per_label in series.items():
         if name in gauges:
             value = _gauge_value(per_label)
@@ -267,10 +270,19 @@ async def scrape_metrics(
         return _failed(f"HTTP {status}")
     text = body.decode("utf-8", errors="replace")
     if len(body) <= _PARSE_ON_LOOP_BYTES:
-        return parse_metrics(text, model_name=model)
-    # a large exposition takes seconds of pure-Python parsing: off the event loop, so
-    # the run's streams keep their timestamps (the GIL is shared, the loop still turns)
-    return await anyio.to_thread.run_sync(functools.partial(parse_metrics, text, model_name=model))
+        snapshot = parse_metrics(text, model_name=model)
+    else:
+        # a large exposition takes seconds of pure-Python parsing: off the event loop, so
+        # the run's streams keep their timestamps (the GIL is shared, the loop still turns)
+        parse = functools.partial(parse_metrics, text, model_name=model)
+        snapshot = await anyio.to_thread.run_sync(parse)
+    if snapshot.error is not None:
+        # a parse error quotes the server's text: a key echoed there, or terminal
+        # escapes, must reach neither the results nor stderr (the one redaction)
+        safe = safe_server_text(snapshot.error, (route.api_key, gate.api_key))
+        if safe != snapshot.error:
+            snapshot = snapshot.model_copy(update={"error": safe})
+    return snapshot
 
 
 _METRICS_MAX_BYTES = 16 * 1024 * 1024

@@ -26,6 +26,7 @@ from deepseekbench._types._axes import (
     SpeculativeName,
 )
 from deepseekbench._types._request import ChatRequest
+from deepseekbench._types._secrets import normalize_key
 
 __all__ = ["EngineRoute", "eos_controls", "reasoning_controls"]
 
@@ -217,6 +218,12 @@ class EngineRoute(BaseModel):
     @classmethod
     def _http_url(cls, v: str) -> str:
         return check_base_url(v)
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _blank_key_is_none(cls, v: Any) -> Any:
+        # a whitespace-only key is no key (it would send "Bearer " and redact spaces)
+        return normalize_key(v) if isinstance(v, str | SecretStr) else v
 
     @field_validator("headers")
     @classmethod

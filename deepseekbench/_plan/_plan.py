@@ -318,13 +318,13 @@ class RoutePlan(BaseModel):
         if self.api_key_env is not None:
             env = os.environ if environ is None else environ
             value = env.get(self.api_key_env)
-            if not value:
+            if not value or not value.strip():  # a blank key is no key
                 # a key pasted here instead of a variable name must not be echoed
                 name = self.api_key_env if self.api_key_env.isupper() else "(name not shown)"
                 raise PlanError(
                     f"route {self.label!r}: api_key_env: environment variable {name} is not set"
                 )
-            key = SecretStr(value)
+            key = SecretStr(value.strip())
         return EngineRoute(
             base_url=self.base_url,
             model=self.model or default_model,
