@@ -33,6 +33,7 @@ import datetime as _dt
 import io
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -58,6 +59,7 @@ __all__ = [
     "DEMO_COMPUTE_MS_PER_TOKEN",
     "DEMO_CONCURRENCY",
     "DEMO_DRAFT_DEPTH",
+    "DEMO_LATEST",
     "DEMO_MAX_TOKENS",
     "DEMO_REQUESTS",
     "EXIT_ERRORS",
@@ -93,6 +95,10 @@ DEMO_DRAFT_DEPTH = 3
 """Draft tokens per verify step of the demo's mtp engines (tokens)."""
 DEMO_MAX_TOKENS = 64
 """The demo cell's output cap (tokens): every correct answer fits; a mis-tuned ramble stops."""
+DEMO_LATEST = "deepseekbench-demo.jsonl"
+"""A demo run without ``--results`` writes ``deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl`` and,
+when it finishes, copies it to this stable name in the working folder (replacing an earlier
+copy), so that ``dsb.load_results("deepseekbench-demo.jsonl")`` reads the latest demo."""
 
 FORMATS = ("text", "markdown", "json", "csv", "html")
 _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
@@ -155,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--results",
         type=Path,
         default=None,
-        help="results JSONL (default: ./deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl)",
+        help="results JSONL (default: ./deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl, "
+        f"copied to ./{DEMO_LATEST} when the demo finishes)",
     )
     demo.add_argument(
         "--requests",
@@ -346,6 +353,12 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     err.write("\n")
     _write_error_summary(result, err, [])
     err.write(f"results: {path}\n")
+    latest: Path | None = args.latest
+    if latest is not None and latest != path:
+        partial = latest.with_name(latest.name + ".partial")
+        shutil.copyfile(path, partial)
+        os.replace(partial, latest)  # a reader never sees half a copy
+        err.write(f"latest demo results (a copy): {latest}\n")
     err.write(f"re-render: python -m deepseekbench report {path}\n")
     err.write(f"demo wall time: {time.perf_counter() - t0:.1f} s\n")
     return _exit_for(result)
@@ -573,9 +586,11 @@ def main(
             if args.requests < 1:
                 err.write("deepseekbench: --requests must be >= 1\n")
                 return EXIT_USAGE
+            args.latest = None
             if args.results is None:
                 stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
                 args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
+                args.latest = (Path.cwd() / DEMO_LATEST).resolve()
             args.results = args.results.resolve()
             return anyio.run(_demo, args, out, err)
         if args.command == "run":
