@@ -7,6 +7,7 @@ Subcommands::
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
     report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
     serve                the embedded reference engine as a server
+    --version            the installed version (package metadata)
 
 Exit codes (also in ``docs/plan.md``):
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as _dt
+import html
 import io
 import json
 import os
@@ -70,6 +72,7 @@ __all__ = [
     "build_parser",
     "demo_plan",
     "main",
+    "package_version",
 ]
 
 EXIT_OK = 0
@@ -149,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 ok, 1 finished with request errors, 2 usage/plan error "
         "(or a route failed the reachability probe), "
         "3 LiveGate refusal, 130 interrupted (rerun resumes)",
+    )
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print the installed deepseekbench version (package metadata) and exit",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -429,7 +437,8 @@ def _dry_table(result: DryRunResult) -> list[dict[str, str]]:
 
 
 def _render_dry_run(result: DryRunResult, fmt: str) -> str:
-    """The rows a dry run would measure, in ``fmt`` (text, markdown, json or csv)."""
+    """The rows a dry run would measure, in ``fmt`` (text, markdown, json, csv or html:
+    a self-contained page, as ``report --format html``)."""
     if fmt == "json":
         data = {
             "plan_hash": result.plan_hash,
@@ -445,6 +454,18 @@ def _render_dry_run(result: DryRunResult, fmt: str) -> str:
         writer.writeheader()
         writer.writerows(table)
         return buf.getvalue()
+    if fmt == "html":
+        from deepseekbench._report._plot import html_page
+        from deepseekbench._report._scorecard import html_table
+
+        rows = [[r[c] for c in _DRY_COLUMNS] for r in table]
+        summary = (
+            f"<p>plan {html.escape(result.plan_hash)}: {len(result.rows)} rows, "
+            f"{result.n_requests} requests would be sent; no connection opened</p>"
+        )
+        return html_page(
+            summary + html_table(_DRY_COLUMNS, rows), None, title="deepseekbench dry run"
+        )
     if fmt == "markdown":
         lines = ["| " + " | ".join(_DRY_COLUMNS) + " |", "|" + "---|" * len(_DRY_COLUMNS)]
         lines += ["| " + " | ".join(r[c] for c in _DRY_COLUMNS) + " |" for r in table]
@@ -543,6 +564,20 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def package_version() -> str:
+    """The installed distribution's version (``importlib.metadata``); in a source
+    checkout that is not installed, ``deepseekbench.__version__`` (the same string as
+    ``pyproject.toml``'s ``version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("deepseekbench")
+    except PackageNotFoundError:
+        from deepseekbench import __version__
+
+        return __version__
+
+
 def _with_client_flags(plan: BenchmarkPlan, args: argparse.Namespace) -> BenchmarkPlan:
     """``plan`` with ``--workers``/``--executor``/``--ray-address``/``--no-probe`` applied
     (validated).
@@ -575,6 +610,9 @@ def main(
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    if args.version:
+        out.write(f"deepseekbench {package_version()}\n")
+        return EXIT_OK
     # the stages load only now, so that --help and usage errors stay fast
     import anyio
     from pydantic import ValidationError
