@@ -10,8 +10,10 @@ import tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import pytest
+
 import deepseekbench
-from deepseekbench._cli import EXIT_OK, main, package_version
+from deepseekbench._cli import EXIT_GATE, EXIT_OK, main, package_version
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,3 +54,45 @@ def test_dry_run_format_html_prints_a_page_not_text(tmp_path: Path) -> None:
     text = io.StringIO()
     assert main(["run", str(plan), "--dry-run"], stdout=text, stderr=io.StringIO()) == 0
     assert "<" not in text.getvalue() and "admitted" in text.getvalue()
+
+
+def _remote_plan(tmp_path: Path) -> Path:
+    plan = tmp_path / "remote.toml"
+    plan.write_text(
+        'model = "m"\n'
+        '[[routes]]\nlabel = "off"\nspeculative = "off"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[[routes]]\nlabel = "paid-mtp"\nspeculative = "mtp"\n'
+        'base_url = "https://api.example.com/v1"\n'
+    )
+    return plan
+
+
+def test_the_gate_refusal_names_the_route_host_and_how_to_give_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    def connect(self: socket.socket, address: object) -> None:
+        raise AssertionError(f"a connection was attempted: {address!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.delenv("DEEPSEEKBENCH_API_KEY", raising=False)
+    monkeypatch.delenv("DEEPSEEKBENCH_SPEND", raising=False)
+    plan = _remote_plan(tmp_path)
+    err = io.StringIO()
+    assert main(["run", str(plan), "--no-probe"], stdout=io.StringIO(), stderr=err) == EXIT_GATE
+    message = err.getvalue()
+    assert "route 'paid-mtp'" in message and "'api.example.com'" in message, message
+    assert "DEEPSEEKBENCH_API_KEY" in message and "api_key_env" in message
+    assert "--spend" in message
+    key = "sk-test-" + "x" * 24  # with a key, only --spend is missing; the key is never shown
+    monkeypatch.setenv("DEEPSEEKBENCH_API_KEY", key)
+    err = io.StringIO()
+    assert main(["run", str(plan), "--no-probe"], stdout=io.StringIO(), stderr=err) == EXIT_GATE
+    assert "route 'paid-mtp'" in err.getvalue() and "--spend" in err.getvalue()
+    assert key not in err.getvalue() and "DEEPSEEKBENCH_API_KEY" not in err.getvalue()
+    dry = io.StringIO()
+    monkeypatch.delenv("DEEPSEEKBENCH_API_KEY")
+    main(["run", str(plan), "--dry-run"], stdout=io.StringIO(), stderr=dry)
+    assert "route paid-mtp: gate would refuse" in dry.getvalue()
+    assert "DEEPSEEKBENCH_API_KEY" in dry.getvalue()
