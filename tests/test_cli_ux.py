@@ -96,3 +96,34 @@ def test_the_gate_refusal_names_the_route_host_and_how_to_give_a_key(
     main(["run", str(plan), "--dry-run"], stdout=io.StringIO(), stderr=dry)
     assert "route paid-mtp: gate would refuse" in dry.getvalue()
     assert "DEEPSEEKBENCH_API_KEY" in dry.getvalue()
+
+
+@pytest.mark.parametrize("rate", ['["inf"]', "inf", '"inf"', "[2, nan]", '["fast"]'])
+def test_a_rate_that_is_not_a_finite_number_is_one_plain_line(tmp_path: Path, rate: str) -> None:
+    plan = tmp_path / "rate.toml"
+    plan.write_text(
+        'model = "m"\n'
+        '[[routes]]\nlabel = "off"\nspeculative = "off"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        f'[arrival]\nmode = "rate"\nrate_per_s = {rate}\n'
+    )
+    err = io.StringIO()
+    assert main(["run", str(plan), "--dry-run"], stdout=io.StringIO(), stderr=err) == 2
+    lines = err.getvalue().splitlines()
+    assert lines[0].endswith("invalid plan (1 error):"), lines
+    assert lines[1].startswith("  arrival.rate_per_s: must be a finite number of requests/s")
+    assert 'mode = "concurrency"' in lines[1] and len(lines) == 2
+    assert "constrained" not in err.getvalue() and "tuple[" not in err.getvalue()
+
+
+def test_finite_rates_still_sweep(tmp_path: Path) -> None:
+    plan = tmp_path / "rate.toml"
+    plan.write_text(
+        'model = "m"\n'
+        '[[routes]]\nlabel = "off"\nspeculative = "off"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[arrival]\nmode = "rate"\nrate_per_s = [2, 8.5]\n'
+    )
+    err = io.StringIO()
+    assert main(["run", str(plan), "--dry-run"], stdout=io.StringIO(), stderr=err) == 0
+    assert "2, 8.5" in err.getvalue() or "8.5" in err.getvalue()
