@@ -572,10 +572,8 @@ def package_version() -> str:
 
     try:
         return version("deepseekbench")
-    except PackageNotFoundError:
-        from deepseekbench import __version__
-
-        return __version__
+    except PackageNotFoundError:  # the package (this module's parent) is loaded already
+        return str(getattr(sys.modules["deepseekbench"], "__version__", "unknown"))
 
 
 def _with_client_flags(plan: BenchmarkPlan, args: argparse.Namespace) -> BenchmarkPlan:

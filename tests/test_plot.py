@@ -221,3 +221,20 @@ def test_plot_needs_rows() -> None:
     card = Scorecard(_card([_row("off", 1)]).lines, metric=_card([_row("off", 1)]).metric)
     with pytest.raises(ValueError, match="needs the rows"):
         card.plot()
+
+
+def test_the_figure_shows_inline_in_a_notebook(sweep_rows: list[Row]) -> None:
+    """IPython's rich display calls ``_repr_png_`` on the cell's value (no pyplot)."""
+    from matplotlib.figure import Figure
+
+    fig = _card(sweep_rows).plot()
+    assert isinstance(fig, Figure)
+    png = fig._repr_png_()  # type: ignore[attr-defined]
+    assert isinstance(png, bytes) and png.startswith(PNG_MAGIC) and len(png) > 10_000
+
+
+def test_the_inline_figure_pickles(sweep_rows: list[Row]) -> None:
+    import pickle
+
+    fig = pickle.loads(pickle.dumps(_card(sweep_rows).plot()))
+    assert fig._repr_png_().startswith(PNG_MAGIC)

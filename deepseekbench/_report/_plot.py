@@ -293,7 +293,9 @@ def plot_lines(lines: Sequence[_Line], rows: Sequence[Row], *, metric: str) -> F
     """A two-panel Figure: speedup vs load per route, TPOT vs output throughput per route.
 
     ``lines``: scorecard lines in row order; ``rows``: their rows; ``metric``:
-    the speedup metric's name (axis label). Figure size 12 × 4.8 inches.
+    the speedup metric's name (axis label). Figure size 12 × 4.8 inches. The
+    Figure has ``_repr_png_``, so a notebook cell ending in ``card.plot()`` shows
+    it inline with no pyplot and no ``%matplotlib``.
 
     Raises:
         MissingExtraError: matplotlib is not installed (``pip install 'deepseekbench[plot]'``).
@@ -301,10 +303,11 @@ def plot_lines(lines: Sequence[_Line], rows: Sequence[Row], *, metric: str) -> F
     """
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+
+    from deepseekbench._report._nbfigure import NotebookFigure
 
     points = line_points(lines, rows)
-    fig = Figure(figsize=(12.0, 4.8), layout="constrained")
+    fig = NotebookFigure(figsize=(12.0, 4.8), layout="constrained")
     FigureCanvasAgg(fig)  # a renderer to measure labels with (no GUI)
     speed_ax, curve_ax = fig.subplots(1, 2)
     _speedup_panel(speed_ax, points, metric)
