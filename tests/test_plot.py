@@ -131,12 +131,9 @@ def test_a_refused_route_is_grey_dashed_and_labelled_never_a_winners_colour(
 
 
 def test_labels_and_legends_do_not_overlap(sweep_rows: list[Row]) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     fig = _card(sweep_rows).plot()
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()  # lays the figure out (no GUI)
-    renderer = canvas.get_renderer()
+    fig.canvas.draw()  # lays the figure out (its Agg canvas: no GUI)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     for ax in fig.axes:
         boxes = [t.get_window_extent(renderer) for t in ax.texts]
         for i, a in enumerate(boxes):
