@@ -3,6 +3,7 @@ formats."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import subprocess
 import sys
@@ -24,10 +25,8 @@ def test_version_prints_the_package_version() -> None:
     want = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert out.getvalue() == f"deepseekbench {want}\n" and err.getvalue() == ""
     assert deepseekbench.__version__ == want == package_version()
-    try:  # installed: the metadata is the source
+    with contextlib.suppress(PackageNotFoundError):  # installed: the metadata is the source
         assert package_version() == version("deepseekbench")
-    except PackageNotFoundError:
-        pass
 
 
 def test_version_from_a_shell() -> None:

@@ -79,7 +79,7 @@ def test_p90_p99_follow_numpy_linear_in_every_format() -> None:
     for rendering in (text, card.to_markdown(), card._repr_html_()):
         assert ttft_text in rendering and itl_text in rendering
     rec = next(csv.DictReader(io.StringIO(card.to_csv())))
-    for name, (p50, p90, p99) in want.items():
+    for name, (_p50, p90, p99) in want.items():
         assert float(rec[f"{name}_p90_ms"]) == pytest.approx(p90)
         assert float(rec[f"{name}_p99_ms"]) == pytest.approx(p99)
     assert float(rec["itl_p50_ms"]) == pytest.approx(want["itl"][0])
