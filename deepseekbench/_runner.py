@@ -50,7 +50,7 @@ from deepseekbench._analysis._analysis import (
     load_results_and_runs,
     row_identity,
 )
-from deepseekbench._errors import PlanError
+from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._execute._executor import Sent
 from deepseekbench._execute._pool_executor import executor_for
 from deepseekbench._execute._prepare import (
@@ -210,8 +210,9 @@ class _Progress:
 def _check_gate(routes: Iterable[EngineRoute], gate: LiveGate) -> None:
     for route in routes:
         err = gate.refusal(route.chat_url, has_auth_header=route.has_api_key)
-        if err is not None:
-            raise err
+        if err is not None:  # name the route: a plan's routes often share a host
+            name = f"route {route.label!r}: " if route.label else ""
+            raise LiveGateError(f"{name}{err}", host=err.host, missing=err.missing)
 
 
 # ------------------------------------------------------------ resume filter --

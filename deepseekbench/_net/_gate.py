@@ -322,7 +322,7 @@ class LiveGate:
             missing.append(f"a supported scheme (got {u.scheme!r})")
         if not is_loopback_host(host):
             if self._api_key is None and not has_auth_header:
-                missing.append("an API key")
+                missing.append(f"an API key ({ENV_API_KEY}, or the route's api_key_env)")
             if not self._spend:
                 missing.append("spend=True (--spend or DEEPSEEKBENCH_SPEND=1)")
         if self._max_requests is not None and self._requests >= self._max_requests:

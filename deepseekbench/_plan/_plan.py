@@ -454,9 +454,10 @@ class ArrivalPlan(BaseModel):
 
     Raises:
         pydantic.ValidationError: a ``concurrency`` outside 1..4096 (requests),
-            a ``rate_per_s`` below 0.001 requests/s, a
-            ``gamma_shape`` or ``max_lag_ms`` not > 0, a ``seed`` outside
-            0..2**63-1, an empty or repeated sweep list, ``mode="rate"`` without ``rate_per_s``,
+            a ``rate_per_s`` that is not a finite number (``"inf"`` included) or is
+            below 0.001 requests/s, a ``gamma_shape`` or ``max_lag_ms`` not > 0, a
+            ``seed`` outside 0..2**63-1, an empty or repeated sweep list,
+            ``mode="rate"`` without ``rate_per_s``,
             ``rate_per_s`` with ``mode="concurrency"``, a ``concurrency`` list with
             ``mode="rate"``, or an unknown field.
     """
@@ -470,6 +471,21 @@ class ArrivalPlan(BaseModel):
     gamma_shape: float = Field(default=1.0, gt=0)
     seed: _ArrivalSeed = 0
     max_lag_ms: float = Field(default=100.0, gt=0)
+
+    @field_validator("rate_per_s", mode="before")
+    @classmethod
+    def _rate_numbers(cls, value: Any) -> Any:
+        """One plain line for a rate that is not a finite number (``"inf"`` included):
+        an open loop needs a finite rate; every request at once is a closed loop."""
+        for x in value if isinstance(value, (list, tuple)) else [value]:
+            number = isinstance(x, (int, float)) and not isinstance(x, bool)
+            if x is not None and (not number or x != x or x in (float("inf"), float("-inf"))):
+                raise ValueError(
+                    f"must be a finite number of requests/s > 0, or a list of them (got {x!r}); "
+                    "for every request at once (vLLM's --request-rate inf) use "
+                    'mode = "concurrency" with concurrency = N'
+                )
+        return value
 
     @model_validator(mode="after")
     def _rate(self) -> ArrivalPlan:
