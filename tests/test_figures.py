@@ -19,7 +19,7 @@ from deepseekbench._measure._figures import (
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._store._results import MeasureInfo
 from deepseekbench._types._acceptance import AcceptanceRecord
-from deepseekbench._types._axes import AcceptanceScope, Dialect
+from deepseekbench._types._axes import Dialect
 
 counts = st.none() | st.integers(min_value=0, max_value=10_000)
 
@@ -90,14 +90,8 @@ def test_tpot_and_speed_values() -> None:
 
 
 def _acc(drafted: int, accepted: int, steps: int | None) -> AcceptanceRecord:
-    return AcceptanceRecord.from_counts(
-        engine=Dialect.vllm,
-        source="test",
-        draft_tokens=drafted,
-        accepted_tokens=accepted,
-        verify_steps=steps,
-        scope=AcceptanceScope.per_request,
-    )
+    counts = {"draft_tokens": drafted, "accepted_tokens": accepted, "verify_steps": steps}
+    return AcceptanceRecord.from_counts(engine=Dialect.vllm, source="test", **counts)
 
 
 def _with_acc(drafted: int, accepted: int, steps: int | None) -> StreamMeasurement:

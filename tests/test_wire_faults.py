@@ -76,6 +76,18 @@ def _gzip() -> zlib._Compress:
     return zlib.compressobj(wbits=31)
 
 
+def _gzip_first_event() -> bytes:
+    """The first good event, gzip-compressed and flushed (Z_SYNC_FLUSH)."""
+    co = _gzip()
+    return co.compress(GOOD[0].encode()) + co.flush(zlib.Z_SYNC_FLUSH)
+
+
+def _gzip_script(*writes: Write, abort: bool = False) -> Script:
+    """An event stream sent with ``content-encoding: gzip``."""
+    headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+    return Script(headers=headers, writes=writes, abort=abort)
+
+
 def _compressed_writes(
     frames: list[str], make: Callable[[], zlib._Compress], delay_ms: float
 ) -> tuple[Write, ...]:
@@ -168,12 +180,7 @@ async def test_an_encoding_without_a_decoder_is_a_typed_error_not_garbage(coding
 
 @pytest.mark.anyio
 async def test_a_corrupt_compressed_body_is_a_typed_error_with_what_came_before() -> None:
-    co = _gzip()
-    good = co.compress(GOOD[0].encode()) + co.flush(zlib.Z_SYNC_FLUSH)
-    script = Script(
-        headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
-        writes=(Write(0, good), Write(20, b"\xff" * 64)),
-    )
+    script = _gzip_script(Write(0, _gzip_first_event()), Write(20, b"\xff" * 64))
     async with replay_server(script) as server:
         m = await _measure(server.base_url)
     assert kind(m) == "content_encoding" and m.text == "Hel", m.errors
@@ -181,13 +188,7 @@ async def test_a_corrupt_compressed_body_is_a_typed_error_with_what_came_before(
 
 @pytest.mark.anyio
 async def test_a_compressed_stream_cut_short_is_truncated() -> None:
-    co = _gzip()
-    good = co.compress(GOOD[0].encode()) + co.flush(zlib.Z_SYNC_FLUSH)
-    script = Script(
-        headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
-        writes=(Write(0, good),),
-        abort=True,
-    )
+    script = _gzip_script(Write(0, _gzip_first_event()), abort=True)
     async with replay_server(script) as server:
         m = await _measure(server.base_url)
     assert kind(m) == "truncated" and m.text == "Hel", m.errors
