@@ -30,7 +30,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
 from deepseekbench._types._axes import Dialect
-from tests._replay import RecordedRequest, Script, Write, replay_server
+from tests._replay import RecordedRequest, Script, Write, replay_server, skip_request
 from tests.test_stream_kinds import DONE, FRAMINGS, GOOD, _framed, chunk, kind, usage
 
 ROUTE = EngineRoute(base_url="http://127.0.0.1:9/v1", model="m")
@@ -271,20 +271,9 @@ class KeepAliveServer:
     async def handle(self, stream: SocketStream) -> None:
         self.connections += 1
         async with stream:
-            buf = b""
+            buf = bytearray()
             try:
-                while True:
-                    while b"\r\n\r\n" not in buf:
-                        buf += await stream.receive()
-                    head, _, buf = buf.partition(b"\r\n\r\n")
-                    length = 0
-                    for line in head.split(b"\r\n")[1:]:
-                        name, _, value = line.partition(b":")
-                        if name.strip().lower() == b"content-length":
-                            length = int(value)
-                    while len(buf) < length:
-                        buf += await stream.receive()
-                    buf = buf[length:]
+                while await skip_request(stream, buf):
                     self.requests.append(RecordedRequest("POST", "/", {}, b""))
                     reply = self.reply(len(self.requests))
                     await stream.send(reply.head.encode() + b"\r\n\r\n")
