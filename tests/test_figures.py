@@ -3,6 +3,8 @@ are defined once and every stage that reports them agrees (issue 20 item 5)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -90,7 +92,11 @@ def test_tpot_and_speed_values() -> None:
 
 
 def _acc(drafted: int, accepted: int, steps: int | None) -> AcceptanceRecord:
-    counts = {"draft_tokens": drafted, "accepted_tokens": accepted, "verify_steps": steps}
+    counts: dict[str, Any] = {
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "verify_steps": steps,
+    }
     return AcceptanceRecord.from_counts(engine=Dialect.vllm, source="test", **counts)
 
 
