@@ -43,6 +43,16 @@ async def off_and_mtp(**config: Any) -> AsyncIterator[tuple[EmbeddedEngine, Embe
         yield off, mtp
 
 
+@asynccontextmanager
+async def off_mtp_and_mistuned(
+    **config: Any,
+) -> AsyncIterator[tuple[EmbeddedEngine, EmbeddedEngine, EmbeddedEngine]]:
+    """:func:`off_and_mtp` plus an MTP engine whose drafter is deliberately mis-tuned."""
+    mistuned = EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, **config)
+    async with off_and_mtp(**config) as (off, mtp), EmbeddedEngine(mistuned) as bad:
+        yield off, mtp, bad
+
+
 def plan_of(
     routes: Sequence[Route], defaults: Mapping[str, Any], over: Mapping[str, Any]
 ) -> BenchmarkPlan:

@@ -131,38 +131,32 @@ unknown_loads: st.SearchStrategy[dict[str, Any]] = st.one_of(
 """A load a row leaves unknown (schema-1 rows, rows built without their load)."""
 
 
+def _creditable_row(
+    speculative: Speculative | st.SearchStrategy[Speculative],
+) -> st.SearchStrategy[Row]:
+    """Rows that meet a speedup's conditions on their own: parity verified, positive
+    figures, enough requests, no errors, counted tokens."""
+    return rows(
+        speculative=speculative,
+        quality_parity=QualityParity.verified,
+        ttft_ms=positive_ms,
+        tpot_ms=positive_ms,
+        e2e_ms=positive_ms,
+        output_toks_per_s=positive_ms,
+        output_throughput_toks_per_s=positive_ms,
+        goodput_req_per_s=positive_ms,
+        n_requests=st.integers(min_value=5, max_value=10_000),
+        n_errors=st.just(0),
+        tokens_estimated=False,
+    )
+
+
 @st.composite
 def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
     """An (off, speculative) pair that satisfies every condition for a speedup."""
-    base = draw(
-        rows(
-            speculative=Speculative.off,
-            quality_parity=QualityParity.verified,
-            ttft_ms=positive_ms,
-            tpot_ms=positive_ms,
-            e2e_ms=positive_ms,
-            output_toks_per_s=positive_ms,
-            output_throughput_toks_per_s=positive_ms,
-            goodput_req_per_s=positive_ms,
-            n_requests=st.integers(min_value=5, max_value=10_000),
-            n_errors=st.just(0),
-            tokens_estimated=False,
-        )
-    )
+    base = draw(_creditable_row(Speculative.off))
     cand = draw(
-        rows(
-            speculative=st.sampled_from([s for s in Speculative if s is not Speculative.off]),
-            quality_parity=QualityParity.verified,
-            ttft_ms=positive_ms,
-            tpot_ms=positive_ms,
-            e2e_ms=positive_ms,
-            output_toks_per_s=positive_ms,
-            output_throughput_toks_per_s=positive_ms,
-            goodput_req_per_s=positive_ms,
-            n_requests=st.integers(min_value=5, max_value=10_000),
-            n_errors=st.just(0),
-            tokens_estimated=False,
-        )
+        _creditable_row(st.sampled_from([s for s in Speculative if s is not Speculative.off]))
     )
     base = base.model_copy(update=draw(known_loads))
     same_keys = {axis: getattr(base, axis) for axis in KEY_AXES if axis != "speculative"}

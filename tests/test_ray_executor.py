@@ -1,6 +1,7 @@
 """RayPool against a local Ray instance bound to 127.0.0.1 (dashboard off), the engine on
 loopback in the test's event loop. Skipped, with the reason, when ``ray`` is not installed
-(``pip install -e '.[ray]'``; the ``test`` extra installs it)."""
+(``pip install -e '.[ray]'``); marked ``ray``, so the default run deselects them and
+``nox -s ray`` / ``.ci/run``'s ray step run them with the extra installed."""
 
 from __future__ import annotations
 

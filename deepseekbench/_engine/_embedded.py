@@ -16,7 +16,6 @@ import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, AsyncExitStack
-from types import TracebackType
 
 import anyio
 from anyio.abc import SocketAttribute, TaskGroup, TaskStatus
@@ -141,12 +140,7 @@ class EmbeddedEngine:
         self._stack = stack
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:  # the exception propagates
         stack, self._stack = self._stack, None
         if stack is not None:
             # The body's own exception is not handed to the task group: it would come

@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
@@ -58,6 +57,7 @@ import httpx
 from deepseekbench._errors import LiveGateError, WorkerError
 from deepseekbench._execute._worker import Finished, GateRules, WorkerCore, WorkerSetup
 from deepseekbench._execute._workshare import LoadWork, PoolItem, WorkerShare, split_work
+from deepseekbench._measure._figures import counted_output_tokens
 from deepseekbench._measure._measure import ErrorKind, StreamError, StreamMeasurement, Timeouts
 from deepseekbench._net._gate import ENV_API_KEY, LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -159,11 +159,8 @@ def died_measurement(route: EngineRoute | None, death: str) -> StreamMeasurement
     return StreamMeasurement(error=err, errors=[err], **extra)
 
 
-def charged_tokens(m: StreamMeasurement) -> int:
-    """The output tokens a measurement is charged (usage count, else the estimate; tokens)."""
-    if m.completion_tokens is not None:
-        return m.completion_tokens
-    return m.estimated_completion_tokens or 0
+charged_tokens = counted_output_tokens
+"""The output tokens a measurement is charged (tokens): :func:`counted_output_tokens`."""
 
 
 class BudgetLedger:
@@ -455,12 +452,7 @@ class ClientPool:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:  # the exception propagates
         await self.aclose()
 
 

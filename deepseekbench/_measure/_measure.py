@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from deepseekbench._dialects import SERVER_TIME_FIELDS, dialect_for
 from deepseekbench._errors import LiveGateError
+from deepseekbench._measure._figures import counted_output_tokens, output_toks_per_s, tpot_ms
 from deepseekbench._measure._selfcheck import current_selfcheck
 from deepseekbench._measure._sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -799,12 +800,8 @@ class _Accumulator:
         ms = [(t - self.start_ns) / 1e6 for t in self.token_times]
         ttft = ms[0] if ms else None
         e2e = ms[-1] if ms else None
-        tpot = None
-        if ttft is not None and e2e is not None and n_tokens is not None and n_tokens >= 2:
-            tpot = (e2e - ttft) / (n_tokens - 1)
-        tps = None
-        if e2e is not None and e2e > 0 and n_tokens:
-            tps = n_tokens / (e2e / 1000.0)
+        tpot = tpot_ms(ttft, e2e, n_tokens)
+        tps = output_toks_per_s(e2e, n_tokens)
         itl = [b - a for a, b in itertools.pairwise(ms)]
         per_chunk = self._tokens_per_chunk() if choice_tokens is None else None
         per_token: list[float] | None = None
@@ -1020,10 +1017,7 @@ async def measure_streamed(
     # usage): no key may survive into the measurement, whether it came from the route
     # or was injected by the gate.
     result = redact_measurement(result, _secret_values(route.api_key, gate.api_key))
-    charge = result.completion_tokens
-    if charge is None:
-        charge = result.estimated_completion_tokens or 0
-    gate.charge_output_tokens(charge)
+    gate.charge_output_tokens(counted_output_tokens(result))
     return result
 
 
