@@ -1,18 +1,38 @@
-"""Developer sessions: ``nox -s tests lint typecheck`` (CI runs the same via .ci/run)."""
+"""Developer sessions: ``nox -s tests lint typecheck typing ray`` (CI runs the same via .ci/run).
+
+``tests`` is README's test command (markers ``engine``, ``vllm``, ``ray`` and ``typing``
+deselected by pyproject's ``addopts``); each of those markers has a session of its own.
+"""
 
 from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.sessions = ["tests", "lint", "typecheck", "typing", "ray"]
 PYTHON = ["3.11", "3.12", "3.13"]
+
+
+def _pytest(session: nox.Session, extras: str, *args: str) -> None:
+    session.install("-e", f".[{extras}]")
+    session.run("python", "-m", "pytest", *args, *session.posargs)
 
 
 @nox.session(python=PYTHON[0])
 def tests(session: nox.Session) -> None:
-    """The unit, property and loopback end-to-end tests (no real engine)."""
-    session.install("-e", ".[test]")
-    session.run("python", "-m", "pytest", *session.posargs)
+    """The unit, property and loopback end-to-end tests (no real engine), in parallel."""
+    _pytest(session, "test", "-n", "auto")
+
+
+@nox.session(python=PYTHON[0])
+def typing(session: nox.Session) -> None:
+    """mypy --strict on user code outside the repository (marker ``typing``)."""
+    _pytest(session, "test,dev", "-m", "typing")
+
+
+@nox.session(python=PYTHON[0])
+def ray(session: nox.Session) -> None:
+    """RayPool against a local Ray instance on 127.0.0.1 (marker ``ray``)."""
+    _pytest(session, "test,ray", "-m", "ray")
 
 
 @nox.session(python=PYTHON[0])

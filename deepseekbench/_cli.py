@@ -7,6 +7,7 @@ Subcommands::
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
     report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
     serve                the embedded reference engine as a server
+    --version            the installed version (package metadata)
 
 Exit codes (also in ``docs/plan.md``):
 
@@ -30,9 +31,11 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as _dt
+import html
 import io
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -58,6 +61,7 @@ __all__ = [
     "DEMO_COMPUTE_MS_PER_TOKEN",
     "DEMO_CONCURRENCY",
     "DEMO_DRAFT_DEPTH",
+    "DEMO_LATEST",
     "DEMO_MAX_TOKENS",
     "DEMO_REQUESTS",
     "EXIT_ERRORS",
@@ -68,6 +72,7 @@ __all__ = [
     "build_parser",
     "demo_plan",
     "main",
+    "package_version",
 ]
 
 EXIT_OK = 0
@@ -93,6 +98,10 @@ DEMO_DRAFT_DEPTH = 3
 """Draft tokens per verify step of the demo's mtp engines (tokens)."""
 DEMO_MAX_TOKENS = 64
 """The demo cell's output cap (tokens): every correct answer fits; a mis-tuned ramble stops."""
+DEMO_LATEST = "deepseekbench-demo.jsonl"
+"""A demo run without ``--results`` writes ``deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl`` and,
+when it finishes, copies it to this stable name in the working folder (replacing an earlier
+copy), so that ``dsb.load_results("deepseekbench-demo.jsonl")`` reads the latest demo."""
 
 FORMATS = ("text", "markdown", "json", "csv", "html")
 _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
@@ -144,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(or a route failed the reachability probe), "
         "3 LiveGate refusal, 130 interrupted (rerun resumes)",
     )
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print the installed deepseekbench version (package metadata) and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser(
@@ -155,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--results",
         type=Path,
         default=None,
-        help="results JSONL (default: ./deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl)",
+        help="results JSONL (default: ./deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl, "
+        f"copied to ./{DEMO_LATEST} when the demo finishes)",
     )
     demo.add_argument(
         "--requests",
@@ -301,14 +316,15 @@ def _known_secrets(plan: BenchmarkPlan) -> list[str]:
     from deepseekbench._net._gate import ENV_API_KEY
 
     names = [ENV_API_KEY, *(r.api_key_env for r in plan.routes if r.api_key_env)]
-    return [v for n in names if (v := os.environ.get(n))]
+    return [v for n in names if (v := os.environ.get(n)) and v.strip()]
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every known secret replaced by ``***`` (older results files included)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+    """``text`` with every known secret replaced by ``***`` (older results files included):
+    the one redaction, :func:`deepseekbench._types._secrets.redact`."""
+    from deepseekbench._types._secrets import redact
+
+    return redact(text, secrets)
 
 
 def _exit_for(result: RunResult) -> int:
@@ -346,6 +362,12 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     err.write("\n")
     _write_error_summary(result, err, [])
     err.write(f"results: {path}\n")
+    latest: Path | None = args.latest
+    if latest is not None and latest != path:
+        partial = latest.with_name(latest.name + ".partial")
+        shutil.copyfile(path, partial)
+        os.replace(partial, latest)  # a reader never sees half a copy
+        err.write(f"latest demo results (a copy): {latest}\n")
     err.write(f"re-render: python -m deepseekbench report {path}\n")
     err.write(f"demo wall time: {time.perf_counter() - t0:.1f} s\n")
     return _exit_for(result)
@@ -388,7 +410,9 @@ def _write_error_summary(result: RunResult, err: TextIO, secrets: Sequence[str])
         return
     err.write("request errors by route (kind × count: first message):\n")
     for e in summary:
-        message = _redact(e.first_message, secrets)
+        from deepseekbench._types._secrets import safe_server_text
+
+        message = safe_server_text(e.first_message, secrets)  # a server's words: no escapes
         err.write(f"  {e.route}: {e.kind} × {e.count}: {message[:200]}\n")
 
 
@@ -416,7 +440,8 @@ def _dry_table(result: DryRunResult) -> list[dict[str, str]]:
 
 
 def _render_dry_run(result: DryRunResult, fmt: str) -> str:
-    """The rows a dry run would measure, in ``fmt`` (text, markdown, json or csv)."""
+    """The rows a dry run would measure, in ``fmt`` (text, markdown, json, csv or html:
+    a self-contained page, as ``report --format html``)."""
     if fmt == "json":
         data = {
             "plan_hash": result.plan_hash,
@@ -432,6 +457,18 @@ def _render_dry_run(result: DryRunResult, fmt: str) -> str:
         writer.writeheader()
         writer.writerows(table)
         return buf.getvalue()
+    if fmt == "html":
+        from deepseekbench._report._plot import html_page
+        from deepseekbench._report._scorecard import html_table
+
+        rows = [[r[c] for c in _DRY_COLUMNS] for r in table]
+        summary = (
+            f"<p>plan {html.escape(result.plan_hash)}: {len(result.rows)} rows, "
+            f"{result.n_requests} requests would be sent; no connection opened</p>"
+        )
+        return html_page(
+            summary + html_table(_DRY_COLUMNS, rows), None, title="deepseekbench dry run"
+        )
     if fmt == "markdown":
         lines = ["| " + " | ".join(_DRY_COLUMNS) + " |", "|" + "---|" * len(_DRY_COLUMNS)]
         lines += ["| " + " | ".join(r[c] for c in _DRY_COLUMNS) + " |" for r in table]
@@ -488,6 +525,9 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     for label, refusal in result.refusals.items():
         verdict = f"gate would refuse: {refusal}" if refusal else "admitted"
         err.write(f"  route {label}: {verdict}\n")
+    if result.ray_address is not None:
+        verdict = f"gate would refuse: {result.ray_refusal}" if result.ray_refusal else "admitted"
+        err.write(f"  ray cluster {result.ray_address}: {verdict}\n")
     return EXIT_GATE if result.refused else EXIT_OK
 
 
@@ -531,6 +571,18 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def package_version() -> str:
+    """The installed distribution's version (``importlib.metadata``); in a source
+    checkout that is not installed, ``deepseekbench.__version__`` (the same string as
+    ``pyproject.toml``'s ``version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("deepseekbench")
+    except PackageNotFoundError:  # the package (this module's parent) is loaded already
+        return str(getattr(sys.modules["deepseekbench"], "__version__", "unknown"))
+
+
 def _with_client_flags(plan: BenchmarkPlan, args: argparse.Namespace) -> BenchmarkPlan:
     """``plan`` with ``--workers``/``--executor``/``--ray-address``/``--no-probe`` applied
     (validated).
@@ -563,6 +615,9 @@ def main(
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    if args.version:
+        out.write(f"deepseekbench {package_version()}\n")
+        return EXIT_OK
     # the stages load only now, so that --help and usage errors stay fast
     import anyio
     from pydantic import ValidationError
@@ -574,9 +629,11 @@ def main(
             if args.requests < 1:
                 err.write("deepseekbench: --requests must be >= 1\n")
                 return EXIT_USAGE
+            args.latest = None
             if args.results is None:
                 stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
                 args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
+                args.latest = (Path.cwd() / DEMO_LATEST).resolve()
             args.results = args.results.resolve()
             return anyio.run(_demo, args, out, err)
         if args.command == "run":
@@ -593,10 +650,21 @@ def main(
             return _report(args, out, err)
         if args.command == "serve":
             from deepseekbench._engine import config_from_args, serve
+            from deepseekbench._engine._embedded import is_loopback_host
 
             config = config_from_args(args)
+            if not args.allow_non_loopback and not is_loopback_host(args.host):
+                err.write(
+                    f"deepseekbench: serve --host {args.host} is not a loopback address; the "
+                    "embedded engine has no authentication: pass --allow-non-loopback to "
+                    "serve it beyond this machine\n"
+                )
+                return EXIT_USAGE
+            allow = bool(args.allow_non_loopback)
             try:
-                anyio.run(lambda: serve(config, args.host, args.port))
+                anyio.run(
+                    lambda: serve(config, args.host, args.port, allow_non_loopback=allow)
+                )
             except KeyboardInterrupt:
                 return EXIT_OK
             return EXIT_OK

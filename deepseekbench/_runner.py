@@ -48,7 +48,7 @@ from typing import Any
 
 import anyio
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._analysis._analysis import (
     MeasuredRequest,
@@ -60,7 +60,7 @@ from deepseekbench._analysis._analysis import (
     load_results_and_runs,
     row_identity,
 )
-from deepseekbench._errors import PlanError
+from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._execute._executor import Sent
 from deepseekbench._execute._pool_executor import executor_for
 from deepseekbench._execute._prepare import (
@@ -112,6 +112,7 @@ from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
+from deepseekbench._types._secrets import secret_values
 from deepseekbench._version import __version__
 
 __all__ = [
@@ -172,11 +173,22 @@ class DryRunResult(BaseModel):
     refusals: dict[str, str | None]
     n_requests: int
     grid: str = ""
+    ray_address: str | None = Field(
+        default=None,
+        description="executor 'ray': the cluster address resolved as Ray would ('auto' "
+        "follows RAY_ADDRESS or the leftover cluster file), or 'local' for a local "
+        "instance on 127.0.0.1; None for the process executor",
+    )
+    ray_refusal: str | None = Field(
+        default=None, description="why the gate (or the resolution) refuses that address"
+    )
 
     @property
     def refused(self) -> bool:
-        """True when the gate would refuse any route."""
-        return any(v is not None for v in self.refusals.values())
+        """True when the gate would refuse any route or the Ray cluster address."""
+        return self.ray_refusal is not None or any(
+            v is not None for v in self.refusals.values()
+        )
 
 
 def _now() -> str:
@@ -221,8 +233,9 @@ class _Progress:
 def _check_gate(routes: Iterable[EngineRoute], gate: LiveGate) -> None:
     for route in routes:
         err = gate.refusal(route.chat_url, has_auth_header=route.has_api_key)
-        if err is not None:
-            raise err
+        if err is not None:  # name the route: a plan's routes often share a host
+            name = f"route {route.label!r}: " if route.label else ""
+            raise LiveGateError(f"{name}{err}", host=err.host, missing=err.missing)
 
 
 # ------------------------------------------------------------ resume filter --
@@ -512,7 +525,7 @@ def _preflight(
         routes=routes,
         path=Path(results_path) if results_path is not None else plan.results_path(),
         plan_hash=plan.plan_hash(),
-        secrets=tuple(k.get_secret_value() for k in keys if k is not None),
+        secrets=secret_values(*keys),
     )
 
 
@@ -804,6 +817,27 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         for r in plan.routes
     )
     n = sum(_to_send(b.items) + len(b.warmup) for b in schedule)
+    ray_address, ray_refusal = _dry_ray_address(plan, gate)
     return DryRunResult(
-        plan_hash=plan.plan_hash(), rows=rows, refusals=refusals, n_requests=n, grid=grid_text(plan)
+        plan_hash=plan.plan_hash(),
+        rows=rows,
+        refusals=refusals,
+        n_requests=n,
+        grid=grid_text(plan),
+        ray_address=ray_address,
+        ray_refusal=ray_refusal,
     )
+
+
+def _dry_ray_address(plan: BenchmarkPlan, gate: LiveGate) -> tuple[str | None, str | None]:
+    """The Ray cluster address a run would use (resolved) and the gate's refusal."""
+    if plan.executor != "ray":
+        return None, None
+    from deepseekbench._errors import RayUnavailableError
+    from deepseekbench._execute._ray_executor import ray_address_refusal
+
+    try:
+        resolved, err = ray_address_refusal(plan.ray_address, gate)
+    except RayUnavailableError as exc:
+        return plan.ray_address, str(exc)
+    return resolved or "local", str(err) if err is not None else None

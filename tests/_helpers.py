@@ -43,6 +43,16 @@ async def off_and_mtp(**config: Any) -> AsyncIterator[tuple[EmbeddedEngine, Embe
         yield off, mtp
 
 
+@asynccontextmanager
+async def off_mtp_and_mistuned(
+    **config: Any,
+) -> AsyncIterator[tuple[EmbeddedEngine, EmbeddedEngine, EmbeddedEngine]]:
+    """:func:`off_and_mtp` plus an MTP engine whose drafter is deliberately mis-tuned."""
+    mistuned = EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, **config)
+    async with off_and_mtp(**config) as (off, mtp), EmbeddedEngine(mistuned) as bad:
+        yield off, mtp, bad
+
+
 def plan_of(
     routes: Sequence[Route], defaults: Mapping[str, Any], over: Mapping[str, Any]
 ) -> BenchmarkPlan:
@@ -70,7 +80,7 @@ def plan_of(
 
 def make_row(**kw: Any) -> Row:
     """A row of a speculation-off route ``off`` at 1k/256/non_think (TTFT 10 ms, TPOT
-    10 ms, E2E 100 ms, 100 output tokens/s, 8 requests, parity verified); ``kw``
+    10 ms, E2E 100 ms, 100 output tokens/s, 8 requests, parity verified, closed loop of 1); ``kw``
     overrides any field.
 
     Raises:
@@ -93,6 +103,8 @@ def make_row(**kw: Any) -> Row:
         "output_toks_per_s": 100.0,
         "n_requests": 8,
         "quality_parity": "verified",
+        "concurrency": 1,
+        "arrival": "closed",
     }
     base.update(kw)
     return Row.model_validate(base)

@@ -40,3 +40,20 @@ def python_script(path: Path, source: str) -> Path:
     path.write_text(f"#!{sys.executable}\n{source}")
     path.chmod(0o755)
     return path
+
+
+FAKE_HTTP_SERVE = """
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        status, body = get(self.path)
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+"""The serving end of a fake engine server script: the script before it imports
+``http.server``, sets ``port`` and defines ``get(path) -> (status, body bytes)``."""

@@ -181,3 +181,23 @@ async def closed_port() -> int:
     port: int = listener.extra(SocketAttribute.local_port)
     await listener.aclose()
     return port
+
+
+async def skip_request(stream: SocketStream, buf: bytearray) -> bool:
+    """Read one request (head + content-length body) from ``stream`` into nothing,
+    keeping what follows it in ``buf``; False at EOF."""
+    while b"\r\n\r\n" not in buf:
+        try:
+            buf += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return False
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        rest += await stream.receive()
+    buf[:] = rest[length:]
+    return True

@@ -86,38 +86,78 @@ def rows(draw: st.DrawFn, /, **fixed: Any) -> Row:
     return Row(**{name: draw(strategy) for name, strategy in fields.items()})
 
 
+known_loads: st.SearchStrategy[dict[str, Any]] = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.integers(min_value=1, max_value=4096),
+            "request_rate_per_s": st.none(),
+            "arrival": st.just(Arrival.closed),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.none() | st.integers(min_value=1, max_value=4096),
+            "request_rate_per_s": st.floats(min_value=0.01, max_value=1e4),
+            "arrival": st.sampled_from([Arrival.poisson, Arrival.gamma]),
+        }
+    ),
+)
+"""A load a row states in full: a closed loop with its concurrency, or an open loop
+with its rate."""
+
+unknown_loads: st.SearchStrategy[dict[str, Any]] = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.none() | st.integers(min_value=1, max_value=4096),
+            "request_rate_per_s": st.none() | st.floats(min_value=0.01, max_value=1e4),
+            "arrival": st.none(),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.none(),
+            "request_rate_per_s": st.none() | st.floats(min_value=0.01, max_value=1e4),
+            "arrival": st.just(Arrival.closed),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "concurrency": st.none() | st.integers(min_value=1, max_value=4096),
+            "request_rate_per_s": st.none(),
+            "arrival": st.sampled_from([Arrival.poisson, Arrival.gamma]),
+        }
+    ),
+)
+"""A load a row leaves unknown (schema-1 rows, rows built without their load)."""
+
+
+def _creditable_row(
+    speculative: Speculative | st.SearchStrategy[Speculative],
+) -> st.SearchStrategy[Row]:
+    """Rows that meet a speedup's conditions on their own: parity verified, positive
+    figures, enough requests, no errors, counted tokens."""
+    return rows(
+        speculative=speculative,
+        quality_parity=QualityParity.verified,
+        ttft_ms=positive_ms,
+        tpot_ms=positive_ms,
+        e2e_ms=positive_ms,
+        output_toks_per_s=positive_ms,
+        output_throughput_toks_per_s=positive_ms,
+        goodput_req_per_s=positive_ms,
+        n_requests=st.integers(min_value=5, max_value=10_000),
+        n_errors=st.just(0),
+        tokens_estimated=False,
+    )
+
+
 @st.composite
 def creditable_pairs(draw: st.DrawFn) -> tuple[Row, Row]:
     """An (off, speculative) pair that satisfies every condition for a speedup."""
-    base = draw(
-        rows(
-            speculative=Speculative.off,
-            quality_parity=QualityParity.verified,
-            ttft_ms=positive_ms,
-            tpot_ms=positive_ms,
-            e2e_ms=positive_ms,
-            output_toks_per_s=positive_ms,
-            output_throughput_toks_per_s=positive_ms,
-            goodput_req_per_s=positive_ms,
-            n_requests=st.integers(min_value=5, max_value=10_000),
-            n_errors=st.just(0),
-            tokens_estimated=False,
-        )
-    )
+    base = draw(_creditable_row(Speculative.off))
     cand = draw(
-        rows(
-            speculative=st.sampled_from([s for s in Speculative if s is not Speculative.off]),
-            quality_parity=QualityParity.verified,
-            ttft_ms=positive_ms,
-            tpot_ms=positive_ms,
-            e2e_ms=positive_ms,
-            output_toks_per_s=positive_ms,
-            output_throughput_toks_per_s=positive_ms,
-            goodput_req_per_s=positive_ms,
-            n_requests=st.integers(min_value=5, max_value=10_000),
-            n_errors=st.just(0),
-            tokens_estimated=False,
-        )
+        _creditable_row(st.sampled_from([s for s in Speculative if s is not Speculative.off]))
     )
+    base = base.model_copy(update=draw(known_loads))
     same_keys = {axis: getattr(base, axis) for axis in KEY_AXES if axis != "speculative"}
     return base, cand.model_copy(update=same_keys)

@@ -8,17 +8,15 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from deepseekbench._dialects import read_acceptance
+from deepseekbench._dialects.llamacpp import acceptance_from_llamacpp
+from deepseekbench._dialects.sglang import acceptance_from_sglang
+from deepseekbench._dialects.vllm import acceptance_from_vllm
 from deepseekbench._errors import LiveGateError
 from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics, scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._types._acceptance import (
-    AcceptanceRecord,
-    acceptance_from_llamacpp,
-    acceptance_from_sglang,
-    acceptance_from_vllm,
-    read_acceptance,
-)
+from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import AcceptanceScope, Dialect
 from tests._replay import RecordedRequest, Script, Write, replay_server
 

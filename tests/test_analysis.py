@@ -28,24 +28,20 @@ from deepseekbench._store._records import (
     record_json,
 )
 from deepseekbench._types._parity import ParityOutput
+from tests._helpers import plan_of
 
 PARITY_PROMPTS = ["a", "b"]
 
 
 def _plan(**over: Any) -> BenchmarkPlan:
-    data: dict[str, Any] = {
-        "model": "m",
-        "routes": [
-            {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
-            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
-        ],
+    routes = [("off", "off", "http://127.0.0.1:1/v1"), ("mtp", "mtp", "http://127.0.0.1:2/v1")]
+    defaults = {
         "requests_per_cell": 6,
         "repeats": 3,
         "arrival": {"concurrency": [1, 8]},
         "parity": {"tasks": "none", "prompts": PARITY_PROMPTS},
     }
-    data.update(over)
-    return BenchmarkPlan.model_validate(data)
+    return plan_of(routes, defaults, over)
 
 
 def _m(

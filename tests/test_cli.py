@@ -203,8 +203,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
 
 
 @contextmanager
-def served(*args: str) -> Iterator[str]:
-    """``python -m deepseekbench serve --port 0 ARGS``; yields its base URL."""
+def serve_banner(*args: str) -> Iterator[str]:
+    """``python -m deepseekbench serve --port 0 ARGS``; yields its banner (first stderr line)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "deepseekbench", "serve", "--port", "0", *args],
@@ -215,13 +215,19 @@ def served(*args: str) -> Iterator[str]:
     )
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()
-        match = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line)
-        assert match, line
-        yield match.group(1)
+        yield proc.stderr.readline()
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def served(*args: str) -> Iterator[str]:
+    """``python -m deepseekbench serve --port 0 ARGS``; yields its base URL."""
+    with serve_banner(*args) as line:
+        match = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line)
+        assert match, line
+        yield match.group(1)
 
 
 def test_run_with_request_errors_exits_1_and_interrupt_exits_130(tmp_path: Path) -> None:
@@ -309,23 +315,10 @@ def test_report_names_the_runs_of_a_file_and_run_selects_one(tmp_path: Path) -> 
 
 
 def test_serve_banner_names_the_mistuned_draft() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     banners = []
     for extra in ([], ["--mistuned-draft"]):
-        cmd = [sys.executable, "-m", "deepseekbench", "serve", "--port", "0", "--speculative"]
-        proc = subprocess.Popen(
-            [*cmd, "mtp", *extra],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        try:
-            assert proc.stderr is not None
-            banners.append(proc.stderr.readline())
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+        with serve_banner("--speculative", "mtp", *extra) as banner:
+            banners.append(banner)
     assert "speculative=mtp" in banners[0] and "MISTUNED" not in banners[0]
     assert "MISTUNED DRAFT (lossy verify: outputs are not exact)" in banners[1]
 

@@ -3,9 +3,10 @@
 * ``python``: run twice in one fresh temporary directory (the second run sees what
   the first left, as a reader rerunning a cell does). Notebook code (top-level
   ``await`` / ``async with``) runs under anyio. Blocks that read a results file name
-  ``deepseekbench-demo.jsonl``, which the docs say how to make
-  (``python -m deepseekbench demo --results deepseekbench-demo.jsonl``); the test
-  puts the results of one such demo run there. A block marked
+  ``deepseekbench-demo.jsonl``, which the README's first command makes
+  (``python -m deepseekbench demo``, run as written in a fresh folder: it writes a
+  timestamped file and copies it to that name); the test puts the results of that
+  one demo run there. A block marked
   ``<!-- docs-test: not run (why) -->`` is compiled and its imports run; only the
   blocks listed in ``NOT_RUN`` may carry that mark.
 * ``toml``: a plan (or a plan section, inside a minimal plan) that validates.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import os
 import re
 import shlex
 import shutil
@@ -84,10 +86,20 @@ def _of(*langs: str) -> list[Block]:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One ``python -m deepseekbench demo --results deepseekbench-demo.jsonl`` run."""
+    """One ``python -m deepseekbench demo`` run, as the README's first command, in a
+    fresh folder: the results the README's snippet reads are there under ``DEMO_FILE``."""
     folder = tmp_path_factory.mktemp("demo")
     out, err = io.StringIO(), io.StringIO()
-    assert main(["demo", "--results", str(folder / DEMO_FILE)], stdout=out, stderr=err) == 0
+    cwd = Path.cwd()
+    os.chdir(folder)
+    try:
+        assert main(["demo"], stdout=out, stderr=err) == 0
+    finally:
+        os.chdir(cwd)
+    stamped = list(folder.glob("deepseekbench-demo-*.jsonl"))
+    assert len(stamped) == 1 and (folder / DEMO_FILE).read_bytes() == stamped[0].read_bytes()
+    assert f"results: {stamped[0]}" in err.getvalue()
+    assert f"(a copy): {folder / DEMO_FILE}" in err.getvalue()
     return folder / DEMO_FILE, out.getvalue()
 
 
@@ -213,3 +225,9 @@ def test_plain_block_matches_the_cli(block: Block, demo: tuple[Path, str]) -> No
     assert shown == printed[: len(shown)], "\n".join(shown)
     if block.path == "README.md":
         assert shown == printed  # the README shows the demo's whole output
+
+
+def test_the_demo_fixture_runs_the_readmes_first_command_as_written() -> None:
+    first = _of("bash")[0]
+    assert first.path == "README.md"
+    assert _commands(first.body.splitlines()[0])[-1] == "python -m deepseekbench demo"

@@ -47,6 +47,8 @@ def make_row(**kw: object) -> Row:
         output_toks_per_s=50.0,
         quality_parity="verified",
         n_requests=8,
+        concurrency=1,
+        arrival="closed",
     )
     base.update(kw)
     return Row.model_validate(base)

@@ -22,7 +22,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "deepseekbench"
 LAYERS = (
     "_version",
     "_errors",
+    "_userfile",
     "_types",
+    "_dialects",
     "_engine",
     "_net",
     "_launch",

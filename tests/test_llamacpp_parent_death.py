@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._procs import python_script, running, wait_gone
+from tests._procs import FAKE_HTTP_SERVE, python_script, running, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,18 +35,9 @@ def on_term(signum, frame):
 
 signal.signal(signal.SIGTERM, on_term)
 
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b'{"status":"ok"}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
+def get(path):
+    return 200, b'{"status":"ok"}'
+""" + FAKE_HTTP_SERVE
 
 PARENT = """\
 import sys, anyio
@@ -87,31 +78,29 @@ def _start_parent(tmp_path: Path, backend: str) -> tuple[subprocess.Popen[str], 
     return parent, pids
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_servers_die_when_the_parent_is_sigkilled(tmp_path: Path, backend: str) -> None:
+def _signal_parent(tmp_path: Path, backend: str, sig: signal.Signals, wait_s: float) -> None:
+    """Start the parent and its two servers, send the parent ``sig``; the servers must
+    be gone within 10 s (any left are killed)."""
     parent, pids = _start_parent(tmp_path, backend)
     try:
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=10)
-        assert wait_gone(pids, 10) == [], f"servers {pids} outlived a SIGKILLed parent"
+        parent.send_signal(sig)
+        parent.wait(timeout=wait_s)
+        assert wait_gone(pids, 10) == [], f"servers {pids} outlived a {sig.name}ed parent"
     finally:
         for p in pids:
             if running(p):
                 os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_servers_die_when_the_parent_is_sigkilled(tmp_path: Path, backend: str) -> None:
+    _signal_parent(tmp_path, backend, signal.SIGKILL, wait_s=10)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_sigterm_to_the_parent_stops_servers_in_order(tmp_path: Path, backend: str) -> None:
-    parent, pids = _start_parent(tmp_path, backend)
-    try:
-        parent.send_signal(signal.SIGTERM)
-        parent.wait(timeout=20)
-        assert wait_gone(pids, 10) == [], f"servers {pids} outlived a SIGTERMed parent"
-        # stopped by the parent (SIGTERM, then waited for), not merely killed with it
-        for name in ("a", "b"):
-            log = (tmp_path / "logs" / f"{name}.log").read_text()
-            assert "SIGTERM, stopping" in log, log
-    finally:
-        for p in pids:
-            if running(p):
-                os.kill(p, signal.SIGKILL)
+    _signal_parent(tmp_path, backend, signal.SIGTERM, wait_s=20)
+    # stopped by the parent (SIGTERM, then waited for), not merely killed with it
+    for name in ("a", "b"):
+        log = (tmp_path / "logs" / f"{name}.log").read_text()
+        assert "SIGTERM, stopping" in log, log

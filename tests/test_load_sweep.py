@@ -18,10 +18,9 @@ from deepseekbench import (
     QualityParity,
     RefusalReason,
     Scorecard,
-    Speculative,
     run_plan,
 )
-from tests._helpers import COSTS, off_and_mtp, plan_of, read_records
+from tests._helpers import COSTS, off_and_mtp, off_mtp_and_mistuned, plan_of, read_records
 
 PARITY = {"tasks": "none", "prompts": ["Count from 5 to 12.", "What is 7 × 8?"], "max_tokens": 32}
 PLAN: dict[str, Any] = {
@@ -61,10 +60,7 @@ def test_a_concurrency_sweep_gives_a_row_per_load_point_and_names_the_crossover(
 
     async def main() -> Any:
         async with (
-            off_and_mtp(cost=COSTS) as (off, mtp),
-            EmbeddedEngine(
-                EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, cost=COSTS)
-            ) as bad,
+            off_mtp_and_mistuned(cost=COSTS) as (off, mtp, bad),
         ):
             plan = _plan(
                 [

@@ -195,13 +195,18 @@ async def test_connect_timeout() -> None:
     assert "connect" in m.error.message
 
 
+def _json_error(status: int, message: str) -> Script:
+    """A server answering ``status`` with an OpenAI-style JSON error body."""
+    body = orjson.dumps({"error": {"message": message, "code": status}})
+    return Script(
+        status=status, headers={"content-type": "application/json"}, writes=(Write(0, body),)
+    )
+
+
 @pytest.mark.anyio
 async def test_http_error_body_message_without_key() -> None:
     secret = "sk-test-SECRET-123"
-    body = orjson.dumps({"error": {"message": f"bad key {secret}", "code": 401}})
-    script = Script(
-        status=401, headers={"content-type": "application/json"}, writes=(Write(0, body),)
-    )
+    script = _json_error(401, f"bad key {secret}")
     m, reqs = await run(script, route_kw={"api_key": SecretStr(secret)})
     assert m.http_status == 401 and m.error is not None
     assert m.error.kind is ErrorKind.http_status
@@ -212,11 +217,7 @@ async def test_http_error_body_message_without_key() -> None:
 @pytest.mark.anyio
 async def test_gate_key_echoed_in_an_error_body_is_redacted() -> None:
     secret = "sk-gate-SECRET-456"
-    body = orjson.dumps({"error": {"message": f"Bearer {secret} rejected", "code": 403}})
-    script = Script(
-        status=403, headers={"content-type": "application/json"}, writes=(Write(0, body),)
-    )
-    m, _ = await run(script, gate=LiveGate(api_key=secret))
+    m, _ = await run(_json_error(403, f"Bearer {secret} rejected"), gate=LiveGate(api_key=secret))
     assert m.error is not None and "rejected" in m.error.message
     assert secret not in m.model_dump_json() and secret not in repr(m)
 

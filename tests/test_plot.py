@@ -82,7 +82,7 @@ def test_figure_has_speedup_vs_load_with_ci_and_the_latency_throughput_curve(
     bars = [c for c in speed_ax.containers if isinstance(c, ErrorbarContainer)]
     labels = [str(c.get_label()) for c in bars]
     assert len(bars) == 2 and labels[0] == "mtp"
-    assert labels[1].startswith("mtp-mistuned (refused:") and "parity" in labels[1]
+    assert labels[1].startswith("mtp-mistuned: refused (") and "parity" in labels[1]
     mtp_line = bars[0].lines[0]
     assert mtp_line is not None
     xs, ys = _data(mtp_line), _data(mtp_line, "y")
@@ -95,13 +95,55 @@ def test_figure_has_speedup_vs_load_with_ci_and_the_latency_throughput_curve(
     assert speed_ax.get_xscale() == "log"
     # latency-throughput panel: every route, off included, points in load order
     curves = {str(ln.get_label()): ln for ln in curve_ax.get_lines()}
-    assert set(curves) == {"off", "mtp", "mtp-mistuned (not credited)"}
+    refused = "mtp-mistuned: refused (candidate_parity_not_verified)"
+    assert set(curves) == {"off", "mtp", refused}
     off = curves["off"]
     assert _data(off) == list(THROUGHPUT["off"]) and _data(off, "y") == list(TPOT["off"])
-    assert curves["mtp-mistuned (not credited)"].get_linestyle() == "--"
+    assert curves[refused].get_linestyle() == "--"
     assert "throughput" in curve_ax.get_xlabel() and "TPOT" in curve_ax.get_ylabel()
     notes = {t.get_text() for t in curve_ax.texts}
-    assert {"c=1", "c=8", "c=32"} <= notes
+    assert {"c=1", "c=8", "c=32", "c=32 (refused)"} <= notes
+
+
+def test_a_refused_route_is_grey_dashed_and_labelled_never_a_winners_colour(
+    sweep_rows: list[Row],
+) -> None:
+    from matplotlib.colors import to_rgba
+
+    from deepseekbench._report._plot import REFUSED_COLOR
+
+    speed_ax, curve_ax = _card(sweep_rows).plot().axes
+    grey = to_rgba(REFUSED_COLOR)
+    curves = {str(ln.get_label()).split(":")[0]: ln for ln in curve_ax.get_lines()}
+    bad = curves["mtp-mistuned"]
+    # the mis-tuned route has the lowest TPOT at the highest throughput: the "best" curve
+    assert max(_data(bad)) > max(_data(curves["mtp"]))
+    assert to_rgba(bad.get_color()) == grey and bad.get_linestyle() == "--"
+    assert to_rgba(bad.get_markerfacecolor()) == to_rgba("white")
+    assert bad.get_zorder() < min(curves[n].get_zorder() for n in ("off", "mtp"))
+    for name in ("off", "mtp"):  # credited curves: solid, coloured, distinct
+        assert curves[name].get_linestyle() == "-" and to_rgba(curves[name].get_color()) != grey
+    assert to_rgba(curves["off"].get_color()) != to_rgba(curves["mtp"].get_color())
+    bars = [c for c in speed_ax.containers if isinstance(c, ErrorbarContainer)]
+    refused_bar = next(c for c in bars if "refused" in str(c.get_label()))
+    assert refused_bar.lines[0] is not None
+    assert to_rgba(refused_bar.lines[0].get_color()) == grey
+
+
+def test_labels_and_legends_do_not_overlap(sweep_rows: list[Row]) -> None:
+    fig = _card(sweep_rows).plot()
+    fig.canvas.draw()  # lays the figure out (its Agg canvas: no GUI)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        for i, a in enumerate(boxes):
+            assert not any(a.overlaps(b) for b in boxes[i + 1 :]), [t.get_text() for t in ax.texts]
+        legend = ax.get_legend()
+        assert legend is not None
+        legend_box = legend.get_window_extent(renderer)
+        assert not legend_box.overlaps(ax.get_window_extent(renderer))  # under the panel
+        for t in ax.texts:  # every label inside its panel
+            assert ax.get_window_extent(renderer).contains(*t.get_window_extent(renderer).p1)
 
 
 def test_ci_bars_span_the_bootstrap_interval() -> None:
@@ -176,3 +218,20 @@ def test_plot_needs_rows() -> None:
     card = Scorecard(_card([_row("off", 1)]).lines, metric=_card([_row("off", 1)]).metric)
     with pytest.raises(ValueError, match="needs the rows"):
         card.plot()
+
+
+def test_the_figure_shows_inline_in_a_notebook(sweep_rows: list[Row]) -> None:
+    """IPython's rich display calls ``_repr_png_`` on the cell's value (no pyplot)."""
+    from matplotlib.figure import Figure
+
+    fig = _card(sweep_rows).plot()
+    assert isinstance(fig, Figure)
+    png = fig._repr_png_()  # type: ignore[attr-defined]
+    assert isinstance(png, bytes) and png.startswith(PNG_MAGIC) and len(png) > 10_000
+
+
+def test_the_inline_figure_pickles(sweep_rows: list[Row]) -> None:
+    import pickle
+
+    fig = pickle.loads(pickle.dumps(_card(sweep_rows).plot()))
+    assert fig._repr_png_().startswith(PNG_MAGIC)

@@ -31,7 +31,7 @@ from deepseekbench import (
     compare_speedup,
 )
 from deepseekbench._analysis._speedup import SpeedupMetric
-from tests.strategies import creditable_pairs, rows
+from tests.strategies import creditable_pairs, rows, unknown_loads
 from tests.test_foundation import make_row
 
 Comparator = Callable[..., SpeedupVerdict]
@@ -230,6 +230,71 @@ def test_rows_differing_only_in_concurrency_are_refused() -> None:
     verdict = compare_speedup(base, cand)
     assert verdict.reasons == (RefusalReason.load_mismatch,)
     assert verdict.mismatched_axes == ("concurrency",)
+
+
+# --- (b3) the seed rule: a row that does not state its load earns no figure --------
+def check_load_unknown_property(compare: Comparator, cfg: settings = PROPERTY_SETTINGS) -> None:
+    @cfg
+    @given(
+        pair=creditable_pairs(),
+        base_load=unknown_loads,
+        cand_load=st.none() | unknown_loads,
+        which=st.sampled_from(["both", "base", "cand"]),
+        metric=st.sampled_from(SpeedupMetric),
+    )
+    @example(  # two rows with the load unset, otherwise creditable: once "2.00×"
+        pair=(make_row(), make_row(speculative=Speculative.mtp, tpot_ms=10.0)),
+        base_load={"concurrency": None, "request_rate_per_s": None, "arrival": None},
+        cand_load=None,
+        which="both",
+        metric=SpeedupMetric.tpot_ms,
+    )
+    def prop(
+        pair: tuple[Row, Row],
+        base_load: dict[str, Any],
+        cand_load: dict[str, Any] | None,
+        which: str,
+        metric: SpeedupMetric,
+    ) -> None:
+        base, cand = pair
+        if which in ("both", "base"):
+            base = base.model_copy(update=base_load)
+        if which in ("both", "cand"):
+            cand = cand.model_copy(update=cand_load if cand_load is not None else base_load)
+        verdict = compare(base, cand, metric=metric)
+        assert_refused_without_figure(verdict)
+        assert RefusalReason.load_unknown in verdict.reasons
+
+    prop()
+
+
+def broken_ignores_unknown_load(base: Row, cand: Row, **kw: Any) -> SpeedupVerdict:
+    """Judges two rows of unknown load as if both ran one closed-loop stream."""
+    known = {"concurrency": 1, "request_rate_per_s": None, "arrival": Arrival.closed}
+    if base.arrival is None or cand.arrival is None:
+        base, cand = base.model_copy(update=known), cand.model_copy(update=known)
+    return compare_speedup(base, cand, **kw)
+
+
+def test_unknown_load_is_refused() -> None:
+    check_load_unknown_property(compare_speedup)
+
+
+def test_load_unknown_property_catches_a_comparator_that_ignores_load() -> None:
+    with pytest.raises(AssertionError):
+        check_load_unknown_property(broken_ignores_unknown_load, BROKEN_SETTINGS)
+
+
+def test_two_rows_without_load_print_no_speedup_and_still_read() -> None:
+    unset = {"concurrency": None, "arrival": None}
+    base = make_row(**unset)
+    cand = make_row(speculative=Speculative.mtp, tpot_ms=10.0, **unset)
+    verdict = compare_speedup(base, cand)
+    assert verdict.reasons == (RefusalReason.load_unknown,)
+    assert "×" not in str(verdict) and "load_unknown" in str(verdict)
+    # an old (schema-1) row still reads back: only its figure is withheld
+    old = Row.model_validate({**base.model_dump(mode="json"), "schema_version": 1})
+    assert old.arrival is None and not compare_speedup(old, cand)
 
 
 # --- (c) a closed gate never calls the transport -----------------------------------

@@ -1,12 +1,15 @@
 """RayPool against a local Ray instance bound to 127.0.0.1 (dashboard off), the engine on
 loopback in the test's event loop. Skipped, with the reason, when ``ray`` is not installed
-(``pip install -e '.[ray]'``; the ``test`` extra installs it)."""
+(``pip install -e '.[ray]'``); marked ``ray``, so the default run deselects them and
+``nox -s ray`` / ``.ci/run``'s ray step run them with the extra installed."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
+import sys
 from pathlib import Path
 
 import orjson
@@ -64,7 +67,7 @@ def proc_files(pid: int) -> bytes:
 
 
 def test_cluster_addresses_are_checked_by_host() -> None:
-    assert ray_address_host("auto") == "127.0.0.1"
+    assert ray_address_host("local") == "127.0.0.1"
     assert ray_address_host("ray://10.0.0.5:10001") == "10.0.0.5"
     assert ray_address_host("127.0.0.1:6379") == "127.0.0.1"
 
@@ -157,3 +160,98 @@ async def test_ray_actors_measure_keep_budgets_and_report_deaths(tmp_path: Path)
     records = [orjson.loads(x) for x in (tmp_path / "r.jsonl").read_bytes().splitlines()]
     measured = [r for r in records if r["record"] == "workers" and r["phase"] == "measure"]
     assert measured and all(len(r["clock_offsets_ns"]) == r["workers"] == 2 for r in measured)
+
+
+# -- issue 19 item 4: a local instance stays on loopback and phones nowhere ------------
+def _descendants(root: int) -> set[int]:
+    children: dict[int, set[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, set()).add(int(entry.name))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _listening(pids: set[int]) -> list[str]:
+    """Local addresses of the TCP sockets ``pids`` listen on (hex, from /proc/net)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    found: list[str] = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
+                found.append(cols[1].split(":")[0])
+    return found
+
+
+def _environ(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+
+
+LOOPBACK_HEX = {  # 127.0.0.1, ::1, ::ffff:127.0.0.1
+    "0100007F",
+    "00000000000000000000000001000000",
+    "0000000000000000FFFF00000100007F",
+}
+
+
+async def test_a_local_instance_binds_loopback_and_inherits_no_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    need_ray()
+    monkeypatch.setenv("HTTP_PROXY", "http://192.0.2.1:3128")  # TEST-NET-1, never reached
+    monkeypatch.setenv("https_proxy", "http://192.0.2.1:3128")
+    monkeypatch.setenv("RAY_ADDRESS", "203.0.113.1:6379")  # a local instance ignores it
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "1")
+    monkeypatch.setenv("DEEPSEEKBENCH_API_KEY", SECRET)
+    off_loopback: list[object] = []
+
+    def guard(event: str, args: tuple[object, ...]) -> None:
+        if event == "socket.connect" and len(args) > 1 and isinstance(args[1], tuple):
+            host = str(args[1][0])
+            if not (host.startswith("127.") or host == "::1"):
+                off_loopback.append(args[1])
+
+    sys.addaudithook(guard)
+    pool = RayPool(1, routes={}, gate=LiveGate(api_key=SECRET), address="local", actor_cpus=0)
+    async with pool:
+        procs = _descendants(os.getpid())
+        assert procs, "no Ray process found"
+        listening = _listening(procs)
+        assert listening and set(listening) <= LOOPBACK_HEX, listening
+        checked = 0
+        for pid in procs:
+            with contextlib.suppress(OSError):
+                env = [v for v in _environ(pid) if v]
+                if not env:  # a process title written over its environment block
+                    continue
+                checked += 1
+                assert not any(
+                    v.split(b"=", 1)[0].lower() in (b"http_proxy", b"https_proxy") for v in env
+                ), pid
+                assert not any(v.startswith(b"RAY_ADDRESS=") for v in env), pid
+                assert b"RAY_USAGE_STATS_ENABLED=0" in env, pid
+                assert SECRET.encode() not in b"\0".join(env), pid
+        assert checked, "no Ray process environment could be read"
+    # the driver's own environment is back (but usage statistics stay off)
+    assert os.environ["HTTP_PROXY"] == "http://192.0.2.1:3128"
+    assert os.environ["RAY_ADDRESS"] == "203.0.113.1:6379"
+    assert off_loopback == []

@@ -17,7 +17,7 @@ from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import ProgressEvent, load_results, run_plan
 from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity, Speculative
-from tests._helpers import COSTS, off_and_mtp, plan_of, read_records
+from tests._helpers import COSTS, off_and_mtp, off_mtp_and_mistuned, plan_of, read_records
 
 PLAN: dict[str, Any] = {
     "requests_per_cell": 5,
@@ -36,10 +36,7 @@ def test_verdicts_credit_correct_mtp_and_refuse_the_mistuned_one(tmp_path: Path)
 
     async def main() -> Any:
         async with (
-            off_and_mtp(cost=COSTS) as (off, mtp),
-            EmbeddedEngine(
-                EngineConfig(speculative=Speculative.mtp, mistuned_draft=True, cost=COSTS)
-            ) as bad,
+            off_mtp_and_mistuned(cost=COSTS) as (off, mtp, bad),
             EmbeddedEngine(
                 EngineConfig(speculative=Speculative.mtp, dialect=Dialect.openai, cost=COSTS)
             ) as quiet,

@@ -11,25 +11,20 @@ from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._schedule import Phase, build_schedule, measure_slot, parity_prompts
 from deepseekbench._runner import grid_text, pending
 from deepseekbench._store._results import ResultsState
+from tests._helpers import plan_of
 
 PROMPTS = ("p0", "p1", "p2", "p3")
 
 
 def _plan(**over: Any) -> BenchmarkPlan:
-    data: dict[str, Any] = {
-        "model": "m",
-        "routes": [
-            {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
-            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
-            {"label": "ngram", "speculative": "ngram", "base_url": "http://127.0.0.1:3/v1"},
-        ],
+    routes = [(s, s, f"http://127.0.0.1:{i}/v1") for i, s in enumerate(("off", "mtp", "ngram"), 1)]
+    defaults = {
         "requests_per_cell": 7,
         "warmup_per_cell": 2,
         "arrival": {"concurrency": [1, 8]},
         "parity": {"tasks": "none", "prompts": ["a", "b"]},
     }
-    data.update(over)
-    return BenchmarkPlan.model_validate(data)
+    return plan_of(routes, defaults, over)
 
 
 def _schedule(plan: BenchmarkPlan) -> Any:

@@ -23,6 +23,7 @@ from deepseekbench._measure._measure import ErrorKind, measure_streamed
 from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from tests._replay import skip_request
 
 pytestmark = pytest.mark.anyio
 
@@ -45,23 +46,6 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-async def _read_request(stream: SocketStream, buf: bytearray) -> bool:
-    """Read one request (head + content-length body) into nothing; False at EOF."""
-    while b"\r\n\r\n" not in buf:
-        try:
-            buf += await stream.receive()
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            return False
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(rest) < length:
-        rest += await stream.receive()
-    buf[:] = rest[length:]
-    return True
 
 
 @asynccontextmanager
@@ -87,11 +71,11 @@ class OneAnswerPerConnection:
         self.connections += 1
         buf = bytearray()
         async with stream:
-            if not await _read_request(stream, buf):
+            if not await skip_request(stream, buf):
                 return
             await stream.send(self.answer)
             self.answered += 1
-            await _read_request(stream, buf)  # the reused connection's request: dropped
+            await skip_request(stream, buf)  # the reused connection's request: dropped
 
 
 async def test_a_stale_pooled_connection_is_retried_once_on_a_new_one() -> None:
@@ -112,7 +96,7 @@ class NeverAnswers(OneAnswerPerConnection):
     async def handle(self, stream: SocketStream) -> None:
         self.connections += 1
         async with stream:
-            await _read_request(stream, bytearray())
+            await skip_request(stream, bytearray())
 
 
 async def test_a_server_that_never_answers_is_a_connect_error_after_one_retry() -> None:

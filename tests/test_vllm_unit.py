@@ -52,22 +52,11 @@ def stop(*_):
 signal.signal(signal.SIGTERM, signal.SIG_IGN if mode == "stubborn" else stop)
 started = time.monotonic()
 
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if time.monotonic() - started < 0.3 or mode == "never-ready":
-            self.send_response(503); self.send_header("Content-Length", "0"); self.end_headers()
-            return
-        body = b"" if self.path == "/health" else json.dumps(
-            {"data": [{"id": name}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
+def get(path):
+    if time.monotonic() - started < 0.3 or mode == "never-ready":
+        return 503, b""
+    return 200, b"" if path == "/health" else json.dumps({"data": [{"id": name}]}).encode()
+""" + _procs.FAKE_HTTP_SERVE
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
 from deepseekbench._types._axes import Dialect
-from tests._replay import RecordedRequest, Script, Write, replay_server
+from tests._replay import RecordedRequest, Script, Write, replay_server, skip_request
 from tests.test_stream_kinds import DONE, FRAMINGS, GOOD, _framed, chunk, kind, usage
 
 ROUTE = EngineRoute(base_url="http://127.0.0.1:9/v1", model="m")
@@ -74,6 +74,18 @@ def fold_all(frames: list[str], framing: str = "lf") -> StreamMeasurement:
 
 def _gzip() -> zlib._Compress:
     return zlib.compressobj(wbits=31)
+
+
+def _gzip_first_event() -> bytes:
+    """The first good event, gzip-compressed and flushed (Z_SYNC_FLUSH)."""
+    co = _gzip()
+    return co.compress(GOOD[0].encode()) + co.flush(zlib.Z_SYNC_FLUSH)
+
+
+def _gzip_script(*writes: Write, abort: bool = False) -> Script:
+    """An event stream sent with ``content-encoding: gzip``."""
+    headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+    return Script(headers=headers, writes=writes, abort=abort)
 
 
 def _compressed_writes(
@@ -168,12 +180,7 @@ async def test_an_encoding_without_a_decoder_is_a_typed_error_not_garbage(coding
 
 @pytest.mark.anyio
 async def test_a_corrupt_compressed_body_is_a_typed_error_with_what_came_before() -> None:
-    co = _gzip()
-    good = co.compress(GOOD[0].encode()) + co.flush(zlib.Z_SYNC_FLUSH)
-    script = Script(
-        headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
-        writes=(Write(0, good), Write(20, b"\xff" * 64)),
-    )
+    script = _gzip_script(Write(0, _gzip_first_event()), Write(20, b"\xff" * 64))
     async with replay_server(script) as server:
         m = await _measure(server.base_url)
     assert kind(m) == "content_encoding" and m.text == "Hel", m.errors
@@ -181,13 +188,7 @@ async def test_a_corrupt_compressed_body_is_a_typed_error_with_what_came_before(
 
 @pytest.mark.anyio
 async def test_a_compressed_stream_cut_short_is_truncated() -> None:
-    co = _gzip()
-    good = co.compress(GOOD[0].encode()) + co.flush(zlib.Z_SYNC_FLUSH)
-    script = Script(
-        headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
-        writes=(Write(0, good),),
-        abort=True,
-    )
+    script = _gzip_script(Write(0, _gzip_first_event()), abort=True)
     async with replay_server(script) as server:
         m = await _measure(server.base_url)
     assert kind(m) == "truncated" and m.text == "Hel", m.errors
@@ -270,20 +271,9 @@ class KeepAliveServer:
     async def handle(self, stream: SocketStream) -> None:
         self.connections += 1
         async with stream:
-            buf = b""
+            buf = bytearray()
             try:
-                while True:
-                    while b"\r\n\r\n" not in buf:
-                        buf += await stream.receive()
-                    head, _, buf = buf.partition(b"\r\n\r\n")
-                    length = 0
-                    for line in head.split(b"\r\n")[1:]:
-                        name, _, value = line.partition(b":")
-                        if name.strip().lower() == b"content-length":
-                            length = int(value)
-                    while len(buf) < length:
-                        buf += await stream.receive()
-                    buf = buf[length:]
+                while await skip_request(stream, buf):
                     self.requests.append(RecordedRequest("POST", "/", {}, b""))
                     reply = self.reply(len(self.requests))
                     await stream.send(reply.head.encode() + b"\r\n\r\n")

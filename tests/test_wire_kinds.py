@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
+from deepseekbench._dialects import read_acceptance
+from deepseekbench._dialects.sglang import acceptance_from_sglang
 from deepseekbench._measure._measure import (
     ErrorKind,
     StreamMeasurement,
@@ -24,7 +26,6 @@ from deepseekbench._measure._measure import (
 from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._types._acceptance import acceptance_from_sglang, read_acceptance
 from deepseekbench._types._axes import Dialect, ReasoningMode
 from deepseekbench._types._request import ChatRequest
 from tests._replay import Script, Write, replay_server

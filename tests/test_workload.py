@@ -169,7 +169,7 @@ def test_unreadable_file_is_a_workload_error(tmp_path: Path) -> None:
             loader(tmp_path / "absent")
     bad = tmp_path / "latin1.jsonl"
     bad.write_bytes(b'{"prompt": "caf\xe9"}\n')
-    with pytest.raises(WorkloadFormatError, match="cannot read"):
+    with pytest.raises(WorkloadFormatError, match="not UTF-8 text"):
         load_jsonl(bad)
 
 

@@ -197,6 +197,8 @@ def _row(spec: Speculative, cats: tuple[SliceStats, ...]) -> Row:
         n_requests=10,
         quality_parity=QualityParity.verified,
         categories=cats,
+        concurrency=1,
+        arrival="closed",
     )
 
 
@@ -249,7 +251,7 @@ def test_scorecard_shows_the_category_table_and_short_outputs() -> None:
     assert "1.25× by tpot_ms" in rag
     assert "3 of 10 outputs fell short of max_tokens" in text
     md = card.to_markdown()
-    assert "| cell | route | category | n | accept |" in md
+    assert "| cell | load | route | category | n | accept |" in md
     line = card.lines[1]
     assert [c.name for c in line.categories] == ["qa", "rag"]
     assert line.categories[0].verdict is not None and line.categories[0].verdict.printed

@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from deepseekbench._analysis._rowstats import acceptance
 from deepseekbench._analysis._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
 from deepseekbench._analysis._stats import median, percentiles
+from deepseekbench._measure._figures import output_tokens
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._types._row import Row, SliceStats
 
@@ -31,9 +33,8 @@ __all__ = [
 ]
 
 
-def output_tokens_of(m: StreamMeasurement) -> int | None:
-    """Output tokens of one request: usage's ``completion_tokens``, else the estimate."""
-    return m.completion_tokens if m.completion_tokens is not None else m.estimated_completion_tokens
+output_tokens_of = output_tokens
+"""Output tokens of one request (tokens), ``None`` when unknown: :func:`output_tokens`."""
 
 
 def is_short(m: StreamMeasurement, max_tokens: int) -> bool:
@@ -61,20 +62,6 @@ def workload_fields(ok: Sequence[StreamMeasurement], max_tokens: int) -> dict[st
     }
 
 
-def _acceptance(ok: Sequence[StreamMeasurement]) -> tuple[float | None, float | None, int, int]:
-    counted = [m for m in ok if m.draft_tokens is not None and m.accepted_tokens is not None]
-    drafted = sum(m.draft_tokens or 0 for m in counted)
-    accepted = sum(m.accepted_tokens or 0 for m in counted)
-    ratio = accepted / drafted if drafted > 0 and accepted <= drafted else None
-    steps = [m.acceptance.verify_steps if m.acceptance is not None else None for m in counted]
-    length: float | None = None
-    if counted and all(s is not None for s in steps) and sum(s or 0 for s in steps) > 0:
-        length = 1.0 + accepted / sum(s or 0 for s in steps)
-    elif counted:
-        length = median(m.acceptance_length for m in counted)
-    return ratio, length, drafted, accepted
-
-
 def slice_stats(
     name: str, measured: Sequence[StreamMeasurement], *, max_tokens: int
 ) -> SliceStats:
@@ -87,11 +74,14 @@ def slice_stats(
 
     Returns:
         A :class:`~deepseekbench.SliceStats`: medians in ms / tokens/s; acceptance
-        summed over per-request figures (``None`` when none were reported).
+        over the slice's requests by :func:`~deepseekbench._analysis._rowstats.acceptance`,
+        as for a row but without its ``/metrics`` fallback (a server-wide delta cannot
+        be split by category or turn); ``None`` when no request reported any.
     """
     ok = [m for m in measured if m.error is None]
-    counted = any(m.draft_tokens is not None for m in ok)
-    ratio, length, drafted, accepted = _acceptance(ok)
+    # Per-request figures only: the /metrics fallback of a row is a server-wide
+    # delta over the whole window, which cannot be split by category or turn.
+    ratio, length, _, drafted, accepted = acceptance(ok, None)
     return SliceStats(
         name=name,
         n_requests=len(measured),
@@ -102,8 +92,8 @@ def slice_stats(
         output_toks_per_s=median(m.output_toks_per_s for m in ok),
         accepted_token_ratio=ratio,
         acceptance_length=length,
-        draft_tokens=drafted if counted else None,
-        accepted_tokens=accepted if counted else None,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
         tokens_estimated=any(m.tokens_estimated for m in ok),
         output_short=any(is_short(m, max_tokens) for m in ok),
     )

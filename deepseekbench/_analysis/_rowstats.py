@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from deepseekbench._analysis._stats import median, percentiles
+from deepseekbench._measure._figures import counted_output_tokens
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._store._results import MeasureInfo
 from deepseekbench._types._acceptance import AcceptanceRecord
@@ -58,9 +59,21 @@ def _window_steps(server: AcceptanceRecord | None, drafted: int, accepted: int) 
 def acceptance(
     ok: Sequence[StreamMeasurement], server: AcceptanceRecord | None
 ) -> tuple[float | None, float | None, AcceptanceScope | None, int | None, int | None]:
-    """``(ratio, length, scope, drafted, accepted)`` over a row's successful requests.
+    """``(ratio, length, scope, drafted, accepted)`` over a set of successful requests.
 
-    Per-request counts win; the server-wide ``/metrics`` delta is the fallback.
+    The one definition of acceptance over requests, used for a row and (with
+    ``server=None``) for its category and turn slices. Acceptance rate =
+    accepted draft tokens / drafted tokens (summed over the requests; ``None``
+    when nothing was drafted or more was accepted than drafted); acceptance
+    length = 1 + accepted / verify steps (tokens per verify step), else the
+    median of the per-request lengths. Sources: vLLM's spec-decode metrics
+    (``num_accepted_tokens / num_draft_tokens``, mean acceptance length), as in
+    ``docs/measurement.md``.
+
+    Per-request counts win; the server-wide ``/metrics`` delta ``server`` (the
+    row's measurement windows) is the fallback, and supplies the verify steps
+    when its counts equal the per-request sums. ``drafted`` and ``accepted`` are
+    token counts, ``None`` when no request carried both.
     """
     with_counts = [m for m in ok if m.draft_tokens is not None and m.accepted_tokens is not None]
     if with_counts:
@@ -136,12 +149,6 @@ def _positions(records: Sequence[AcceptanceRecord]) -> tuple[float, ...] | None:
     )
 
 
-def _output_tokens(m: StreamMeasurement) -> int:
-    if m.completion_tokens is not None:
-        return m.completion_tokens
-    return m.estimated_completion_tokens or 0
-
-
 def _window_s(ms: Sequence[StreamMeasurement]) -> float:
     """First send to last token of ``ms`` (s); 0 when no request has both times."""
     spans = [
@@ -206,7 +213,7 @@ class RowRequests:
 
     def output_throughput(self) -> float | None:
         """Output tokens of the successful requests / the window (tokens/s)."""
-        return self.per_window(sum(_output_tokens(m) for m in self.ok))
+        return self.per_window(sum(counted_output_tokens(m) for m in self.ok))
 
     def request_throughput(self) -> float | None:
         """Successful requests / the window (requests/s)."""

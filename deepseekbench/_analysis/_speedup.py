@@ -14,7 +14,14 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._types._axes import KEY_AXES, LOAD_AXES, QualityParity, Speculative, _ClosedEnum
+from deepseekbench._types._axes import (
+    KEY_AXES,
+    LOAD_AXES,
+    Arrival,
+    QualityParity,
+    Speculative,
+    _ClosedEnum,
+)
 from deepseekbench._types._row import Row
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
@@ -70,6 +77,7 @@ class RefusalReason(_ClosedEnum):
     candidate_is_off = "candidate_is_off"
     key_axis_mismatch = "key_axis_mismatch"
     load_mismatch = "load_mismatch"
+    load_unknown = "load_unknown"
     baseline_incomplete = "baseline_incomplete"
     candidate_incomplete = "candidate_incomplete"
     baseline_too_few_requests = "baseline_too_few_requests"
@@ -341,7 +349,10 @@ def compare_speedup(
     ``quality_parity == verified``; ``baseline.speculative == off`` and
     ``candidate.speculative != off``; every other key axis is equal (a different
     load — ``concurrency``, ``request_rate_per_s``, ``arrival`` — is refused with
-    ``load_mismatch``, other axes with ``key_axis_mismatch``); both rows
+    ``load_mismatch``, other axes with ``key_axis_mismatch``); both rows say
+    their load (``load_unknown`` otherwise, see :func:`load_unknown`: two rows
+    with the load unset are equal on every axis yet may have been measured
+    under different loads); both rows
     are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
     ``n_requests >= min_requests``; neither row's token counts were estimated
     (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
@@ -395,6 +406,21 @@ def compare_speedup(
     return _with_interval(verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed)
 
 
+def load_unknown(row: Row) -> bool:
+    """True when ``row`` does not say the load it was measured under.
+
+    Unknown: no ``arrival`` (a schema-1 row, or a hand-made row that left the
+    load unset), a closed loop without ``concurrency``, or an open loop
+    (``poisson``/``gamma``) without ``request_rate_per_s``. Such a row still
+    reads (old results files load); it only cannot be credited a speedup.
+    """
+    if row.arrival is None:
+        return True
+    if row.arrival is Arrival.closed:
+        return row.concurrency is None
+    return row.request_rate_per_s is None
+
+
 def _judge(
     baseline: Row, candidate: Row, metric: SpeedupMetric, min_requests: int
 ) -> SpeedupVerdict:
@@ -419,6 +445,10 @@ def _judge(
     if any(axis in LOAD_AXES for axis in mismatched):
         # A schema-1 row (load unknown, None) never pairs with a row of known load.
         reasons.append(R.load_mismatch)
+    if load_unknown(baseline) or load_unknown(candidate):
+        # Two rows of unknown load are "equal" on every load axis, yet nothing says
+        # they were measured under the same load: no figure (the seed rule).
+        reasons.append(R.load_unknown)
     if not baseline.is_complete:
         reasons.append(R.baseline_incomplete)
     if not candidate.is_complete:

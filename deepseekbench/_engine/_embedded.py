@@ -11,11 +11,11 @@ on its own event loop in a background thread, outside any caller's task).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, AsyncExitStack
-from types import TracebackType
 
 import anyio
 from anyio.abc import SocketAttribute, TaskGroup, TaskStatus
@@ -140,12 +140,7 @@ class EmbeddedEngine:
         self._stack = stack
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:  # the exception propagates
         stack, self._stack = self._stack, None
         if stack is not None:
             # The body's own exception is not handed to the task group: it would come
@@ -223,18 +218,42 @@ def _banner(config: EngineConfig, base_url: str) -> str:
     return line
 
 
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` or a loopback address (``127.0.0.0/8``, ``::1``);
+    any other name is not resolved and counts as non-loopback."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 async def serve(
     config: EngineConfig,
     host: str = "127.0.0.1",
     port: int = 8000,
     *,
     on_ready: Callable[[str], None] | None = None,
+    allow_non_loopback: bool = False,
 ) -> None:
     """Serve ``config`` on ``host:port`` until cancelled.
 
     ``on_ready(base_url)`` is called once listening (default: one line on stderr).
-    Raises ``OSError`` when the address cannot be bound.
+    The engine has no authentication and serves ``/v1/timelines`` and its fault
+    hooks to anyone who reaches it, so a ``host`` that is not loopback
+    (:func:`is_loopback_host`: ``0.0.0.0``, a LAN address, a host name) is refused
+    unless ``allow_non_loopback`` (CLI: ``serve --allow-non-loopback``).
+
+    Raises:
+        ValueError: a non-loopback ``host`` without ``allow_non_loopback``.
+        OSError: the address cannot be bound.
     """
+    if not allow_non_loopback and not is_loopback_host(host):
+        raise ValueError(
+            f"serve --host {host!r} is not a loopback address: the embedded engine has no "
+            "authentication; pass --allow-non-loopback to serve it beyond this machine"
+        )
     async with EmbeddedEngine(config, host=host, port=port) as engine:
         if on_ready is None:
             print(_banner(config, engine.base_url), file=sys.stderr, flush=True)
@@ -265,7 +284,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     cost = CostModel()
     faults = FaultConfig()
     depths = ", ".join(f"{s.value} {k}" for s, k in DEFAULT_DEPTH.items() if k)
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address; a non-loopback one needs --allow-non-loopback (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--allow-non-loopback",
+        action="store_true",
+        help="allow a --host beyond loopback (the engine has no authentication; default: off)",
+    )
     parser.add_argument(
         "--port", type=int, default=8000, help="TCP port; 0 = any free port (default: %(default)s)"
     )

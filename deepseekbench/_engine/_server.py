@@ -170,6 +170,17 @@ def thinking_effort(req: ChatRequest) -> str | None:
     return "max" if effort in ("max", "xhigh") else "high"
 
 
+MAX_TIMELINES = 4096
+"""Completions whose chunk timelines are kept (``record_send_times``): the newest;
+an older one is dropped and counted (``dropped`` in ``GET /v1/timelines``)."""
+
+MAX_TIMELINE_CHUNKS = 1_000_000
+"""Chunks kept over all kept timelines (about 60 MB of ``GET /v1/timelines`` JSON):
+past it the oldest other completion's timeline is dropped (counted in
+``dropped``); a single completion past it stops recording, its later chunks
+counted in its ``chunks_dropped``. Engine memory and the answer stay bounded."""
+
+
 class EngineState:
     """Everything the routes share: config, model, scheduler, metrics, ground truth."""
 
@@ -182,9 +193,39 @@ class EngineState:
         self.scheduler = Scheduler(config.cost, self.metrics, model_draft=model_draft)
         self.send_times: dict[str, list[ChunkSend]] = {}
         self.arrivals: dict[str, tuple[float, str | None]] = {}
+        self.timelines_dropped = 0
+        self.chunks_dropped: dict[str, int] = {}
+        self._chunks_kept = 0
         self._fault_rng = random.Random(config.seed)
         self._request_rng = random.Random(config.seed ^ 0x5EED)
         self._next_id = 0
+
+    def start_timeline(self, cid: str) -> None:
+        """Start completion ``cid``'s chunk record; the oldest record is dropped past
+        :data:`MAX_TIMELINES` completions (counted in ``timelines_dropped``)."""
+        self.send_times[cid] = []
+        while len(self.send_times) > MAX_TIMELINES:
+            self._drop_timeline(next(iter(self.send_times)))
+
+    def record_chunk(self, cid: str, chunk: ChunkSend) -> None:
+        """Append ``chunk`` to ``cid``'s record within :data:`MAX_TIMELINE_CHUNKS`."""
+        record = self.send_times.get(cid)
+        if record is None:  # dropped as one of the oldest
+            return
+        while self._chunks_kept >= MAX_TIMELINE_CHUNKS:
+            other = next((k for k in self.send_times if k != cid), None)
+            if other is None:
+                self.chunks_dropped[cid] = self.chunks_dropped.get(cid, 0) + 1
+                return
+            self._drop_timeline(other)
+        record.append(chunk)
+        self._chunks_kept += 1
+
+    def _drop_timeline(self, cid: str) -> None:
+        self._chunks_kept -= len(self.send_times.pop(cid, ()))
+        self.arrivals.pop(cid, None)
+        self.chunks_dropped.pop(cid, None)
+        self.timelines_dropped += 1
 
     def new_id(self) -> str:
         """A fresh completion id (``chatcmpl-<n>``)."""
@@ -307,10 +348,23 @@ class EngineState:
                 for c in sends
             ]
             data.append(
-                {"id": cid, "request_id": request_id, "arrival_s": arrival, "chunks": chunks}
+                {
+                    "id": cid,
+                    "request_id": request_id,
+                    "arrival_s": arrival,
+                    "chunks": chunks,
+                    "chunks_dropped": self.chunks_dropped.get(cid, 0),
+                }
             )
         clock = time.get_clock_info("perf_counter").implementation
-        return orjson.dumps({"object": "list", "clock": clock, "data": data})
+        return orjson.dumps(
+            {
+                "object": "list",
+                "clock": clock,
+                "dropped": self.timelines_dropped,
+                "data": data,
+            }
+        )
 
     # -- chat completions ---------------------------------------------------
 
@@ -436,9 +490,9 @@ class _Stream:
         self.t_first: float | None = None
         self.t_last = self.t_submit
         self._writes = 0
-        self._record: list[ChunkSend] | None = None
-        if state.config.record_send_times:
-            self._record = state.send_times.setdefault(self.id, [])
+        self._recording = state.config.record_send_times
+        if self._recording:
+            state.start_timeline(self.id)
 
     def _release(self, new: str, *, final: bool, cancel: Any) -> str:
         """Content safe to send: cut at a stop string, holding back a possible stop prefix."""
@@ -549,8 +603,8 @@ class _Stream:
             # in-process client read the bytes before a stamp taken afterwards
             t_s = time.perf_counter()
             await responder.write(piece)
-        if self._record is not None:
-            self._record.append(ChunkSend(self._writes, kind, t_s, tokens))
+        if self._recording:
+            self.state.record_chunk(self.id, ChunkSend(self._writes, kind, t_s, tokens))
         self._writes += 1
 
     async def stream(self, receive: Any, responder: Responder, cancel: Any) -> None:

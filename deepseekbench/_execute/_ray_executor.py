@@ -6,10 +6,14 @@ core (:mod:`deepseekbench._execute._worker`: own event loop, own gate with the p
 gate's rules, own client) and the same bookkeeping as the process pool
 (:class:`~deepseekbench._execute._workers.PhaseBook`); only the transport differs.
 
-* **Cluster.** ``address=None`` starts a local Ray instance bound to 127.0.0.1,
-  dashboard off, usage statistics off. An address of an existing cluster
-  (``"auto"``, ``"host:port"``, ``"ray://host:port"``) is checked like any URL:
-  a non-loopback host needs the gate's key and ``spend``. Actors are placed
+* **Cluster.** ``address=None`` (or ``"local"``) starts a new local Ray instance
+  bound to 127.0.0.1, dashboard off, usage statistics off (their collection
+  probes the cloud metadata address), without proxy variables or
+  ``RAY_ADDRESS`` in its processes' environment. An address of an existing
+  cluster (``"host:port"``, ``"ray://host:port"``, or ``"auto"``, first resolved
+  as Ray would: ``RAY_ADDRESS``, else the leftover ``ray_current_cluster`` file)
+  is checked like any URL: a non-loopback host needs the gate's key and
+  ``spend``; Ray is then given the resolved address. Actors are placed
   with the ``SPREAD`` strategy (one per node while nodes last).
 * **Clocks.** Actors may run on other hosts, whose monotonic clocks share no
   origin with the driver's. The shared start is a *wall-clock* instant
@@ -38,11 +42,12 @@ Runs under asyncio only (Ray's object references are asyncio awaitables).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -62,10 +67,17 @@ from deepseekbench._execute._workers import (
 )
 from deepseekbench._execute._workshare import LoadWork, WorkerShare, split_work
 from deepseekbench._measure._measure import Timeouts
-from deepseekbench._net._gate import LiveGate, is_loopback_host
+from deepseekbench._net._gate import ENV_API_KEY, LiveGate, is_loopback_host
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._secrets import contains_secret, secret_values
 
-__all__ = ["RayPool", "RayUnavailableError", "ray_address_host"]
+__all__ = [
+    "RayPool",
+    "RayUnavailableError",
+    "ray_address_host",
+    "ray_address_refusal",
+    "resolve_ray_address",
+]
 
 
 # Ray's own switch: off, a node takes the loopback address as its IP (read when
@@ -91,14 +103,147 @@ def _ray(local: bool = False) -> Any:
 
 
 def ray_address_host(address: str) -> str:
-    """The host of a Ray cluster address (``"auto"`` and ``"local"`` are this host).
+    """The host of a concrete Ray cluster address (``"local"`` is this host).
 
-    Accepts ``host:port``, ``ray://host:port`` and ``[v6]:port``.
+    Accepts ``host:port``, ``ray://host:port`` and ``[v6]:port``. ``"auto"`` is
+    not concrete: resolve it first with :func:`resolve_ray_address` (``auto``
+    means whatever ``RAY_ADDRESS`` or a leftover cluster file points at).
     """
-    if address in ("auto", "local"):
+    if address == "local":
         return "127.0.0.1"
     rest = address.split("://", 1)[-1]
     return httpx.URL(f"http://{rest}").host
+
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""The variable Ray reads a cluster address from (``ray.init(address=None|"auto")``)."""
+
+
+def ray_cluster_file(environ: Mapping[str, str] | None = None) -> str:
+    """The file ``ray start`` leaves with the latest cluster's address:
+    ``$RAY_TMPDIR/ray/ray_current_cluster`` (else ``$TMPDIR/…``, else ``/tmp/…``),
+    as Ray's ``get_ray_address_file`` (``ray/_common/utils.py``)."""
+    env = os.environ if environ is None else environ
+    tmp = env.get("RAY_TMPDIR") or (env.get("TMPDIR") if sys.platform == "linux" else None)
+    return os.path.join(tmp or "/tmp", "ray", "ray_current_cluster")
+
+
+def resolve_ray_address(
+    address: str | None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """Where Ray would connect for ``address``, resolved the way ``ray.init`` does,
+    before anything is imported or connected (so the gate judges the real host).
+
+    * ``None`` or ``"local"``: ``None``, a local instance this pool starts (bound
+      to 127.0.0.1; ``RAY_ADDRESS`` and cluster files are ignored).
+    * ``"auto"``: ``RAY_ADDRESS`` when set, else the address in the leftover
+      cluster file (:func:`ray_cluster_file`), as Ray's
+      ``get_ray_address_from_environment``.
+    * anything else: itself (an explicit address; Ray does not override it).
+
+    Raises:
+        RayUnavailableError: ``"auto"`` with neither ``RAY_ADDRESS`` nor a
+            cluster file (Ray would scan for any running cluster: give an
+            explicit address instead).
+    """
+    if address is None or address == "local":
+        return None
+    if address != "auto":
+        return address
+    env = os.environ if environ is None else environ
+    found = (env.get(RAY_ADDRESS_ENV) or "").strip()
+    if not found:
+        try:
+            with open(ray_cluster_file(env), encoding="utf-8") as f:
+                found = f.read(4096).strip()
+        except OSError:
+            found = ""
+    if not found or found in ("auto", "local"):
+        raise RayUnavailableError(
+            "ray_address 'auto' found no cluster address (RAY_ADDRESS is unset and there "
+            f"is no {ray_cluster_file(env)}): give the cluster's host:port, or leave "
+            "ray_address unset for a local instance"
+        )
+    return found
+
+
+def ray_address_refusal(
+    address: str | None, gate: LiveGate, environ: Mapping[str, str] | None = None
+) -> tuple[str | None, LiveGateError | None]:
+    """``(resolved address, the gate's refusal or None)`` for a Ray cluster address.
+
+    The address is resolved first (:func:`resolve_ray_address`), so ``"auto"``
+    pointing off this host is judged like any non-loopback host (it needs the
+    gate's key and ``spend``); consumes nothing and opens nothing (a dry run
+    shows both).
+
+    Raises:
+        RayUnavailableError: as :func:`resolve_ray_address`.
+    """
+    resolved = resolve_ray_address(address, environ)
+    if resolved is None:
+        return None, None
+    host = ray_address_host(resolved)
+    if is_loopback_host(host):
+        return resolved, None
+    err = gate.refusal(f"http://{host}/")
+    if err is None:
+        return resolved, None
+    return resolved, LiveGateError(
+        f"{err} (the Ray cluster address {resolved!r}"
+        + (f", resolved from {address!r}" if address != resolved else "")
+        + ")",
+        host=err.host,
+        missing=err.missing,
+    )
+
+
+# Variables a local Ray instance must not inherit: a proxy would carry its internal
+# traffic off the host, and a cluster address would send ray.init elsewhere.
+_RAY_SCRUBBED_ENV = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "FTP_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "ftp_proxy",
+    "GRPC_PROXY",
+    "grpc_proxy",
+    RAY_ADDRESS_ENV,
+)
+# Set for a local instance: no usage reports (whose collection probes the cloud
+# metadata address), gRPC never through a proxy.
+_RAY_LOCAL_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "NO_PROXY": "*", "no_proxy": "*"}
+
+
+@contextlib.contextmanager
+def _local_ray_env(secrets: tuple[str, ...] = ()) -> Iterator[None]:
+    """``os.environ`` fit for starting a local Ray instance (its processes inherit it):
+    proxies, ``RAY_ADDRESS``, ``DEEPSEEKBENCH_API_KEY`` and any variable holding a
+    key removed, usage statistics off; restored afterwards, except
+    ``RAY_USAGE_STATS_ENABLED=0`` which stays (the driver reads it later)."""
+    keyed = [
+        k
+        for k, v in os.environ.items()
+        if k == ENV_API_KEY or (secrets and contains_secret(v, secrets))
+    ]
+    scrub = (*_RAY_SCRUBBED_ENV, *keyed)
+    saved = {k: os.environ.get(k) for k in (*scrub, *_RAY_LOCAL_ENV)}
+    for k in scrub:
+        os.environ.pop(k, None)
+    os.environ.update(_RAY_LOCAL_ENV)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if k == "RAY_USAGE_STATS_ENABLED":
+                continue
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _wall_delta_ns() -> int:
@@ -196,8 +341,9 @@ class RayPool(ClientPool):
         routes: the engine route of every route label used by the work.
         gate: the parent's :class:`~deepseekbench.LiveGate` (rules and budgets).
         timeouts: per-request deadlines.
-        address: an existing cluster's address, or ``None`` for a local instance
-            on 127.0.0.1 (see the module docstring).
+        address: an existing cluster's address (``"auto"`` is resolved as Ray
+            would, see :func:`resolve_ray_address`), or ``None``/``"local"`` for a
+            new local instance on 127.0.0.1 (see the module docstring).
         start_lead_s: how far after handing out the shares the shared start is (s).
         actor_cpus: CPUs each actor reserves on its node (Ray's ``num_cpus``).
 
@@ -230,43 +376,52 @@ class RayPool(ClientPool):
         self._ray_ledger: Any | None = None
         self._ledger_seen = 0
         self._own_ray = False
+        self.resolved_address: str | None = None
 
     def __repr__(self) -> str:
         return f"RayPool(workers={self.workers}, address={self.address!r}, pids={self.pids})"
 
-    def _init_ray(self, ray: Any) -> None:
+    def _init_ray(self, ray: Any, resolved: str | None) -> None:
         if ray.is_initialized():
             return
-        if self.address is None:
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            ray.init(
-                num_cpus=max(self.workers, os.cpu_count() or 1),
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                log_to_driver=False,
-                configure_logging=False,
-            )
+        if resolved is None:
+            keys = (self.rules.api_key, *(r.api_key for r in self.routes.values()))
+            with _local_ray_env(secret_values(*keys)):
+                ray.init(
+                    # "local": a new instance; None or "auto" would follow RAY_ADDRESS
+                    # or a leftover cluster file
+                    address="local",
+                    num_cpus=max(self.workers, os.cpu_count() or 1),
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
             self._own_ray = True
             _check_loopback(ray)
         else:
-            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+            # the resolved address: ray.init never re-reads RAY_ADDRESS for it
+            ray.init(address=resolved, log_to_driver=False, configure_logging=False)
             self._own_ray = True
 
     async def start(self) -> None:
         """Connect to (or start) Ray, create the actors and estimate their clock offsets.
 
         Raises:
-            RayUnavailableError: ``ray`` is not installed.
-            LiveGateError: a non-loopback cluster address without the gate's key
-                and ``spend``.
+            RayUnavailableError: ``ray`` is not installed, or ``"auto"`` found
+                no cluster address (:func:`resolve_ray_address`).
+            LiveGateError: a non-loopback cluster address (``"auto"`` resolved
+                first) without the gate's key and ``spend``.
         """
-        if self.address is not None:  # checked before ray is even imported
-            host = ray_address_host(self.address)
-            if not is_loopback_host(host):
-                self.gate.check_url(f"http://{host}/")
-        ray = _ray(local=self.address is None)
+        # resolved and checked before ray is even imported ("auto" follows
+        # RAY_ADDRESS or a cluster file: the gate judges where that points)
+        resolved, refusal = ray_address_refusal(self.address, self.gate)
+        if refusal is not None:
+            raise refusal
+        self.resolved_address = resolved
+        ray = _ray(local=resolved is None)
         try:
-            await anyio.to_thread.run_sync(self._init_ray, ray)
+            await anyio.to_thread.run_sync(self._init_ray, ray, resolved)
         except LiveGateError:
             await self.aclose()
             raise

@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 
 import anyio
 import httpx
@@ -141,12 +140,7 @@ class WorkerCore:
     async def __aenter__(self) -> WorkerCore:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:  # the exception propagates
         with anyio.CancelScope(shield=True):
             await self.client.aclose()
 

@@ -19,7 +19,12 @@ client (:mod:`deepseekbench._execute._worker`). The work is split deterministica
   so ``max_requests`` and ``max_output_tokens`` hold for the run as a whole.
   Without a budget nothing is asked (no round trip).
 * **Secrets.** The API key reaches a worker pickled over its pipe inside a
-  ``SecretStr`` — never in argv, the environment, a process title or a record.
+  ``SecretStr`` — never in argv, the environment, a process title or a record:
+  a worker is started without ``DEEPSEEKBENCH_API_KEY`` or any variable holding
+  a key (a route's ``api_key_env``).
+* **Orphans.** A worker dies with its parent (``PR_SET_PDEATHSIG`` on Linux, and
+  a parent-pid watchdog): a SIGKILLed or SIGTERMed run leaves no worker sending
+  unrecorded requests.
 * **Faults.** A worker that dies is reported (:class:`WorkerDeath`: worker,
   pid, exit code); its unfinished requests are handed to ``on_result`` as
   measurements with error kind ``worker_died``; it is replaced at the next load
@@ -32,17 +37,18 @@ client (:mod:`deepseekbench._execute._worker`). The work is split deterministica
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
@@ -51,9 +57,11 @@ import httpx
 from deepseekbench._errors import LiveGateError, WorkerError
 from deepseekbench._execute._worker import Finished, GateRules, WorkerCore, WorkerSetup
 from deepseekbench._execute._workshare import LoadWork, PoolItem, WorkerShare, split_work
+from deepseekbench._measure._figures import counted_output_tokens
 from deepseekbench._measure._measure import ErrorKind, StreamError, StreamMeasurement, Timeouts
-from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._gate import ENV_API_KEY, LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._secrets import contains_secret, secret_values
 
 __all__ = [
     "BudgetLedger",
@@ -151,11 +159,8 @@ def died_measurement(route: EngineRoute | None, death: str) -> StreamMeasurement
     return StreamMeasurement(error=err, errors=[err], **extra)
 
 
-def charged_tokens(m: StreamMeasurement) -> int:
-    """The output tokens a measurement is charged (usage count, else the estimate; tokens)."""
-    if m.completion_tokens is not None:
-        return m.completion_tokens
-    return m.estimated_completion_tokens or 0
+charged_tokens = counted_output_tokens
+"""The output tokens a measurement is charged (tokens): :func:`counted_output_tokens`."""
 
 
 class BudgetLedger:
@@ -258,9 +263,41 @@ async def _serve(link: _PipeLink, setup: WorkerSetup) -> None:
             await _command(core, link, cmd)
 
 
-def worker_main(conn: Connection) -> None:
+_WATCHDOG_S = 0.2
+"""How often a worker checks that its parent still lives (s)."""
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process end when ``parent_pid`` (its parent) dies, however it dies.
+
+    Linux: ``PR_SET_PDEATHSIG`` = SIGKILL (``prctl(2)`` via ``ctypes``, as
+    :mod:`deepseekbench._launch._servers` does for servers): the kernel kills
+    this process when the parent thread that started it ends (SIGKILL, SIGTERM,
+    a crash). Everywhere, a watchdog thread as fallback: once the parent pid is
+    no longer this process's parent (re-parented to init or a subreaper), the
+    process exits at once (``os._exit``) within :data:`_WATCHDOG_S` seconds, so
+    an orphan never keeps sending unrecorded requests.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the call
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(_WATCHDOG_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="deepseekbench-parent-watchdog", daemon=True).start()
+
+
+def worker_main(conn: Connection, parent_pid: int | None = None) -> None:
     """A worker process's entry point: read the :class:`WorkerSetup` from ``conn``,
-    then run commands until told to stop. SIGINT is ignored (the parent decides)."""
+    then run commands until told to stop. SIGINT is ignored (the parent decides);
+    the worker dies with ``parent_pid`` (:func:`die_with_parent`)."""
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     setup = conn.recv()
     link = _PipeLink(conn)
@@ -271,6 +308,28 @@ def worker_main(conn: Connection) -> None:
 
 
 # ------------------------------------------------------------- parent side --
+
+
+@contextlib.contextmanager
+def _without_secrets_in_environ(secrets: Sequence[str]) -> Iterator[None]:
+    """``os.environ`` without the key variables while a worker is started (a spawned
+    worker inherits the environment at exec, and ``/proc/PID/environ`` shows it):
+    ``DEEPSEEKBENCH_API_KEY`` and every variable whose value holds a key
+    (a route's ``api_key_env``); restored once the worker runs. Called on the event
+    loop's thread, so no other task of the run sees the environment without them."""
+    drop = {
+        k
+        for k, v in os.environ.items()
+        if k == ENV_API_KEY or (secrets and contains_secret(v, secrets))
+    }
+    saved = {k: os.environ[k] for k in drop}
+    for k in drop:
+        del os.environ[k]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
 
 
 @dataclass(slots=True)
@@ -393,12 +452,7 @@ class ClientPool:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:  # the exception propagates
         await self.aclose()
 
 
@@ -460,9 +514,13 @@ class WorkerPool(ClientPool):
     def _spawn(self, worker: int) -> _Proc:
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
-            target=worker_main, args=(child,), name=f"deepseekbench-worker-{worker}", daemon=True
+            target=worker_main,
+            args=(child, os.getpid()),
+            name=f"deepseekbench-worker-{worker}",
+            daemon=True,
         )
-        process.start()
+        with _without_secrets_in_environ(self._secrets()):
+            process.start()
         child.close()
         setup = WorkerSetup(worker, self.routes, self.rules, self.timeouts)
         parent.send(setup)
@@ -472,7 +530,9 @@ class WorkerPool(ClientPool):
         proc = self._procs.get(worker)
         if proc is not None and not proc.dead and proc.process.is_alive():
             return proc
-        proc = await anyio.to_thread.run_sync(self._spawn, worker)
+        # started on the event loop's thread, not a pool thread: PR_SET_PDEATHSIG
+        # fires when the *thread* that started the worker ends (fork + exec: ms)
+        proc = self._spawn(worker)
         self._procs[worker] = proc
         ready = await anyio.to_thread.run_sync(proc.conn.poll, self.start_timeout_s)
         if not ready:
@@ -486,6 +546,10 @@ class WorkerPool(ClientPool):
             raise WorkerError(msg, worker=worker) from exc
         proc.pid = msg[1]
         return proc
+
+    def _secrets(self) -> tuple[str, ...]:
+        keys = (self.rules.api_key, *(r.api_key for r in self.routes.values()))
+        return secret_values(*keys)
 
     def _kill(self, proc: _Proc) -> None:
         proc.dead = True

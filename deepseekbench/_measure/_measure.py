@@ -46,7 +46,9 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from deepseekbench._dialects import SERVER_TIME_FIELDS, dialect_for
 from deepseekbench._errors import LiveGateError
+from deepseekbench._measure._figures import counted_output_tokens, output_toks_per_s, tpot_ms
 from deepseekbench._measure._selfcheck import current_selfcheck
 from deepseekbench._measure._sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -57,9 +59,16 @@ from deepseekbench._measure._sse import (
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import POOL_CLOCK, PoolClock, fast_reads
-from deepseekbench._types._acceptance import AcceptanceRecord, read_acceptance
+from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._request import ChatRequest, coerce_request
+from deepseekbench._types._secrets import (
+    contains_secret,
+    redact,
+    redact_json,
+    safe_server_text,
+    secret_values,
+)
 
 __all__ = [
     "ABNORMAL_FINISH_REASONS",
@@ -79,7 +88,6 @@ _MESSAGE_LIMIT = 500
 # Messages are kept up to this many characters while measuring, redacted, and only
 # then cut to _MESSAGE_LIMIT, so no key can straddle a cut and survive in part.
 _RAW_MESSAGE_LIMIT = 64 * 1024
-_REDACTED = "***"
 
 
 class ErrorKind(StrEnum):
@@ -528,6 +536,7 @@ class _Accumulator:
 
     def __init__(self, dialect: Dialect, start_ns: int, limits: StreamLimits | None = None) -> None:
         self.dialect = dialect
+        self.adapter = dialect_for(dialect)
         self.start_ns = start_ns
         self.limits = limits or StreamLimits()
         self.text: list[str] = []
@@ -670,14 +679,15 @@ class _Accumulator:
             choices = []
         has_token = False
         # acceptance adapters run only where a chunk can carry acceptance figures
-        spec = any(k in chunk for k in ("metrics", "meta_info", "timings", "sglext"))
+        spec_keys, choice_keys = self.adapter.spec_keys, self.adapter.choice_spec_keys
+        spec = any(k in chunk for k in spec_keys)
         for choice in choices:
             if choice is None:
                 continue
             if not isinstance(choice, dict):
                 self.fail(ErrorKind.invalid_event, "a choice is not an object")
                 continue
-            spec = spec or "meta_info" in choice or "speculative_decoding_stats" in choice
+            spec = spec or any(k in choice for k in choice_keys)
             index = choice.get("index", 0)
             if isinstance(index, int):
                 self.choice_indexes.add(index)
@@ -696,12 +706,12 @@ class _Accumulator:
         return has_token
 
     def _on_spec(self, chunk: dict[str, Any]) -> None:
-        record = read_acceptance(chunk, self.dialect)
+        record = self.adapter.read_acceptance(chunk)
         if record is not None:
             self.acceptance = record
-        metrics = chunk.get("metrics")
-        if isinstance(metrics, dict):
-            self.server_timing = metrics
+        times = self.adapter.server_times(chunk)
+        if times is not None:
+            self.server_timing = dict(times)
 
     def _on_choice(self, choice: dict[str, Any]) -> bool:
         has_token = False
@@ -771,13 +781,7 @@ class _Accumulator:
 
     def _server_times(self) -> dict[str, float | None]:
         m = self.server_timing
-        return {
-            "server_ttft_ms": _ms_or_none(m.get("time_to_first_token_ms")),
-            "server_queue_ms": _ms_or_none(m.get("queue_time_ms")),
-            "server_generation_ms": _ms_or_none(m.get("generation_time_ms")),
-            "server_mean_itl_ms": _ms_or_none(m.get("mean_itl_ms")),
-            "server_toks_per_s": _ms_or_none(m.get("tokens_per_second")),
-        }
+        return {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
 
     def measurement(self, route: EngineRoute) -> StreamMeasurement:
         usage = self.usage
@@ -796,12 +800,8 @@ class _Accumulator:
         ms = [(t - self.start_ns) / 1e6 for t in self.token_times]
         ttft = ms[0] if ms else None
         e2e = ms[-1] if ms else None
-        tpot = None
-        if ttft is not None and e2e is not None and n_tokens is not None and n_tokens >= 2:
-            tpot = (e2e - ttft) / (n_tokens - 1)
-        tps = None
-        if e2e is not None and e2e > 0 and n_tokens:
-            tps = n_tokens / (e2e / 1000.0)
+        tpot = tpot_ms(ttft, e2e, n_tokens)
+        tps = output_toks_per_s(e2e, n_tokens)
         itl = [b - a for a, b in itertools.pairwise(ms)]
         per_chunk = self._tokens_per_chunk() if choice_tokens is None else None
         per_token: list[float] | None = None
@@ -904,48 +904,40 @@ def _error_text(err: Any) -> str:
     return str(err)
 
 
-def _scrub(value: Any, secrets: tuple[str, ...]) -> Any:
-    """``value`` (JSON-like) with every secret in every string replaced by ``***``."""
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, _REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
-    return value
-
-
 def redact_measurement(m: StreamMeasurement, secrets: Iterable[str | None]) -> StreamMeasurement:
     """``m`` with every secret removed from its texts, usage and error messages.
 
-    Each occurrence of a (non-empty) secret in ``text``, ``reasoning_text``,
-    ``finish_reason``, ``usage`` (keys and values, at any depth) and every
-    error message becomes ``***``; error messages are then cut to 500
-    characters (redaction first, so no part of a key survives a cut). Returns
+    Each occurrence of a non-blank secret in ``text``, ``reasoning_text``,
+    ``finish_reason``, ``content_encoding``, ``usage`` (keys and values, at any
+    depth) and every error message becomes ``***``
+    (:func:`deepseekbench._types._secrets.redact`, the one redaction). Error
+    messages and ``content_encoding`` (a server's header) then have their control
+    characters escaped (:func:`~deepseekbench._types._secrets.printable`: no
+    terminal escape sequence reaches a report or stderr) and messages are cut to
+    500 characters (redaction first, so no part of a key survives a cut). Returns
     ``m`` itself when there is nothing to change.
     """
-    keys = tuple(sorted({k for k in secrets if k}, key=len, reverse=True))
+    keys = secret_values(*secrets)
 
     def clean(e: StreamError) -> StreamError:
-        msg = _scrub(e.message, keys)[:_MESSAGE_LIMIT]
+        msg = safe_server_text(e.message, keys)[:_MESSAGE_LIMIT]
         return e if msg == e.message else StreamError(kind=e.kind, message=msg)
 
     update: dict[str, Any] = {}
-    long_or_secret = (
-        len(e.message) > _MESSAGE_LIMIT or any(k in e.message for k in keys) for e in m.errors
-    )
-    if any(long_or_secret):
+    if any(safe_server_text(e.message, keys)[:_MESSAGE_LIMIT] != e.message for e in m.errors):
         update["errors"] = [clean(e) for e in m.errors]
         update["error"] = clean(m.error) if m.error is not None else None
+    if m.content_encoding is not None:
+        coding = safe_server_text(m.content_encoding, keys)
+        if coding != m.content_encoding:
+            update["content_encoding"] = coding
     if keys:
         for name in ("text", "reasoning_text", "finish_reason"):
             text = getattr(m, name)
-            if text is not None and any(k in text for k in keys):
-                update[name] = _scrub(text, keys)
-        if m.usage is not None and any(k.encode() in orjson.dumps(m.usage) for k in keys):
-            update["usage"] = _scrub(m.usage, keys)
+            if text is not None and contains_secret(text, keys):
+                update[name] = redact(text, keys)
+        if m.usage is not None and contains_secret(orjson.dumps(m.usage).decode(), keys):
+            update["usage"] = redact_json(m.usage, keys)
     return m.model_copy(update=update) if update else m
 
 
@@ -1025,10 +1017,7 @@ async def measure_streamed(
     # usage): no key may survive into the measurement, whether it came from the route
     # or was injected by the gate.
     result = redact_measurement(result, _secret_values(route.api_key, gate.api_key))
-    charge = result.completion_tokens
-    if charge is None:
-        charge = result.estimated_completion_tokens or 0
-    gate.charge_output_tokens(charge)
+    gate.charge_output_tokens(counted_output_tokens(result))
     return result
 
 
@@ -1063,8 +1052,8 @@ async def _measure(
     return acc.measurement(route)
 
 
-def _secret_values(*keys: SecretStr | None) -> list[str]:
-    return [k.get_secret_value() for k in keys if k is not None]
+def _secret_values(*keys: SecretStr | None) -> tuple[str, ...]:
+    return secret_values(*keys)
 
 
 _STALE_RETRIES = 1

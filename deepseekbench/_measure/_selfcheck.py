@@ -22,7 +22,6 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from types import TracebackType
 
 import anyio
 from anyio.abc import TaskGroup
@@ -81,12 +80,7 @@ class SelfCheck:
     async def __aenter__(self) -> SelfCheck:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:  # the exception propagates
         await self.aclose()
 
     async def start(self) -> SelfCheck:

@@ -53,21 +53,25 @@ or accepted > drafted. Label sets of one counter family (vLLM data-parallel
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from collections.abc import Mapping
 
 import anyio
+import anyio.to_thread
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
+from deepseekbench._dialects import CounterSet, GaugeSet, all_dialects
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import AcceptanceScope, Dialect
+from deepseekbench._types._secrets import printable, safe_server_text
 
 __all__ = [
     "MetricsSnapshot",
@@ -79,39 +83,40 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
-_VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-_VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-_LLAMACPP_DRAFTS = "llamacpp:spec_decode_num_drafts"
-_LLAMACPP_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens"
-_LLAMACPP_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens"
-_SGLANG_LENGTH = "sglang:spec_accept_length"
-_SGLANG_RATE = "sglang:spec_accept_rate"
-_VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-_LLAMACPP_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos"
 _PROCESS_START = "process_start_time_seconds"
-# (engine, source, (drafts = verify steps, draft tokens, accepted tokens), per-position family)
-_COUNTER_SETS: tuple[tuple[Dialect, str, tuple[str, str, str], str], ...] = (
-    (
-        Dialect.vllm,
-        "prometheus:vllm:spec_decode_*",
-        (_VLLM_DRAFTS, _VLLM_DRAFT_TOKENS, _VLLM_ACCEPTED),
-        _VLLM_PER_POS,
-    ),
-    (
-        Dialect.llamacpp,
-        "prometheus:llamacpp:spec_decode_*",
-        (_LLAMACPP_DRAFTS, _LLAMACPP_DRAFT_TOKENS, _LLAMACPP_ACCEPTED),
-        _LLAMACPP_PER_POS,
-    ),
-)
-_PER_POS = frozenset({per_pos for *_, per_pos in _COUNTER_SETS})
-_GAUGES = frozenset({_SGLANG_LENGTH, _SGLANG_RATE})
+
+
+def _counter_sets() -> tuple[tuple[Dialect, CounterSet], ...]:
+    """Every registered engine's counter sets, in registry order (vLLM's, then
+    llama.cpp's for the built-in engines), each once."""
+    found: dict[CounterSet, Dialect] = {}
+    for adapter in all_dialects():
+        for cs in adapter.counter_sets:
+            found.setdefault(cs, adapter.engine)
+    return tuple((engine, cs) for cs, engine in found.items())
+
+
+def _gauge_sets() -> tuple[tuple[Dialect, GaugeSet], ...]:
+    """Every registered engine's gauge sets (SGLang's for the built-in engines), each once."""
+    found: dict[GaugeSet, Dialect] = {}
+    for adapter in all_dialects():
+        for gs in adapter.gauge_sets:
+            found.setdefault(gs, adapter.engine)
+    return tuple((engine, gs) for gs, engine in found.items())
+
+
+def _families() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """``(wanted, per_position, gauges)``: the family names a scrape keeps; ``wanted``
+    holds the counters and gauges, ``per_position`` the per-position families."""
+    counters = [cs for _, cs in _counter_sets()]
+    gauges = frozenset(n for _, gs in _gauge_sets() for n in (gs.rate, gs.length))
+    wanted = frozenset(n for cs in counters for n in cs.names) | gauges
+    per_pos = frozenset(cs.per_position for cs in counters if cs.per_position is not None)
+    return wanted, per_pos, gauges
+
+
 _COPY_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "ep_rank", "attn_tp_rank"})
 """Labels whose series are copies of one figure (parallel ranks of one scheduler group)."""
-_WANTED = frozenset(
-    {name for _, _, names, _ in _COUNTER_SETS for name in names} | {_SGLANG_LENGTH, _SGLANG_RATE}
-)
 
 
 class MetricsSnapshot(BaseModel):
@@ -143,6 +148,7 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
     Samples whose ``model_name`` label differs from ``model_name`` (when given)
     are skipped. Unparsable text gives a snapshot with ``error`` set.
     """
+    wanted, per_pos, gauges = _families()
     values: dict[str, float] = {}
     series: dict[str, dict[str, float]] = {}
     markers: dict[str, float] = {}
@@ -155,22 +161,24 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
                 name, key = sample.name, _labels_key(sample.labels)
                 if name == _PROCESS_START or name.endswith("_created"):
                     base = name.removesuffix("_created")
-                    if base == _PROCESS_START or base in _WANTED or base in _PER_POS:
+                    if base == _PROCESS_START or base in wanted or base in per_pos:
                         markers[f"{name}{key}"] = float(sample.value)
                     continue
                 name = name.removesuffix("_total")
-                if name not in _WANTED and name not in _PER_POS:
+                if name not in wanted and name not in per_pos:
                     continue
                 per_label = series.setdefault(name, {})
                 per_label[key] = per_label.get(key, 0.0) + float(sample.value)
     except ValueError as exc:
-        return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"unparsable metrics: {exc}")
+        return MetricsSnapshot(
+            taken_ns=time.perf_counter_ns(), error=printable(f"unparsable metrics: {exc}")
+        )
     for name, per_label in series.items():
-        if name in _GAUGES:
+        if name in gauges:
             value = _gauge_value(per_label)
             if value is not None:
                 values[name] = value
-        elif name in _WANTED:
+        elif name in wanted:
             merged = _merge_copies(per_label)
             if merged is not None:
                 values[name] = sum(merged.values())
@@ -224,7 +232,12 @@ async def scrape_metrics(
         gate: every scrape passes it; a gated ``client`` may be shared.
         client: a client made by ``gate.client()``; every transport it may use
             (mounts included) must be gated by ``gate``.
-        timeout_s: whole-scrape timeout (s).
+        timeout_s: overall deadline (s) for the whole scrape, connect to the
+            body's last byte (a server trickling 1 byte/s cannot stretch it), and
+            httpx's per-phase timeout. A scrape past it, a body over 16 MiB (read
+            no further), an HTTP error, a malformed response or unparsable text
+            gives a snapshot with ``error`` set, never an exception. A body over
+            256 KiB is parsed in a worker thread, off the event loop.
 
     Raises:
         LiveGateError: the gate refuses the URL, or ``client`` has a transport
@@ -238,28 +251,60 @@ async def scrape_metrics(
         gate.check_client(client)
     headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
     model = route.model if filter_model else None
-    try:
-        if client is None:
-            async with gate.client(timeout=timeout_s) as own:
-                response = await _get(own, url, headers, timeout_s)
-        else:
-            response = await _get(client, url, headers, timeout_s)
-    except httpx.HTTPError as exc:
-        return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=f"{type(exc).__name__}")
-    if not response.is_success:
-        return MetricsSnapshot(
-            taken_ns=time.perf_counter_ns(), error=f"HTTP {response.status_code}"
-        )
-    return parse_metrics(response.text, model_name=model)
+    body: bytes | None = None
+    status = 0
+    with anyio.move_on_after(timeout_s) as deadline:
+        try:
+            if client is None:
+                async with gate.client(timeout=timeout_s) as own:
+                    status, body = await _get(own, url, headers, timeout_s)
+            else:
+                status, body = await _get(client, url, headers, timeout_s)
+        except httpx.HTTPError as exc:
+            return _failed(f"{type(exc).__name__}")
+        except _TooBig:
+            return _failed(f"metrics body over {_METRICS_MAX_BYTES} bytes: not read further")
+    if body is None or deadline.cancelled_caught:
+        return _failed(f"scrape not finished within timeout_s={timeout_s} s (headers and body)")
+    if not 200 <= status < 300:
+        return _failed(f"HTTP {status}")
+    text = body.decode("utf-8", errors="replace")
+    if len(body) <= _PARSE_ON_LOOP_BYTES:
+        snapshot = parse_metrics(text, model_name=model)
+    else:
+        # a large exposition takes seconds of pure-Python parsing: off the event loop, so
+        # the run's streams keep their timestamps (the GIL is shared, the loop still turns)
+        parse = functools.partial(parse_metrics, text, model_name=model)
+        snapshot = await anyio.to_thread.run_sync(parse)
+    if snapshot.error is not None:
+        # a parse error quotes the server's text: a key echoed there, or terminal
+        # escapes, must reach neither the results nor stderr (the one redaction)
+        safe = safe_server_text(snapshot.error, (route.api_key, gate.api_key))
+        if safe != snapshot.error:
+            snapshot = snapshot.model_copy(update={"error": safe})
+    return snapshot
 
 
-_COUNTER_FAMILIES = frozenset(
-    {name for _, _, names, per_pos in _COUNTER_SETS for name in (*names, per_pos)}
-)
+_METRICS_MAX_BYTES = 16 * 1024 * 1024
+"""Largest ``/metrics`` body read (bytes): a vLLM or SGLang exposition is well under
+1 MB even with per-position series; a larger one is recorded as a failed scrape."""
+
+_PARSE_ON_LOOP_BYTES = 256 * 1024
+"""Bodies up to this size (bytes) are parsed on the event loop (a few ms); larger
+ones in a worker thread."""
+
+
+def _failed(error: str) -> MetricsSnapshot:
+    return MetricsSnapshot(taken_ns=time.perf_counter_ns(), error=error)
+
+
+class _TooBig(Exception):
+    """The ``/metrics`` body passed :data:`_METRICS_MAX_BYTES`."""
 
 
 def _counters(snapshot: MetricsSnapshot) -> dict[str, dict[str, float]]:
-    return {k: v for k, v in snapshot.series.items() if k in _COUNTER_FAMILIES}
+    families = {n for _, cs in _counter_sets() for n in (*cs.names, cs.per_position) if n}
+    return {k: v for k, v in snapshot.series.items() if k in families}
 
 
 async def scrape_settled(
@@ -310,9 +355,10 @@ async def scrape_settled(
 
 async def _get(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
-) -> httpx.Response:
-    """GET ``url``, sent once more on a new connection when a pooled keep-alive
-    connection was closed by the server before it answered.
+) -> tuple[int, bytes]:
+    """GET ``url``: its status and body (empty for a non-2xx answer), the body read
+    up to :data:`_METRICS_MAX_BYTES`; sent once more on a new connection when a
+    pooled keep-alive connection was closed by the server before it answered.
 
     Engines close idle keep-alive connections (llama-server after 5 s) while the
     client's pool still holds them; a scrape after a long block reuses such a
@@ -322,11 +368,29 @@ async def _get(
 
     Raises:
         httpx.HTTPError: the request failed (the second time, for a stale connection).
+        _TooBig: the body passed :data:`_METRICS_MAX_BYTES`.
     """
     try:
-        return await client.get(url, headers=headers, timeout=timeout_s)
+        return await _get_once(client, url, headers, timeout_s)
     except httpx.RemoteProtocolError:
-        return await client.get(url, headers=headers, timeout=timeout_s)
+        return await _get_once(client, url, headers, timeout_s)
+
+
+async def _get_once(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
+) -> tuple[int, bytes]:
+    async with client.stream("GET", url, headers=headers, timeout=timeout_s) as response:
+        if not response.is_success:
+            return response.status_code, b""
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > _METRICS_MAX_BYTES:
+            raise _TooBig
+        body = bytearray()
+        async for part in response.aiter_bytes():
+            body += part
+            if len(body) > _METRICS_MAX_BYTES:
+                raise _TooBig
+        return response.status_code, bytes(body)
 
 
 class _Inconsistent(Exception):
@@ -419,29 +483,26 @@ def _by_position(
 
 
 def _counter_record(
-    before: MetricsSnapshot,
-    after: MetricsSnapshot,
-    engine: Dialect,
-    source: str,
-    names: tuple[str, str, str],
-    per_pos: str,
+    before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect, cs: CounterSet
 ) -> AcceptanceRecord:
-    """The record of one counter set; verify steps may be missing (early vLLM V1).
+    """The record of one counter set; verify steps may be missing (early vLLM V1,
+    TensorRT-LLM), and so per-position acceptance.
 
     Raises:
         _Inconsistent: see :func:`_delta` and :func:`_by_position`; also
             accepted > drafted.
     """
-    steps = _optional_delta(before, after, names[0])
-    drafted, accepted = (_delta(before, after, n) for n in names[1:])
+    steps = _optional_delta(before, after, cs.drafts) if cs.drafts is not None else None
+    drafted = _delta(before, after, cs.draft_tokens)
+    accepted = _delta(before, after, cs.accepted)
     if accepted > drafted:
         raise _Inconsistent("accepted tokens exceed drafted tokens")
     by_pos = None
-    if steps is not None:
-        by_pos = _by_position(before, after, per_pos, steps, accepted)
+    if steps is not None and cs.per_position is not None:
+        by_pos = _by_position(before, after, cs.per_position, steps, accepted)
     return AcceptanceRecord.from_counts(
         engine=engine,
-        source=source,
+        source=cs.source,
         draft_tokens=drafted,
         accepted_tokens=accepted,
         verify_steps=steps,
@@ -470,21 +531,23 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> Acceptance
     if _restarted(before, after):
         _log.warning("/metrics window dropped: the server restarted between the scrapes")
         return None
-    for engine, source, names, per_pos in _COUNTER_SETS:
-        if not any(n in after.series or n in before.series for n in names):
+    for engine, cs in _counter_sets():
+        if not any(n in after.series or n in before.series for n in cs.names):
             continue
         try:
-            return _counter_record(before, after, engine, source, names, per_pos)
+            return _counter_record(before, after, engine, cs)
         except _Inconsistent as exc:
             _log.warning("/metrics window dropped: %s", exc)
             return None
     a = after.values
-    if _SGLANG_LENGTH in a or _SGLANG_RATE in a:
+    for engine, gs in _gauge_sets():
+        if gs.length not in a and gs.rate not in a:
+            continue
         record = AcceptanceRecord.from_counts(
-            engine=Dialect.sglang,
-            source="prometheus:sglang:spec_accept_*",
-            reported_ratio=a.get(_SGLANG_RATE),
-            reported_length=a.get(_SGLANG_LENGTH),
+            engine=engine,
+            source=gs.source,
+            reported_ratio=a.get(gs.rate),
+            reported_length=a.get(gs.length),
             scope=AcceptanceScope.server_wide,
         )
         if record.known:

@@ -34,11 +34,12 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
+from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import TokenizeError
+from deepseekbench._measure._figures import output_toks_per_s, tpot_ms
 from deepseekbench._measure._measure import StreamMeasurement, _check_gated
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._types._axes import Dialect
 
 __all__ = [
     "EndpointTokenCounter",
@@ -79,9 +80,7 @@ def tokenize_url(route: EngineRoute) -> str:
 
 
 def _tokenize_body(route: EngineRoute, text: str) -> dict[str, Any]:
-    if route.dialect is Dialect.llamacpp:
-        return {"content": text, "add_special": False}
-    return {"model": route.model, "prompt": text, "add_special_tokens": False}
+    return dialect_for(route.dialect).tokenize_body(route.model, text)
 
 
 def _count_from(payload: Any) -> int | None:
@@ -225,15 +224,11 @@ async def recount_output(m: StreamMeasurement, counter: TokenCounter) -> StreamM
         return m
     text = (m.reasoning_text or "") + m.text
     (n,) = await counter.count([text])
-    tpot = None
-    if m.ttft_ms is not None and m.e2e_ms is not None and n >= 2:
-        tpot = (m.e2e_ms - m.ttft_ms) / (n - 1)
-    tps = n / (m.e2e_ms / 1000.0) if m.e2e_ms and n else None
     return m.model_copy(
         update={
             "estimated_completion_tokens": n,
-            "tpot_ms": tpot,
-            "output_toks_per_s": tps,
+            "tpot_ms": tpot_ms(m.ttft_ms, m.e2e_ms, n),
+            "output_toks_per_s": output_toks_per_s(m.e2e_ms, n),
             "tokens_estimated_by": counter.name,
         }
     )

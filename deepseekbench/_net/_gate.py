@@ -15,9 +15,11 @@ Rules:
   and ``max_output_tokens`` (tokens charged with :meth:`charge_output_tokens`);
   once spent, every further request is refused.
 
-A transport that connects somewhere other than the request's host (an
-``httpx.AsyncHTTPTransport`` with a ``proxy``) has that proxy host checked by
-the same rules before each request. :meth:`LiveGate.check_client` checks that
+A transport that connects somewhere other than the request's host (a
+``proxy`` on an ``httpx.AsyncHTTPTransport``, on this library's aiohttp transport
+or its session, environment proxies of an aiohttp session with ``trust_env``, or
+any of these inside a wrapper transport: :func:`proxy_hosts` walks them) has each
+proxy host checked by the same rules before each request. :meth:`LiveGate.check_client` checks that
 *every* transport a client may use (its default and each ``mounts`` entry,
 environment proxies included) is gated by the gate; every library entry point
 that does I/O with a caller's client calls it first.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +43,7 @@ from pydantic import SecretStr
 
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._transport import BenchTransport
+from deepseekbench._types._secrets import normalize_key
 
 ENV_API_KEY = "DEEPSEEKBENCH_API_KEY"
 """Environment variable :meth:`LiveGate.from_env` reads the API key from."""
@@ -72,17 +76,130 @@ def is_loopback_host(host: str) -> bool:
 
 
 def proxy_host(transport: httpx.AsyncBaseTransport) -> str | None:
-    """The host a transport connects to instead of each request's own, or ``None``.
+    """The first host a transport connects to instead of each request's own, or ``None``.
 
-    Known for ``httpx.AsyncHTTPTransport(proxy=...)`` (HTTP and SOCKS proxies,
-    read from its connection pool); ``None`` for a direct transport.
+    See :func:`proxy_hosts` (every one of them).
     """
-    pool = getattr(transport, "_pool", None)
-    url = getattr(pool, "_proxy_url", None)
-    host = getattr(url, "host", None)
-    if isinstance(host, bytes):
-        return host.decode("ascii", errors="replace")
-    return host if isinstance(host, str) else None
+    hosts = proxy_hosts(transport)
+    return hosts[0] if hosts else None
+
+
+_WALK_DEPTH = 8  # wrappers inside wrappers: deeper than any real stack
+_REWALK_NS = 1_000_000_000  # how often a gated transport walks its inner transport again
+
+
+def proxy_hosts(transport: object, url: httpx.URL | None = None) -> list[str]:
+    """Every proxy host ``transport`` (or a transport it wraps) would connect through.
+
+    Walks the transport and everything it holds that is itself a transport (an
+    attribute, or a list/tuple/dict of them, at any depth up to 8: wrappers,
+    this library's :class:`~deepseekbench._net._transport.BenchTransport` and its
+    aiohttp/httpcore shards), and reads a proxy from each:
+
+    * ``httpx.AsyncHTTPTransport(proxy=...)``: its pool's proxy URL (HTTP, SOCKS);
+    * ``httpx_aiohttp.AiohttpTransport(proxy=...)``: its ``proxy``;
+    * an ``aiohttp.ClientSession``: its default ``proxy=``, and with
+      ``trust_env=True`` the environment's proxies (``HTTP_PROXY``,
+      ``HTTPS_PROXY``, ``ALL_PROXY`` …; for ``url``, skipped when ``NO_PROXY``
+      covers its host).
+
+    Returns hosts (no ports), in the order found; empty for a direct transport.
+    """
+    return _hosts_of(_proxy_nodes(transport), url)
+
+
+def _proxy_nodes(transport: object, *, materialize: bool = False) -> list[object]:
+    """The transports, pools and aiohttp sessions inside ``transport`` (itself first).
+
+    ``materialize``: an ``httpx_aiohttp`` transport whose session is still a factory
+    gets its session now (what its next request would do first), so the session's
+    proxy settings can be read before that request is sent.
+    """
+    nodes: list[object] = []
+    seen: set[int] = set()
+
+    def walk(obj: object, depth: int) -> None:
+        if depth > _WALK_DEPTH or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        nodes.append(obj)
+        if materialize and type(obj).__module__.startswith("httpx_aiohttp"):
+            client = getattr(obj, "client", None)
+            get_client = getattr(obj, "get_client", None)
+            if callable(client) and not _is_aiohttp_session(client) and callable(get_client):
+                obj.client = get_client()  # type: ignore[attr-defined]
+        try:
+            attrs = list(vars(obj).values())
+        except TypeError:  # __slots__ only
+            attrs = [getattr(obj, n, None) for n in getattr(type(obj), "__slots__", ())]
+        for value in attrs:
+            for item in _items(value):
+                if _holds_transport(item):
+                    walk(item, depth + 1)
+
+    walk(transport, 0)
+    return nodes
+
+
+def _hosts_of(nodes: list[object], url: httpx.URL | None) -> list[str]:
+    """The proxy hosts the ``nodes`` of :func:`_proxy_nodes` connect through."""
+    found: list[str] = []
+
+    def add(value: object) -> None:
+        host: object = None
+        if isinstance(value, httpx.Proxy):
+            host = value.url.host
+        elif isinstance(value, httpx.URL):
+            host = value.host
+        elif isinstance(value, str) and value:
+            try:
+                host = httpx.URL(value).host or value
+            except httpx.InvalidURL:
+                host = value
+        elif value is not None:
+            host = getattr(value, "host", None)  # yarl.URL, httpcore.URL
+        if isinstance(host, bytes):
+            host = host.decode("ascii", errors="replace")
+        if isinstance(host, str) and host and host not in found:
+            found.append(host)
+
+    for obj in nodes:
+        pool = getattr(obj, "_pool", None)
+        if pool is not None:
+            add(getattr(pool, "_proxy_url", None))
+        if isinstance(obj, httpx.AsyncBaseTransport | httpx.BaseTransport):
+            add(getattr(obj, "proxy", None))
+        if _is_aiohttp_session(obj):
+            add(getattr(obj, "_default_proxy", None))
+            if getattr(obj, "_trust_env", False):
+                import urllib.request
+
+                if url is None or not url.host or not urllib.request.proxy_bypass(url.host):
+                    for scheme, value in urllib.request.getproxies_environment().items():
+                        if scheme != "no":
+                            add(value)
+    return found
+
+
+def _items(value: object) -> list[object]:
+    if isinstance(value, list | tuple | set | frozenset):
+        return list(value)
+    if isinstance(value, dict):
+        return list(value.values())
+    return [value]
+
+
+def _is_aiohttp_session(obj: object) -> bool:
+    cls = type(obj)
+    return cls.__name__ == "ClientSession" and cls.__module__.startswith("aiohttp")
+
+
+def _holds_transport(obj: object) -> bool:
+    """A transport, an aiohttp session, or a holder of one (a pool shard)."""
+    if isinstance(obj, httpx.AsyncBaseTransport | httpx.BaseTransport) or _is_aiohttp_session(obj):
+        return True
+    inner = getattr(obj, "transport", None)
+    return isinstance(inner, httpx.AsyncBaseTransport | httpx.BaseTransport)
 
 
 class LiveGate:
@@ -91,7 +208,8 @@ class LiveGate:
     Args:
         api_key: key for non-loopback hosts (``str`` or ``SecretStr``); sent as
             ``Authorization: Bearer`` to a non-loopback host when the request
-            carries none. Never shown in ``repr``.
+            carries none. Never shown in ``repr``. An empty or whitespace-only
+            key is no key; surrounding whitespace is dropped.
         spend: must be True for any non-loopback request (CLIs map ``--spend``).
         max_requests: refuse after this many admitted requests (``None`` = no limit).
         max_output_tokens: refuse once this many output tokens were charged
@@ -113,9 +231,8 @@ class LiveGate:
             raise ValueError("max_requests must be >= 0")
         if max_output_tokens is not None and max_output_tokens < 0:
             raise ValueError("max_output_tokens must be >= 0")
-        if isinstance(api_key, str):
-            api_key = SecretStr(api_key) if api_key else None
-        self._api_key: SecretStr | None = api_key
+        # a blank key ("", "  ") is no key: it must not open the gate
+        self._api_key: SecretStr | None = normalize_key(api_key)
         self._spend = bool(spend)
         self._max_requests = max_requests
         self._max_output_tokens = max_output_tokens
@@ -140,7 +257,7 @@ class LiveGate:
             ValueError: ``max_requests`` or ``max_output_tokens`` is negative.
         """
         env = os.environ if environ is None else environ
-        key = env.get(ENV_API_KEY) or None
+        key = normalize_key(env.get(ENV_API_KEY))
         env_spend = env.get(ENV_SPEND, "").strip().lower() in _TRUE
         return cls(
             api_key=key,
@@ -205,7 +322,7 @@ class LiveGate:
             missing.append(f"a supported scheme (got {u.scheme!r})")
         if not is_loopback_host(host):
             if self._api_key is None and not has_auth_header:
-                missing.append("an API key")
+                missing.append(f"an API key ({ENV_API_KEY}, or the route's api_key_env)")
             if not self._spend:
                 missing.append("spend=True (--spend or DEEPSEEKBENCH_SPEND=1)")
         if self._max_requests is not None and self._requests >= self._max_requests:
@@ -341,7 +458,8 @@ class GatedTransport(httpx.AsyncBaseTransport):
     def __init__(self, gate: LiveGate, inner: httpx.AsyncBaseTransport) -> None:
         self.gate = gate
         self.inner = inner
-        self.proxy_host = proxy_host(inner)
+        self._nodes: list[object] | None = None
+        self._walked_ns = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Admit ``request`` through :meth:`LiveGate.admit`, then send it on ``inner``.
@@ -349,7 +467,9 @@ class GatedTransport(httpx.AsyncBaseTransport):
         The gate's check runs before the inner transport sees the request, so a
         refused request opens no socket. An admitted non-loopback request without
         an ``Authorization`` header gets the gate's key as a Bearer header. When
-        ``inner`` connects through a proxy, the proxy host is checked first by
+        ``inner``, or any transport it wraps, connects through a proxy (its own
+        ``proxy=``, an aiohttp session's, or the environment's under
+        ``trust_env``: :func:`proxy_hosts`), each proxy host is checked first by
         the same rules (a non-loopback proxy needs a key and ``spend=True``).
 
         Raises:
@@ -357,9 +477,15 @@ class GatedTransport(httpx.AsyncBaseTransport):
             httpx.TransportError: raised by the inner transport (connect, read,
                 timeouts).
         """
-        if self.proxy_host is not None:
+        # what the inner transport holds is walked on the first request and again
+        # each second (a walk costs ~0.1 ms); the proxies are read on every request
+        now = time.monotonic_ns()
+        if self._nodes is None or now - self._walked_ns > _REWALK_NS:
+            self._nodes = _proxy_nodes(self.inner, materialize=True)
+            self._walked_ns = now
+        for host in _hosts_of(self._nodes, request.url):
             err = self.gate.refusal(
-                httpx.URL(scheme="http", host=self.proxy_host, path="/"),
+                httpx.URL(scheme="http", host=host, path="/"),
                 has_auth_header="authorization" in request.headers,
             )
             if err is not None:

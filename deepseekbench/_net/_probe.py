@@ -29,10 +29,10 @@ from typing import Any
 
 import httpx
 
+from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import RouteUnreachableError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._types._axes import Dialect
 
 __all__ = ["PROBE_TIMEOUT_S", "probe_route", "probe_routes"]
 
@@ -52,13 +52,9 @@ def _served_ids(body: Any) -> list[str] | None:
 
 
 def _any_model(route: EngineRoute, body: Any) -> bool:
-    """Whether the server answers any ``model`` name (llama.cpp)."""
-    if route.dialect is Dialect.llamacpp:
-        return True
-    data = body.get("data") if isinstance(body, Mapping) else None
-    return isinstance(data, list) and any(
-        isinstance(e, Mapping) and e.get("owned_by") == "llamacpp" for e in data
-    )
+    """Whether the server answers any ``model`` name (the dialect's model-name rule:
+    llama.cpp, or a model list owned by ``llamacpp``)."""
+    return dialect_for(route.dialect).answers_any_model(body)
 
 
 async def probe_route(

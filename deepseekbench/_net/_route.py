@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from deepseekbench._dialects import dialect_for
 from deepseekbench._types._axes import (
     Dialect,
     DialectName,
@@ -25,6 +26,7 @@ from deepseekbench._types._axes import (
     SpeculativeName,
 )
 from deepseekbench._types._request import ChatRequest
+from deepseekbench._types._secrets import normalize_key
 
 __all__ = ["EngineRoute", "eos_controls", "reasoning_controls"]
 
@@ -32,16 +34,10 @@ _ROUTE_OWNED = frozenset({"model", "messages", "stream"})
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 
 
-def _thinking(mode: ReasoningMode) -> bool:
-    return mode is not ReasoningMode.non_think
-
-
-def _effort(mode: ReasoningMode) -> str | None:
-    return {ReasoningMode.think_high: "high", ReasoningMode.think_max: "max"}.get(mode)
-
-
 def reasoning_controls(dialect: Dialect, mode: ReasoningMode) -> dict[str, Any]:
     """Return the body fields that select ``mode`` on DeepSeek V4 for ``dialect``.
+
+    Asked of the dialect's adapter (``deepseekbench/_dialects/``):
 
     * ``vllm``, ``sglang``, ``auto``: ``chat_template_kwargs`` =
       ``{"thinking": bool}`` plus ``"reasoning_effort": "high"|"max"`` when
@@ -59,26 +55,13 @@ def reasoning_controls(dialect: Dialect, mode: ReasoningMode) -> dict[str, Any]:
       sends a field the caller did not ask for that a host may refuse. Send it
       explicitly with ``EngineRoute.request_extras`` where a host needs it.
     """
-    thinking = _thinking(mode)
-    effort = _effort(mode)
-    if dialect is Dialect.deepseek:
-        body: dict[str, Any] = {"thinking": {"type": "enabled" if thinking else "disabled"}}
-        if effort is not None:
-            body["reasoning_effort"] = effort
-        return body
-    if dialect is Dialect.openai:
-        return {"reasoning_effort": effort} if effort is not None else {}
-    kwargs: dict[str, Any] = {"thinking": thinking}
-    if effort is not None:
-        kwargs["reasoning_effort"] = effort
-    body = {"chat_template_kwargs": kwargs}
-    if dialect is Dialect.llamacpp and thinking:
-        body["reasoning_format"] = "deepseek"
-    return body
+    return dialect_for(dialect).reasoning_controls(mode)
 
 
 def eos_controls(dialect: Dialect, max_tokens: int | None) -> dict[str, Any]:
     """Body fields that make ``dialect`` generate ``max_tokens`` tokens, past EOS.
+
+    Asked of the dialect's adapter:
 
     * ``vllm``, ``sglang``, ``auto``: ``ignore_eos: true`` and ``min_tokens:
       max_tokens`` (both sampling extensions of their chat endpoints);
@@ -86,12 +69,7 @@ def eos_controls(dialect: Dialect, max_tokens: int | None) -> dict[str, Any]:
     * ``openai``, ``deepseek``: nothing — hosted APIs offer neither, so their
       outputs may fall short of the target (the row says so).
     """
-    if dialect in (Dialect.openai, Dialect.deepseek):
-        return {}
-    body: dict[str, Any] = {"ignore_eos": True}
-    if dialect is not Dialect.llamacpp and max_tokens is not None:
-        body["min_tokens"] = max_tokens
-    return body
+    return dialect_for(dialect).eos_controls(max_tokens)
 
 
 def can_ignore_eos(dialect: Dialect) -> bool:
@@ -132,7 +110,11 @@ def check_base_url(url: str) -> str:
             "base_url must not carry user-info (user:password@): pass the key as the "
             "route's api_key (api_key_env in a plan); the URL is not shown"
         )
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    try:
+        host = parsed.host  # decodes an IDNA A-label ("xn--..."): it may be invalid
+    except UnicodeError as exc:  # idna.IDNAError
+        _bad_base_url(url, f"has a host that is not valid IDNA ({exc})")
+    if parsed.scheme not in ("http", "https") or not host:
         _bad_base_url(url, "must be an http(s) URL with a host")
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
         _bad_base_url(url, f"has port {parsed.port}, outside 1..65535")
@@ -237,6 +219,12 @@ class EngineRoute(BaseModel):
     def _http_url(cls, v: str) -> str:
         return check_base_url(v)
 
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _blank_key_is_none(cls, v: Any) -> Any:
+        # a whitespace-only key is no key (it would send "Bearer " and redact spaces)
+        return normalize_key(v) if isinstance(v, str | SecretStr) else v
+
     @field_validator("headers")
     @classmethod
     def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
@@ -299,9 +287,9 @@ class EngineRoute(BaseModel):
         if request.reach_max_tokens:
             body.update(eos_controls(self.dialect, request.max_tokens))
         stream_options: dict[str, Any] = {}
-        if self.dialect in (Dialect.sglang, Dialect.auto):
-            body["return_spec_tokens_details"] = True
-        if self.continuous_usage and self.dialect in (Dialect.vllm, Dialect.sglang, Dialect.auto):
+        adapter = dialect_for(self.dialect)
+        body.update(adapter.report_extras())
+        if self.continuous_usage and adapter.continuous_usage:
             stream_options["continuous_usage_stats"] = True
         body["stream_options"] = stream_options
         body = _deep_merge(body, self.request_extras)

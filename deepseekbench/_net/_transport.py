@@ -303,6 +303,14 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
             response = await self._inner.handle_async_request(request)
         except httpx.TransportError as exc:
             raise _remap(exc, body=False, url=request.url) from exc.__cause__
+        except Exception as exc:
+            malformed = _malformed(exc)
+            if malformed is None:
+                raise
+            # httpx-aiohttp passes aiohttp's parser errors through unmapped (a bad
+            # status line, ``content-length: abc``, an over-long header, ...): the
+            # same kind httpcore gives on trio, so a run records them as it does there
+            raise httpx.RemoteProtocolError(malformed) from exc
         finally:
             _CURRENT.reset(token)
         assert isinstance(response.stream, httpx.AsyncByteStream)
@@ -335,6 +343,11 @@ class _RemappedStream(httpx.AsyncByteStream):
                 yield part
         except httpx.TransportError as exc:
             raise _remap(exc, body=True) from exc.__cause__
+        except Exception as exc:
+            malformed = _malformed(exc)
+            if malformed is None:
+                raise
+            raise httpx.ReadError(malformed) from exc
 
     def reads(self) -> AsyncIterator[bytes] | None:
         """Each socket read as aiohttp hands it over, without httpx's layers; ``None``
@@ -348,12 +361,13 @@ class _RemappedStream(httpx.AsyncByteStream):
     async def _reads(self, content: Any) -> AsyncIterator[bytes]:
 
         import aiohttp
+        from aiohttp.http_exceptions import HttpProcessingError
 
         try:
             async for part in content.iter_any():
                 yield part
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            wrapped = httpx.ReadError(str(exc) or type(exc).__name__)
+        except (TimeoutError, aiohttp.ClientError, HttpProcessingError) as exc:
+            wrapped = httpx.ReadError(_malformed(exc) or str(exc) or type(exc).__name__)
             wrapped.__cause__ = exc
             raise _remap(wrapped, body=True) from exc
 
@@ -372,6 +386,34 @@ def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
     if not isinstance(stream, _RemappedStream) or "content-encoding" in response.headers:
         return None
     return stream.reads()
+
+
+_MALFORMED_TEXT_LIMIT = 300
+"""Characters of aiohttp's parser message kept (it quotes the offending bytes)."""
+
+
+def _malformed(exc: BaseException) -> str | None:
+    """One line for an aiohttp parser error about the server's response (a malformed
+    status line, header or chunk: ``ClientResponseError``, ``ClientPayloadError``,
+    ``http_exceptions.HttpProcessingError``), else ``None``.
+
+    aiohttp's ``ClientResponseError`` text starts with a made-up ``400`` and ends with
+    the URL; only its message is kept, whitespace folded, cut at
+    ``_MALFORMED_TEXT_LIMIT`` characters.
+    """
+    import aiohttp
+    from aiohttp import http_exceptions
+
+    if isinstance(exc, aiohttp.ClientResponseError):
+        text = f"malformed response: {exc.message}"
+    elif isinstance(exc, aiohttp.ClientPayloadError | http_exceptions.HttpProcessingError):
+        text = f"malformed response: {type(exc).__name__}: {exc}"
+    else:
+        return None
+    text = " ".join(text.split())
+    if len(text) > _MALFORMED_TEXT_LIMIT:
+        text = text[: _MALFORMED_TEXT_LIMIT - 3] + "..."
+    return text
 
 
 def connect_error_text(url: httpx.URL, reason: str) -> str:

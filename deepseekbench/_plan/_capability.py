@@ -26,6 +26,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._errors import ModelCapabilityError
+from deepseekbench._userfile import SMALL_FILE_MAX_BYTES, check_user_file, read_user_bytes
 
 __all__ = [
     "ModelCapability",
@@ -93,8 +94,11 @@ def _import_gguf() -> Any:
 def _read_gguf(path: str | os.PathLike[str]) -> tuple[str, str, int]:
     """Return (source, architecture, mtp_depth) of a GGUF file."""
     source = os.fspath(path)
-    if not Path(source).is_file():
-        raise ModelCapabilityError(f"{source}: no such GGUF file", source=source)
+
+    def fail(line: str) -> ModelCapabilityError:
+        return ModelCapabilityError(line, source=source)
+
+    check_user_file(source, what="GGUF file", fail=fail)
     gguf = _import_gguf()
     try:
         reader = gguf.GGUFReader(source, "r")
@@ -138,12 +142,11 @@ def _load_hf_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any]) ->
     if p.is_dir():
         p = p / "config.json"
     source = os.fspath(p)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ModelCapabilityError(
-            f"{source}: cannot read HF config ({type(exc).__name__})", source=source
-        ) from exc
+
+    def fail(line: str) -> ModelCapabilityError:
+        return ModelCapabilityError(line, source=source)
+
+    raw = read_user_bytes(p, what="HF config", fail=fail, max_bytes=SMALL_FILE_MAX_BYTES)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -19,6 +19,7 @@ import difflib
 import enum
 import hashlib
 import os
+import re
 import tomllib
 import types
 from collections.abc import Mapping, Sequence
@@ -72,6 +73,7 @@ from deepseekbench._types._axes import (
     ReasoningMode,
     Speculative,
 )
+from deepseekbench._userfile import SMALL_FILE_MAX_BYTES, read_user_text
 
 __all__ = [
     "ArrivalPlan",
@@ -84,10 +86,6 @@ __all__ = [
     "WorkloadPlan",
     "validation_error_lines",
 ]
-
-def _bad_utf8(exc: UnicodeDecodeError) -> str:
-    return f"{exc.reason} at byte {exc.start}"
-
 
 # hide_input_in_errors: str(ValidationError) never repeats a refused value, which
 # may be a secret (a key pasted into api_key_env, user-info in a base_url).
@@ -213,15 +211,44 @@ def validation_error_lines(
     for (generic, msg), indexes in grouped.items():
         parts = [p for p in generic if p is not None]
         if not indexes:
-            lines.append(f"{_loc_text(parts)}: {msg}")
+            lines.append(_one_line(f"{_loc_text(parts)}: {msg}"))
             continue
         cut = generic.index(None)
         head = _loc_text(parts[:cut])
         tail = _loc_text(["x", *parts[cut:]])[1:]
         where = f"{head}[{','.join(str(i) for i in indexes)}]{tail}"
         labels = _route_labels(data, indexes) if generic[:cut] == ("routes",) else ""
-        lines.append(f"{where}{labels}: {msg}")
+        lines.append(_one_line(f"{where}{labels}: {msg}"))
     return lines
+
+
+_LINE_BREAKING = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control and line-breaking characters escaped (``\\r``,
+    ``\\n``, ``\\u2028``): a plan key holding CR/LF stays on its error's line."""
+    return _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+_MAX_PLAN_DEPTH = 64
+"""Deepest nesting of lists and tables a plan may hold: deeper values (in
+``request_extras``, say) overflow pydantic's serializer or Python's recursion."""
+
+
+def _too_deep(data: Any, limit: int) -> list[int | str] | None:
+    """The path of a value nested more than ``limit`` levels deep in ``data``, or
+    ``None``; iterative, so it never recurses itself."""
+    stack: list[tuple[Any, list[int | str]]] = [(data, [])]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > limit:
+            return path[: limit + 1]
+        if isinstance(value, Mapping):
+            stack.extend((v, [*path, str(k)]) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((v, [*path, i]) for i, v in enumerate(value))
+    return None
 
 
 class RoutePlan(BaseModel):
@@ -291,13 +318,13 @@ class RoutePlan(BaseModel):
         if self.api_key_env is not None:
             env = os.environ if environ is None else environ
             value = env.get(self.api_key_env)
-            if not value:
+            if not value or not value.strip():  # a blank key is no key
                 # a key pasted here instead of a variable name must not be echoed
                 name = self.api_key_env if self.api_key_env.isupper() else "(name not shown)"
                 raise PlanError(
                     f"route {self.label!r}: api_key_env: environment variable {name} is not set"
                 )
-            key = SecretStr(value)
+            key = SecretStr(value.strip())
         return EngineRoute(
             base_url=self.base_url,
             model=self.model or default_model,
@@ -349,7 +376,21 @@ class CellPlan(BaseModel):
 
 
 _Concurrency = Annotated[int, Field(ge=1, le=4096)]
+
+_MIN_RATE_PER_S = 0.001
+"""Smallest open-loop arrival rate (requests/s): one request per 1000 s on average.
+Below it a cell of even a few requests would take hours (``rate_per_s = 1e-300``
+schedules its second request after the universe ends), so it is refused."""
+
 _Rate = Annotated[float, Field(gt=0)]
+
+_Seed = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+"""A seed sent to the server: a signed 64-bit integer (vLLM's request ``seed``
+field; a larger one is refused by the server on every request)."""
+
+_ArrivalSeed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+"""The arrival schedule's seed: non-negative (``numpy.random.default_rng``) and
+64-bit, like the other seeds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,8 +454,10 @@ class ArrivalPlan(BaseModel):
 
     Raises:
         pydantic.ValidationError: a ``concurrency`` outside 1..4096 (requests),
-            a ``rate_per_s``, ``gamma_shape`` or ``max_lag_ms`` not > 0, an empty
-            or repeated sweep list, ``mode="rate"`` without ``rate_per_s``,
+            a ``rate_per_s`` that is not a finite number (``"inf"`` included) or is
+            below 0.001 requests/s, a ``gamma_shape`` or ``max_lag_ms`` not > 0, a
+            ``seed`` outside 0..2**63-1, an empty or repeated sweep list,
+            ``mode="rate"`` without ``rate_per_s``,
             ``rate_per_s`` with ``mode="concurrency"``, a ``concurrency`` list with
             ``mode="rate"``, or an unknown field.
     """
@@ -426,13 +469,35 @@ class ArrivalPlan(BaseModel):
     rate_per_s: _Rate | tuple[_Rate, ...] | None = None
     distribution: Literal["poisson", "gamma"] = "poisson"
     gamma_shape: float = Field(default=1.0, gt=0)
-    seed: int = 0
+    seed: _ArrivalSeed = 0
     max_lag_ms: float = Field(default=100.0, gt=0)
+
+    @field_validator("rate_per_s", mode="before")
+    @classmethod
+    def _rate_numbers(cls, value: Any) -> Any:
+        """One plain line for a rate that is not a finite number (``"inf"`` included):
+        an open loop needs a finite rate; every request at once is a closed loop."""
+        for x in value if isinstance(value, (list, tuple)) else [value]:
+            number = isinstance(x, (int, float)) and not isinstance(x, bool)
+            if x is not None and (not number or x != x or x in (float("inf"), float("-inf"))):
+                raise ValueError(
+                    f"must be a finite number of requests/s > 0, or a list of them (got {x!r}); "
+                    "for every request at once (vLLM's --request-rate inf) use "
+                    'mode = "concurrency" with concurrency = N'
+                )
+        return value
 
     @model_validator(mode="after")
     def _rate(self) -> ArrivalPlan:
         if self.mode == "rate" and self.rate_per_s is None:
             raise ValueError("mode='rate' needs rate_per_s")
+        rates = self.rate_per_s if isinstance(self.rate_per_s, tuple) else (self.rate_per_s,)
+        slow = [r for r in rates if r is not None and r < _MIN_RATE_PER_S]
+        if slow:
+            raise ValueError(
+                f"rate_per_s {slow[0]:g} is below {_MIN_RATE_PER_S} requests/s (one request "
+                f"per {1 / _MIN_RATE_PER_S:g} s): a cell at that rate would not end in a sane time"
+            )
         if self.mode == "concurrency" and self.rate_per_s is not None:
             raise ValueError("rate_per_s is only used with mode='rate'")
         if isinstance(self.concurrency, tuple):
@@ -598,7 +663,7 @@ class ParityPlan(BaseModel):
     tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0, lt=1)
     alpha: float = Field(default=0.05, gt=0, lt=1)
     max_tokens: int = Field(default=128, ge=1)
-    seed: int = 1234
+    seed: _Seed = 1234
     task_temperature: float = Field(default=0.0, ge=0, le=2)
     determinism_control: bool = True
     concurrency: int = Field(default=1, ge=1, le=256)
@@ -680,7 +745,7 @@ class BenchmarkPlan(BaseModel):
     warmup_per_cell: int = Field(default=1, ge=0, le=10_000)
     repeats: int = Field(default=3, ge=1, le=100)
     temperature: float = Field(default=0.0, ge=0, le=2)
-    seed: int = 0
+    seed: _Seed = 0
     arrival: ArrivalPlan = ArrivalPlan()
     workload: WorkloadPlan = WorkloadPlan()
     parity: ParityPlan = ParityPlan()
@@ -802,14 +867,8 @@ class BenchmarkPlan(BaseModel):
         if self.workload.prompts_file:
             p = self.resolve(self.workload.prompts_file)
             out: list[str] = []
-            if p.exists() and not p.is_file():
-                raise PlanError(f"prompts file {p} is not a regular file")
-            try:
-                lines = p.read_text(encoding="utf-8").split("\n")  # not splitlines (U+2028)
-            except OSError as exc:
-                raise PlanError(f"cannot read prompts file {p}: {exc}") from exc
-            except UnicodeDecodeError as exc:
-                raise PlanError(f"prompts file {p} is not UTF-8 text: {_bad_utf8(exc)}") from None
+            text = read_user_text(p, what="prompts file", fail=PlanError)
+            lines = text.split("\n")  # not splitlines (U+2028, U+0085)
             for number, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
@@ -939,8 +998,15 @@ class BenchmarkPlan(BaseModel):
         """Validate a plan from a mapping.
 
         Raises:
-            PlanError: the mapping is not a valid plan (wraps the validation error).
+            PlanError: the mapping is not a valid plan (wraps the validation error),
+                or its values nest deeper than ``_MAX_PLAN_DEPTH`` (64) levels.
         """
+        deep = _too_deep(data, _MAX_PLAN_DEPTH)
+        if deep is not None:
+            raise PlanError(
+                f"invalid plan: {_one_line(_loc_text(deep[:4]))}... nests lists or tables "
+                f"more than {_MAX_PLAN_DEPTH} levels deep"
+            )
         payload = dict(data)
         if base_dir is not None:
             payload.setdefault("base_dir", str(Path(base_dir).resolve()))
@@ -964,6 +1030,10 @@ class BenchmarkPlan(BaseModel):
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise PlanError(f"plan is not valid TOML: {exc}") from exc
+        except RecursionError:
+            raise PlanError(
+                "plan is not valid TOML: arrays or inline tables nested too deeply"
+            ) from None
         return cls.from_mapping(data, base_dir=base_dir)
 
     @classmethod
@@ -990,14 +1060,7 @@ class BenchmarkPlan(BaseModel):
                 plan (the message names the file).
         """
         p = Path(path)
-        if p.exists() and not p.is_file():
-            raise PlanError(f"plan {p} is not a regular file")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise PlanError(f"cannot read plan {p}: {exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise PlanError(f"plan {p} is not UTF-8 text: {_bad_utf8(exc)}") from None
+        text = read_user_text(p, what="plan", fail=PlanError, max_bytes=SMALL_FILE_MAX_BYTES)
         try:
             if p.suffix.lower() == ".toml":
                 return cls.from_toml(text, base_dir=p.parent)

@@ -22,11 +22,12 @@ that does not say (no endpoint, an error, another engine) is not an error.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 import httpx
 
+from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -35,40 +36,15 @@ from deepseekbench._types._axes import Dialect, Speculative
 
 __all__ = ["check_spec_config", "served_spec_tokens", "spec_tokens_from_info"]
 
-_ENDPOINTS: dict[Dialect, tuple[str, ...]] = {
-    Dialect.llamacpp: ("/props",),
-    Dialect.sglang: ("/get_server_info", "/server_info"),  # the second on newer releases
-}
-
-
-def _depth(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    depth = int(value)
-    return depth if depth >= 1 else None
-
-
 def spec_tokens_from_info(dialect: Dialect, info: Any) -> int | None:
-    """The depth in one parsed ``/props`` (llama.cpp) or ``/get_server_info`` (SGLang) body.
+    """The depth in one parsed ``/props`` (llama.cpp) or ``/get_server_info`` (SGLang) body,
+    read by the dialect's adapter (``EngineDialect.spec_tokens_from_info``).
 
     Returns draft tokens per verify step, or ``None`` where the body does not say
-    (speculation off, another shape). Never raises on wire data.
+    (speculation off, another shape, a dialect with no such endpoint). Never
+    raises on wire data.
     """
-    if not isinstance(info, Mapping):
-        return None
-    if dialect is Dialect.llamacpp:
-        settings = info.get("default_generation_settings")
-        params = settings.get("params") if isinstance(settings, Mapping) else None
-        if not isinstance(params, Mapping) or params.get("speculative.types") == "none":
-            return None  # newer builds say when nothing speculates (n_max keeps its default)
-        return _depth(params.get("speculative.n_max"))
-    if dialect is Dialect.sglang:
-        if info.get("speculative_algorithm") in (None, "", "NONE"):
-            return None
-        return _depth(info.get("speculative_num_steps"))
-    return None
+    return dialect_for(dialect).spec_tokens_from_info(info)
 
 
 def _origin(route: EngineRoute) -> str:
@@ -90,7 +66,7 @@ async def served_spec_tokens(
     """
     gate.check_client(client)
     headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
-    for path in _ENDPOINTS.get(route.dialect, ()):
+    for path in dialect_for(route.dialect).depth_paths:
         url = _origin(route) + path
         refusal = gate.refusal(url, has_auth_header=route.has_api_key)
         if refusal is not None:
@@ -138,7 +114,7 @@ async def check_spec_config(
     found: dict[str, int] = {}
     for rp in plans:
         route = routes[rp.label]
-        if rp.speculative is Speculative.off or route.dialect not in _ENDPOINTS:
+        if rp.speculative is Speculative.off or not dialect_for(route.dialect).depth_paths:
             continue
         served = await served_spec_tokens(route, gate=gate, client=client)
         if served is None:

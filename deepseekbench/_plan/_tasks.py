@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from deepseekbench._errors import TaskFormatError
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._parity import ParityOutput
+from deepseekbench._userfile import read_user_text
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -222,16 +223,7 @@ def load_tasks(path: str | Path) -> tuple[Task, ...]:
         TaskFormatError: the file cannot be read, is not UTF-8, or a line is invalid.
     """
     p = Path(path)
-    if p.exists() and not p.is_file():
-        raise TaskFormatError(f"task file {p} is not a regular file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TaskFormatError(f"cannot read task file {p}: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise TaskFormatError(
-            f"task file {p} is not UTF-8 text: {exc.reason} at byte {exc.start}"
-        ) from None
+    text = read_user_text(p, what="task file", fail=TaskFormatError)
     return parse_tasks(text.split("\n"), source=str(p))  # not splitlines (U+2028, U+0085)
 
 

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from deepseekbench._errors import WorkloadFormatError, WorkloadLengthError
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._types._axes import ContextBucket
+from deepseekbench._userfile import read_user_text
 
 __all__ = [
     "InputLength",
@@ -80,10 +81,10 @@ class WorkloadItem(BaseModel):
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadFormatError(f"cannot read workload file {path}: {exc}", path=path) from exc
+    def fail(line: str) -> WorkloadFormatError:
+        return WorkloadFormatError(line, path=path)
+
+    return read_user_text(path, what="workload file", fail=fail)
 
 
 def _jsonl_objects(path: Path) -> list[tuple[int, dict[str, Any]]]:

@@ -15,7 +15,12 @@ Two panels:
   (ms/token) against output throughput over the measurement window
   (tokens/s), one point per load point, joined in load order and labelled with
   the load. Up and to the left is worse; speculation pays where its curve lies
-  below ``off``'s at the same throughput.
+  below ``off``'s at the same throughput. A route with a refused (or unverified)
+  line is drawn grey, dashed, with hollow markers, under the credited curves and
+  labelled "refused", so a fast but wrong route never looks like the best curve.
+
+Point labels sit below-right of their points on a white box; legends sit under
+their panels, never over the data.
 
 The load of a point is its row's ``concurrency`` (closed loop, streams) or, for
 an open loop, its ``request_rate_per_s`` (requests/s). Rows without a recorded
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INSTALL_HINT",
+    "REFUSED_COLOR",
     "LinePoint",
     "figure_png",
     "html_page",
@@ -154,9 +160,34 @@ def _short_load(p: LinePoint) -> str:
     return f"{p.load:g}/s" if p.open_loop else f"c={p.load:g}"
 
 
+REFUSED_COLOR = "0.6"
+"""The grey of a route with a refused (or unverified) line: never a winner's colour."""
+
+
+def _refused(ps: Sequence[LinePoint]) -> list[str]:
+    """The refusal reasons of a series' lines (empty when every line is credited or off)."""
+    return sorted({p.refusal for p in ps if p.refusal})
+
+
 def _colors(points: Sequence[LinePoint]) -> dict[str, str]:
-    """One colour per series, the same on both panels (matplotlib's default cycle)."""
-    return {name: f"C{i % 10}" for i, name in enumerate(_series(points))}
+    """One colour per series, the same on both panels (matplotlib's default cycle for
+    credited routes and ``off``; grey for a route with a refused line)."""
+    out: dict[str, str] = {}
+    n = 0
+    for name, ps in _series(points).items():
+        if _refused(ps):
+            out[name] = REFUSED_COLOR
+        else:
+            out[name] = f"C{n % 10}"
+            n += 1
+    return out
+
+
+def _legend_below(ax: Axes) -> None:
+    """The legend under the axes, so it never covers a point or a label."""
+    ax.legend(
+        fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, ncols=1
+    )
 
 
 def _speedup_panel(ax: Axes, points: Sequence[LinePoint], metric: str) -> None:
@@ -177,10 +208,17 @@ def _speedup_panel(ax: Axes, points: Sequence[LinePoint], metric: str) -> None:
             ys.append(p.speedup)
             lo.append(p.speedup - (p.ci_low if p.ci_low is not None else p.speedup))
             hi.append((p.ci_high if p.ci_high is not None else p.speedup) - p.speedup)
-        refused = sorted({p.refusal for p in ps if p.refusal})
-        label = name if not refused else f"{name} (refused: {', '.join(refused)})"
+        refused = _refused(ps)
+        label = name if not refused else f"{name}: refused ({', '.join(refused)})"
         ax.errorbar(
-            xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label, color=colors[name]
+            xs,
+            ys,
+            yerr=[lo, hi],
+            marker="o" if not refused else "x",
+            linestyle="-" if not refused else "--",
+            capsize=3,
+            label=label,
+            color=colors[name],
         )
     if loads and min(loads) > 0 and max(loads) / min(loads) >= 4:
         ax.set_xscale("log", base=2)
@@ -190,7 +228,7 @@ def _speedup_panel(ax: Axes, points: Sequence[LinePoint], metric: str) -> None:
     ax.set_xlabel(_load_label(points))
     ax.set_ylabel(f"speedup by {metric} (×, 95% CI)")
     ax.set_title("Speedup vs load (credited points only)")
-    ax.legend(fontsize="small")
+    _legend_below(ax)
 
 
 def _curve_panel(ax: Axes, points: Sequence[LinePoint]) -> None:
@@ -201,25 +239,42 @@ def _curve_panel(ax: Axes, points: Sequence[LinePoint]) -> None:
             for p in ps
             if p.load is not None and p.tpot_ms is not None and p.throughput_toks_per_s is not None
         ]
-        refused = any(p.refusal for p in ps)
-        style = "--" if refused else "-"
-        label = f"{name} (not credited)" if refused else name
+        refused = _refused(ps)
+        label = f"{name}: refused ({', '.join(refused)})" if refused else name
         xs = [x for x, _, _ in drawn]
         ys = [y for _, y, _ in drawn]
-        (line,) = ax.plot(xs, ys, marker="o", linestyle=style, label=label, color=colors[name])
-        for x, y, text in drawn:
+        ax.plot(
+            xs,
+            ys,
+            marker="o",
+            markerfacecolor="white" if refused else colors[name],
+            linestyle="--" if refused else "-",
+            label=label,
+            color=colors[name],
+            zorder=1 if refused else 2,  # under every credited curve
+        )
+        for i, (x, y, text) in enumerate(drawn):
+            # below-right of the point on a white box: the curve, which rises to the
+            # right, never runs through its own labels; the last point names a refusal
+            if refused and i == len(drawn) - 1:
+                text += " (refused)"
             ax.annotate(
                 text,
                 (x, y),
                 textcoords="offset points",
-                xytext=(4, 4),
+                xytext=(7, -7),
+                ha="left",
+                va="top",
                 fontsize="x-small",
-                color=line.get_color(),
+                color="0.35" if refused else colors[name],
+                bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+                zorder=3,
             )
     ax.set_xlabel("output throughput (tokens/s, measurement window)")
     ax.set_ylabel("median TPOT (ms/token)")
-    ax.set_title("Latency vs throughput per route")
-    ax.legend(fontsize="small")
+    ax.set_title("Latency vs throughput per route (grey dashed: refused)")
+    ax.margins(x=0.12, y=0.1)  # room for the labels right of and below the points
+    _legend_below(ax)
 
 
 def require_matplotlib() -> None:
@@ -238,24 +293,89 @@ def plot_lines(lines: Sequence[_Line], rows: Sequence[Row], *, metric: str) -> F
     """A two-panel Figure: speedup vs load per route, TPOT vs output throughput per route.
 
     ``lines``: scorecard lines in row order; ``rows``: their rows; ``metric``:
-    the speedup metric's name (axis label). Figure size 12 × 4.8 inches.
+    the speedup metric's name (axis label). Figure size 12 × 4.8 inches. The
+    Figure has ``_repr_png_``, so a notebook cell ending in ``card.plot()`` shows
+    it inline with no pyplot and no ``%matplotlib``.
 
     Raises:
         MissingExtraError: matplotlib is not installed (``pip install 'deepseekbench[plot]'``).
         ValueError: ``lines`` and ``rows`` differ in length.
     """
     require_matplotlib()
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from deepseekbench._report._nbfigure import NotebookFigure
 
     points = line_points(lines, rows)
-    fig = Figure(figsize=(12.0, 4.8), layout="constrained")
+    fig = NotebookFigure(figsize=(12.0, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)  # a renderer to measure labels with (no GUI)
     speed_ax, curve_ax = fig.subplots(1, 2)
     _speedup_panel(speed_ax, points, metric)
     _curve_panel(curve_ax, points)
     unplaced = sum(1 for p in points if p.load is None)
     if unplaced:
         fig.suptitle(f"{unplaced} line(s) without a recorded load are not drawn", fontsize="small")
+    _place_labels(fig, curve_ax)
     return fig
+
+
+# label offsets in points, tried in order: below-right first (clear of a curve that
+# rises to the right), then the other corners, then further out
+_OFFSETS: tuple[tuple[float, float], ...] = tuple(
+    (dx * k, dy * k)
+    for k in (1.0, 2.2, 3.4)
+    for dx, dy in ((7, -7), (7, 7), (-7, 7), (-7, -7), (0, -11), (0, 11), (12, 0), (-12, 0))
+)
+
+
+def _place_labels(fig: Figure, ax: Axes) -> None:
+    """Move each point label of ``ax`` to the first offset (``_OFFSETS``) where it
+    overlaps no label placed before it and no point, inside the panel; where none
+    fits, the offset with the least overlap. Measured with the figure's renderer
+    after its layout, so the boxes are the drawn ones."""
+    from matplotlib.text import Annotation
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    panel = ax.get_window_extent(renderer)
+    marks = [
+        ax.transData.transform(xy)
+        for line in ax.get_lines()
+        for xy in line.get_xydata()  # type: ignore[union-attr]
+    ]
+    placed: list[tuple[float, float, float, float]] = []
+
+    def cost(box: tuple[float, float, float, float]) -> float:
+        x0, y0, x1, y1 = box
+        area = 0.0
+        for a0, b0, a1, b1 in placed:
+            w, h = min(x1, a1) - max(x0, a0), min(y1, b1) - max(y0, b0)
+            area += max(w, 0.0) * max(h, 0.0)
+        area += sum(25.0 for mx, my in marks if x0 - 3 <= mx <= x1 + 3 and y0 - 3 <= my <= y1 + 3)
+        inside = panel.x0 <= x0 and x1 <= panel.x1 and panel.y0 <= y0 and y1 <= panel.y1
+        return area + (0.0 if inside else 1e6)
+
+    for text in ax.texts:
+        if not isinstance(text, Annotation):
+            continue
+        best: tuple[float, tuple[float, float], tuple[float, float, float, float]] | None = None
+        for dx, dy in _OFFSETS:
+            text.xyann = (dx, dy)
+            text.set_horizontalalignment("left" if dx > 0 else "right" if dx < 0 else "center")
+            text.set_verticalalignment("bottom" if dy > 0 else "top" if dy < 0 else "center")
+            e = text.get_window_extent(renderer)
+            box = (float(e.x0), float(e.y0), float(e.x1), float(e.y1))
+            c = cost(box)
+            if best is None or c < best[0]:
+                best = (c, (dx, dy), box)
+            if c == 0.0:
+                break
+        assert best is not None
+        dx, dy = best[1]
+        text.xyann = (dx, dy)
+        text.set_horizontalalignment("left" if dx > 0 else "right" if dx < 0 else "center")
+        text.set_verticalalignment("bottom" if dy > 0 else "top" if dy < 0 else "center")
+        placed.append(best[2])
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:

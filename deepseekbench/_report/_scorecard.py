@@ -40,7 +40,7 @@ from deepseekbench._analysis._speedup import (
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
-from deepseekbench._types._row import Row, SliceStats
+from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,6 +53,7 @@ __all__ = [
     "ScorecardLine",
     "bootstrap_speedup_ci",
     "cell_id",
+    "html_table",
     "line_key",
     "load_point",
     "paired_speedup_ci",
@@ -112,7 +113,11 @@ class ScorecardLine(BaseModel):
     ``verdict`` is ``None`` on ``off`` lines and where the cell has no ``off`` row
     at the same load (``baseline`` is then ``None``). ``load``: the load point
     (``c=16``, ``8/s``; ``—`` unknown). Times in ms, throughput in tokens/s,
-    goodput in requests/s.
+    goodput in requests/s. ``dispersion``: the row's p50/p90/p99 of TTFT, TPOT,
+    ITL and E2E (ms; ms/token for TPOT), numpy's default linear interpolation as
+    vLLM's ``benchmark_serving`` (``np.percentile``). ``server_ttft_ms`` /
+    ``server_queue_ms``: medians of the engine's own TTFT and queueing time (ms;
+    vLLM's per-request metrics), ``None`` where the engine does not report them.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -150,6 +155,9 @@ class ScorecardLine(BaseModel):
     n_output_short: int = 0
     categories: tuple[CategoryLine, ...] = ()
     turns: tuple[SliceStats, ...] = ()
+    dispersion: Dispersion = Dispersion()
+    server_ttft_ms: float | None = None
+    server_queue_ms: float | None = None
 
     @property
     def credited(self) -> bool:
@@ -200,6 +208,7 @@ def _category_lines(
 
 _CATEGORY_COLUMNS: tuple[str, ...] = (
     "cell",
+    "load",
     "route",
     "category",
     "n",
@@ -226,6 +235,7 @@ def _category_cells(ln: ScorecardLine) -> list[list[str]]:
         out.append(
             [
                 ln.cell,
+                ln.load,
                 ln.route,
                 c.name,
                 str(c.n_requests),
@@ -238,13 +248,23 @@ def _category_cells(ln: ScorecardLine) -> list[list[str]]:
     return out
 
 
-_TURN_COLUMNS: tuple[str, ...] = ("cell", "route", "turn", "n", "TTFT ms", "TPOT ms", "acc.len")
+_TURN_COLUMNS: tuple[str, ...] = (
+    "cell",
+    "load",
+    "route",
+    "turn",
+    "n",
+    "TTFT ms",
+    "TPOT ms",
+    "acc.len",
+)
 
 
 def _turn_cells(ln: ScorecardLine) -> list[list[str]]:
     return [
         [
             ln.cell,
+            ln.load,
             ln.route,
             t.name,
             str(t.n_requests),
@@ -254,6 +274,55 @@ def _turn_cells(ln: ScorecardLine) -> list[list[str]]:
         ]
         for t in ln.turns
     ]
+
+
+_LATENCY_METRICS: tuple[tuple[str, str, int], ...] = (
+    ("ttft_ms", "TTFT ms", 1),
+    ("tpot_ms", "TPOT ms", 2),
+    ("itl_ms", "ITL ms", 2),
+    ("e2e_ms", "E2E ms", 1),
+)
+"""``(Dispersion field, column head, decimals)`` of the latency table."""
+_SERVER_COLUMNS: tuple[str, ...] = ("server TTFT ms", "server queue ms")
+_LATENCY_TITLE = (
+    "Latency percentiles (p50 / p90 / p99 per request; ITL over all chunks; "
+    "numpy linear interpolation, as vLLM's bench)"
+)
+
+
+def _pct_text(p: Percentiles | None, digits: int) -> str:
+    if p is None or (p.p50 is None and p.p90 is None and p.p99 is None):
+        return "—"
+    return " / ".join(_fmt(v, digits) for v in (p.p50, p.p90, p.p99))
+
+
+def _with_server(lines: Sequence[ScorecardLine]) -> bool:
+    return any(ln.server_ttft_ms is not None or ln.server_queue_ms is not None for ln in lines)
+
+
+def _latency_columns(lines: Sequence[ScorecardLine]) -> tuple[str, ...]:
+    heads = [f"{head} p50/p90/p99" for _, head, _ in _LATENCY_METRICS]
+    if _with_server(lines):  # the engine's own TTFT and queueing, beside the client's TTFT
+        heads[1:1] = _SERVER_COLUMNS
+    return ("cell", "load", "route", *heads)
+
+
+def _latency_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
+    """The latency table's rows; none when no line has a percentile or a server time."""
+    known = (
+        _pct_text(getattr(ln.dispersion, f), 1) != "—"
+        for ln in lines
+        for f, _, _ in _LATENCY_METRICS
+    )
+    if not _with_server(lines) and not any(known):
+        return []
+    out: list[list[str]] = []
+    for ln in lines:
+        cells = [_pct_text(getattr(ln.dispersion, f), d) for f, _, d in _LATENCY_METRICS]
+        if _with_server(lines):
+            cells[1:1] = [_fmt(ln.server_ttft_ms, 1), _fmt(ln.server_queue_ms, 1)]
+        out.append([ln.cell, ln.load, ln.route, *cells])
+    return out
 
 
 def _fixed_width(table: list[list[str]]) -> list[str]:
@@ -352,6 +421,9 @@ def _line(
         n_output_short=r.n_output_short,
         categories=_category_lines(base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms),
         turns=r.turns,
+        dispersion=r.dispersion,
+        server_ttft_ms=r.server_ttft_ms,
+        server_queue_ms=r.server_queue_ms,
     )
 
 
@@ -430,6 +502,20 @@ def _detail_notes(lines: Sequence[ScorecardLine], workers: int | None = None) ->
                 + _more_workers(workers)
             )
     return notes
+
+
+def _pct_fields(name: str, p: Percentiles | None, which: Sequence[str]) -> dict[str, Any]:
+    """``{"<name>_p90_ms": ..., ...}`` of ``p`` (``None`` where unknown)."""
+    return {f"{name}_{q}_ms": getattr(p, q) if p is not None else None for q in which}
+
+
+def html_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """An HTML ``<table>`` of ``columns`` and ``rows`` of text cells, every text escaped."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 class Scorecard:
@@ -693,6 +779,11 @@ class Scorecard:
             out.append("")
             out.append("Per turn (multi-turn conversations)")
             out.extend(_fixed_width([list(_TURN_COLUMNS), *turns]))
+        latency = _latency_cells(self.lines)
+        if latency:
+            out.append("")
+            out.append(_LATENCY_TITLE)
+            out.extend(_fixed_width([list(_latency_columns(self.lines)), *latency]))
         notes = self._notes()
         if notes:
             out.append("")
@@ -727,6 +818,12 @@ class Scorecard:
             out += ["", "| " + " | ".join(_TURN_COLUMNS) + " |"]
             out.append("|" + "---|" * len(_TURN_COLUMNS))
             out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in turns]
+        latency = _latency_cells(self.lines)
+        if latency:
+            columns = _latency_columns(self.lines)
+            out += ["", f"{_LATENCY_TITLE}:", "", "| " + " | ".join(columns) + " |"]
+            out.append("|" + "---|" * len(columns))
+            out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in latency]
         notes = self._notes()
         if notes:
             out.append("")
@@ -761,8 +858,19 @@ class Scorecard:
         "acceptance_length",
         "acceptance_scope",
         "ttft_ms",
+        "ttft_p90_ms",
+        "ttft_p99_ms",
+        "server_ttft_ms",
+        "server_queue_ms",
         "tpot_ms",
+        "tpot_p90_ms",
+        "tpot_p99_ms",
+        "itl_p50_ms",
+        "itl_p90_ms",
+        "itl_p99_ms",
         "e2e_ms",
+        "e2e_p90_ms",
+        "e2e_p99_ms",
         "output_toks_per_s",
         "output_throughput_toks_per_s",
         "goodput_req_per_s",
@@ -806,8 +914,14 @@ class Scorecard:
                     "acceptance_length": ln.acceptance_length,
                     "acceptance_scope": ln.acceptance_scope.value if ln.acceptance_scope else None,
                     "ttft_ms": ln.ttft_ms,
+                    **_pct_fields("ttft", ln.dispersion.ttft_ms, ("p90", "p99")),
+                    "server_ttft_ms": ln.server_ttft_ms,
+                    "server_queue_ms": ln.server_queue_ms,
                     "tpot_ms": ln.tpot_ms,
+                    **_pct_fields("tpot", ln.dispersion.tpot_ms, ("p90", "p99")),
+                    **_pct_fields("itl", ln.dispersion.itl_ms, ("p50", "p90", "p99")),
                     "e2e_ms": ln.e2e_ms,
+                    **_pct_fields("e2e", ln.dispersion.e2e_ms, ("p90", "p99")),
                     "output_toks_per_s": ln.output_toks_per_s,
                     "output_throughput_toks_per_s": ln.output_throughput_toks_per_s,
                     "goodput_req_per_s": ln.goodput_req_per_s,
@@ -848,15 +962,24 @@ class Scorecard:
         return buf.getvalue()
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(ln)) + "</tr>"
-            for ln in self.lines
-        )
+        """The main table, the per-category and per-turn tables (when the rows have
+        them, as in :meth:`to_text`) and the notes, as an HTML fragment."""
+        out = html_table(self._columns, [self._cells(ln) for ln in self.lines])
+        cats = [row for ln in self.lines for row in _category_cells(ln)]
+        if cats:
+            out += "<h3>Per category (acceptance and speedup per dataset category)</h3>"
+            out += html_table(_CATEGORY_COLUMNS, cats)
+        turns = [row for ln in self.lines for row in _turn_cells(ln)]
+        if turns:
+            out += "<h3>Per turn (multi-turn conversations)</h3>"
+            out += html_table(_TURN_COLUMNS, turns)
+        latency = _latency_cells(self.lines)
+        if latency:
+            out += f"<h3>{html.escape(_LATENCY_TITLE)}</h3>"
+            out += html_table(_latency_columns(self.lines), latency)
         notes = "".join(f"<li>{html.escape(n.strip())}</li>" for n in self._notes())
-        tail = f"<ul>{notes}</ul>" if notes else ""
         run = f"<p>Run: {html.escape(self.meta.describe())}</p>" if self.meta else ""
-        return f"{run}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{tail}"
+        return run + out + (f"<ul>{notes}</ul>" if notes else "")
 
     def to_pandas(self) -> Any:
         """A ``pandas.DataFrame`` of :meth:`to_records`.

@@ -1,4 +1,7 @@
-"""Speculative-decoding acceptance: one engine-neutral record, one adapter per engine.
+"""Speculative-decoding acceptance: one engine-neutral record and the helpers to fill it.
+
+Each engine's reader lives in its adapter (``deepseekbench/_dialects/``); this
+module holds what they share.
 
 Definitions (used for every engine; see ``docs/measurement.md``):
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,12 +38,8 @@ from deepseekbench._types._axes import AcceptanceScope, Dialect
 
 __all__ = [
     "AcceptanceRecord",
-    "acceptance_from_llamacpp",
-    "acceptance_from_sglang",
-    "acceptance_from_vllm",
     "positions_from_histogram",
     "positions_from_steps",
-    "read_acceptance",
 ]
 
 
@@ -260,226 +259,3 @@ def _choice_block(chunk: Mapping[str, Any], key: str) -> Mapping[str, Any] | Non
                     return block
                 found = found or block
     return found
-
-
-def _vllm_positions(stats: Mapping[str, Any]) -> tuple[float, ...] | None:
-    """Per-position acceptance from the per-step lists, else the histogram.
-
-    Either is used only when it agrees with the request's own counts (steps and
-    accepted tokens), so a figure is never taken from a partial list.
-    """
-    steps = _count(_first(stats, "num_spec_steps", "num_drafts"))
-    accepted = _count(_first(stats, "num_accepted_draft_tokens", "num_accepted_tokens"))
-    depth = _count(stats.get("num_spec_tokens")) or None
-    per_step = _counts(stats.get("per_step_accepted"))
-    if per_step is not None and len(per_step) == steps and sum(per_step) == accepted:
-        found = positions_from_steps(per_step, stats.get("per_step_drafted"), depth)
-        if found is not None:
-            return found
-    hist = _counts(stats.get("acceptance_histogram"))
-    if (
-        hist is not None
-        and sum(hist) == steps
-        and sum(j * h for j, h in enumerate(hist)) == accepted
-        and (depth is None or len(hist) == depth + 1)
-    ):
-        return positions_from_histogram(hist)
-    return None
-
-
-def _vllm_record(stats: Mapping[str, Any], source: str) -> AcceptanceRecord | None:
-    record = AcceptanceRecord.from_counts(
-        engine=Dialect.vllm,
-        source=source,
-        draft_tokens=stats.get("num_draft_tokens"),
-        accepted_tokens=_first(stats, "num_accepted_draft_tokens", "num_accepted_tokens"),
-        verify_steps=_first(stats, "num_spec_steps", "num_drafts"),
-        reported_ratio=stats.get("draft_acceptance_rate"),
-        reported_length=stats.get("mean_acceptance_length"),
-        by_position=_vllm_positions(stats),
-        spec_tokens=stats.get("num_spec_tokens"),
-    )
-    return record if record.known else None
-
-
-def acceptance_from_vllm(chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
-    """Read vLLM per-request speculative stats from one parsed chunk or response.
-
-    Places: ``metrics.speculative_decoding`` (top level, on the final usage
-    chunk; vLLM ``--enable-per-request-metrics``) and the older per-choice
-    ``choices[i].speculative_decoding_stats``. Fields: ``num_draft_tokens``,
-    ``num_accepted_draft_tokens``, ``num_spec_steps``, ``draft_acceptance_rate``,
-    ``mean_acceptance_length``, ``num_spec_tokens`` (depth); per-position
-    acceptance from ``per_step_accepted``/``per_step_drafted`` (``--per-request-
-    spec-decode-metrics detailed``) or ``acceptance_histogram``, each only when
-    it agrees with the counts. Returns ``None`` when the chunk carries none.
-    """
-    metrics = chunk.get("metrics")
-    if isinstance(metrics, Mapping):
-        stats = metrics.get("speculative_decoding")
-        if isinstance(stats, Mapping):
-            return _vllm_record(stats, "metrics.speculative_decoding")
-    stats = _choice_block(chunk, "speculative_decoding_stats")
-    if stats is not None:
-        return _vllm_record(stats, "choices[].speculative_decoding_stats")
-    return None
-
-
-_SGLANG_ACCEPTED = (
-    "spec_num_correct_drafts",
-    "spec_accepted_drafts",
-    "spec_accept_token_num",
-    "spec_accepted_tokens",
-)
-_SGLANG_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
-_SGLANG_RATE = ("spec_accept_rate", "spec_acceptance_rate")
-
-
-def _sglang_record(meta: Mapping[str, Any], source: str) -> AcceptanceRecord | None:
-    if not any(str(k).startswith("spec_") for k in meta):
-        return None
-    steps = _count(meta.get("spec_verify_ct"))
-    if steps == 0:
-        # SGLang fills spec_accept_rate / spec_accept_length with 0 when nothing was
-        # verified (tokenizer_manager._calculate_spec_decoding_metrics): that 0 means
-        # "no speculation", not a measured zero.
-        return None
-    record = AcceptanceRecord.from_counts(
-        engine=Dialect.sglang,
-        source=source,
-        draft_tokens=_first(meta, *_SGLANG_PROPOSED),
-        accepted_tokens=_first(meta, *_SGLANG_ACCEPTED),
-        verify_steps=meta.get("spec_verify_ct"),
-        reported_ratio=_first(meta, *_SGLANG_RATE),
-        reported_length=meta.get("spec_accept_length"),
-        by_position=_sglang_positions(meta),
-    )
-    return record if record.known else None
-
-
-_LENGTH_TOLERANCE = 0.01
-"""How far (tokens/step) a histogram's mean may sit from a reported ``spec_accept_length``."""
-
-
-def _histogram_fits(
-    hist: list[int], steps: int | None, accepted: int | None, length: float | None
-) -> bool:
-    """Whether ``hist`` (steps by correct drafts) agrees with every figure reported
-    beside it, and at least one was reported to check it against."""
-    total = sum(hist)
-    correct = sum(j * h for j, h in enumerate(hist))
-    checks = []
-    if steps is not None:
-        checks.append(total == steps)
-    if accepted is not None:
-        checks.append(correct == accepted)
-    if length is not None and total > 0:
-        checks.append(abs(1.0 + correct / total - length) <= _LENGTH_TOLERANCE)
-    return bool(checks) and all(checks)
-
-
-def _sglang_positions(meta: Mapping[str, Any]) -> tuple[float, ...] | None:
-    """Per-position acceptance from SGLang's per-request histogram, or ``None``.
-
-    ``spec_correct_drafts_histogram[j]`` = verify steps with exactly j correct
-    drafts (sgl-project/sglang PR #33518: ``sum(h)`` = ``spec_verify_ct``,
-    ``sum(j * h[j])`` = ``spec_num_correct_drafts``); position k = steps with
-    >= k correct / steps (:func:`positions_from_histogram`). The older name
-    ``spec_accept_histogram`` (renamed, drafts only, in PR #24081) is read
-    either way it may be indexed: by correct drafts, or by tokens accepted per
-    step with the bonus token (bucket 0 empty, shifted down by one); the
-    indexing that agrees with the reported counts is used. A histogram is
-    used only when it agrees with every count reported beside it (verify
-    steps, correct drafts, mean acceptance length) and at least one is
-    reported; an ambiguous or disagreeing one gives ``None``.
-    """
-    steps = _count(meta.get("spec_verify_ct"))
-    accepted = _count(_first(meta, *_SGLANG_ACCEPTED))
-    length = _real(meta.get("spec_accept_length"))
-    new = _counts(meta.get("spec_correct_drafts_histogram"))
-    if new is not None:
-        fits = _histogram_fits(new, steps, accepted, length)
-        return positions_from_histogram(new) if fits else None
-    old = _counts(meta.get("spec_accept_histogram"))
-    if old is None:
-        return None
-    candidates = [old]
-    if old and old[0] == 0:
-        candidates.append(old[1:])  # indexed by tokens per step, bonus token included
-    fitting = [h for h in candidates if _histogram_fits(h, steps, accepted, length)]
-    return positions_from_histogram(fitting[0]) if len(fitting) == 1 else None
-
-
-def acceptance_from_sglang(chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
-    """Read SGLang per-request speculative fields from one parsed chunk or response.
-
-    Places, first hit wins: ``sglext.spec_tokens_details`` (current SGLang; a
-    trailing ``choices: []`` chunk answering ``return_spec_tokens_details: true``),
-    then ``meta_info`` (older servers; ``return_meta_info``) from a choice
-    (index 0 preferred) or the top level.
-    Fields: ``spec_verify_ct``; accepted = ``spec_num_correct_drafts`` (aliases
-    ``spec_accepted_drafts``, ``spec_accept_token_num``, ``spec_accepted_tokens``);
-    drafted = ``spec_num_proposed_drafts`` (aliases ``spec_proposed_drafts``,
-    ``spec_draft_token_num``); ``spec_accept_rate`` (alias
-    ``spec_acceptance_rate``); ``spec_accept_length``; per-position acceptance
-    from ``spec_correct_drafts_histogram`` (older ``spec_accept_histogram``),
-    only where it agrees with the counts (see :func:`_sglang_positions`).
-    ``spec_verify_ct == 0`` means nothing was drafted and gives ``None``.
-    """
-    ext = chunk.get("sglext")
-    if isinstance(ext, Mapping):
-        details = ext.get("spec_tokens_details")
-        if isinstance(details, Mapping):
-            found = _sglang_record(details, "sglext.spec_tokens_details")
-            if found is not None:
-                return found
-    meta = _choice_block(chunk, "meta_info")
-    if meta is not None:
-        return _sglang_record(meta, "choices[].meta_info")
-    top = chunk.get("meta_info")
-    if isinstance(top, Mapping):
-        return _sglang_record(top, "meta_info")
-    return None
-
-
-def acceptance_from_llamacpp(chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
-    """Read llama.cpp server ``timings.draft_n`` / ``timings.draft_n_accepted``.
-
-    llama.cpp reports no verify-step count, so ``acceptance_length`` stays
-    ``None``. Absent ``draft_n`` (nothing was drafted) gives ``None``.
-    """
-    timings = chunk.get("timings")
-    if not isinstance(timings, Mapping) or timings.get("draft_n") is None:
-        return None
-    record = AcceptanceRecord.from_counts(
-        engine=Dialect.llamacpp,
-        source="timings",
-        draft_tokens=timings.get("draft_n"),
-        accepted_tokens=timings.get("draft_n_accepted"),
-    )
-    return record if record.known else None
-
-
-_Adapter = Callable[[Mapping[str, Any]], AcceptanceRecord | None]
-
-_ADAPTERS: dict[Dialect, tuple[_Adapter, ...]] = {
-    Dialect.vllm: (acceptance_from_vllm,),
-    Dialect.sglang: (acceptance_from_sglang,),
-    Dialect.llamacpp: (acceptance_from_llamacpp,),
-    Dialect.openai: (),
-    Dialect.deepseek: (),
-    Dialect.auto: (acceptance_from_vllm, acceptance_from_sglang, acceptance_from_llamacpp),
-}
-
-
-def read_acceptance(chunk: Mapping[str, Any], dialect: Dialect) -> AcceptanceRecord | None:
-    """Apply the adapters for ``dialect`` to one parsed chunk; first hit wins.
-
-    ``auto`` tries vLLM, SGLang, then llama.cpp; ``openai`` and ``deepseek``
-    report no acceptance. Never raises on wire data.
-    """
-    for adapter in _ADAPTERS[dialect]:
-        record = adapter(chunk)
-        if record is not None:
-            return record
-    return None

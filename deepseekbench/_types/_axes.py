@@ -146,6 +146,7 @@ class Dialect(_ClosedEnum):
     llamacpp = "llamacpp"
     openai = "openai"
     deepseek = "deepseek"
+    trtllm = "trtllm"
 
 
 class AcceptanceScope(_ClosedEnum):
@@ -208,7 +209,7 @@ QualityParityName = Literal["unknown", "verified", "differs"]
 """The values of :class:`QualityParity` as strings."""
 HostingName = Literal["embedded", "self_hosted", "managed_api"]
 """The values of :class:`Hosting` as strings."""
-DialectName = Literal["auto", "vllm", "sglang", "llamacpp", "openai", "deepseek"]
+DialectName = Literal["auto", "vllm", "sglang", "llamacpp", "openai", "deepseek", "trtllm"]
 """The values of :class:`Dialect` as strings."""
 AcceptanceScopeName = Literal["per_request", "server_wide"]
 """The values of :class:`AcceptanceScope` as strings."""

@@ -6,7 +6,6 @@ Run with ``python -m pytest -m engine tests/engine`` (``.ci/engine.sh``); needs 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from deepseekbench._launch._llamacpp import (
     llama_servers,
 )
 from deepseekbench._plan._capability import mtp_depth_from_gguf, probe_model_capability
+from tests import _procs
 from tests.engine.gguf_models import EngineModels
 
 pytestmark = pytest.mark.engine
@@ -170,15 +170,6 @@ def test_capability_probe_on_generated_models(engine_models: EngineModels) -> No
     assert cap.architecture == "llama" and cap.supports_mtp
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); our wait() reaps it, so a live pid means running
-    return True
-
-
 @pytest.mark.parametrize("outcome", ["exception", "cancel", "ctrl-c"])
 def test_servers_stopped_on_error_cancellation_and_ctrl_c(
     engine_models: EngineModels, tmp_path: Path, outcome: str
@@ -190,7 +181,7 @@ def test_servers_stopped_on_error_cancellation_and_ctrl_c(
         with anyio.CancelScope() as scope:
             async with llama_servers([spec], log_dir=tmp_path) as running:
                 pids.append(running["solo"].pid)
-                assert _alive(pids[0])
+                assert _procs.running(pids[0])
                 if outcome == "exception":
                     raise RuntimeError("boom")
                 if outcome == "ctrl-c":
@@ -204,7 +195,7 @@ def test_servers_stopped_on_error_cancellation_and_ctrl_c(
     else:
         with pytest.raises(RuntimeError if outcome == "exception" else KeyboardInterrupt):
             anyio.run(main)
-    assert pids and not _alive(pids[0])
+    assert pids and not _procs.running(pids[0])
     assert (tmp_path / "solo.log").stat().st_size > 0
 
 

@@ -6,7 +6,6 @@ for the binary, so the start / health / stop logic runs in the default test suit
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import anyio
@@ -23,7 +22,8 @@ from deepseekbench._launch._llamacpp import (
     llama_server_args,
     llama_servers,
 )
-from tests._procs import python_script
+from tests import _procs
+from tests._procs import FAKE_HTTP_SERVE, python_script
 
 FAKE_SERVER = """\
 import os, signal, sys, time, http.server
@@ -38,19 +38,10 @@ if mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 started = time.monotonic()
 
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        loading = time.monotonic() - started < 0.3 or mode == "never-ready"
-        body = b'{"status":"loading"}' if loading else b'{"status":"ok"}'
-        self.send_response(503 if loading else 200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
+def get(path):
+    loading = time.monotonic() - started < 0.3 or mode == "never-ready"
+    return (503, b'{"status":"loading"}') if loading else (200, b'{"status":"ok"}')
+""" + FAKE_HTTP_SERVE
 
 
 @pytest.fixture
@@ -63,14 +54,6 @@ def model(tmp_path: Path) -> Path:
     p = tmp_path / "m.gguf"
     p.write_bytes(b"GGUF")
     return p
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_spec_validation(model: Path) -> None:
@@ -142,8 +125,8 @@ async def test_start_health_and_stop(fake_binary: Path, model: Path, tmp_path: P
                 r = await client.get(f"{s.origin}/health")
                 assert r.json() == {"status": "ok"}
                 assert s.base_url == f"http://127.0.0.1:{s.port}/v1"
-        assert all(_alive(p) for p in pids)
-    assert not any(_alive(p) for p in pids)
+        assert all(_procs.running(p) for p in pids)
+    assert not any(_procs.running(p) for p in pids)
     assert "--spec-type ngram-simple" in (tmp_path / "logs" / "b.log").read_text()
 
 
@@ -199,7 +182,7 @@ async def test_stubborn_process_is_killed_on_exception(
         ) as running:
             pids.append(running["s"].pid)
             raise RuntimeError("test failure inside the block")
-    assert pids and not _alive(pids[0])
+    assert pids and not _procs.running(pids[0])
 
 
 @pytest.mark.anyio
@@ -211,7 +194,7 @@ async def test_cancellation_stops_servers(fake_binary: Path, model: Path) -> Non
             scope.cancel()
             await anyio.sleep(30)
     assert scope.cancelled_caught
-    assert pids and not _alive(pids[0])
+    assert pids and not _procs.running(pids[0])
 
 
 @pytest.mark.anyio

@@ -1,0 +1,194 @@
+"""``EngineDialect``: everything that differs between serving engines, in one place.
+
+An engine's adapter subclasses :class:`EngineDialect` and overrides what its
+wire format does differently; the defaults describe a plain OpenAI-compatible
+host that reports nothing beyond the chat stream. The stages ask the adapter
+(through :func:`deepseekbench._dialects.dialect_for`) and never test a dialect
+name themselves:
+
+* ``_net/_route.py``: :meth:`~EngineDialect.reasoning_controls`,
+  :meth:`~EngineDialect.eos_controls`, :meth:`~EngineDialect.report_extras`,
+  :attr:`~EngineDialect.continuous_usage`;
+* ``_net/_probe.py``: :meth:`~EngineDialect.answers_any_model`;
+* ``_measure/_measure.py``: :attr:`~EngineDialect.spec_keys`,
+  :meth:`~EngineDialect.read_acceptance`, :meth:`~EngineDialect.server_times`;
+* ``_measure/_server_metrics.py``: :attr:`~EngineDialect.counter_sets`,
+  :attr:`~EngineDialect.gauge_sets`;
+* ``_measure/_tokens.py``: :meth:`~EngineDialect.tokenize_body`;
+* ``_plan/_spec_config.py``: :attr:`~EngineDialect.depth_paths`,
+  :meth:`~EngineDialect.spec_tokens_from_info`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._axes import Dialect, ReasoningMode
+
+__all__ = [
+    "SERVER_TIME_FIELDS",
+    "CounterSet",
+    "EngineDialect",
+    "GaugeSet",
+    "depth",
+    "effort",
+    "thinking",
+]
+
+SERVER_TIME_FIELDS: tuple[str, ...] = (
+    "server_ttft_ms",
+    "server_queue_ms",
+    "server_generation_ms",
+    "server_mean_itl_ms",
+    "server_toks_per_s",
+)
+"""The engine-reported per-request times a measurement keeps (ms; the last in tokens/s)."""
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """One engine's Prometheus speculative counters (monotonic, summed over the run).
+
+    ``drafts``: verify steps (``None`` for an engine that exports none, e.g.
+    TensorRT-LLM: acceptance length then stays unknown); ``draft_tokens`` and
+    ``accepted``: tokens; ``per_position``: the family of accepted tokens per
+    draft position (label ``position``; ``None`` when not exported); ``source``:
+    the record's ``source`` text. Names are written without ``_total``.
+    """
+
+    source: str
+    drafts: str | None
+    draft_tokens: str
+    accepted: str
+    per_position: str | None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The exported counter families: ``drafts`` (when set), ``draft_tokens``, ``accepted``."""
+        return tuple(n for n in (self.drafts, self.draft_tokens, self.accepted) if n is not None)
+
+
+@dataclass(frozen=True)
+class GaugeSet:
+    """One engine's Prometheus speculative gauges (a current figure, never summed).
+
+    ``rate``: acceptance rate (accepted / drafted draft tokens); ``length``:
+    acceptance length (tokens per verify step, bonus token included).
+    """
+
+    source: str
+    rate: str
+    length: str
+
+
+class EngineDialect:
+    """One engine's wire extras; subclass it to add an engine (``docs/engines.md``).
+
+    Class attributes:
+        name: the dialect name routes give (``EngineRoute.dialect``), the registry key.
+        continuous_usage: whether ``stream_options.continuous_usage_stats`` is
+            understood (sent only when the route asks for continuous usage).
+        spec_keys: top-level chunk keys that may carry acceptance or server times;
+            chunks with none of them (nor a choice with one of
+            ``choice_spec_keys``) are not read for them.
+        counter_sets / gauge_sets: the engine's ``/metrics`` families
+            (:class:`CounterSet`, :class:`GaugeSet`).
+        depth_paths: GET paths, relative to the server origin, of an endpoint
+            that reports the served speculative depth, tried in order (a 404
+            moves to the next).
+
+    The defaults fit a plain OpenAI-compatible host: no reasoning controls
+    beyond ``chat_template_kwargs``, no EOS override, no acceptance figures,
+    no server times, no metrics, no depth endpoint. No method raises on wire data.
+    """
+
+    name: ClassVar[str] = ""
+    continuous_usage: ClassVar[bool] = False
+    spec_keys: ClassVar[frozenset[str]] = frozenset()
+    choice_spec_keys: ClassVar[frozenset[str]] = frozenset()
+    counter_sets: ClassVar[tuple[CounterSet, ...]] = ()
+    gauge_sets: ClassVar[tuple[GaugeSet, ...]] = ()
+    depth_paths: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def engine(self) -> Dialect:
+        """The :class:`~deepseekbench.Dialect` the records of this adapter carry
+        (``AcceptanceRecord.engine``): the member named :attr:`name`, else
+        ``auto`` (an engine registered without an enum value)."""
+        return Dialect(self.name) if self.name in Dialect.__members__ else Dialect.auto
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # --- request body -------------------------------------------------------
+    def reasoning_controls(self, mode: ReasoningMode) -> dict[str, Any]:
+        """Body fields selecting ``mode`` on DeepSeek V4: by default the chat
+        encoder's ``chat_template_kwargs`` = ``{"thinking": bool}`` plus
+        ``"reasoning_effort": "high"|"max"`` when thinking (vLLM, SGLang)."""
+        kwargs: dict[str, Any] = {"thinking": thinking(mode)}
+        level = effort(mode)
+        if level is not None:
+            kwargs["reasoning_effort"] = level
+        return {"chat_template_kwargs": kwargs}
+
+    def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """Body fields that make the engine generate ``max_tokens`` tokens past
+        EOS; ``{}`` (the default) where it has none."""
+        return {}
+
+    def report_extras(self) -> dict[str, Any]:
+        """Body fields asking the engine to report per-request acceptance."""
+        return {}
+
+    # --- response ------------------------------------------------------------
+    def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
+        """Per-request acceptance from one parsed chunk (or response), or ``None``."""
+        return None
+
+    def server_times(self, chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The engine's own per-request times in one chunk, keyed by
+        :data:`SERVER_TIME_FIELDS` (raw values; the measurement keeps finite,
+        non-negative numbers), or ``None`` when the chunk carries none."""
+        return None
+
+    # --- side endpoints ------------------------------------------------------
+    def spec_tokens_from_info(self, info: Any) -> int | None:
+        """Draft tokens per verify step in one parsed :attr:`depth_paths` body."""
+        return None
+
+    def tokenize_body(self, model: str, text: str) -> dict[str, Any]:
+        """JSON body of ``POST /tokenize`` counting ``text`` without special
+        tokens (vLLM/SGLang shape by default)."""
+        return {"model": model, "prompt": text, "add_special_tokens": False}
+
+    def answers_any_model(self, models: Any) -> bool:
+        """Whether a server whose ``GET /v1/models`` body is ``models`` answers
+        any ``model`` name. By default: when an entry is ``owned_by: "llamacpp"``
+        (llama-server behind a route of another dialect)."""
+        data = models.get("data") if isinstance(models, Mapping) else None
+        return isinstance(data, list) and any(
+            isinstance(e, Mapping) and e.get("owned_by") == "llamacpp" for e in data
+        )
+
+
+def thinking(mode: ReasoningMode) -> bool:
+    """Whether ``mode`` thinks (everything but ``non_think``)."""
+    return mode is not ReasoningMode.non_think
+
+
+def effort(mode: ReasoningMode) -> str | None:
+    """``"high"``/``"max"`` for the thinking modes that set an effort, else ``None``."""
+    return {ReasoningMode.think_high: "high", ReasoningMode.think_max: "max"}.get(mode)
+
+
+def depth(value: Any) -> int | None:
+    """A speculative depth (draft tokens per verify step, >= 1) from a wire value, else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    n = int(value)
+    return n if n >= 1 else None

@@ -1,0 +1,142 @@
+"""vLLM (``vllm serve``): the OpenAI-compatible server with vLLM's extensions.
+
+* Request: ``chat_template_kwargs`` reasoning controls; ``ignore_eos`` +
+  ``min_tokens`` (sampling extensions of its chat endpoint);
+  ``stream_options.continuous_usage_stats``.
+* Response: per-request speculative stats (``metrics.speculative_decoding``,
+  ``--enable-per-request-metrics``; older ``choices[i].speculative_decoding_stats``)
+  and per-request times in ``metrics`` (``time_to_first_token_ms``,
+  ``queue_time_ms``, ``generation_time_ms``, ``mean_itl_ms``, ``tokens_per_second``).
+* ``/metrics``: ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
+  ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``
+  (vLLM ``v1/spec_decode/metrics.py``).
+* ``POST /tokenize``: ``{"model", "prompt", "add_special_tokens": false}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from deepseekbench._dialects._base import CounterSet, EngineDialect
+from deepseekbench._types._acceptance import (
+    AcceptanceRecord,
+    _choice_block,
+    _count,
+    _counts,
+    _first,
+    positions_from_histogram,
+    positions_from_steps,
+)
+from deepseekbench._types._axes import Dialect
+
+__all__ = ["DIALECT", "VllmDialect", "acceptance_from_vllm"]
+
+
+def _vllm_positions(stats: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """Per-position acceptance from the per-step lists, else the histogram.
+
+    Either is used only when it agrees with the request's own counts (steps and
+    accepted tokens), so a figure is never taken from a partial list.
+    """
+    steps = _count(_first(stats, "num_spec_steps", "num_drafts"))
+    accepted = _count(_first(stats, "num_accepted_draft_tokens", "num_accepted_tokens"))
+    depth = _count(stats.get("num_spec_tokens")) or None
+    per_step = _counts(stats.get("per_step_accepted"))
+    if per_step is not None and len(per_step) == steps and sum(per_step) == accepted:
+        found = positions_from_steps(per_step, stats.get("per_step_drafted"), depth)
+        if found is not None:
+            return found
+    hist = _counts(stats.get("acceptance_histogram"))
+    if (
+        hist is not None
+        and sum(hist) == steps
+        and sum(j * h for j, h in enumerate(hist)) == accepted
+        and (depth is None or len(hist) == depth + 1)
+    ):
+        return positions_from_histogram(hist)
+    return None
+
+
+def _vllm_record(stats: Mapping[str, Any], source: str) -> AcceptanceRecord | None:
+    record = AcceptanceRecord.from_counts(
+        engine=Dialect.vllm,
+        source=source,
+        draft_tokens=stats.get("num_draft_tokens"),
+        accepted_tokens=_first(stats, "num_accepted_draft_tokens", "num_accepted_tokens"),
+        verify_steps=_first(stats, "num_spec_steps", "num_drafts"),
+        reported_ratio=stats.get("draft_acceptance_rate"),
+        reported_length=stats.get("mean_acceptance_length"),
+        by_position=_vllm_positions(stats),
+        spec_tokens=stats.get("num_spec_tokens"),
+    )
+    return record if record.known else None
+
+
+def acceptance_from_vllm(chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
+    """Read vLLM per-request speculative stats from one parsed chunk or response.
+
+    Places: ``metrics.speculative_decoding`` (top level, on the final usage
+    chunk; vLLM ``--enable-per-request-metrics``) and the older per-choice
+    ``choices[i].speculative_decoding_stats``. Fields: ``num_draft_tokens``,
+    ``num_accepted_draft_tokens``, ``num_spec_steps``, ``draft_acceptance_rate``,
+    ``mean_acceptance_length``, ``num_spec_tokens`` (depth); per-position
+    acceptance from ``per_step_accepted``/``per_step_drafted`` (``--per-request-
+    spec-decode-metrics detailed``) or ``acceptance_histogram``, each only when
+    it agrees with the counts. Returns ``None`` when the chunk carries none.
+    """
+    metrics = chunk.get("metrics")
+    if isinstance(metrics, Mapping):
+        stats = metrics.get("speculative_decoding")
+        if isinstance(stats, Mapping):
+            return _vllm_record(stats, "metrics.speculative_decoding")
+    stats = _choice_block(chunk, "speculative_decoding_stats")
+    if stats is not None:
+        return _vllm_record(stats, "choices[].speculative_decoding_stats")
+    return None
+
+
+class VllmDialect(EngineDialect):
+    """vLLM's wire extras (module docstring)."""
+
+    name: ClassVar[str] = "vllm"
+    continuous_usage: ClassVar[bool] = True
+    spec_keys: ClassVar[frozenset[str]] = frozenset({"metrics"})
+    choice_spec_keys: ClassVar[frozenset[str]] = frozenset({"speculative_decoding_stats"})
+    counter_sets: ClassVar[tuple[CounterSet, ...]] = (
+        CounterSet(
+            source="prometheus:vllm:spec_decode_*",
+            drafts="vllm:spec_decode_num_drafts",
+            draft_tokens="vllm:spec_decode_num_draft_tokens",
+            accepted="vllm:spec_decode_num_accepted_tokens",
+            per_position="vllm:spec_decode_num_accepted_tokens_per_pos",
+        ),
+    )
+
+    def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
+        body: dict[str, Any] = {"ignore_eos": True}
+        if max_tokens is not None:
+            body["min_tokens"] = max_tokens
+        return body
+
+    def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
+        """:func:`acceptance_from_vllm`."""
+        return acceptance_from_vllm(chunk)
+
+    def server_times(self, chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """vLLM's per-request ``metrics`` object: TTFT, queue, generation and mean
+        ITL (ms) and output rate (tokens/s)."""
+        m = chunk.get("metrics")
+        if not isinstance(m, Mapping):
+            return None
+        return {
+            "server_ttft_ms": m.get("time_to_first_token_ms"),
+            "server_queue_ms": m.get("queue_time_ms"),
+            "server_generation_ms": m.get("generation_time_ms"),
+            "server_mean_itl_ms": m.get("mean_itl_ms"),
+            "server_toks_per_s": m.get("tokens_per_second"),
+        }
+
+
+DIALECT = VllmDialect()

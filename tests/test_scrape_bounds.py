@@ -1,0 +1,134 @@
+"""``/metrics`` scrapes have an overall deadline, a size cap and off-loop parsing.
+
+A 1 byte/s endpoint once held a run past 150 s with ``timeout_s = 10`` (httpx's
+timeout is per read), an endless one grew to ~3 GB, and a 30 MB exposition
+blocked the event loop for 16 s. Loopback raw-socket servers on 127.0.0.1, under
+asyncio and trio.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from anyio.abc import SocketAttribute, SocketStream
+
+from deepseekbench._measure import _server_metrics
+from deepseekbench._measure._server_metrics import MetricsSnapshot, scrape_metrics
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from tests.test_stale_connection import _read_request
+
+pytestmark = pytest.mark.anyio
+
+EXPOSITION = b"".join(
+    b'vllm:spec_decode_num_drafts_total{model_name="m",x="%d"} 1.0\n' % i for i in range(200)
+)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@asynccontextmanager
+async def _serving(
+    answer: Callable[[SocketStream], Awaitable[None]],
+) -> AsyncIterator[EngineRoute]:
+    async def handle(stream: SocketStream) -> None:
+        buf = bytearray()
+        async with stream:
+            if not await _read_request(stream, buf):
+                return
+            try:
+                await answer(stream)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        yield EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
+        tg.cancel_scope.cancel()
+
+
+async def _trickle(stream: SocketStream) -> None:
+    await stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n")
+    for _ in range(100_000):
+        await anyio.sleep(0.1)  # each read well inside the per-read timeout
+        await stream.send(b"#")
+
+
+async def _endless(stream: SocketStream) -> None:
+    await stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    line = b"# " + b"x" * 65_000 + b"\n"
+    while True:
+        await stream.send(b"%x\r\n%s\r\n" % (len(line), line))
+
+
+async def _declared_huge(stream: SocketStream) -> None:
+    await stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999\r\n\r\n# x\n")
+    await anyio.sleep(30)
+
+
+async def _exposition(stream: SocketStream) -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(EXPOSITION)
+    await stream.send(head + EXPOSITION)
+
+
+async def test_a_trickling_endpoint_is_cut_at_the_overall_deadline() -> None:
+    async with _serving(_trickle) as route:
+        start = time.monotonic()
+        with anyio.fail_after(15):
+            snapshot = await scrape_metrics(route, gate=LiveGate(), timeout_s=1.0)
+        elapsed = time.monotonic() - start
+    assert snapshot.error is not None and "timeout_s=1.0" in snapshot.error
+    assert elapsed < 5
+
+
+@pytest.mark.parametrize("answer", [_endless, _declared_huge])
+async def test_a_body_over_the_cap_is_a_recorded_failure(
+    answer: Callable[[SocketStream], Awaitable[None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_server_metrics, "_METRICS_MAX_BYTES", 1_000_000)
+    async with _serving(answer) as route:
+        with anyio.fail_after(15):
+            snapshot = await scrape_metrics(route, gate=LiveGate(), timeout_s=30.0)
+    assert snapshot.error == "metrics body over 1000000 bytes: not read further"
+
+
+async def test_a_large_body_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_server_metrics, "_PARSE_ON_LOOP_BYTES", 1000)
+    threads: list[int] = []
+    parse = _server_metrics.parse_metrics
+
+    def spy(text: str, *, model_name: str | None = None) -> MetricsSnapshot:
+        threads.append(threading.get_ident())
+        return parse(text, model_name=model_name)
+
+    monkeypatch.setattr(_server_metrics, "parse_metrics", spy)
+    async with _serving(_exposition) as route:
+        snapshot = await scrape_metrics(route, gate=LiveGate())
+    assert snapshot.error is None
+    assert snapshot.values["vllm:spec_decode_num_drafts"] == 200.0
+    assert threads and threads[0] != threading.get_ident()
+
+
+async def test_a_small_body_is_parsed_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[int] = []
+    parse = _server_metrics.parse_metrics
+
+    def spy(text: str, *, model_name: str | None = None) -> MetricsSnapshot:
+        threads.append(threading.get_ident())
+        return parse(text, model_name=model_name)
+
+    monkeypatch.setattr(_server_metrics, "parse_metrics", spy)
+    async with _serving(_exposition) as route:
+        snapshot = await scrape_metrics(route, gate=LiveGate())
+    assert snapshot.values["vllm:spec_decode_num_drafts"] == 200.0
+    assert threads == [threading.get_ident()]
