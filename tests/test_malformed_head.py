@@ -20,7 +20,7 @@ from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._measure._server_metrics import scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from tests.test_stale_connection import _read_request
+from tests._replay import skip_request
 
 pytestmark = pytest.mark.anyio
 
@@ -71,7 +71,7 @@ async def _serving(writes: list[bytes]) -> AsyncIterator[EngineRoute]:
     async def handle(stream: SocketStream) -> None:
         buf = bytearray()
         async with stream:
-            if not await _read_request(stream, buf):
+            if not await skip_request(stream, buf):
                 return
             try:
                 for i, data in enumerate(writes):

@@ -1,0 +1,59 @@
+"""Suite-wide guard: no test sends a packet off loopback.
+
+An audit hook (PEP 578) sees every ``socket.connect`` and ``socket.sendto`` made in the
+test process, whatever library makes it (httpx, aiohttp, h11, Ray's driver, ...). A
+destination outside 127.0.0.0/8 and ::1 is refused before the packet leaves
+(``PermissionError``) and recorded; the autouse fixture then fails the test that did
+it, so a library that swallows the error cannot hide it. Unix-socket paths and
+socketpairs are not network traffic and pass. Subprocesses (engines, workers, Ray's
+raylets) are outside an in-process hook: their tests check their sockets themselves
+(tests/test_ray_executor.py, tests/test_worker_orphans.py).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+refused: list[str] = []
+"""Destinations the guard refused since the current test started."""
+
+
+def _off_loopback(address: object) -> str | None:
+    """The host of ``address`` when it is an IP destination outside loopback."""
+    if not (isinstance(address, tuple) and address and isinstance(address[0], str)):
+        return None  # AF_UNIX path, abstract socket, or nothing to judge
+    host = address[0].split("%", 1)[0]  # IPv6 scope id
+    if host == "localhost":
+        return None
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host  # a name at connect time: never expected from this suite
+    mapped = getattr(ip, "ipv4_mapped", None)
+    if ip.is_loopback or (mapped is not None and mapped.is_loopback):
+        return None
+    return host
+
+
+def _guard(event: str, args: tuple[object, ...]) -> None:
+    if event not in ("socket.connect", "socket.sendto") or len(args) < 2:
+        return
+    host = _off_loopback(args[1])
+    if host is not None:
+        refused.append(host)
+        raise PermissionError(f"test guard: {event} to {host} refused (loopback only)")
+
+
+sys.addaudithook(_guard)
+
+
+@pytest.fixture(autouse=True)
+def _no_packet_leaves_loopback() -> Iterator[None]:
+    refused.clear()
+    yield
+    seen, refused[:] = list(refused), []
+    assert not seen, f"the test tried to reach non-loopback addresses: {seen}"
