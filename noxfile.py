@@ -37,9 +37,10 @@ def ray(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON[0])
 def lint(session: nox.Session) -> None:
-    """ruff over the whole tree."""
+    """ruff lint and format check over the whole tree."""
     session.install("ruff")
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 @nox.session(python=PYTHON[0])

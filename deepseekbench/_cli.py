@@ -662,9 +662,7 @@ def main(
                 return EXIT_USAGE
             allow = bool(args.allow_non_loopback)
             try:
-                anyio.run(
-                    lambda: serve(config, args.host, args.port, allow_non_loopback=allow)
-                )
+                anyio.run(lambda: serve(config, args.host, args.port, allow_non_loopback=allow))
             except KeyboardInterrupt:
                 return EXIT_OK
             return EXIT_OK

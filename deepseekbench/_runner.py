@@ -186,9 +186,7 @@ class DryRunResult(BaseModel):
     @property
     def refused(self) -> bool:
         """True when the gate would refuse any route or the Ray cluster address."""
-        return self.ray_refusal is not None or any(
-            v is not None for v in self.refusals.values()
-        )
+        return self.ray_refusal is not None or any(v is not None for v in self.refusals.values())
 
 
 def _now() -> str:
@@ -291,9 +289,7 @@ def pending(
     out: list[tuple[Block, tuple[WorkItem, ...]]] = []
     warmups: dict[tuple[str, str, str], tuple[Any, ...]] = {}
     for block in blocks:
-        todo = tuple(
-            r for it in block.items if (r := _remaining(state, block, it)) is not None
-        )
+        todo = tuple(r for it in block.items if (r := _remaining(state, block, it)) is not None)
         wkey = (block.route, block.cell, block.load.key if block.load else "")
         if block.warmup:
             warmups[wkey] = block.warmup
@@ -393,9 +389,7 @@ class _Recorder:
             )
             for cid, items in prepared.cells.items()
         }
-        self.store.append(
-            WorkloadRecord(**self.base, tokenizer=prepared.tokenizer, cells=cells)
-        )
+        self.store.append(WorkloadRecord(**self.base, tokenizer=prepared.tokenizer, cells=cells))
 
     def window(self, block: Block, delta: AcceptanceRecord) -> None:
         assert block.load is not None
@@ -596,14 +590,10 @@ class _Steps:
     def schedule(self, prepared: PreparedWorkload) -> list[tuple[Block, tuple[WorkItem, ...]]]:
         """Step 4: the schedule, less what the file already holds; sizes the progress."""
         parity = parity_prompts(self.plan, self.run.sources.tasks)
-        schedule = build_schedule(
-            self.plan, self.run.sources.prompts, parity, items=prepared.cells
-        )
+        schedule = build_schedule(self.plan, self.run.sources.prompts, parity, items=prepared.cells)
         work = pending(schedule, self.store.state)
         self.prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
-        self.prog.remaining = sum(
-            _to_send(items) for b, items in work if b.phase is Phase.measure
-        )
+        self.prog.remaining = sum(_to_send(items) for b, items in work if b.phase is Phase.measure)
         self.prog.kept = self.previous.kept
         return work
 
@@ -736,8 +726,12 @@ async def run_plan(
     run = _preflight(plan, gate, client, results_path)
     store, previous = _open_store(plan, run.path, retry_errors)
     own_client = client is None
-    http = client if client is not None else gate.client(
-        timeout=httpx.Timeout(plan.timeout_s), limits=pool_limits(_in_flight(plan))
+    http = (
+        client
+        if client is not None
+        else gate.client(
+            timeout=httpx.Timeout(plan.timeout_s), limits=pool_limits(_in_flight(plan))
+        )
     )
     steps = _Steps(plan, gate, http, run, store, previous, _Progress(progress, 0))
     try:

@@ -23,13 +23,9 @@ from deepseekbench._types._axes import AcceptanceScope
 
 ms = st.floats(min_value=0.0, max_value=1e7, allow_nan=False, allow_infinity=False)
 positive_ms = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)
-names = st.text(
-    alphabet=st.characters(codec="utf-8"), min_size=1, max_size=12
-)
+names = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=12)
 
-percentiles = st.builds(
-    Percentiles, p50=st.none() | ms, p90=st.none() | ms, p99=st.none() | ms
-)
+percentiles = st.builds(Percentiles, p50=st.none() | ms, p90=st.none() | ms, p99=st.none() | ms)
 dispersion = st.builds(
     Dispersion,
     ttft_ms=st.none() | percentiles,
@@ -60,8 +56,7 @@ def rows(draw: st.DrawFn, /, **fixed: Any) -> Row:
         "e2e_ms": st.none() | ms,
         "output_toks_per_s": st.none() | ms,
         "accepted_token_ratio": st.none() | st.floats(min_value=0.0, max_value=1.0),
-        "acceptance_length": st.none()
-        | st.floats(min_value=1.0, max_value=64.0, allow_nan=False),
+        "acceptance_length": st.none() | st.floats(min_value=1.0, max_value=64.0, allow_nan=False),
         "acceptance_scope": st.none() | st.sampled_from(AcceptanceScope),
         "draft_tokens": st.none() | st.integers(min_value=0, max_value=10**9),
         "accepted_tokens": st.none() | st.integers(min_value=0, max_value=10**9),

@@ -44,9 +44,7 @@ def _plan(**over: Any) -> BenchmarkPlan:
     return plan_of(routes, defaults, over)
 
 
-def _m(
-    text: str, *, start_ms: float, e2e_ms: float, tokens: int = 10, **kw: Any
-) -> dict[str, Any]:
+def _m(text: str, *, start_ms: float, e2e_ms: float, tokens: int = 10, **kw: Any) -> dict[str, Any]:
     ttft = kw.pop("ttft_ms", 5.0)
     return StreamMeasurement(
         text=text,

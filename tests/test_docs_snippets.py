@@ -54,11 +54,7 @@ def test_section_has_both_examples() -> None:
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_block_runs(index: int, capsys: pytest.CaptureFixture[str]) -> None:
     source = BLOCKS[index]
-    code = (
-        "async def _snippet():\n"
-        + textwrap.indent(source, "    ")
-        + "\n    return locals()\n"
-    )
+    code = "async def _snippet():\n" + textwrap.indent(source, "    ") + "\n    return locals()\n"
     namespace: dict[str, Any] = {}
     exec(compile(code, f"docs/quickstart.md[{SECTION} #{index}]", "exec"), namespace)
     snippet: Callable[[], Awaitable[dict[str, Any]]] = namespace["_snippet"]

@@ -123,6 +123,7 @@ def test_cost_model_roofline_knee() -> None:
     # 32 sequences: every scored position costs compute_ms_per_token
     assert cost.target_ms(32, 0) == pytest.approx(32 * cost.compute_ms_per_token)
     assert cost.target_ms(32, 1) == pytest.approx(64 * cost.compute_ms_per_token)
+
     # steady-state output tokens per ms at acceptance length 1.8 (mtp's, docs/engine.md)
     def gain(batch: int) -> float:
         off = batch / cost.step_ms(batch, 0, 0, model_draft=False)

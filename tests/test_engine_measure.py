@@ -298,9 +298,7 @@ async def test_each_engine_fault_is_recorded_not_raised() -> None:
         async def faulted(
             kind: FaultKind, task: EngineTask, timeouts: Timeouts | None = None
         ) -> StreamMeasurement:
-            route = served.route(
-                Dialect.vllm, Speculative.mtp, headers={FAULT_HEADER: kind.value}
-            )
+            route = served.route(Dialect.vllm, Speculative.mtp, headers={FAULT_HEADER: kind.value})
             return await served.measure(route, ask(task.prompt), timeouts)
 
         for kind in (FaultKind.keepalive, FaultKind.split_writes, FaultKind.split_utf8):

@@ -57,14 +57,26 @@ def make_row(**kw: object) -> Row:
 # --- axes -------------------------------------------------------------------------
 def test_bounds_in_tokens() -> None:
     assert [b.max_prompt_tokens for b in ContextBucket] == [
-        1_024, 8_192, 32_768, 131_072, 1_048_576
+        1_024,
+        8_192,
+        32_768,
+        131_072,
+        1_048_576,
     ]
     assert [t.max_output_tokens for t in OutputTarget] == [256, 1_024, 8_192, 32_768]
 
 
 @pytest.mark.parametrize(
-    "enum", [d.ContextBucket, d.OutputTarget, d.ReasoningMode, d.Speculative, d.QualityParity,
-             d.Hosting, d.Dialect]
+    "enum",
+    [
+        d.ContextBucket,
+        d.OutputTarget,
+        d.ReasoningMode,
+        d.Speculative,
+        d.QualityParity,
+        d.Hosting,
+        d.Dialect,
+    ],
 )
 def test_unknown_axis_value_lists_allowed(enum: type[StrEnum]) -> None:
     with pytest.raises(ValueError) as info:
@@ -140,7 +152,7 @@ def test_jsonl_write_read(tmp_path: Path) -> None:
 
 def test_read_rows_names_the_bad_line(tmp_path: Path) -> None:
     path = tmp_path / "rows.jsonl"
-    path.write_bytes(make_row().to_json_line() + b"\n{\"model_id\": 3}\n")
+    path.write_bytes(make_row().to_json_line() + b'\n{"model_id": 3}\n')
     with pytest.raises(RowFormatError) as info:
         d.read_rows(path)
     assert info.value.line_number == 3
@@ -187,8 +199,11 @@ def test_credited_speedup_each_metric() -> None:
         ({"speculative": "mtp"}, {}, {RefusalReason.baseline_not_off}),
         ({}, {"speculative": "off"}, {RefusalReason.candidate_is_off}),
         ({}, {"context_bucket": "8k"}, {RefusalReason.key_axis_mismatch}),
-        ({}, {"tpot_ms": None}, {RefusalReason.candidate_incomplete,
-                                  RefusalReason.candidate_metric_missing}),
+        (
+            {},
+            {"tpot_ms": None},
+            {RefusalReason.candidate_incomplete, RefusalReason.candidate_metric_missing},
+        ),
         ({"n_requests": 4}, {}, {RefusalReason.baseline_too_few_requests}),
         ({}, {"tpot_ms": 0.0}, {RefusalReason.candidate_metric_not_positive}),
         ({}, {"tpot_ms": 1e-320}, {RefusalReason.speedup_not_finite}),
@@ -223,7 +238,9 @@ def test_verdict_invariant_and_interval() -> None:
         d.SpeedupVerdict(metric=SpeedupMetric.tpot_ms, printed=True)
     with pytest.raises(ValidationError):
         d.SpeedupVerdict(
-            metric=SpeedupMetric.tpot_ms, printed=False, speedup=2.0,
+            metric=SpeedupMetric.tpot_ms,
+            printed=False,
+            speedup=2.0,
             reasons=(RefusalReason.candidate_is_off,),
         )
     refused = compare_speedup(make_row(), make_row())
@@ -256,8 +273,17 @@ def test_loopback_allowed_by_default(host: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "host", ["10.0.0.1", "192.168.1.1", "8.8.8.8", "[2001:db8::1]", "127.0.0.1.nip.example",
-             "localhost.example", "localhost.", "0.0.0.0"]
+    "host",
+    [
+        "10.0.0.1",
+        "192.168.1.1",
+        "8.8.8.8",
+        "[2001:db8::1]",
+        "127.0.0.1.nip.example",
+        "localhost.example",
+        "localhost.",
+        "0.0.0.0",
+    ],
 )
 def test_non_loopback_needs_key_and_spend(host: str) -> None:
     for gate in (LiveGate(), LiveGate(spend=True), LiveGate(api_key=SECRET)):

@@ -56,7 +56,7 @@ def test_a_key_echoed_into_content_encoding_is_redacted() -> None:
 
 
 def test_a_key_and_escapes_in_a_metrics_parse_error_never_reach_the_snapshot() -> None:
-    body = f"vllm:num_requests_running{{a=\"{SECRET}{ESC}\" 1\n".encode()
+    body = f'vllm:num_requests_running{{a="{SECRET}{ESC}" 1\n'.encode()
     script = Script(
         headers={"content-type": "text/plain"}, writes=(Write(0, body),), framing="close"
     )

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only"
 )
 
-FAKE_SERVER = """\
+FAKE_SERVER = (
+    """\
 import signal, sys, http.server
 args = sys.argv[1:]
 port = int(args[args.index("--port") + 1])
@@ -37,7 +38,9 @@ signal.signal(signal.SIGTERM, on_term)
 
 def get(path):
     return 200, b'{"status":"ok"}'
-""" + FAKE_HTTP_SERVE
+"""
+    + FAKE_HTTP_SERVE
+)
 
 PARENT = """\
 import sys, anyio

@@ -178,4 +178,3 @@ def test_an_open_loop_records_schedule_lag_and_flags_a_lagging_client(tmp_path: 
     assert all(q is not None and q >= 0 for q in lags) and max(q or 0 for q in lags) > 20.0
     queued = [r["queue_ms"] for r in read_records(results) if r["record"] == "measurement"]
     assert queued == [m.queue_ms for m in result.measurements]  # recorded per request
-

@@ -133,12 +133,19 @@ def test_plan_errors_are_one_line_each_without_a_spurious_count_error() -> None:
 
 def test_distinct_problems_stay_apart_and_each_names_its_routes() -> None:
     routes = [
-        {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1",
-         "dialect": "vlm"},
-        {"label": "a", "speculative": "medusa", "base_url": "http://127.0.0.1:2/v1",
-         "dialect": "vlm"},
-        {"label": "b", "speculative": "mpt", "base_url": "http://127.0.0.1:3/v1",
-         "dialect": "vlm"},
+        {
+            "label": "off",
+            "speculative": "off",
+            "base_url": "http://127.0.0.1:1/v1",
+            "dialect": "vlm",
+        },
+        {
+            "label": "a",
+            "speculative": "medusa",
+            "base_url": "http://127.0.0.1:2/v1",
+            "dialect": "vlm",
+        },
+        {"label": "b", "speculative": "mpt", "base_url": "http://127.0.0.1:3/v1", "dialect": "vlm"},
         {"label": "c", "speculative": "medusa", "base_url": "http://127.0.0.1:4/v1"},
     ]
     with pytest.raises(PlanError) as info:

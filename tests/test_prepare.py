@@ -83,8 +83,10 @@ async def test_128k_cell_fed_short_prompts_is_refused_naming_them() -> None:
 
 async def test_counts_are_reused_across_cells_and_recorded_on_items() -> None:
     p = plan(
-        [{"context_bucket": "1k", "output_target": "256"}, {"context_bucket": "1k",
-                                                            "output_target": "1k"}],
+        [
+            {"context_bucket": "1k", "output_target": "256"},
+            {"context_bucket": "1k", "output_target": "1k"},
+        ],
         source="spec_bench",
         path="sample",
         categories=["qa", "rag"],
@@ -203,7 +205,5 @@ def test_no_route_is_forced_past_eos_when_one_route_cannot_be() -> None:
     routes[1]["dialect"] = "openai"
     mixed = BenchmarkPlan.model_validate({**p.model_dump(), "routes": routes})
     assert not mixed.reach_max_tokens
-    off = BenchmarkPlan.model_validate(
-        {**p.model_dump(), "workload": {"reach_max_tokens": False}}
-    )
+    off = BenchmarkPlan.model_validate({**p.model_dump(), "workload": {"reach_max_tokens": False}})
     assert not off.reach_max_tokens

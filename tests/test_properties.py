@@ -310,8 +310,10 @@ class SpyTransport(httpx.AsyncBaseTransport):
 label = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12).filter(
     lambda s: not s.startswith("-") and not s.endswith("-")
 )
-public_ipv4 = st.tuples(*[st.integers(0, 255)] * 4).filter(lambda t: t[0] != 127).map(
-    lambda t: ".".join(map(str, t))
+public_ipv4 = (
+    st.tuples(*[st.integers(0, 255)] * 4)
+    .filter(lambda t: t[0] != 127)
+    .map(lambda t: ".".join(map(str, t)))
 )
 hostnames = (
     st.lists(label, min_size=1, max_size=3)

@@ -56,11 +56,7 @@ def _public_methods(cls: type) -> Iterator[tuple[str, Callable[..., Any]]]:
             yield name, value
 
 
-METHODS = [
-    (f"{c}.{m}", f)
-    for c in CLASSES
-    for m, f in _public_methods(getattr(deepseekbench, c))
-]
+METHODS = [(f"{c}.{m}", f) for c in CLASSES for m, f in _public_methods(getattr(deepseekbench, c))]
 
 
 def test_the_public_api_is_not_empty() -> None:
@@ -122,8 +118,11 @@ def _module_constant_docs() -> dict[str, bool]:
         body = ast.parse(path.read_text(encoding="utf-8")).body
         for stmt, nxt in zip(body, [*body[1:], None], strict=True):
             target = (
-                stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                else stmt.target if isinstance(stmt, ast.AnnAssign) else None
+                stmt.targets[0]
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                else stmt.target
+                if isinstance(stmt, ast.AnnAssign)
+                else None
             )
             if isinstance(target, ast.Name):
                 documented = (

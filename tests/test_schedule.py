@@ -108,9 +108,7 @@ def test_resume_filter_skips_recorded_requests_and_keeps_the_warmup() -> None:
 
 
 def test_grid_text_names_routes_cells_load_points_and_rounds() -> None:
-    assert grid_text(_plan()) == (
-        "3 routes × 1 cell × 2 load points (concurrency 1, 8) × 3 rounds"
-    )
+    assert grid_text(_plan()) == ("3 routes × 1 cell × 2 load points (concurrency 1, 8) × 3 rounds")
     rate = _plan(arrival={"mode": "rate", "rate_per_s": [2, 8, 32], "concurrency": 64})
     assert "3 load points (2, 8, 32 req/s, poisson)" in grid_text(rate)
 

@@ -46,8 +46,6 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-
-
 @asynccontextmanager
 async def _serving(handle: Callable[[SocketStream], Awaitable[None]]) -> AsyncIterator[EngineRoute]:
     """Serve connections with ``handle`` on a loopback port; yields a route to it."""

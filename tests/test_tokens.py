@@ -43,9 +43,7 @@ def test_tokenize_url_is_at_the_server_root() -> None:
 async def test_embedded_engine_tokenize_counts_characters(dialect: Dialect) -> None:
     gate = LiveGate()
     async with EmbeddedEngine(EngineConfig(cost=FAST_COSTS)) as engine, gate.client() as client:
-        counter = EndpointTokenCounter(
-            route(dialect, engine.base_url), gate=gate, client=client
-        )
+        counter = EndpointTokenCounter(route(dialect, engine.base_url), gate=gate, client=client)
         assert await counter.count(["", "abc", "What is 3 × 4?"]) == [0, 3, 14]
         assert counter.name == f"endpoint:{engine.base_url.removesuffix('/v1')}/tokenize"
     assert gate.requests_admitted == 3

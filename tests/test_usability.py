@@ -53,6 +53,7 @@ def test_embedded_engine_start_and_aclose_in_separate_cells(close_backend: str) 
         assert engine.counters is not None
     finally:
         anyio.run(engine.aclose, backend=close_backend)  # cell 3
+
     async def refused() -> None:
         with pytest.raises(httpx.ConnectError):
             await _health(url)
@@ -116,9 +117,7 @@ def test_run_result_repr_is_short_and_samples_names_known_routes(tmp_path: Path)
         result.samples("mtp", cell, "tpot")
 
 
-def test_per_request_records_and_dataframe(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_per_request_records_and_dataframe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result = _small_run(tmp_path)
     records = result.request_records()
     assert len(records) == 6 and {r["route"] for r in records} == {"off", "mtp"}

@@ -33,7 +33,8 @@ from tests import _procs
 
 REPO = Path(__file__).resolve().parents[1]
 
-FAKE_SERVER = """\
+FAKE_SERVER = (
+    """\
 import json, os, signal, subprocess, sys, time, http.server
 args = sys.argv[1:]
 port = int(args[args.index("--port") + 1])
@@ -56,7 +57,9 @@ def get(path):
     if time.monotonic() - started < 0.3 or mode == "never-ready":
         return 503, b""
     return 200, b"" if path == "/health" else json.dumps({"data": [{"id": name}]}).encode()
-""" + _procs.FAKE_HTTP_SERVE
+"""
+    + _procs.FAKE_HTTP_SERVE
+)
 
 
 @pytest.fixture

@@ -215,7 +215,7 @@ AFTER_DONE = [
     (['data: {"error": {"message": "late"}}\n\n'], 1),  # not an error of this answer
     (['error: {"message": "late"}\n\n'], 1),
     ([chunk("MORE", finish="length")], 1),
-    (["data: {\"choices\": []}"], 1),  # unterminated at the end of the body
+    (['data: {"choices": []}'], 1),  # unterminated at the end of the body
     ([usage(7), DONE, "junk"], 3),
 ]
 
@@ -304,7 +304,8 @@ SSE_HEAD = "content-type: text/event-stream\r\ncache-control: no-cache"
 CLOSE_DELIMITED = {
     "http/1.0": "HTTP/1.0 200 OK\r\n" + SSE_HEAD,
     "http/1.1 close": "HTTP/1.1 200 OK\r\n" + SSE_HEAD + "\r\nconnection: close",
-    "http/1.0 keep-alive asked, no length": "HTTP/1.0 200 OK\r\n" + SSE_HEAD
+    "http/1.0 keep-alive asked, no length": "HTTP/1.0 200 OK\r\n"
+    + SSE_HEAD
     + "\r\nconnection: keep-alive",
 }
 

@@ -134,8 +134,11 @@ def test_generic_jsonl_malformed(tmp_path: Path, text: str, line: int, needle: s
         ('[\n  {"id": "a",\n   "conversations": [}\n]', 3, "not JSON"),
         ("{}", 0, "non-empty JSON list"),
         ("[]", 0, "non-empty JSON list"),
-        ('[\n {"id": "a", "conversations": [{"from": "human", "value": "q"}]},\n 7\n]', 3,
-         "not an object"),
+        (
+            '[\n {"id": "a", "conversations": [{"from": "human", "value": "q"}]},\n 7\n]',
+            3,
+            "not an object",
+        ),
         ('[\n {"id": "a"}\n]', 2, "'conversations'"),
         (
             '[\n {"id": "q\\"[,", "conversations": [{"from": "human", "value": "x"}]},\n'
@@ -319,12 +322,24 @@ LOADERS = {"sharegpt": load_sharegpt, "spec_bench": load_spec_bench, "jsonl": lo
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(
-        st.sampled_from(["id", "question_id", "category", "turns", "prompt",
-                         "conversations", "from", "value"]),
-        inner,
-        max_size=4,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "id",
+                    "question_id",
+                    "category",
+                    "turns",
+                    "prompt",
+                    "conversations",
+                    "from",
+                    "value",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
     ),
     max_leaves=12,
 )

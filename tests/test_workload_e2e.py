@@ -53,8 +53,11 @@ def test_a_32k_synthetic_cell_runs_within_its_bucket_and_reaches_the_target(
                     "source": "synthetic",
                     "tokenizer": "endpoint",
                     "n_prompts": 2,
-                    "input_length": {"distribution": "uniform", "tokens": 24_000,
-                                     "range_ratio": 0.1},
+                    "input_length": {
+                        "distribution": "uniform",
+                        "tokens": 24_000,
+                        "range_ratio": 0.1,
+                    },
                 },
             )
             return await run_plan(plan, gate=LiveGate(), results_path=results)

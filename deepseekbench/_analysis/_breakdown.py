@@ -62,9 +62,7 @@ def workload_fields(ok: Sequence[StreamMeasurement], max_tokens: int) -> dict[st
     }
 
 
-def slice_stats(
-    name: str, measured: Sequence[StreamMeasurement], *, max_tokens: int
-) -> SliceStats:
+def slice_stats(name: str, measured: Sequence[StreamMeasurement], *, max_tokens: int) -> SliceStats:
     """Figures of one slice of a row's measured requests (errors counted, not used).
 
     Args:

@@ -149,7 +149,8 @@ class SpeedupVerdict(BaseModel):
         difference is not distinguishable from no change at this sample size.
         """
         return (
-            self.ci_low is not None and self.ci_high is not None
+            self.ci_low is not None
+            and self.ci_high is not None
             and self.ci_low <= 1.0 <= self.ci_high
         )
 

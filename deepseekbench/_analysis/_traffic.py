@@ -33,9 +33,7 @@ def _request_id(prefix: str, i: int, turn: int) -> str:
 def _outputs(requests: Indexed) -> dict[str, ParityOutput]:
     """The successful requests' outputs, keyed ``request-<index>`` (``#<turn>`` after)."""
     return {
-        _request_id("request", i, t): ParityOutput.from_measurement(
-            _request_id("request", i, t), m
-        )
+        _request_id("request", i, t): ParityOutput.from_measurement(_request_id("request", i, t), m)
         for (i, t), (m, _) in requests.items()
         if m.error is None
     }

@@ -167,8 +167,9 @@ class Scheduler:
         seq.prefilled = True
         eos = EOS_CH in out.tokens
         if eos and seq.generated + len(out.tokens) <= seq.min_tokens:
-            out = StepOutcome(tuple("\n" if t == EOS_CH else t for t in out.tokens),
-                              out.drafted, out.accepted)
+            out = StepOutcome(
+                tuple("\n" if t == EOS_CH else t for t in out.tokens), out.drafted, out.accepted
+            )
             eos = False
         tokens = [t for t in out.tokens if t != EOS_CH]
         content = "".join(tokens)

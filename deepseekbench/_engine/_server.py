@@ -300,8 +300,10 @@ class EngineState:
                 msgs = [_Message.model_validate(m) for m in raw["messages"]]
             except ValidationError:
                 raise ApiError(400, "invalid messages", param="messages") from None
-            text = render_prompt(msgs) if raw.get("add_generation_prompt", True) else (
-                render_prompt(msgs).removesuffix("<|assistant|>")
+            text = (
+                render_prompt(msgs)
+                if raw.get("add_generation_prompt", True)
+                else (render_prompt(msgs).removesuffix("<|assistant|>"))
             )
         if not isinstance(text, str):
             raise ApiError(400, "give a string 'prompt', 'content' or a 'messages' list")
@@ -344,8 +346,7 @@ class EngineState:
         for cid, sends in list(self.send_times.items()):
             arrival, request_id = self.arrivals.get(cid, (None, None))
             chunks = [
-                {"index": c.index, "kind": c.kind, "t_s": c.t_s, "tokens": c.tokens}
-                for c in sends
+                {"index": c.index, "kind": c.kind, "t_s": c.t_s, "tokens": c.tokens} for c in sends
             ]
             data.append(
                 {

@@ -331,7 +331,6 @@ def _without_secrets_in_environ(secrets: Sequence[str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
-
 @dataclass(slots=True)
 class _Proc:
     worker: int

@@ -132,9 +132,7 @@ class EndpointTokenCounter:
             TokenizeError: a non-2xx answer, a transport failure, or a body
                 without a ``tokens`` list or ``count`` (the URL named).
         """
-        headers = {
-            k: v for k, v in self._route.request_headers().items() if k.lower() != "accept"
-        }
+        headers = {k: v for k, v in self._route.request_headers().items() if k.lower() != "accept"}
         refusal = self._gate.refusal(self._url, has_auth_header="authorization" in headers)
         if refusal is not None:
             raise refusal

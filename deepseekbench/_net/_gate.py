@@ -327,10 +327,7 @@ class LiveGate:
                 missing.append("spend=True (--spend or DEEPSEEKBENCH_SPEND=1)")
         if self._max_requests is not None and self._requests >= self._max_requests:
             missing.append(f"request budget (max_requests={self._max_requests} spent)")
-        if (
-            self._max_output_tokens is not None
-            and self._output_tokens >= self._max_output_tokens
-        ):
+        if self._max_output_tokens is not None and self._output_tokens >= self._max_output_tokens:
             missing.append(
                 f"output-token budget (max_output_tokens={self._max_output_tokens} spent)"
             )

@@ -371,7 +371,6 @@ class _RemappedStream(httpx.AsyncByteStream):
             wrapped.__cause__ = exc
             raise _remap(wrapped, body=True) from exc
 
-
     async def aclose(self) -> None:
         with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
             await self._inner.aclose()

@@ -133,9 +133,9 @@ def mtp_depth_from_gguf(path: str | os.PathLike[str]) -> int:
     return _read_gguf(path)[2]
 
 
-def _load_hf_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[
-    str, Mapping[str, Any]
-]:
+def _load_hf_config(
+    path_or_dict: str | os.PathLike[str] | Mapping[str, Any],
+) -> tuple[str, Mapping[str, Any]]:
     if isinstance(path_or_dict, Mapping):
         return "<dict>", path_or_dict
     p = Path(path_or_dict)

@@ -90,9 +90,7 @@ __all__ = [
 # hide_input_in_errors: str(ValidationError) never repeats a refused value, which
 # may be a secret (a key pasted into api_key_env, user-info in a base_url).
 # allow_inf_nan=False: TOML's inf/nan would be stored as null and never read back.
-_CONFIG = ConfigDict(
-    frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False
-)
+_CONFIG = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 # Fields whose value may be a secret: an error names the field, never the value.
 _SECRET_FIELDS = frozenset({"api_key", "api_key_env", "headers"})
 # Where results go and how the load is sent: a run resumed with more workers is

@@ -36,6 +36,7 @@ from deepseekbench._types._axes import Dialect, Speculative
 
 __all__ = ["check_spec_config", "served_spec_tokens", "spec_tokens_from_info"]
 
+
 def spec_tokens_from_info(dialect: Dialect, info: Any) -> int | None:
     """The depth in one parsed ``/props`` (llama.cpp) or ``/get_server_info`` (SGLang) body,
     read by the dialect's adapter (``EngineDialect.spec_tokens_from_info``).

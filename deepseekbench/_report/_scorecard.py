@@ -184,9 +184,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def _category_lines(
-    base: Row | None, row: Row, metric: SpeedupMetric
-) -> tuple[CategoryLine, ...]:
+def _category_lines(base: Row | None, row: Row, metric: SpeedupMetric) -> tuple[CategoryLine, ...]:
     """Per-category lines of ``row``; verdicts against ``base``'s categories."""
     if not row.categories:
         return ()

@@ -193,7 +193,6 @@ KEY_AXES: tuple[str, ...] = (
 """The fields that key a ``Row``: a cell of the benchmark grid at one load point."""
 
 
-
 # String forms of each enum, for signatures: ``EngineRoute(dialect="vllm")`` type-checks
 # (mypy --strict) in user code as the docs write it; the value is still validated and
 # stored as the enum. tests/test_typing_for_users.py keeps them equal to the enums.

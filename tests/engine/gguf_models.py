@@ -239,11 +239,7 @@ def write_llama_gguf(
 
 def draft_weights(target: dict[str, Any]) -> dict[str, Any]:
     """The draft: the target's embeddings, block 0, output norm and output head."""
-    return {
-        k: v
-        for k, v in target.items()
-        if not k.startswith("blk.") or k.startswith("blk.0.")
-    }
+    return {k: v for k, v in target.items() if not k.startswith("blk.") or k.startswith("blk.0.")}
 
 
 def ensure_models(

@@ -25,7 +25,8 @@ from deepseekbench._launch._llamacpp import (
 from tests import _procs
 from tests._procs import FAKE_HTTP_SERVE, python_script
 
-FAKE_SERVER = """\
+FAKE_SERVER = (
+    """\
 import os, signal, sys, time, http.server
 args = sys.argv[1:]
 port = int(args[args.index("--port") + 1])
@@ -41,7 +42,9 @@ started = time.monotonic()
 def get(path):
     loading = time.monotonic() - started < 0.3 or mode == "never-ready"
     return (503, b'{"status":"loading"}') if loading else (200, b'{"status":"ok"}')
-""" + FAKE_HTTP_SERVE
+"""
+    + FAKE_HTTP_SERVE
+)
 
 
 @pytest.fixture

@@ -126,22 +126,42 @@ def token_batches(tokenizer: Any, sents: list[list[str]], batch: int, seed: int)
             yield data[perm[i : i + batch]]
 
 
-def train_llama(tok: Any, sents: list[list[str]], *, hidden: int, layers: int, inter: int,
-                heads: int, steps: int, seed: int) -> tuple[Any, float]:
+def train_llama(
+    tok: Any,
+    sents: list[list[str]],
+    *,
+    hidden: int,
+    layers: int,
+    inter: int,
+    heads: int,
+    steps: int,
+    seed: int,
+) -> tuple[Any, float]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=inter,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-        max_position_embeddings=512, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False, torch_dtype="float32",
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
     )
     model = LlamaForCausalLM(cfg)
-    loss = _train(model, token_batches(tok, sents, 16, seed), steps, lambda m, x: m(
-        input_ids=x, labels=x).loss)
+    loss = _train(
+        model,
+        token_batches(tok, sents, 16, seed),
+        steps,
+        lambda m, x: m(input_ids=x, labels=x).loss,
+    )
     return model, loss
 
 
@@ -175,15 +195,32 @@ def deepseek_config(tok: Any) -> Any:
     from transformers import DeepseekV3Config
 
     cfg = DeepseekV3Config(
-        vocab_size=len(tok), hidden_size=128, intermediate_size=256,
-        moe_intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, n_shared_experts=1, n_routed_experts=4,
-        routed_scaling_factor=1.0, kv_lora_rank=512, q_lora_rank=None,
-        qk_rope_head_dim=64, v_head_dim=64, qk_nope_head_dim=64, n_group=1, topk_group=1,
-        num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=True,
-        max_position_embeddings=2048, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False, num_mtp_layers=1,
+        vocab_size=len(tok),
+        hidden_size=128,
+        intermediate_size=256,
+        moe_intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        n_shared_experts=1,
+        n_routed_experts=4,
+        routed_scaling_factor=1.0,
+        kv_lora_rank=512,
+        q_lora_rank=None,
+        qk_rope_head_dim=64,
+        v_head_dim=64,
+        qk_nope_head_dim=64,
+        n_group=1,
+        topk_group=1,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+        norm_topk_prob=True,
+        max_position_embeddings=2048,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+        num_mtp_layers=1,
     )
     cfg._attn_implementation = "sdpa"  # causal when no mask is given
     return cfg
@@ -271,7 +308,8 @@ def save_deepseek(main: Any, mtp: Any, tok: Any, out: Path) -> None:
     n = cfg.num_hidden_layers
     sd = _unpack_experts(
         {k: v for k, v in main.state_dict().items() if not k.startswith("lm_head")},
-        "", cfg.n_routed_experts,
+        "",
+        cfg.n_routed_experts,
     )
     sd["lm_head.weight"] = main.lm_head.weight
     layer = f"model.layers.{n}."
@@ -304,8 +342,9 @@ def save_deepseek(main: Any, mtp: Any, tok: Any, out: Path) -> None:
     tok.save_pretrained(out)
 
 
-def train_deepseek(tok: Any, sents: list[list[str]], *, steps: int, seed: int) -> tuple[
-        Any, Any, float, float]:
+def train_deepseek(
+    tok: Any, sents: list[list[str]], *, steps: int, seed: int
+) -> tuple[Any, Any, float, float]:
     import itertools
 
     import torch
@@ -337,17 +376,24 @@ def generate(out: Path, *, seed: int, steps: int) -> dict[str, Any]:
     vocab = words(seed)
     tok = build_tokenizer(vocab)
     sents = corpus(vocab, seed, 2000)
-    manifest: dict[str, Any] = {"generator_version": GENERATOR_VERSION, "seed": seed,
-                                "steps": steps, "vocab_size": len(tok), "timings_s": {}}
+    manifest: dict[str, Any] = {
+        "generator_version": GENERATOR_VERSION,
+        "seed": seed,
+        "steps": steps,
+        "vocab_size": len(tok),
+        "timings_s": {},
+    }
     t0 = time.monotonic()
-    target, loss = train_llama(tok, sents, hidden=128, layers=4, inter=384, heads=4,
-                               steps=steps, seed=seed)
+    target, loss = train_llama(
+        tok, sents, hidden=128, layers=4, inter=384, heads=4, steps=steps, seed=seed
+    )
     _save_llama(target, tok, out / "llama-target")
     manifest["llama_target_loss"] = loss
     manifest["timings_s"]["llama-target"] = round(time.monotonic() - t0, 1)
     t0 = time.monotonic()
-    draft, loss = train_llama(tok, sents, hidden=64, layers=1, inter=128, heads=2,
-                              steps=steps, seed=seed + 1)
+    draft, loss = train_llama(
+        tok, sents, hidden=64, layers=1, inter=128, heads=2, steps=steps, seed=seed + 1
+    )
     _save_llama(draft, tok, out / "llama-draft")
     manifest["llama_draft_loss"] = loss
     manifest["timings_s"]["llama-draft"] = round(time.monotonic() - t0, 1)

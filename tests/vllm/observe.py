@@ -115,8 +115,7 @@ class StreamRecorder(httpx.AsyncBaseTransport):
         """For each prompt, the texts of every completion of it with ``max_tokens``."""
         seen = self.completions[port]
         return [
-            [c.text for c in seen if c.prompt == p and c.max_tokens == max_tokens]
-            for p in prompts
+            [c.text for c in seen if c.prompt == p and c.max_tokens == max_tokens] for p in prompts
         ]
 
 
@@ -133,9 +132,7 @@ def read_spec_counters(origin: str) -> dict[str, Any]:
         pattern = rf"^vllm:spec_decode_{name}_total(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$"
         out[name] = sum(round(float(v)) for v in re.findall(pattern, text, re.MULTILINE))
     per_pos: dict[int, int] = defaultdict(int)
-    pos_re = (
-        r"^vllm:spec_decode_num_accepted_tokens_per_pos_total\{([^}]*)\} ([0-9.eE+-]+)$"
-    )
+    pos_re = r"^vllm:spec_decode_num_accepted_tokens_per_pos_total\{([^}]*)\} ([0-9.eE+-]+)$"
     for labels, value in re.findall(pos_re, text, re.MULTILINE):
         m = re.search(r'position="(\d+)"', labels)
         if m:

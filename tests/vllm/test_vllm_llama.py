@@ -133,6 +133,5 @@ def test_synthetic_acceptance_route_differs_and_is_refused(
     # the synthetic sampler reports the acceptance it was told to produce
     assert summary["accepted"] / summary["drafted"] > 0.7
     append_report(
-        f"draft-mistuned: parity prompts matching off {matches.count(True)}/{len(matches)}; "
-        "refused"
+        f"draft-mistuned: parity prompts matching off {matches.count(True)}/{len(matches)}; refused"
     )
