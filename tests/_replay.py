@@ -15,13 +15,15 @@ Usage::
 from __future__ import annotations
 
 import http
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
+
+from deepseekbench._net._route import EngineRoute
 
 __all__ = ["RecordedRequest", "ReplayServer", "Script", "Write", "replay_server"]
 
@@ -201,3 +203,29 @@ async def skip_request(stream: SocketStream, buf: bytearray) -> bool:
         rest += await stream.receive()
     buf[:] = rest[length:]
     return True
+
+
+@asynccontextmanager
+async def answering(
+    answer: Callable[[SocketStream], Awaitable[None]], *, model: str = "m"
+) -> AsyncIterator[EngineRoute]:
+    """A loopback route whose server reads each request and lets ``answer`` write the
+    raw response bytes (any head, any body, any pacing); a client that hangs up ends
+    the answer quietly."""
+
+    async def handle(stream: SocketStream) -> None:
+        buf = bytearray()
+        async with stream:
+            if not await skip_request(stream, buf):
+                return
+            try:
+                await answer(stream)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        yield EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model=model)
+        tg.cancel_scope.cancel()

@@ -31,6 +31,7 @@ from deepseekbench._measure._measure import StreamMeasurement, measure_streamed
 from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect
 from tests._replay import RecordedRequest, Script, Write, replay_server
 
@@ -255,16 +256,16 @@ async def test_shared_case_reframed(path: Path | None, variant: str) -> None:
     _assert_extra(m, sent, case.get("extra", {}), timing=False)
 
 
-@pytest.mark.parametrize("path", METRICS_PARAMS)
-def test_shared_metrics_case(path: Path | None) -> None:
-    case = _load(path)
+def check_metrics_case(case: dict[str, Any]) -> AcceptanceRecord | None:
+    """Parse a metrics case's two scrapes, derive the window's record and check it
+    against ``expect.record`` (``None`` expected: no record); returns the record."""
     before = parse_metrics(case["before"], model_name=case.get("model"))
     after = parse_metrics(case["after"], model_name=case.get("model"))
     record = metrics_delta(before, after)
     want = case["expect"]["record"]
     if want is None:
         assert record is None, record
-        return
+        return None
     assert record is not None
     unknown = set(want) - set(RECORD_FIELDS) - {"acceptance_by_position"}
     assert not unknown, f"case has record fields this test does not check: {unknown}"
@@ -278,6 +279,12 @@ def test_shared_metrics_case(path: Path | None) -> None:
                 assert got == want[name], name
     if "acceptance_by_position" in want:
         _approx_or_none(record.acceptance_by_position, want["acceptance_by_position"], "by_pos")
+    return record
+
+
+@pytest.mark.parametrize("path", METRICS_PARAMS)
+def test_shared_metrics_case(path: Path | None) -> None:
+    check_metrics_case(_load(path))
 
 
 @pytest.mark.anyio

@@ -18,12 +18,11 @@ import pytest
 
 from deepseekbench._dialects import dialect_for
 from deepseekbench._dialects.trtllm import acceptance_from_trtllm
-from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._axes import Dialect, ReasoningMode
 from deepseekbench._types._request import ChatRequest
 from tests._replay import Script
-from tests.test_cases_sse import RECORD_FIELDS, _assert_expect, _assert_extra, _measure
+from tests.test_cases_sse import _assert_expect, _assert_extra, _measure, check_metrics_case
 
 CASES = Path(__file__).resolve().parent / "cases" / "trtllm"
 SSE = [pytest.param(p, id=p.stem) for p in sorted((CASES / "sse").glob("*.json"))]
@@ -58,22 +57,8 @@ async def test_trtllm_case(path: Path) -> None:
 
 @pytest.mark.parametrize("path", METRICS)
 def test_trtllm_metrics_case(path: Path) -> None:
-    case = _load(path)
-    before = parse_metrics(case["before"], model_name=case.get("model"))
-    after = parse_metrics(case["after"], model_name=case.get("model"))
-    record = metrics_delta(before, after)
-    want = case["expect"]["record"]
-    if want is None:
-        assert record is None, record
-        return
-    assert record is not None and record.engine is Dialect.trtllm
-    for name in RECORD_FIELDS:
-        if name in want:
-            got = getattr(record, name)
-            got = got.value if name == "scope" else got
-            assert got == (
-                pytest.approx(want[name]) if isinstance(want[name], float) else want[name]
-            )
+    record = check_metrics_case(_load(path))
+    assert record is None or record.engine is Dialect.trtllm
 
 
 def test_trtllm_request_body() -> None:

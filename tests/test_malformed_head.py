@@ -9,18 +9,17 @@ written by a loopback raw-socket server on 127.0.0.1, under asyncio and trio.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import anyio
 import pytest
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketStream
 
 from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._measure._server_metrics import scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from tests._replay import skip_request
+from tests._replay import answering
 
 pytestmark = pytest.mark.anyio
 
@@ -64,29 +63,16 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@asynccontextmanager
-async def _serving(writes: list[bytes]) -> AsyncIterator[EngineRoute]:
+def _serving(writes: list[bytes]) -> AbstractAsyncContextManager[EngineRoute]:
     """Answer every request on a loopback port with ``writes`` (0.05 s apart), then close."""
 
-    async def handle(stream: SocketStream) -> None:
-        buf = bytearray()
-        async with stream:
-            if not await skip_request(stream, buf):
-                return
-            try:
-                for i, data in enumerate(writes):
-                    if i:
-                        await anyio.sleep(0.05)
-                    await stream.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
+    async def answer(stream: SocketStream) -> None:
+        for i, data in enumerate(writes):
+            if i:
+                await anyio.sleep(0.05)
+            await stream.send(data)
 
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(SocketAttribute.local_port)
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle)
-        yield EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
-        tg.cancel_scope.cancel()
+    return answering(answer)
 
 
 @pytest.mark.parametrize("kind", sorted(MALFORMED))

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketStream
 
 from deepseekbench._measure import _server_metrics
 from deepseekbench._measure._server_metrics import MetricsSnapshot, scrape_metrics
 from deepseekbench._net._gate import LiveGate
-from deepseekbench._net._route import EngineRoute
-from tests._replay import skip_request
+from tests._replay import answering
 
 pytestmark = pytest.mark.anyio
 
@@ -35,26 +33,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@asynccontextmanager
-async def _serving(
-    answer: Callable[[SocketStream], Awaitable[None]],
-) -> AsyncIterator[EngineRoute]:
-    async def handle(stream: SocketStream) -> None:
-        buf = bytearray()
-        async with stream:
-            if not await skip_request(stream, buf):
-                return
-            try:
-                await answer(stream)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(SocketAttribute.local_port)
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle)
-        yield EngineRoute(base_url=f"http://127.0.0.1:{port}/v1", model="m")
-        tg.cancel_scope.cancel()
+_serving = answering
 
 
 async def _trickle(stream: SocketStream) -> None:
@@ -102,8 +81,14 @@ async def test_a_body_over_the_cap_is_a_recorded_failure(
     assert snapshot.error == "metrics body over 1000000 bytes: not read further"
 
 
-async def test_a_large_body_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_server_metrics, "_PARSE_ON_LOOP_BYTES", 1000)
+@pytest.mark.parametrize("on_loop_limit", [1000, None], ids=["large-off-loop", "small-on-loop"])
+async def test_where_the_body_is_parsed(
+    monkeypatch: pytest.MonkeyPatch, on_loop_limit: int | None
+) -> None:
+    """A body over ``_PARSE_ON_LOOP_BYTES`` is parsed in a worker thread; a small one
+    on the event loop's own thread."""
+    if on_loop_limit is not None:
+        monkeypatch.setattr(_server_metrics, "_PARSE_ON_LOOP_BYTES", on_loop_limit)
     threads: list[int] = []
     parse = _server_metrics.parse_metrics
 
@@ -116,19 +101,5 @@ async def test_a_large_body_is_parsed_off_the_event_loop(monkeypatch: pytest.Mon
         snapshot = await scrape_metrics(route, gate=LiveGate())
     assert snapshot.error is None
     assert snapshot.values["vllm:spec_decode_num_drafts"] == 200.0
-    assert threads and threads[0] != threading.get_ident()
-
-
-async def test_a_small_body_is_parsed_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    threads: list[int] = []
-    parse = _server_metrics.parse_metrics
-
-    def spy(text: str, *, model_name: str | None = None) -> MetricsSnapshot:
-        threads.append(threading.get_ident())
-        return parse(text, model_name=model_name)
-
-    monkeypatch.setattr(_server_metrics, "parse_metrics", spy)
-    async with _serving(_exposition) as route:
-        snapshot = await scrape_metrics(route, gate=LiveGate())
-    assert snapshot.values["vllm:spec_decode_num_drafts"] == 200.0
-    assert threads == [threading.get_ident()]
+    off_loop = threads and threads[0] != threading.get_ident()
+    assert len(threads) == 1 and off_loop == (on_loop_limit is not None)

@@ -35,6 +35,7 @@ __all__ = [
     "GaugeSet",
     "depth",
     "effort",
+    "ignore_eos_min_tokens",
     "thinking",
 ]
 
@@ -82,6 +83,16 @@ class GaugeSet:
     source: str
     rate: str
     length: str
+
+
+def ignore_eos_min_tokens(max_tokens: int | None) -> dict[str, Any]:
+    """``{"ignore_eos": true, "min_tokens": max_tokens}`` (``min_tokens`` only when
+    given): the EOS controls vLLM, SGLang and TensorRT-LLM share (their sampling
+    params' ``ignore_eos`` / ``min_tokens``)."""
+    body: dict[str, Any] = {"ignore_eos": True}
+    if max_tokens is not None:
+        body["min_tokens"] = max_tokens
+    return body
 
 
 class EngineDialect:

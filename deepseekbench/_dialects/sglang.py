@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from deepseekbench._dialects._base import EngineDialect, GaugeSet, depth
+from deepseekbench._dialects._base import EngineDialect, GaugeSet, depth, ignore_eos_min_tokens
 from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     _choice_block,
@@ -164,10 +164,7 @@ class SglangDialect(EngineDialect):
 
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
-        body: dict[str, Any] = {"ignore_eos": True}
-        if max_tokens is not None:
-            body["min_tokens"] = max_tokens
-        return body
+        return ignore_eos_min_tokens(max_tokens)
 
     def report_extras(self) -> dict[str, Any]:
         """``return_spec_tokens_details: true``."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from deepseekbench._dialects._base import CounterSet, EngineDialect
+from deepseekbench._dialects._base import CounterSet, EngineDialect, ignore_eos_min_tokens
 from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     _choice_block,
@@ -115,10 +115,7 @@ class VllmDialect(EngineDialect):
 
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
-        body: dict[str, Any] = {"ignore_eos": True}
-        if max_tokens is not None:
-            body["min_tokens"] = max_tokens
-        return body
+        return ignore_eos_min_tokens(max_tokens)
 
     def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
         """:func:`acceptance_from_vllm`."""
