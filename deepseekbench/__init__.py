@@ -24,7 +24,8 @@ holds the rule, for every import in every module (inside functions and
     _launch/             start real engines (vLLM, llama.cpp) for tests and benchmarks
     _net/                transport, the live gate, routes, the reachability probe
     _engine/             the embedded reference engine (a server; shares only _types)
-    _dialects/           one adapter per engine (vllm, sglang, llamacpp, openai, deepseek, auto)
+    _dialects/           one adapter per engine (vllm, sglang, llamacpp, trtllm, openai,
+                         deepseek, auto)
     _types/              shared vocabulary: axes, requests, acceptance, parity, rows
     _userfile            the one reader for user files (plan, datasets, tasks, model)
     _errors              the one exception tree

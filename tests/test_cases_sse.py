@@ -225,10 +225,26 @@ def _assert_extra(
 @pytest.mark.anyio
 @pytest.mark.parametrize("path", STREAM_PARAMS)
 async def test_shared_case(path: Path | None) -> None:
+    """Every expected value on each try; the wall-clock ranges on at least one of
+    TIMED_TRIES tries, so a 2-core machine starving the in-process replay server
+    for a moment does not fail a correct client (a client that times the wrong event
+    misses the range on every try)."""
     case = _load(path)
-    m, sent = await _measure(case, Script.from_case(case))
-    _assert_expect(m, case["expect"], timing=True)
-    _assert_extra(m, sent, case.get("extra", {}), timing=True)
+    misses: list[str] = []
+    for _ in range(TIMED_TRIES):
+        m, sent = await _measure(case, Script.from_case(case))
+        _assert_expect(m, case["expect"], timing=False)
+        _assert_extra(m, sent, case.get("extra", {}), timing=False)
+        try:
+            _assert_expect(m, case["expect"], timing=True)
+            _assert_extra(m, sent, case.get("extra", {}), timing=True)
+            return
+        except AssertionError as exc:
+            misses.append(str(exc).splitlines()[0])
+    pytest.fail(f"timing outside the case's ranges on all {TIMED_TRIES} tries: {misses}")
+
+
+TIMED_TRIES = 3
 
 
 def _reframed(case: dict[str, Any], variant: str) -> Script:
