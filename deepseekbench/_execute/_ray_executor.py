@@ -64,12 +64,13 @@ from deepseekbench._execute._workers import (
     WorkerError,
     charged_tokens,
     exception_leaves,
+    key_variables,
 )
 from deepseekbench._execute._workshare import LoadWork, WorkerShare, split_work
 from deepseekbench._measure._measure import Timeouts
-from deepseekbench._net._gate import ENV_API_KEY, LiveGate, is_loopback_host
+from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._types._secrets import contains_secret, secret_values
+from deepseekbench._types._secrets import secret_values
 
 __all__ = [
     "RayPool",
@@ -224,12 +225,7 @@ def _local_ray_env(secrets: tuple[str, ...] = ()) -> Iterator[None]:
     proxies, ``RAY_ADDRESS``, ``DEEPSEEKBENCH_API_KEY`` and any variable holding a
     key removed, usage statistics off; restored afterwards, except
     ``RAY_USAGE_STATS_ENABLED=0`` which stays (the driver reads it later)."""
-    keyed = [
-        k
-        for k, v in os.environ.items()
-        if k == ENV_API_KEY or (secrets and contains_secret(v, secrets))
-    ]
-    scrub = (*_RAY_SCRUBBED_ENV, *keyed)
+    scrub = (*_RAY_SCRUBBED_ENV, *key_variables(secrets))
     saved = {k: os.environ.get(k) for k in (*scrub, *_RAY_LOCAL_ENV)}
     for k in scrub:
         os.environ.pop(k, None)

@@ -310,6 +310,17 @@ def worker_main(conn: Connection, parent_pid: int | None = None) -> None:
 # ------------------------------------------------------------- parent side --
 
 
+def key_variables(secrets: Sequence[str]) -> list[str]:
+    """Names of the variables in ``os.environ`` that a child process must not inherit:
+    ``DEEPSEEKBENCH_API_KEY`` and every variable whose value holds one of ``secrets``
+    (a route's ``api_key_env``). Used for worker processes and a local Ray instance."""
+    return [
+        k
+        for k, v in os.environ.items()
+        if k == ENV_API_KEY or (secrets and contains_secret(v, secrets))
+    ]
+
+
 @contextlib.contextmanager
 def _without_secrets_in_environ(secrets: Sequence[str]) -> Iterator[None]:
     """``os.environ`` without the key variables while a worker is started (a spawned
@@ -317,11 +328,7 @@ def _without_secrets_in_environ(secrets: Sequence[str]) -> Iterator[None]:
     ``DEEPSEEKBENCH_API_KEY`` and every variable whose value holds a key
     (a route's ``api_key_env``); restored once the worker runs. Called on the event
     loop's thread, so no other task of the run sees the environment without them."""
-    drop = {
-        k
-        for k, v in os.environ.items()
-        if k == ENV_API_KEY or (secrets and contains_secret(v, secrets))
-    }
+    drop = key_variables(secrets)
     saved = {k: os.environ[k] for k in drop}
     for k in drop:
         del os.environ[k]
