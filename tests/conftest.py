@@ -13,6 +13,7 @@ raylets) are outside an in-process hook: their tests check their sockets themsel
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 from collections.abc import Iterator
 
@@ -57,3 +58,16 @@ def _no_packet_leaves_loopback() -> Iterator[None]:
     yield
     seen, refused[:] = list(refused), []
     assert not seen, f"the test tried to reach non-loopback addresses: {seen}"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``pytest -n auto``: one more than the usable cores.
+
+    Most of the suite waits on loopback servers and clocks (measured at 2 workers on
+    2 cores: load average about 1, 436 s), so one extra worker fills the idle core
+    time; more than that starves the embedded engines the timing tests read.
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides it, as in xdist's own hook."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) + 1

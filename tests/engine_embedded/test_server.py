@@ -46,7 +46,7 @@ async def running(**kw: Any) -> AsyncIterator[tuple[EmbeddedEngine, httpx.AsyncC
     kw.setdefault("cost", FAST_COSTS)
     async with EmbeddedEngine(EngineConfig(**kw)) as engine:
         root = engine.base_url.removesuffix("/v1")
-        async with httpx.AsyncClient(base_url=root, timeout=30) as client:
+        async with httpx.AsyncClient(base_url=root, timeout=httpx.Timeout(30, pool=None)) as client:
             yield engine, client
 
 
@@ -238,8 +238,14 @@ async def _outputs(
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_off_and_mtp_are_identical_on_every_generated_prompt() -> None:
-    tasks = all_reference_tasks()
+async def test_off_and_mtp_are_identical_over_http_on_a_spread_of_prompts() -> None:
+    """Every sixth reference task (322 of 1931, all categories) through the server.
+
+    The decoder itself is checked on every task in process (test_speculative.py:
+    ``_acceptance`` with stride 1 for mtp, dspark on every task); this test proves the
+    HTTP path (batching, streaming, detokenising) changes nothing on top of it."""
+    tasks = all_reference_tasks()[::6]
+    assert {t.category for t in tasks} == {t.category for t in all_reference_tasks()}
     prompts = [t.prompt for t in tasks]
     off, _ = await _outputs(Speculative.off, prompts)
     mtp, ratio = await _outputs(Speculative.mtp, prompts)
@@ -249,7 +255,7 @@ async def test_off_and_mtp_are_identical_on_every_generated_prompt() -> None:
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_mistuned_draft_changes_a_share_of_outputs() -> None:
-    tasks = reference_tasks(200, seed=9)
+    tasks = reference_tasks(100, seed=9)  # in process the share is 0.44 here, 0.47 at 200
     outputs, ratio = await _outputs(Speculative.mtp, [t.prompt for t in tasks], mistuned=True)
     share = sum(o != t.answer for o, t in zip(outputs, tasks, strict=True)) / len(tasks)
     assert 0.1 < share < 0.5, share

@@ -65,7 +65,7 @@ def test_greedy_speculation_is_exact(task: EngineTask, method: Speculative, k: i
 
 
 def test_every_task_is_exact_under_dspark() -> None:
-    """(mtp is checked on every task over HTTP in test_server.py.)"""
+    """(mtp on every task: ``_acceptance`` below; over HTTP on a spread in test_server.py.)"""
     k = DEFAULT_DEPTH[Speculative.dspark]
     assert [t.prompt for t in TASKS if decode(t, Speculative.dspark, k)[0] != t.answer] == []
 
