@@ -88,13 +88,25 @@ class RefusalReason(_ClosedEnum):
     candidate_metric_not_positive = "candidate_metric_not_positive"
     speedup_not_finite = "speedup_not_finite"
     tokens_estimated = "tokens_estimated"
+    # issue 22: no credit without significance
+    no_significant_difference = "no_significant_difference"
+    """The speedup's 95 % interval includes 1: the run cannot tell the routes apart.
+    The verdict keeps the interval (its only numbers) and no figure."""
 
 
 class SpeedupVerdict(BaseModel):
     """The outcome of :func:`compare_speedup`.
 
     Invariant (checked on construction): ``printed`` ⇔ ``speedup is not None`` ⇔
-    ``reasons == ()``; a confidence interval exists only on a printed verdict.
+    ``reasons == ()``; a confidence interval exists only on a printed verdict whose
+    interval excludes 1, or on an *inconclusive* verdict (its one reason
+    :attr:`RefusalReason.no_significant_difference`, its interval including 1).
+
+    **No credit without significance** (issue 22): a speedup (or slowdown) whose
+    95 % interval includes 1 is not credited; it reads "no significant difference
+    (0.94–1.07)" and carries the interval but no figure. :meth:`with_interval` and
+    :meth:`with_paired_rounds` make that verdict, so :func:`compare_speedup` and the
+    scorecard (which calls it) agree.
 
     Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed``, so
     ``if compare_speedup(a, b):`` takes the branch only for an earned speedup
@@ -137,16 +149,29 @@ class SpeedupVerdict(BaseModel):
     def _check_invariant(self) -> SpeedupVerdict:
         if self.printed != (self.speedup is not None) or self.printed == bool(self.reasons):
             raise ValueError("printed must hold exactly when a speedup exists and no reason does")
-        if not self.printed and (self.ci_low is not None or self.ci_high is not None):
+        has_ci = self.ci_low is not None or self.ci_high is not None
+        if self.inconclusive:
+            if not self.within_noise:
+                raise ValueError("an inconclusive verdict carries an interval that includes 1")
+        elif not self.printed and has_ci:
             raise ValueError("a refused verdict carries no interval")
+        elif self.printed and self.within_noise:
+            raise ValueError("a credited verdict's interval excludes 1")
         return self
 
     @property
-    def within_noise(self) -> bool:
-        """True when a credited speedup's 95 % interval includes 1 (no clear gain).
+    def inconclusive(self) -> bool:
+        """True when the only reason is :attr:`RefusalReason.no_significant_difference`:
+        the rows qualified for a figure, but its 95 % interval includes 1."""
+        return self.reasons == (RefusalReason.no_significant_difference,)
 
-        The speedup is still credited (parity holds); the mark says the measured
-        difference is not distinguishable from no change at this sample size.
+    @property
+    def within_noise(self) -> bool:
+        """True when the verdict's 95 % interval includes 1 (no clear difference).
+
+        Since issue 22 only an :attr:`inconclusive` verdict can be within noise: such
+        a difference is not distinguishable from no change at this sample size and
+        is not credited.
         """
         return (
             self.ci_low is not None
@@ -171,25 +196,47 @@ class SpeedupVerdict(BaseModel):
         returned unchanged."""
         if not self.printed:
             return self
+        if low <= 1.0 <= high:
+            return self._no_significant_difference(low, high, rounds)
         return self.model_copy(
             update={"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
         )
 
     def with_interval(self, low: float, high: float) -> SpeedupVerdict:
-        """A copy carrying a 95 % interval; a refused verdict is returned unchanged."""
+        """A copy carrying a 95 % interval; a refused verdict is returned unchanged.
+
+        An interval that includes 1 turns a printed verdict into an
+        :attr:`inconclusive` one (no figure, reason ``no_significant_difference``)."""
         if not self.printed:
             return self
+        if low <= 1.0 <= high:
+            return self._no_significant_difference(low, high, None)
         return self.model_copy(update={"ci_low": low, "ci_high": high})
+
+    def _no_significant_difference(
+        self, low: float, high: float, rounds: int | None
+    ) -> SpeedupVerdict:
+        return SpeedupVerdict(
+            metric=self.metric,
+            printed=False,
+            reasons=(RefusalReason.no_significant_difference,),
+            ci_low=low,
+            ci_high=high,
+            rounds=rounds,
+        )
 
     def __str__(self) -> str:
         if self.printed and self.speedup is not None:
             ci = ""
             if self.ci_low is not None and self.ci_high is not None:
                 ci = f" (95% CI {self.ci_low:.2f}–{self.ci_high:.2f})"
-                if self.within_noise:
-                    ci += " within noise"
             slower = " — slower" if self.slower else ""
             return f"{self.speedup:.2f}× by {self.metric.value}{slower}{ci}"
+        if self.inconclusive and self.ci_low is not None and self.ci_high is not None:
+            return (
+                f"no significant difference ({self.ci_low:.2f}–{self.ci_high:.2f}) "
+                f"by {self.metric.value}"
+            )
         text = "refused: " + ", ".join(r.value for r in self.reasons)
         if self.mismatched_axes:
             text += " [" + ", ".join(self.mismatched_axes) + "]"
@@ -369,7 +416,10 @@ def compare_speedup(
     percentile bootstrap of the ratio of medians over the per-request samples
     (:func:`bootstrap_speedup_ci`, ``n_resamples`` resamples, generator seeded
     with ``seed``). Without any of them the figure is the ratio of the rows'
-    medians and there is no interval.
+    medians and there is no interval. An interval that includes 1 credits nothing:
+    the verdict is refused with ``no_significant_difference`` and keeps the interval
+    (reads "no significant difference (0.94–1.07) by tpot_ms"), for a gain and a
+    loss alike (issue 22).
 
     Args:
         baseline: the ``speculative=off`` row.
