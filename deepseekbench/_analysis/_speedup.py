@@ -89,6 +89,9 @@ class RefusalReason(_ClosedEnum):
     speedup_not_finite = "speedup_not_finite"
     tokens_estimated = "tokens_estimated"
     # issue 22: no credit without significance
+    client_starved = "client_starved"
+    """A row's client was starved for a core (``Row.client_starved``): its TPOT holds
+    client delay, so no TPOT speedup; parity and acceptance still stand."""
     no_significant_difference = "no_significant_difference"
     """The speedup's 95 % interval includes 1: the run cannot tell the routes apart.
     The verdict keeps the interval (its only numbers) and no figure."""
@@ -404,7 +407,9 @@ def compare_speedup(
     are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
     ``n_requests >= min_requests``; neither row's token counts were estimated
     (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
-    on a count the engine did not give); the metric is present and positive on both.
+    on a count the engine did not give); the metric is present and positive on both;
+    for ``tpot_ms``, neither row is ``client_starved`` (``client_starved``: its client
+    read token chunks in bursts while waiting for a core, so its TPOT is client delay).
 
     **Interval.** Given the run the rows came from (``result``, e.g. from
     :func:`~deepseekbench.load_results`), or its per-round values (``rounds``) or
@@ -506,6 +511,8 @@ def _judge(
         reasons.append(R.candidate_incomplete)
     if baseline.tokens_estimated or candidate.tokens_estimated:
         reasons.append(R.tokens_estimated)
+    if metric is SpeedupMetric.tpot_ms and (baseline.client_starved or candidate.client_starved):
+        reasons.append(R.client_starved)  # issue 22: bunched chunks make TPOT meaningless
     if baseline.n_requests < min_requests:
         reasons.append(R.baseline_too_few_requests)
     if candidate.n_requests < min_requests:
