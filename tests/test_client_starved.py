@@ -132,6 +132,8 @@ def test_a_starved_client_is_refused_for_tpot_and_a_clean_one_credited(starve: b
         assert rows["mtp"].client_starved and rows["mtp"].n_client_starved > 0
         assert RefusalReason.client_starved in line.verdict.reasons
         assert rows["mtp"].client_stall_ms is not None and rows["mtp"].client_stall_ms >= 50
+        text = Scorecard.from_run(result).to_text()
+        assert text.count("client starved") == 1  # one line per run, not one per row
     else:
         assert not rows["mtp"].client_starved and not rows["off"].client_starved
         assert line.verdict, str(line.verdict)

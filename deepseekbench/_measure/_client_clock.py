@@ -98,7 +98,8 @@ def client_clock_fields(
 ) -> dict[str, Any]:
     """The row's client-clock fields from its measured requests: ``client_stall_ms``
     (longest, ms), ``client_cpu_share`` and ``client_core_wait_share`` (medians,
-    0..1), ``n_client_starved`` (requests, see :func:`request_starved`) and
+    0..1), ``client_cores`` (fewest seen) and ``client_load_1m`` (median load
+    average), ``n_client_starved`` (requests, see :func:`request_starved`) and
     ``client_starved`` (their share exceeds :data:`STARVED_ROW_SHARE`)."""
     stalls = [m.client_stall_ms for m in measured if m.client_stall_ms is not None]
     starved = sum(request_starved(m, lag_threshold_ms) for m in measured)
@@ -106,6 +107,10 @@ def client_clock_fields(
         "client_stall_ms": max(stalls) if stalls else None,
         "client_cpu_share": _median(m.client_cpu_share for m in measured),
         "client_core_wait_share": _median(m.client_core_wait_share for m in measured),
+        "client_cores": min(cores)
+        if (cores := [m.client_cores for m in measured if m.client_cores])
+        else None,
+        "client_load_1m": _median(m.client_load_1m for m in measured),
         "n_client_starved": starved,
         "client_starved": bool(measured) and starved / len(measured) > STARVED_ROW_SHARE,
     }

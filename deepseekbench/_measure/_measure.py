@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from deepseekbench._dialects import SERVER_TIME_FIELDS, dialect_for
 from deepseekbench._errors import LiveGateError
 from deepseekbench._measure._figures import counted_output_tokens, output_toks_per_s, tpot_ms
-from deepseekbench._measure._selfcheck import current_selfcheck, sched_sample
+from deepseekbench._measure._selfcheck import current_selfcheck, host_load, sched_sample
 from deepseekbench._measure._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -380,6 +380,18 @@ class StreamMeasurement(BaseModel):
         description="Share of this request's wall time the client's event-loop thread was "
         "runnable but waiting for a CPU core (0..1; Linux /proc/thread-self/schedstat); "
         "None where the OS does not report it or without a running SelfCheck.",
+    )
+    client_cores: int | None = Field(
+        default=None,
+        ge=1,
+        description="CPU cores the client process may run on at this request's end "
+        "(affinity mask); None without a running SelfCheck.",
+    )
+    client_load_1m: float | None = Field(
+        default=None,
+        ge=0,
+        description="The client host's 1-minute load average at this request's end "
+        "(runnable tasks); None without a running SelfCheck or where the OS has none.",
     )
 
 
@@ -1043,6 +1055,7 @@ async def measure_streamed(
             "client_cpu_share": cpu,
             "client_core_wait_share": wait,
         }
+        update["client_cores"], update["client_load_1m"] = host_load()
         result = result.model_copy(update=update)
     # A server may echo the key (request headers in an error body, or in its text or
     # usage): no key may survive into the measurement, whether it came from the route

@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import contextvars
+import os
 import time
 from array import array
 from bisect import bisect_left, bisect_right
@@ -33,6 +34,7 @@ __all__ = [
     "SelfCheck",
     "SelfCheckSummary",
     "current_selfcheck",
+    "host_load",
     "sched_sample",
 ]
 
@@ -87,6 +89,21 @@ def sched_sample() -> SchedSample:
     """The calling thread's wall, CPU and run-queue-wait clocks now (see
     :class:`SchedSample`); never raises (the wait is ``None`` when unreadable)."""
     return SchedSample(time.perf_counter_ns(), time.thread_time_ns(), _run_queue_wait_ns())
+
+
+def host_load() -> tuple[int | None, float | None]:
+    """``(cores, load_1m)``: the CPU cores this process may run on (its affinity mask,
+    else ``os.cpu_count()``) and the host's 1-minute load average (runnable tasks;
+    ``os.getloadavg``), ``None`` where the OS gives neither; never raises."""
+    try:
+        cores: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count()
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = None
+    return cores, load
 
 
 def current_selfcheck() -> SelfCheck | None:

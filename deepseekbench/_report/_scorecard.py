@@ -39,6 +39,7 @@ from deepseekbench._analysis._speedup import (
 )
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
+from deepseekbench._report._client_diagnosis import client_flag, run_diagnosis
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
@@ -158,6 +159,20 @@ class ScorecardLine(BaseModel):
     dispersion: Dispersion = Dispersion()
     server_ttft_ms: float | None = None
     server_queue_ms: float | None = None
+    # issue 22: client clock health (the run's one-line diagnosis reads these)
+    client_starved: bool = False
+    n_client_starved: int = 0
+    client_stall_ms: float | None = None
+    client_cpu_share: float | None = None
+    client_core_wait_share: float | None = None
+    client_cores: int | None = None
+    client_load_1m: float | None = None
+
+    @property
+    def client_flag(self) -> str:
+        """``saturated``, ``starved``, ``lagged`` or ``""``: why this line's client
+        clock is suspect (:func:`~deepseekbench._report._client_diagnosis.client_flag`)."""
+        return client_flag(self)
 
     @property
     def credited(self) -> bool:
@@ -349,6 +364,7 @@ _COLUMNS: tuple[str, ...] = (
     "speedup",
 )
 _GOODPUT_COLUMN = "goodput/s"
+_CLIENT_COLUMN = "client"  # issue 22: the client-clock flag, shown when a line has one
 
 
 class _Judge:
@@ -422,6 +438,13 @@ def _line(
         dispersion=r.dispersion,
         server_ttft_ms=r.server_ttft_ms,
         server_queue_ms=r.server_queue_ms,
+        client_starved=r.client_starved,
+        n_client_starved=r.n_client_starved,
+        client_stall_ms=r.client_stall_ms,
+        client_cpu_share=r.client_cpu_share,
+        client_core_wait_share=r.client_core_wait_share,
+        client_cores=r.client_cores,
+        client_load_1m=r.client_load_1m,
     )
 
 
@@ -464,20 +487,9 @@ def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
     return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
 
 
-def _more_workers(workers: int | None) -> str:
-    """What to do about a saturated client: send the load from more workers."""
-    if workers is None:
-        return "send the load from more client workers (plan key workers, docs/workers.md)"
-    return (
-        f"send the load from more client workers: workers = {2 * workers} (now {workers}), "
-        'or executor = "ray" across hosts (docs/workers.md)'
-    )
-
-
-def _detail_notes(lines: Sequence[ScorecardLine], workers: int | None = None) -> list[str]:
-    """Per-position acceptance, ignored SSE lines and a saturated client (with the
-    advice to add client workers; ``workers``: the run's, when known), one note per
-    line that has them."""
+def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Per-position acceptance and ignored SSE lines, one note per line that has them
+    (the client's health is one line per run: :func:`run_diagnosis`)."""
     notes: list[str] = []
     for ln in lines:
         where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
@@ -492,12 +504,6 @@ def _detail_notes(lines: Sequence[ScorecardLine], workers: int | None = None) ->
             notes.append(
                 f"{where}: {ln.sse_ignored_lines} SSE line(s) ignored "
                 "(unknown or padded field names): streamed text may be incomplete"
-            )
-        if ln.client_saturated:
-            notes.append(
-                f"{where}: CLIENT SATURATED — the measuring client's event loop lagged past "
-                "client_lag_threshold_ms; its times may hold client delay; "
-                + _more_workers(workers)
             )
     return notes
 
@@ -668,7 +674,14 @@ class Scorecard:
         if self._with_goodput:
             slo = f" ({ln.slo_attainment:.0%})" if ln.slo_attainment is not None else ""
             cells.insert(-2, _fmt(ln.goodput_req_per_s, 2) + slo)
+        if self._with_client_flag:
+            cells.insert(-1, ln.client_flag or "—")
         return cells
+
+    @property
+    def _with_client_flag(self) -> bool:
+        """Issue 22: the ``client`` column shows only when some line is flagged."""
+        return any(ln.client_flag for ln in self.lines)
 
     @property
     def _with_goodput(self) -> bool:
@@ -676,9 +689,12 @@ class Scorecard:
 
     @property
     def _columns(self) -> tuple[str, ...]:
-        if not self._with_goodput:
-            return _COLUMNS
-        return (*_COLUMNS[:-2], _GOODPUT_COLUMN, *_COLUMNS[-2:])
+        cols = _COLUMNS
+        if self._with_goodput:
+            cols = (*_COLUMNS[:-2], _GOODPUT_COLUMN, *_COLUMNS[-2:])
+        if self._with_client_flag:
+            cols = (*cols[:-1], _CLIENT_COLUMN, cols[-1])
+        return cols
 
     def crossovers(self) -> tuple[str, ...]:
         """Per route and cell measured at 2 or more load points: where it stops paying
@@ -730,7 +746,10 @@ class Scorecard:
             if flips:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
-        notes.extend(_detail_notes(self.lines, self.client_workers))
+        notes.extend(_detail_notes(self.lines))
+        diagnosis = run_diagnosis(self.lines, self.client_workers)  # issue 22: once per run
+        if diagnosis is not None:
+            notes.append(diagnosis)
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
@@ -837,6 +856,7 @@ class Scorecard:
             d = ln.model_dump(mode="json")
             d["speedup"] = ln.verdict.speedup if ln.verdict is not None else None
             d["speedup_text"] = ln.speedup_text
+            d["client_flag"] = ln.client_flag  # issue 22
             lines.append(d)
         meta = self.meta.model_dump(mode="json") if self.meta is not None else None
         return {"metric": self.metric.value, "run": meta, "lines": lines}
@@ -891,6 +911,12 @@ class Scorecard:
         "plan_hash",
         "run_started_at",
         "engine",
+        # issue 22: client clock health
+        "client_flag",
+        "n_client_starved",
+        "client_stall_ms",
+        "client_cpu_share",
+        "client_core_wait_share",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -946,6 +972,11 @@ class Scorecard:
                     "plan_hash": meta.plan_hash if meta else None,
                     "run_started_at": meta.started_at if meta else None,
                     "engine": meta.engines.get(ln.route) if meta else None,
+                    "client_flag": ln.client_flag,
+                    "n_client_starved": ln.n_client_starved,
+                    "client_stall_ms": ln.client_stall_ms,
+                    "client_cpu_share": ln.client_cpu_share,
+                    "client_core_wait_share": ln.client_core_wait_share,
                 }
             )
         return recs

@@ -342,6 +342,15 @@ class Row(BaseModel):
         description="median over measured requests of the share of wall time the client's "
         "event-loop thread waited for a CPU core (0..1; Linux schedstat; None elsewhere)",
     )
+    client_cores: int | None = Field(
+        default=None, ge=1, description="CPU cores the client could run on (affinity mask)"
+    )
+    client_load_1m: float | None = Field(
+        default=None,
+        ge=0,
+        description="median 1-minute load average of the client host at the end of the "
+        "measured requests (runnable tasks)",
+    )
     n_client_starved: int = Field(
         default=0,
         ge=0,
@@ -413,6 +422,8 @@ class Row(BaseModel):
             client_stall_ms: float | None = None,
             client_cpu_share: float | None = None,
             client_core_wait_share: float | None = None,
+            client_cores: int | None = None,
+            client_load_1m: float | None = None,
             n_client_starved: int = 0,
             client_starved: bool = False,
         ) -> None: ...
