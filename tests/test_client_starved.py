@@ -98,14 +98,14 @@ async def _hog(stop: anyio.Event) -> None:
         await anyio.sleep(0.002)
 
 
-def _run(starve: bool) -> Any:
+def _run(starve: bool, **over: Any) -> Any:
     async def main() -> Any:
         # the engines serve from their own threads (start()), so blocking the client's
         # loop does not slow them: they keep pacing tokens while the client cannot read
         off = await EmbeddedEngine(EngineConfig(cost=COSTS)).start()
         mtp = await EmbeddedEngine(EngineConfig(cost=COSTS, speculative=Speculative.mtp)).start()
         try:
-            plan = plan_of([("off", "off", off.base_url), ("mtp", "mtp", mtp.base_url)], PLAN, {})
+            plan = plan_of([("off", "off", off.base_url), ("mtp", "mtp", mtp.base_url)], PLAN, over)
             stop = anyio.Event()
             async with anyio.create_task_group() as tg:
                 if starve:
@@ -137,3 +137,16 @@ def test_a_starved_client_is_refused_for_tpot_and_a_clean_one_credited(starve: b
     else:
         assert not rows["mtp"].client_starved and not rows["off"].client_starved
         assert line.verdict, str(line.verdict)
+
+
+def test_the_server_clock_still_judges_a_starved_run() -> None:
+    """Issue 22 (item 3): the engine's own timings are not bunched by the client, so a
+    plan with ``clock = "server"`` is judged on them and says so."""
+    result = _run(True, clock="server")
+    line = next(ln for ln in Scorecard.from_run(result).lines if ln.route == "mtp")
+    rows = {r.route_label: r for r in result.rows}
+    assert rows["mtp"].client_starved and rows["mtp"].server_tpot_ms is not None
+    assert line.verdict is not None and line.verdict.clock.value == "server"
+    assert RefusalReason.client_starved not in line.verdict.reasons
+    assert line.verdict.printed or line.verdict.inconclusive, str(line.verdict)
+    assert "(server clock)" in line.speedup_text

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
+from deepseekbench._analysis._clock_witness import server_clock_fields
 from deepseekbench._analysis._rowstats import (
     WINDOW_METRICS,
     RowRequests,
@@ -581,6 +582,7 @@ def _client_fields(rows: RowRequests, threshold_ms: float) -> dict[str, Any]:
         "client_saturated": client_saturated(measured, threshold_ms),
         "client_pool_wait_ms": max_pool_wait_ms(measured),
         **client_clock_fields(measured, threshold_ms),  # issue 22
+        **server_clock_fields(measured),  # issue 22: the engine's own clock, beside it
     }
 
 

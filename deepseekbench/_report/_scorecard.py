@@ -35,12 +35,14 @@ from deepseekbench._analysis._speedup import (
     SpeedupVerdict,
     bootstrap_speedup_ci,
     compare_speedup,
+    evidence_field,
     paired_speedup_ci,
 )
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
 from deepseekbench._report._client_diagnosis import client_flag, run_diagnosis
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
+from deepseekbench._types._clock import Clock
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
 if TYPE_CHECKING:
@@ -167,6 +169,7 @@ class ScorecardLine(BaseModel):
     client_core_wait_share: float | None = None
     client_cores: int | None = None
     client_load_1m: float | None = None
+    server_tpot_ms: float | None = None  # issue 22: the engine's own TPOT, beside the client's
 
     @property
     def client_flag(self) -> str:
@@ -296,7 +299,7 @@ _LATENCY_METRICS: tuple[tuple[str, str, int], ...] = (
     ("e2e_ms", "E2E ms", 1),
 )
 """``(Dispersion field, column head, decimals)`` of the latency table."""
-_SERVER_COLUMNS: tuple[str, ...] = ("server TTFT ms", "server queue ms")
+_SERVER_COLUMNS: tuple[str, ...] = ("server TTFT ms", "server queue ms", "server TPOT ms")
 _LATENCY_TITLE = (
     "Latency percentiles (p50 / p90 / p99 per request; ITL over all chunks; "
     "numpy linear interpolation, as vLLM's bench)"
@@ -310,7 +313,11 @@ def _pct_text(p: Percentiles | None, digits: int) -> str:
 
 
 def _with_server(lines: Sequence[ScorecardLine]) -> bool:
-    return any(ln.server_ttft_ms is not None or ln.server_queue_ms is not None for ln in lines)
+    return any(
+        v is not None
+        for ln in lines
+        for v in (ln.server_ttft_ms, ln.server_queue_ms, ln.server_tpot_ms)
+    )
 
 
 def _latency_columns(lines: Sequence[ScorecardLine]) -> tuple[str, ...]:
@@ -333,7 +340,11 @@ def _latency_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
     for ln in lines:
         cells = [_pct_text(getattr(ln.dispersion, f), d) for f, _, d in _LATENCY_METRICS]
         if _with_server(lines):
-            cells[1:1] = [_fmt(ln.server_ttft_ms, 1), _fmt(ln.server_queue_ms, 1)]
+            cells[1:1] = [
+                _fmt(ln.server_ttft_ms, 1),
+                _fmt(ln.server_queue_ms, 1),
+                _fmt(ln.server_tpot_ms, 2),
+            ]
         out.append([ln.cell, ln.load, ln.route, *cells])
     return out
 
@@ -377,7 +388,9 @@ class _Judge:
         rounds: Mapping[str, Mapping[int, float]] | None,
         n_resamples: int,
         seed: int,
+        clock: Clock = Clock.client,
     ) -> None:
+        self.clock = clock
         self.metric = metric
         self.samples = samples or {}
         self.rounds = rounds or {}
@@ -394,6 +407,7 @@ class _Judge:
             rounds=(self.rounds.get(bk, {}), self.rounds.get(ck, {})),
             n_resamples=self.n_resamples,
             seed=self.seed,
+            clock=self.clock,
         )
 
 
@@ -445,6 +459,7 @@ def _line(
         client_core_wait_share=r.client_core_wait_share,
         client_cores=r.client_cores,
         client_load_1m=r.client_load_1m,
+        server_tpot_ms=r.server_tpot_ms,
     )
 
 
@@ -559,6 +574,7 @@ class Scorecard:
         n_resamples: int = 2000,
         seed: int = 0,
         rounds: Mapping[str, Mapping[int, float]] | None = None,
+        clock: Clock | str = Clock.client,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -572,6 +588,9 @@ class Scorecard:
             rounds: ``metric`` per round keyed by :func:`line_key`; where both sides
                 share 2 or more rounds, a printed speedup's figure and interval come
                 from the paired rounds (:func:`paired_speedup_ci`) instead.
+            clock: ``"client"`` or ``"server"`` (issue 22; see
+                :func:`~deepseekbench.compare_speedup`); ``samples``/``rounds`` are then
+                of the clock's own field (:func:`evidence_field`).
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -581,7 +600,7 @@ class Scorecard:
         for r in rows:
             if r.speculative is Speculative.off:
                 offs.setdefault(_pair_key(r), r)
-        judge = _Judge(m, samples, rounds, n_resamples, seed)
+        judge = _Judge(m, samples, rounds, n_resamples, seed, Clock(clock))
         lines: list[ScorecardLine] = []
         for r in rows:
             base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))
@@ -604,9 +623,10 @@ class Scorecard:
         samples: dict[str, list[float]] = {}
         rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
+        clock = result.plan.clock  # issue 22: the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
-            row_samples, rounds[key] = result.speedup_evidence(row, m.value)
+            row_samples, rounds[key] = result.speedup_evidence(row, evidence_field(m, clock))
             if row_samples is not None:
                 samples[key] = list(row_samples)
             rp = result.parity.get((route, row.reasoning_mode))
@@ -619,7 +639,9 @@ class Scorecard:
             details[key] = ParityDetail(
                 first_divergence=first, task_flips=rp.task_flips if rp is not None else ()
             )
-        card = cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
+        card = cls.from_rows(
+            result.rows, samples=samples, details=details, metric=m, rounds=rounds, clock=clock
+        )
         card.client_workers = result.plan.workers
         card.meta = result.meta
         return card
@@ -917,6 +939,7 @@ class Scorecard:
         "client_stall_ms",
         "client_cpu_share",
         "client_core_wait_share",
+        "server_tpot_ms",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -977,6 +1000,7 @@ class Scorecard:
                     "client_stall_ms": ln.client_stall_ms,
                     "client_cpu_share": ln.client_cpu_share,
                     "client_core_wait_share": ln.client_core_wait_share,
+                    "server_tpot_ms": ln.server_tpot_ms,
                 }
             )
         return recs

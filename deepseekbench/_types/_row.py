@@ -357,6 +357,13 @@ class Row(BaseModel):
         description="measured requests whose token chunks the starved client read in bursts "
         "(their ITL/TPOT hold client delay)",
     )
+    server_tpot_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="median of the engine's own per-request mean inter-token latency, ms "
+        "(vLLM metrics.mean_itl_ms, llama.cpp timings.predicted_per_token_ms); excludes "
+        "network and client",
+    )
     client_starved: bool = Field(
         default=False,
         description="more than a quarter of the measured requests were client-starved: the "
@@ -425,6 +432,7 @@ class Row(BaseModel):
             client_cores: int | None = None,
             client_load_1m: float | None = None,
             n_client_starved: int = 0,
+            server_tpot_ms: float | None = None,
             client_starved: bool = False,
         ) -> None: ...
 
