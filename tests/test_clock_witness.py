@@ -107,12 +107,14 @@ def test_rows_carry_the_server_tpot_and_reports_show_both_clocks() -> None:
     assert server_clock_fields(ms) == {"server_tpot_ms": 4.0}
     assert server_clock_fields([StreamMeasurement()]) == {"server_tpot_ms": None}
     card = Scorecard.from_rows(list(_pair(5.0, 5.5)))
-    text = card.to_text()
-    assert "server TPOT ms" in text and "5.50" in text  # beside the client's TPOT column
     rec = list(csv.DictReader(io.StringIO(card.to_csv())))[1]
     assert rec["server_tpot_ms"] == "5.5" and rec["tpot_ms"] == "5.0"
+    assert card.to_dict()["lines"][1]["server_tpot_ms"] == 5.5
+    assert "server TPOT ms" not in card.to_text()  # the clocks agree: the text stays short
     refused = Scorecard.from_rows(list(_pair(0.66, 3.8)))
-    assert "clock_disagreement" in refused.to_text()
+    text = refused.to_text()  # withheld: the text shows both clocks
+    assert "clock_disagreement" in text and "server TPOT ms" in text and "3.80" in text
+    assert "server TPOT ms" in refused.to_markdown() and "server TPOT ms" in refused._repr_html_()
     server = Scorecard.from_rows(list(_pair(0.66, 3.8)), clock="server")
     assert "2.63× by tpot_ms (server clock)" in server.to_text()
 

@@ -814,7 +814,7 @@ class _Accumulator:
             reasoning = _join_surrogates(reasoning) if reasoning is not None else None
         return text, reasoning
 
-    def _server_times(self) -> dict[str, float | None]:
+    def _server_times(self) -> dict[str, Any]:  # float | None each (Any: ** into the model)
         m = self.server_timing
         return {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, load_results
 from deepseekbench._analysis._speedup import (
+    RefusalReason,
     SpeedupMetric,
     SpeedupVerdict,
     bootstrap_speedup_ci,
@@ -299,7 +300,8 @@ _LATENCY_METRICS: tuple[tuple[str, str, int], ...] = (
     ("e2e_ms", "E2E ms", 1),
 )
 """``(Dispersion field, column head, decimals)`` of the latency table."""
-_SERVER_COLUMNS: tuple[str, ...] = ("server TTFT ms", "server queue ms", "server TPOT ms")
+_SERVER_COLUMNS: tuple[str, ...] = ("server TTFT ms", "server queue ms")
+_SERVER_TPOT_COLUMN = "server TPOT ms"  # issue 22: the engine's clock, where it judges
 _LATENCY_TITLE = (
     "Latency percentiles (p50 / p90 / p99 per request; ITL over all chunks; "
     "numpy linear interpolation, as vLLM's bench)"
@@ -313,10 +315,21 @@ def _pct_text(p: Percentiles | None, digits: int) -> str:
 
 
 def _with_server(lines: Sequence[ScorecardLine]) -> bool:
+    return any(ln.server_ttft_ms is not None or ln.server_queue_ms is not None for ln in lines)
+
+
+def _with_server_tpot(lines: Sequence[ScorecardLine]) -> bool:
+    """Issue 22: the engine's TPOT shows beside the client's in the text, markdown and
+    HTML latency table where it matters: a verdict judged on the server clock or
+    withheld for a clock disagreement (CSV, JSON and pandas always carry it)."""
     return any(
-        v is not None
+        ln.server_tpot_ms is not None
+        and ln.verdict is not None
+        and (
+            ln.verdict.clock is Clock.server
+            or RefusalReason.clock_disagreement in ln.verdict.reasons
+        )
         for ln in lines
-        for v in (ln.server_ttft_ms, ln.server_queue_ms, ln.server_tpot_ms)
     )
 
 
@@ -324,6 +337,8 @@ def _latency_columns(lines: Sequence[ScorecardLine]) -> tuple[str, ...]:
     heads = [f"{head} p50/p90/p99" for _, head, _ in _LATENCY_METRICS]
     if _with_server(lines):  # the engine's own TTFT and queueing, beside the client's TTFT
         heads[1:1] = _SERVER_COLUMNS
+    if _with_server_tpot(lines):
+        heads.insert(heads.index("TPOT ms p50/p90/p99"), _SERVER_TPOT_COLUMN)
     return ("cell", "load", "route", *heads)
 
 
@@ -340,11 +355,9 @@ def _latency_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
     for ln in lines:
         cells = [_pct_text(getattr(ln.dispersion, f), d) for f, _, d in _LATENCY_METRICS]
         if _with_server(lines):
-            cells[1:1] = [
-                _fmt(ln.server_ttft_ms, 1),
-                _fmt(ln.server_queue_ms, 1),
-                _fmt(ln.server_tpot_ms, 2),
-            ]
+            cells[1:1] = [_fmt(ln.server_ttft_ms, 1), _fmt(ln.server_queue_ms, 1)]
+        if _with_server_tpot(lines):
+            cells.insert(len(cells) - 3, _fmt(ln.server_tpot_ms, 2))
         out.append([ln.cell, ln.load, ln.route, *cells])
     return out
 
