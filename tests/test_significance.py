@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -51,7 +51,7 @@ def _assert_significance(verdict: SpeedupVerdict) -> None:
         assert lo is None or not (lo <= 1.0 <= hi)  # type: ignore[operator]
 
 
-def check_significance(compare: Comparator, cfg: Any = PROPERTY_SETTINGS) -> None:
+def check_significance(compare: Comparator, cfg: settings = PROPERTY_SETTINGS) -> None:
     @cfg
     @given(
         pair=creditable_pairs(),

@@ -89,8 +89,8 @@ def run_diagnosis(lines: Sequence[ClientHealth], workers: int | None = None) -> 
 def _sentence(kind: str, these: Sequence[ClientHealth], total: int, workers: int | None) -> str:
     rows = f"{len(these)} of {total} rows"
     if kind == "saturated":
-        busy = _most([ln.client_cpu_share for ln in these]) or 0.0
-        return f"client saturated: {busy:.0%} CPU ({rows}); {_workers_advice(workers)}"
+        share = _most([ln.client_cpu_share for ln in these]) or 0.0
+        return f"client saturated: {share:.0%} CPU ({rows}); {_workers_advice(workers)}"
     stall = _most([ln.client_stall_ms for ln in these])
     stalled = f", its loop stalled up to {stall:.0f} ms" if stall is not None else ""
     if kind == "lagged":
