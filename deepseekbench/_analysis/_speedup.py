@@ -3,7 +3,10 @@
 A speedup is printed only when every condition holds (see
 :func:`compare_speedup`); otherwise the verdict carries the reasons and no
 figure. A refused verdict's ``str``, ``repr`` and JSON contain no number at
-all (only names such as ``e2e_ms``), so no speedup can leak through a rendering.
+all (only names such as ``e2e_ms``), so no speedup can leak through a rendering —
+except the 95 % interval of an *inconclusive* verdict (reason
+``no_significant_difference``: the rows qualified, but the interval includes 1),
+which reads "no significant difference (0.94–1.07) by tpot_ms" and credits nothing.
 """
 
 from __future__ import annotations
