@@ -254,6 +254,7 @@ if TYPE_CHECKING:
         Speculative,
         SpeculativeName,
     )
+    from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock  # issue 22
     from deepseekbench._types._parity import (
         BASELINE_NONDETERMINISTIC,
         DeterminismControl,
@@ -385,6 +386,8 @@ _IMPORTS: dict[str, str] = {
     "Scorecard": "deepseekbench._report._scorecard",
     "ScorecardLine": "deepseekbench._report._scorecard",
     "SelfCheck": "deepseekbench._measure._selfcheck",
+    "Clock": "deepseekbench._types._clock",  # issue 22
+    "CLOCK_TOLERANCE": "deepseekbench._types._clock",  # issue 22
     "SelfCheckSummary": "deepseekbench._measure._selfcheck",
     "ServerError": "deepseekbench._errors",
     "SliceStats": "deepseekbench._types._row",
@@ -467,6 +470,7 @@ _IMPORTS: dict[str, str] = {
 
 __all__ = [
     "BASELINE_NONDETERMINISTIC",
+    "CLOCK_TOLERANCE",  # issue 22
     "DEFAULT_LAG_THRESHOLD_MS",
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
@@ -485,6 +489,7 @@ __all__ = [
     "BenchmarkPlan",
     "CellPlan",
     "ChatRequest",
+    "Clock",  # issue 22
     "CompareSpeedup",
     "ContextBucket",
     "ContextBucketName",

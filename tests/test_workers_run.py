@@ -81,11 +81,14 @@ def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) ->
 
 
 def test_a_saturated_client_is_told_to_add_workers() -> None:
-    rows = [make_row(), make_row(speculative="mtp", route_label="mtp", client_saturated=True)]
+    busy = {"client_saturated": True, "client_cpu_share": 0.97}  # issue 22: a busy client
+    rows = [make_row(), make_row(speculative="mtp", route_label="mtp", **busy)]
     card = Scorecard.from_rows(rows)
-    assert "send the load from more client workers (plan key workers" in card.to_text()
+    assert "client saturated: 97% CPU (1 of 2 rows); add workers (plan key workers" in (
+        card.to_text()
+    )
     card.client_workers = 2
-    assert "workers = 4 (now 2)" in card.to_text()
+    assert "workers = 4, now 2" in card.to_text()
     calm = Scorecard.from_rows([make_row(), make_row(speculative="mtp", route_label="mtp")])
     calm.client_workers = 1
-    assert "more client workers" not in calm.to_text()
+    assert "add workers" not in calm.to_text()

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
+from deepseekbench._analysis._clock_witness import server_clock_fields
 from deepseekbench._analysis._rowstats import (
     WINDOW_METRICS,
     RowRequests,
@@ -36,6 +37,7 @@ from deepseekbench._analysis._spec_fields import cell_spec_fields
 from deepseekbench._analysis._stats import percentiles
 from deepseekbench._analysis._traffic import Indexed, traffic_control, traffic_parity
 from deepseekbench._errors import PlanError
+from deepseekbench._measure._client_clock import client_clock_fields
 from deepseekbench._measure._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
@@ -579,6 +581,8 @@ def _client_fields(rows: RowRequests, threshold_ms: float) -> dict[str, Any]:
     return {
         "client_saturated": client_saturated(measured, threshold_ms),
         "client_pool_wait_ms": max_pool_wait_ms(measured),
+        **client_clock_fields(measured, threshold_ms),  # issue 22
+        **server_clock_fields(measured),  # issue 22: the engine's own clock, beside it
     }
 
 

@@ -3,7 +3,10 @@
 A speedup is printed only when every condition holds (see
 :func:`compare_speedup`); otherwise the verdict carries the reasons and no
 figure. A refused verdict's ``str``, ``repr`` and JSON contain no number at
-all (only names such as ``e2e_ms``), so no speedup can leak through a rendering.
+all (only names such as ``e2e_ms``), so no speedup can leak through a rendering —
+except the 95 % interval of an *inconclusive* verdict (reason
+``no_significant_difference``: the rows qualified, but the interval includes 1),
+which reads "no significant difference (0.94–1.07) by tpot_ms" and credits nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deepseekbench._analysis._clock_witness import (
+    SERVER_SAMPLES,
+    clock_disagrees,
+    server_value,
+)
 from deepseekbench._types._axes import (
     KEY_AXES,
     LOAD_AXES,
@@ -22,6 +30,7 @@ from deepseekbench._types._axes import (
     Speculative,
     _ClosedEnum,
 )
+from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock
 from deepseekbench._types._row import Row
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
@@ -88,13 +97,34 @@ class RefusalReason(_ClosedEnum):
     candidate_metric_not_positive = "candidate_metric_not_positive"
     speedup_not_finite = "speedup_not_finite"
     tokens_estimated = "tokens_estimated"
+    # issue 22: no credit without significance
+    client_starved = "client_starved"
+    """A row's client was starved for a core (``Row.client_starved``): its TPOT holds
+    client delay, so no TPOT speedup; parity and acceptance still stand."""
+    clock_disagreement = "clock_disagreement"
+    """The client-clock speedup differs from the engine's own (server-clock) speedup of
+    the same rows by more than the tolerance: the client's figure is withheld."""
+    server_clock_missing = "server_clock_missing"
+    """``clock="server"`` was asked, but a row has no engine-reported figure for the
+    metric (only ``tpot_ms`` and ``ttft_ms`` have one)."""
+    no_significant_difference = "no_significant_difference"
+    """The speedup's 95 % interval includes 1: the run cannot tell the routes apart.
+    The verdict keeps the interval (its only numbers) and no figure."""
 
 
 class SpeedupVerdict(BaseModel):
     """The outcome of :func:`compare_speedup`.
 
     Invariant (checked on construction): ``printed`` ⇔ ``speedup is not None`` ⇔
-    ``reasons == ()``; a confidence interval exists only on a printed verdict.
+    ``reasons == ()``; a confidence interval exists only on a printed verdict whose
+    interval excludes 1, or on an *inconclusive* verdict (its one reason
+    :attr:`RefusalReason.no_significant_difference`, its interval including 1).
+
+    **No credit without significance** (issue 22): a speedup (or slowdown) whose
+    95 % interval includes 1 is not credited; it reads "no significant difference
+    (0.94–1.07)" and carries the interval but no figure. :meth:`with_interval` and
+    :meth:`with_paired_rounds` make that verdict, so :func:`compare_speedup` and the
+    scorecard (which calls it) agree.
 
     Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed``, so
     ``if compare_speedup(a, b):`` takes the branch only for an earned speedup
@@ -132,21 +162,39 @@ class SpeedupVerdict(BaseModel):
         description="paired rounds the figure and interval come from (None: row medians, "
         "per-request bootstrap interval)",
     )
+    clock: Clock = Field(
+        default=Clock.client,
+        description="issue 22: the clock judged on: client (arrival times) or server (the "
+        "engine's own per-request timings; excludes network and client)",
+    )
 
     @model_validator(mode="after")
     def _check_invariant(self) -> SpeedupVerdict:
         if self.printed != (self.speedup is not None) or self.printed == bool(self.reasons):
             raise ValueError("printed must hold exactly when a speedup exists and no reason does")
-        if not self.printed and (self.ci_low is not None or self.ci_high is not None):
+        has_ci = self.ci_low is not None or self.ci_high is not None
+        if self.inconclusive:
+            if not self.within_noise:
+                raise ValueError("an inconclusive verdict carries an interval that includes 1")
+        elif not self.printed and has_ci:
             raise ValueError("a refused verdict carries no interval")
+        elif self.printed and self.within_noise:
+            raise ValueError("a credited verdict's interval excludes 1")
         return self
 
     @property
-    def within_noise(self) -> bool:
-        """True when a credited speedup's 95 % interval includes 1 (no clear gain).
+    def inconclusive(self) -> bool:
+        """True when the only reason is :attr:`RefusalReason.no_significant_difference`:
+        the rows qualified for a figure, but its 95 % interval includes 1."""
+        return self.reasons == (RefusalReason.no_significant_difference,)
 
-        The speedup is still credited (parity holds); the mark says the measured
-        difference is not distinguishable from no change at this sample size.
+    @property
+    def within_noise(self) -> bool:
+        """True when the verdict's 95 % interval includes 1 (no clear difference).
+
+        Since issue 22 only an :attr:`inconclusive` verdict can be within noise: such
+        a difference is not distinguishable from no change at this sample size and
+        is not credited.
         """
         return (
             self.ci_low is not None
@@ -171,25 +219,52 @@ class SpeedupVerdict(BaseModel):
         returned unchanged."""
         if not self.printed:
             return self
+        if low <= 1.0 <= high:
+            return self._no_significant_difference(low, high, rounds)
         return self.model_copy(
             update={"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
         )
 
     def with_interval(self, low: float, high: float) -> SpeedupVerdict:
-        """A copy carrying a 95 % interval; a refused verdict is returned unchanged."""
+        """A copy carrying a 95 % interval; a refused verdict is returned unchanged.
+
+        An interval that includes 1 turns a printed verdict into an
+        :attr:`inconclusive` one (no figure, reason ``no_significant_difference``)."""
         if not self.printed:
             return self
+        if low <= 1.0 <= high:
+            return self._no_significant_difference(low, high, None)
         return self.model_copy(update={"ci_low": low, "ci_high": high})
+
+    @property
+    def _on_clock(self) -> str:
+        return " (server clock)" if self.clock is Clock.server else ""
+
+    def _no_significant_difference(
+        self, low: float, high: float, rounds: int | None
+    ) -> SpeedupVerdict:
+        return SpeedupVerdict(
+            metric=self.metric,
+            clock=self.clock,
+            printed=False,
+            reasons=(RefusalReason.no_significant_difference,),
+            ci_low=low,
+            ci_high=high,
+            rounds=rounds,
+        )
 
     def __str__(self) -> str:
         if self.printed and self.speedup is not None:
             ci = ""
             if self.ci_low is not None and self.ci_high is not None:
                 ci = f" (95% CI {self.ci_low:.2f}–{self.ci_high:.2f})"
-                if self.within_noise:
-                    ci += " within noise"
             slower = " — slower" if self.slower else ""
-            return f"{self.speedup:.2f}× by {self.metric.value}{slower}{ci}"
+            return f"{self.speedup:.2f}× by {self.metric.value}{self._on_clock}{slower}{ci}"
+        if self.inconclusive and self.ci_low is not None and self.ci_high is not None:
+            return (
+                f"no significant difference ({self.ci_low:.2f}–{self.ci_high:.2f}) "
+                f"by {self.metric.value}{self._on_clock}"
+            )
         text = "refused: " + ", ".join(r.value for r in self.reasons)
         if self.mismatched_axes:
             text += " [" + ", ".join(self.mismatched_axes) + "]"
@@ -343,6 +418,8 @@ def compare_speedup(
     rounds: tuple[Mapping[int, float], Mapping[int, float]] | None = None,
     n_resamples: int = 2000,
     seed: int = 0,
+    clock: Clock | str = Clock.client,
+    clock_tolerance: float = CLOCK_TOLERANCE,
 ) -> SpeedupVerdict:
     """Credit ``candidate`` with a speedup over ``baseline`` only when it is earned.
 
@@ -357,7 +434,9 @@ def compare_speedup(
     are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
     ``n_requests >= min_requests``; neither row's token counts were estimated
     (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
-    on a count the engine did not give); the metric is present and positive on both.
+    on a count the engine did not give); the metric is present and positive on both;
+    for ``tpot_ms``, neither row is ``client_starved`` (``client_starved``: its client
+    read token chunks in bursts while waiting for a core, so its TPOT is client delay).
 
     **Interval.** Given the run the rows came from (``result``, e.g. from
     :func:`~deepseekbench.load_results`), or its per-round values (``rounds``) or
@@ -369,7 +448,10 @@ def compare_speedup(
     percentile bootstrap of the ratio of medians over the per-request samples
     (:func:`bootstrap_speedup_ci`, ``n_resamples`` resamples, generator seeded
     with ``seed``). Without any of them the figure is the ratio of the rows'
-    medians and there is no interval.
+    medians and there is no interval. An interval that includes 1 credits nothing:
+    the verdict is refused with ``no_significant_difference`` and keeps the interval
+    (reads "no significant difference (0.94–1.07) by tpot_ms"), for a gain and a
+    loss alike (issue 22).
 
     Args:
         baseline: the ``speculative=off`` row.
@@ -384,6 +466,14 @@ def compare_speedup(
         rounds: ``(baseline, candidate)`` value of ``metric`` per round number,
             instead of ``result``.
         n_resamples, seed: of the bootstrap.
+        clock: ``"client"`` (default: the client's arrival times) or ``"server"``
+            (issue 22: the engine's own per-request figures, ``Row.server_tpot_ms`` /
+            ``server_ttft_ms``; they exclude network and client; refused with
+            ``server_clock_missing`` where a row has none). The verdict says which.
+        clock_tolerance: on the client clock, when both rows carry the engine's own
+            figure too, a client speedup further than this ratio (default
+            :data:`~deepseekbench._types._clock.CLOCK_TOLERANCE`, 25 %) from the
+            server-clock speedup is withheld (``clock_disagreement``).
 
     Returns:
         A :class:`SpeedupVerdict`; ``speedup`` is dimensionless ("times faster");
@@ -395,16 +485,30 @@ def compare_speedup(
             ``rounds``, or a row that is not one of ``result``'s rows.
     """
     metric = SpeedupMetric(metric)
+    clock = Clock(clock)
     if min_requests < 1:
         raise ValueError("min_requests must be >= 1")
+    if not clock_tolerance > 0:
+        raise ValueError("clock_tolerance must be > 0")
     if result is not None:
         if samples is not None or rounds is not None:
             raise ValueError("pass result, or samples/rounds, not both")
-        bs, br = result.speedup_evidence(baseline, metric.value)
-        cs, cr = result.speedup_evidence(candidate, metric.value)
+        name = evidence_field(metric, clock)
+        bs, br = result.speedup_evidence(baseline, name)
+        cs, cr = result.speedup_evidence(candidate, name)
         samples, rounds = (bs, cs), (br, cr)
-    verdict = _judge(baseline, candidate, metric, min_requests)
+    verdict = _judge(baseline, candidate, metric, min_requests, clock, clock_tolerance)
     return _with_interval(verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed)
+
+
+def evidence_field(metric: SpeedupMetric | str, clock: Clock | str) -> str:
+    """The per-request field a verdict's interval is made from: ``metric`` itself on
+    the client clock, the engine's own figure on the server clock (e.g.
+    ``server_mean_itl_ms`` for ``tpot_ms``; ``metric`` when it has none)."""
+    m = SpeedupMetric(metric)
+    if Clock(clock) is Clock.server:
+        return SERVER_SAMPLES.get(m.value, m.value)
+    return m.value
 
 
 def load_unknown(row: Row) -> bool:
@@ -423,7 +527,12 @@ def load_unknown(row: Row) -> bool:
 
 
 def _judge(
-    baseline: Row, candidate: Row, metric: SpeedupMetric, min_requests: int
+    baseline: Row,
+    candidate: Row,
+    metric: SpeedupMetric,
+    min_requests: int,
+    clock: Clock = Clock.client,
+    tolerance: float = CLOCK_TOLERANCE,
 ) -> SpeedupVerdict:
     """The verdict from the rows alone (figure: ratio of the rows' values)."""
     reasons: list[RefusalReason] = []
@@ -456,28 +565,53 @@ def _judge(
         reasons.append(R.candidate_incomplete)
     if baseline.tokens_estimated or candidate.tokens_estimated:
         reasons.append(R.tokens_estimated)
+    if (
+        clock is Clock.client
+        and metric is SpeedupMetric.tpot_ms
+        and (baseline.client_starved or candidate.client_starved)
+    ):
+        reasons.append(R.client_starved)  # issue 22: bunched chunks make TPOT meaningless
     if baseline.n_requests < min_requests:
         reasons.append(R.baseline_too_few_requests)
     if candidate.n_requests < min_requests:
         reasons.append(R.candidate_too_few_requests)
-    b = _metric_value(baseline, metric)
-    c = _metric_value(candidate, metric)
+    if clock is Clock.server:  # issue 22: the engine's own figures
+        b, c = server_value(baseline, metric.value), server_value(candidate, metric.value)
+        if b is None or c is None:
+            reasons.append(R.server_clock_missing)
+    else:
+        b = _metric_value(baseline, metric)
+        c = _metric_value(candidate, metric)
     for value, missing, not_positive in (
         (b, R.baseline_metric_missing, R.baseline_metric_not_positive),
         (c, R.candidate_metric_missing, R.candidate_metric_not_positive),
     ):
         if value is None:
-            reasons.append(missing)
+            if clock is Clock.client:  # the server clock names it server_clock_missing
+                reasons.append(missing)
         elif not value > 0:
             reasons.append(not_positive)
-    if reasons or b is None or c is None:
+    speedup = speedup_of(b, c, metric) if b and c and b > 0 and c > 0 else None
+    if (
+        clock is Clock.client
+        and speedup is not None
+        and math.isfinite(speedup)
+        and clock_disagrees(baseline, candidate, metric.value, speedup, tolerance)
+    ):
+        reasons.append(R.clock_disagreement)  # issue 22: the engine's clock contradicts it
+    if reasons or speedup is None:
         return SpeedupVerdict(
-            metric=metric, printed=False, reasons=tuple(reasons), mismatched_axes=mismatched
+            metric=metric,
+            clock=clock,
+            printed=False,
+            reasons=tuple(dict.fromkeys(reasons)),
+            mismatched_axes=mismatched,
         )
-    speedup = speedup_of(b, c, metric)
     if not (math.isfinite(speedup) and speedup > 0):
-        return SpeedupVerdict(metric=metric, printed=False, reasons=(R.speedup_not_finite,))
-    return SpeedupVerdict(metric=metric, printed=True, speedup=speedup)
+        return SpeedupVerdict(
+            metric=metric, clock=clock, printed=False, reasons=(R.speedup_not_finite,)
+        )
+    return SpeedupVerdict(metric=metric, clock=clock, printed=True, speedup=speedup)
 
 
 CompareSpeedup = compare_speedup

@@ -69,6 +69,21 @@ class LlamacppDialect(EngineDialect):
         """``ignore_eos: true`` (no ``min_tokens`` on llama-server)."""
         return {"ignore_eos": True}
 
+    def server_times(self, chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """llama-server's ``timings`` (issue 22): ``prompt_ms`` as the engine's TTFT
+        (prompt processing; llama-server reports no queueing), ``predicted_ms`` as its
+        generation time, ``predicted_per_token_ms`` as its mean ITL (ms) and
+        ``predicted_per_second`` (tokens/s); tools/server/server.cpp ``timings``."""
+        t = chunk.get("timings")
+        if not isinstance(t, Mapping) or t.get("predicted_per_token_ms") is None:
+            return None
+        return {
+            "server_ttft_ms": t.get("prompt_ms"),
+            "server_generation_ms": t.get("predicted_ms"),
+            "server_mean_itl_ms": t.get("predicted_per_token_ms"),
+            "server_toks_per_s": t.get("predicted_per_second"),
+        }
+
     def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
         """:func:`acceptance_from_llamacpp`."""
         return acceptance_from_llamacpp(chunk)

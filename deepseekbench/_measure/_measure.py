@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from deepseekbench._dialects import SERVER_TIME_FIELDS, dialect_for
 from deepseekbench._errors import LiveGateError
 from deepseekbench._measure._figures import counted_output_tokens, output_toks_per_s, tpot_ms
-from deepseekbench._measure._selfcheck import current_selfcheck
+from deepseekbench._measure._selfcheck import current_selfcheck, host_load, sched_sample
 from deepseekbench._measure._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -357,6 +357,41 @@ class StreamMeasurement(BaseModel):
         default=None,
         description="Largest lag of the client's own event loop during this request (ms), "
         "from a running SelfCheck; None without one.",
+    )
+    # issue 22: client clock health (stall, CPU share, wait for a core)
+    client_stall_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="Longest stretch during this request in which the client's event loop "
+        "did not run at all (ms; a healthy loop: about the SelfCheck period), from a "
+        "running SelfCheck; None without one.",
+    )
+    client_cpu_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="CPU time of the client's event-loop thread per wall second during this "
+        "request (0..1); None without a running SelfCheck.",
+    )
+    client_core_wait_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Share of this request's wall time the client's event-loop thread was "
+        "runnable but waiting for a CPU core (0..1; Linux /proc/thread-self/schedstat); "
+        "None where the OS does not report it or without a running SelfCheck.",
+    )
+    client_cores: int | None = Field(
+        default=None,
+        ge=1,
+        description="CPU cores the client process may run on at this request's end "
+        "(affinity mask); None without a running SelfCheck.",
+    )
+    client_load_1m: float | None = Field(
+        default=None,
+        ge=0,
+        description="The client host's 1-minute load average at this request's end "
+        "(runnable tasks); None without a running SelfCheck or where the OS has none.",
     )
 
 
@@ -779,7 +814,7 @@ class _Accumulator:
             reasoning = _join_surrogates(reasoning) if reasoning is not None else None
         return text, reasoning
 
-    def _server_times(self) -> dict[str, float | None]:
+    def _server_times(self) -> dict[str, Any]:  # float | None each (Any: ** into the model)
         m = self.server_timing
         return {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
 
@@ -1004,15 +1039,24 @@ async def measure_streamed(
         _check_gated(client, gate, url)
     body = orjson.dumps(route.build_body(req))
     check = current_selfcheck()
-    begin_ns = time.perf_counter_ns()
+    begin = sched_sample() if check is not None else None
+    begin_ns = begin.wall_ns if begin is not None else time.perf_counter_ns()
     if client is None:
         async with gate.client() as own:
             result = await _measure(own, url, headers, body, route, timeouts, limits)
     else:
         result = await _measure(client, url, headers, body, route, timeouts, limits)
-    if check is not None:
-        lag = check.max_lag_ms(begin_ns, time.perf_counter_ns())
-        result = result.model_copy(update={"client_lag_ms": lag})
+    if check is not None and begin is not None:
+        end = sched_sample()
+        cpu, wait = begin.shares_until(end)
+        update = {
+            "client_lag_ms": check.max_lag_ms(begin_ns, end.wall_ns),
+            "client_stall_ms": check.max_stall_ms(begin_ns, end.wall_ns),
+            "client_cpu_share": cpu,
+            "client_core_wait_share": wait,
+        }
+        update["client_cores"], update["client_load_1m"] = host_load()
+        result = result.model_copy(update=update)
     # A server may echo the key (request headers in an error body, or in its text or
     # usage): no key may survive into the measurement, whether it came from the route
     # or was injected by the gate.

@@ -18,15 +18,25 @@ Usage::
 from __future__ import annotations
 
 import contextvars
+import os
 import time
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 from anyio.abc import TaskGroup
 
-__all__ = ["DEFAULT_LAG_THRESHOLD_MS", "SelfCheck", "SelfCheckSummary", "current_selfcheck"]
+__all__ = [
+    "DEFAULT_LAG_THRESHOLD_MS",
+    "SchedSample",
+    "SelfCheck",
+    "SelfCheckSummary",
+    "current_selfcheck",
+    "host_load",
+    "sched_sample",
+]
 
 DEFAULT_LAG_THRESHOLD_MS = 10.0
 """Event-loop lag above which a row is flagged ``client_saturated`` (ms)."""
@@ -34,6 +44,66 @@ DEFAULT_LAG_THRESHOLD_MS = 10.0
 _CURRENT: contextvars.ContextVar[SelfCheck | None] = contextvars.ContextVar(
     "deepseekbench_selfcheck", default=None
 )
+
+
+# --- issue 22: the client's CPU share and its wait for a core --------------------
+_SCHEDSTAT = Path("/proc/thread-self/schedstat")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedSample:
+    """The calling thread's clocks at one moment (all ns).
+
+    ``wall_ns``: ``time.perf_counter_ns()``; ``cpu_ns``: the thread's CPU time
+    (``time.thread_time_ns()``); ``wait_ns``: its cumulative time runnable but
+    waiting for a core (second field of Linux ``/proc/thread-self/schedstat``,
+    see the kernel's Documentation/scheduler/sched-stats.rst), ``None`` where the
+    OS does not give it.
+    """
+
+    wall_ns: int
+    cpu_ns: int
+    wait_ns: int | None
+
+    def shares_until(self, later: SchedSample) -> tuple[float | None, float | None]:
+        """``(cpu_share, core_wait_share)`` between this sample and ``later``: the
+        thread's CPU time and its run-queue wait per wall second (dimensionless,
+        0..1 for one thread); ``None`` for an empty window or an unknown wait."""
+        wall = later.wall_ns - self.wall_ns
+        if wall <= 0:
+            return None, None
+        cpu = min(1.0, max(0.0, (later.cpu_ns - self.cpu_ns) / wall))
+        if self.wait_ns is None or later.wait_ns is None:
+            return cpu, None
+        return cpu, min(1.0, max(0.0, (later.wait_ns - self.wait_ns) / wall))
+
+
+def _run_queue_wait_ns() -> int | None:
+    try:
+        return int(_SCHEDSTAT.read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def sched_sample() -> SchedSample:
+    """The calling thread's wall, CPU and run-queue-wait clocks now (see
+    :class:`SchedSample`); never raises (the wait is ``None`` when unreadable)."""
+    return SchedSample(time.perf_counter_ns(), time.thread_time_ns(), _run_queue_wait_ns())
+
+
+def host_load() -> tuple[int | None, float | None]:
+    """``(cores, load_1m)``: the CPU cores this process may run on (its affinity mask,
+    else ``os.cpu_count()``) and the host's 1-minute load average (runnable tasks;
+    ``os.getloadavg``), ``None`` where the OS gives neither; never raises."""
+    try:
+        cores: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count()
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = None
+    return cores, load
 
 
 def current_selfcheck() -> SelfCheck | None:
@@ -132,14 +202,37 @@ class SelfCheck:
         lags = list(self._lag[lo:hi])
         if hi < len(self._t) and self._t[hi] - self._lag[hi] <= end_ns:
             lags.append(self._lag[hi])  # its wake-up was due inside the window
-        if lags:
-            return max(lags) / 1e6
-        # No tick was due inside a window shorter than the period: the loop can only
-        # be late by how far ``end_ns`` passed the next tick's due time (usually 0).
         last = self._t[hi - 1] if hi > 0 else self._started_ns
         if last is None:
             return None
-        return max(0, end_ns - (last + int(self.interval_s * 1e9))) / 1e6
+        if hi == len(self._t):
+            # issue 22: a stall that ends with the request (the loop blocked until the
+            # end was stamped) has not let the next tick wake yet: account the overdue
+            # tick now, by how far ``end_ns`` passed its due time (0 when on time).
+            lags.append(max(0, end_ns - (last + int(self.interval_s * 1e9))))
+        return max(lags) / 1e6 if lags else 0.0
+
+    def max_stall_ms(self, start_ns: int, end_ns: int) -> float | None:
+        """Longest stretch inside ``[start_ns, end_ns]`` (perf_counter ns) in which the
+        event loop did not run the ticker (ms): the gap between two wake-ups clipped to
+        the window, the last one open until ``end_ns`` when the next tick has not woken
+        yet. A loop blocked for N ms inside the window gives at least N ms; a healthy
+        loop about ``interval_s``. ``None`` when the check was never started.
+        (issue 22: stall-proof self-check.)
+        """
+        if self._started_ns is None:
+            return None
+        lo = bisect_right(self._t, start_ns)
+        hi = bisect_left(self._t, end_ns)
+        prev = self._t[lo - 1] if lo > 0 else self._started_ns
+        longest = 0
+        for i in range(lo, min(hi + 1, len(self._t))):
+            wake = self._t[i]
+            longest = max(longest, min(wake, end_ns) - max(prev, start_ns))
+            prev = wake
+        if hi >= len(self._t):  # the tick after the window's last one has not woken yet
+            longest = max(longest, end_ns - max(prev, start_ns))
+        return max(0, longest) / 1e6
 
     def summary(self, start_ns: int | None = None, end_ns: int | None = None) -> SelfCheckSummary:
         """Ticks, lag (max, p99; ms) and CPU share between two perf_counter ns times

@@ -73,6 +73,7 @@ from deepseekbench._types._axes import (
     ReasoningMode,
     Speculative,
 )
+from deepseekbench._types._clock import Clock
 from deepseekbench._userfile import SMALL_FILE_MAX_BYTES, read_user_text
 
 __all__ = [
@@ -103,6 +104,7 @@ _NOT_HASHED = {
     "executor",
     "ray_address",
     "probe_routes",
+    "clock",  # issue 22: judging, not measuring
 }
 
 
@@ -719,6 +721,9 @@ class BenchmarkPlan(BaseModel):
             ``config.json`` (or checkpoint folder), relative to the plan file. When
             set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
             an ``mtp`` route on a model whose depth is 0; the run records it.
+        clock: ``"client"`` (default) or ``"server"``: the clock speedups are judged on
+            (issue 22; the server clock is the engine's own per-request timings, which
+            exclude network and client; docs/measurement.md). Not part of the plan hash.
         probe_routes: ask every route once (``GET {base_url}/models``) before
             measuring and stop with :class:`~deepseekbench.RouteUnreachableError`
             when one is dead or does not serve its model (default ``True``;
@@ -768,6 +773,12 @@ class BenchmarkPlan(BaseModel):
     )
     base_dir: str | None = Field(
         default=None, description="directory relative paths resolve against (set by load)"
+    )
+    # issue 22: the clock speed is judged on
+    clock: Clock = Field(
+        default=Clock.client,
+        description="clock speedups are judged on: client (arrival times, the default) or "
+        "server (the engine's own per-request timings; excludes network and client)",
     )
 
     @field_validator("routes", "cells")

@@ -31,15 +31,19 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, load_results
 from deepseekbench._analysis._speedup import (
+    RefusalReason,
     SpeedupMetric,
     SpeedupVerdict,
     bootstrap_speedup_ci,
     compare_speedup,
+    evidence_field,
     paired_speedup_ci,
 )
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
+from deepseekbench._report._client_diagnosis import client_flag, run_diagnosis
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
+from deepseekbench._types._clock import Clock
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
 if TYPE_CHECKING:
@@ -158,6 +162,21 @@ class ScorecardLine(BaseModel):
     dispersion: Dispersion = Dispersion()
     server_ttft_ms: float | None = None
     server_queue_ms: float | None = None
+    # issue 22: client clock health (the run's one-line diagnosis reads these)
+    client_starved: bool = False
+    n_client_starved: int = 0
+    client_stall_ms: float | None = None
+    client_cpu_share: float | None = None
+    client_core_wait_share: float | None = None
+    client_cores: int | None = None
+    client_load_1m: float | None = None
+    server_tpot_ms: float | None = None  # issue 22: the engine's own TPOT, beside the client's
+
+    @property
+    def client_flag(self) -> str:
+        """``saturated``, ``starved``, ``lagged`` or ``""``: why this line's client
+        clock is suspect (:func:`~deepseekbench._report._client_diagnosis.client_flag`)."""
+        return client_flag(self)
 
     @property
     def credited(self) -> bool:
@@ -282,6 +301,7 @@ _LATENCY_METRICS: tuple[tuple[str, str, int], ...] = (
 )
 """``(Dispersion field, column head, decimals)`` of the latency table."""
 _SERVER_COLUMNS: tuple[str, ...] = ("server TTFT ms", "server queue ms")
+_SERVER_TPOT_COLUMN = "server TPOT ms"  # issue 22: the engine's clock, where it judges
 _LATENCY_TITLE = (
     "Latency percentiles (p50 / p90 / p99 per request; ITL over all chunks; "
     "numpy linear interpolation, as vLLM's bench)"
@@ -298,10 +318,27 @@ def _with_server(lines: Sequence[ScorecardLine]) -> bool:
     return any(ln.server_ttft_ms is not None or ln.server_queue_ms is not None for ln in lines)
 
 
+def _with_server_tpot(lines: Sequence[ScorecardLine]) -> bool:
+    """Issue 22: the engine's TPOT shows beside the client's in the text, markdown and
+    HTML latency table where it matters: a verdict judged on the server clock or
+    withheld for a clock disagreement (CSV, JSON and pandas always carry it)."""
+    return any(
+        ln.server_tpot_ms is not None
+        and ln.verdict is not None
+        and (
+            ln.verdict.clock is Clock.server
+            or RefusalReason.clock_disagreement in ln.verdict.reasons
+        )
+        for ln in lines
+    )
+
+
 def _latency_columns(lines: Sequence[ScorecardLine]) -> tuple[str, ...]:
     heads = [f"{head} p50/p90/p99" for _, head, _ in _LATENCY_METRICS]
     if _with_server(lines):  # the engine's own TTFT and queueing, beside the client's TTFT
         heads[1:1] = _SERVER_COLUMNS
+    if _with_server_tpot(lines):
+        heads.insert(heads.index("TPOT ms p50/p90/p99"), _SERVER_TPOT_COLUMN)
     return ("cell", "load", "route", *heads)
 
 
@@ -319,6 +356,8 @@ def _latency_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
         cells = [_pct_text(getattr(ln.dispersion, f), d) for f, _, d in _LATENCY_METRICS]
         if _with_server(lines):
             cells[1:1] = [_fmt(ln.server_ttft_ms, 1), _fmt(ln.server_queue_ms, 1)]
+        if _with_server_tpot(lines):
+            cells.insert(len(cells) - 3, _fmt(ln.server_tpot_ms, 2))
         out.append([ln.cell, ln.load, ln.route, *cells])
     return out
 
@@ -349,6 +388,7 @@ _COLUMNS: tuple[str, ...] = (
     "speedup",
 )
 _GOODPUT_COLUMN = "goodput/s"
+_CLIENT_COLUMN = "client"  # issue 22: the client-clock flag, shown when a line has one
 
 
 class _Judge:
@@ -361,7 +401,9 @@ class _Judge:
         rounds: Mapping[str, Mapping[int, float]] | None,
         n_resamples: int,
         seed: int,
+        clock: Clock = Clock.client,
     ) -> None:
+        self.clock = clock
         self.metric = metric
         self.samples = samples or {}
         self.rounds = rounds or {}
@@ -378,6 +420,7 @@ class _Judge:
             rounds=(self.rounds.get(bk, {}), self.rounds.get(ck, {})),
             n_resamples=self.n_resamples,
             seed=self.seed,
+            clock=self.clock,
         )
 
 
@@ -422,6 +465,14 @@ def _line(
         dispersion=r.dispersion,
         server_ttft_ms=r.server_ttft_ms,
         server_queue_ms=r.server_queue_ms,
+        client_starved=r.client_starved,
+        n_client_starved=r.n_client_starved,
+        client_stall_ms=r.client_stall_ms,
+        client_cpu_share=r.client_cpu_share,
+        client_core_wait_share=r.client_core_wait_share,
+        client_cores=r.client_cores,
+        client_load_1m=r.client_load_1m,
+        server_tpot_ms=r.server_tpot_ms,
     )
 
 
@@ -464,20 +515,9 @@ def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
     return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
 
 
-def _more_workers(workers: int | None) -> str:
-    """What to do about a saturated client: send the load from more workers."""
-    if workers is None:
-        return "send the load from more client workers (plan key workers, docs/workers.md)"
-    return (
-        f"send the load from more client workers: workers = {2 * workers} (now {workers}), "
-        'or executor = "ray" across hosts (docs/workers.md)'
-    )
-
-
-def _detail_notes(lines: Sequence[ScorecardLine], workers: int | None = None) -> list[str]:
-    """Per-position acceptance, ignored SSE lines and a saturated client (with the
-    advice to add client workers; ``workers``: the run's, when known), one note per
-    line that has them."""
+def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Per-position acceptance and ignored SSE lines, one note per line that has them
+    (the client's health is one line per run: :func:`run_diagnosis`)."""
     notes: list[str] = []
     for ln in lines:
         where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
@@ -492,12 +532,6 @@ def _detail_notes(lines: Sequence[ScorecardLine], workers: int | None = None) ->
             notes.append(
                 f"{where}: {ln.sse_ignored_lines} SSE line(s) ignored "
                 "(unknown or padded field names): streamed text may be incomplete"
-            )
-        if ln.client_saturated:
-            notes.append(
-                f"{where}: CLIENT SATURATED — the measuring client's event loop lagged past "
-                "client_lag_threshold_ms; its times may hold client delay; "
-                + _more_workers(workers)
             )
     return notes
 
@@ -553,6 +587,7 @@ class Scorecard:
         n_resamples: int = 2000,
         seed: int = 0,
         rounds: Mapping[str, Mapping[int, float]] | None = None,
+        clock: Clock | str = Clock.client,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -566,6 +601,9 @@ class Scorecard:
             rounds: ``metric`` per round keyed by :func:`line_key`; where both sides
                 share 2 or more rounds, a printed speedup's figure and interval come
                 from the paired rounds (:func:`paired_speedup_ci`) instead.
+            clock: ``"client"`` or ``"server"`` (issue 22; see
+                :func:`~deepseekbench.compare_speedup`); ``samples``/``rounds`` are then
+                of the clock's own field (:func:`evidence_field`).
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -575,7 +613,7 @@ class Scorecard:
         for r in rows:
             if r.speculative is Speculative.off:
                 offs.setdefault(_pair_key(r), r)
-        judge = _Judge(m, samples, rounds, n_resamples, seed)
+        judge = _Judge(m, samples, rounds, n_resamples, seed, Clock(clock))
         lines: list[ScorecardLine] = []
         for r in rows:
             base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))
@@ -598,9 +636,10 @@ class Scorecard:
         samples: dict[str, list[float]] = {}
         rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
+        clock = result.plan.clock  # issue 22: the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
-            row_samples, rounds[key] = result.speedup_evidence(row, m.value)
+            row_samples, rounds[key] = result.speedup_evidence(row, evidence_field(m, clock))
             if row_samples is not None:
                 samples[key] = list(row_samples)
             rp = result.parity.get((route, row.reasoning_mode))
@@ -613,7 +652,9 @@ class Scorecard:
             details[key] = ParityDetail(
                 first_divergence=first, task_flips=rp.task_flips if rp is not None else ()
             )
-        card = cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
+        card = cls.from_rows(
+            result.rows, samples=samples, details=details, metric=m, rounds=rounds, clock=clock
+        )
         card.client_workers = result.plan.workers
         card.meta = result.meta
         return card
@@ -668,7 +709,14 @@ class Scorecard:
         if self._with_goodput:
             slo = f" ({ln.slo_attainment:.0%})" if ln.slo_attainment is not None else ""
             cells.insert(-2, _fmt(ln.goodput_req_per_s, 2) + slo)
+        if self._with_client_flag:
+            cells.insert(-1, ln.client_flag or "—")
         return cells
+
+    @property
+    def _with_client_flag(self) -> bool:
+        """Issue 22: the ``client`` column shows only when some line is flagged."""
+        return any(ln.client_flag for ln in self.lines)
 
     @property
     def _with_goodput(self) -> bool:
@@ -676,9 +724,12 @@ class Scorecard:
 
     @property
     def _columns(self) -> tuple[str, ...]:
-        if not self._with_goodput:
-            return _COLUMNS
-        return (*_COLUMNS[:-2], _GOODPUT_COLUMN, *_COLUMNS[-2:])
+        cols = _COLUMNS
+        if self._with_goodput:
+            cols = (*_COLUMNS[:-2], _GOODPUT_COLUMN, *_COLUMNS[-2:])
+        if self._with_client_flag:
+            cols = (*cols[:-1], _CLIENT_COLUMN, cols[-1])
+        return cols
 
     def crossovers(self) -> tuple[str, ...]:
         """Per route and cell measured at 2 or more load points: where it stops paying
@@ -730,7 +781,10 @@ class Scorecard:
             if flips:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
-        notes.extend(_detail_notes(self.lines, self.client_workers))
+        notes.extend(_detail_notes(self.lines))
+        diagnosis = run_diagnosis(self.lines, self.client_workers)  # issue 22: once per run
+        if diagnosis is not None:
+            notes.append(diagnosis)
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
@@ -837,6 +891,7 @@ class Scorecard:
             d = ln.model_dump(mode="json")
             d["speedup"] = ln.verdict.speedup if ln.verdict is not None else None
             d["speedup_text"] = ln.speedup_text
+            d["client_flag"] = ln.client_flag  # issue 22
             lines.append(d)
         meta = self.meta.model_dump(mode="json") if self.meta is not None else None
         return {"metric": self.metric.value, "run": meta, "lines": lines}
@@ -891,6 +946,13 @@ class Scorecard:
         "plan_hash",
         "run_started_at",
         "engine",
+        # issue 22: client clock health
+        "client_flag",
+        "n_client_starved",
+        "client_stall_ms",
+        "client_cpu_share",
+        "client_core_wait_share",
+        "server_tpot_ms",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -946,6 +1008,12 @@ class Scorecard:
                     "plan_hash": meta.plan_hash if meta else None,
                     "run_started_at": meta.started_at if meta else None,
                     "engine": meta.engines.get(ln.route) if meta else None,
+                    "client_flag": ln.client_flag,
+                    "n_client_starved": ln.n_client_starved,
+                    "client_stall_ms": ln.client_stall_ms,
+                    "client_cpu_share": ln.client_cpu_share,
+                    "client_core_wait_share": ln.client_core_wait_share,
+                    "server_tpot_ms": ln.server_tpot_ms,
                 }
             )
         return recs

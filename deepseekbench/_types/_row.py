@@ -321,6 +321,54 @@ class Row(BaseModel):
     turns: tuple[SliceStats, ...] = Field(
         default=(), description="per conversation turn ('turn 1', 'turn 2', ...)"
     )
+    # --- issue 22: client clock health (docs/measurement.md, "Fidelity") -----
+    client_stall_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="longest stretch a measured request's client event loop did not run, ms "
+        "(a healthy loop: about the self-check period); None without a self-check",
+    )
+    client_cpu_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="median over measured requests of the client event-loop thread's CPU "
+        "time per wall second (0..1)",
+    )
+    client_core_wait_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="median over measured requests of the share of wall time the client's "
+        "event-loop thread waited for a CPU core (0..1; Linux schedstat; None elsewhere)",
+    )
+    client_cores: int | None = Field(
+        default=None, ge=1, description="CPU cores the client could run on (affinity mask)"
+    )
+    client_load_1m: float | None = Field(
+        default=None,
+        ge=0,
+        description="median 1-minute load average of the client host at the end of the "
+        "measured requests (runnable tasks)",
+    )
+    n_client_starved: int = Field(
+        default=0,
+        ge=0,
+        description="measured requests whose token chunks the starved client read in bursts "
+        "(their ITL/TPOT hold client delay)",
+    )
+    server_tpot_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="median of the engine's own per-request mean inter-token latency, ms "
+        "(vLLM metrics.mean_itl_ms, llama.cpp timings.predicted_per_token_ms); excludes "
+        "network and client",
+    )
+    client_starved: bool = Field(
+        default=False,
+        description="more than a quarter of the measured requests were client-starved: the "
+        "row's TPOT is not used for a speedup (refusal client_starved)",
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: axis fields also take their documented
@@ -378,6 +426,14 @@ class Row(BaseModel):
             prompt_tokens: Percentiles | None = None,
             categories: Sequence[SliceStats] = (),
             turns: Sequence[SliceStats] = (),
+            client_stall_ms: float | None = None,
+            client_cpu_share: float | None = None,
+            client_core_wait_share: float | None = None,
+            client_cores: int | None = None,
+            client_load_1m: float | None = None,
+            n_client_starved: int = 0,
+            server_tpot_ms: float | None = None,
+            client_starved: bool = False,
         ) -> None: ...
 
     @model_validator(mode="after")

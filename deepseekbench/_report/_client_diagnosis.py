@@ -1,0 +1,122 @@
+"""Issue 22: one line per run on the measuring client's health, and a flag per line.
+
+A row is flagged when its client's event loop lagged past the plan's threshold
+(``Row.client_saturated``) or read token chunks in bursts (``Row.client_starved``).
+The flag names the cause, since the remedies are opposite:
+
+- ``saturated``: the client's event-loop thread was busy (CPU share >=
+  :data:`SATURATED_CPU_SHARE`): more client workers spread the work.
+- ``starved``: the thread was runnable but waited for a core (or the row read
+  chunks in bursts) while using little CPU: more workers would only add
+  contention; run the client on another host or pin it.
+- ``lagged``: late, yet neither busy nor waiting for a core (blocking code in the
+  client's own loop, or no scheduler statistics on this OS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+__all__ = ["SATURATED_CPU_SHARE", "STARVED_WAIT_SHARE", "client_flag", "run_diagnosis"]
+
+SATURATED_CPU_SHARE = 0.8
+"""Event-loop thread CPU time per wall second (0..1) at or above which a flagged
+client is ``saturated``."""
+
+STARVED_WAIT_SHARE = 0.1
+"""Share of wall time waiting for a core (0..1) at or above which a flagged client is
+``starved``."""
+
+
+class ClientHealth(Protocol):
+    """What the diagnosis reads from a scorecard line (or a row)."""
+
+    @property
+    def client_saturated(self) -> bool: ...
+    @property
+    def client_starved(self) -> bool: ...
+    @property
+    def client_cpu_share(self) -> float | None: ...
+    @property
+    def client_core_wait_share(self) -> float | None: ...
+    @property
+    def client_stall_ms(self) -> float | None: ...
+    @property
+    def client_cores(self) -> int | None: ...
+    @property
+    def client_load_1m(self) -> float | None: ...
+
+
+def client_flag(ln: ClientHealth) -> str:
+    """``"saturated"``, ``"starved"``, ``"lagged"`` or ``""`` (healthy) for one line."""
+    if not (ln.client_saturated or ln.client_starved):
+        return ""
+    if ln.client_cpu_share is not None and ln.client_cpu_share >= SATURATED_CPU_SHARE:
+        return "saturated"
+    wait = ln.client_core_wait_share
+    if ln.client_starved or (wait is not None and wait >= STARVED_WAIT_SHARE):
+        return "starved"
+    return "lagged"
+
+
+def _most(values: Sequence[float | int | None]) -> float | None:
+    known = [float(v) for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _workers_advice(workers: int | None) -> str:
+    if workers is None:
+        return "add workers (plan key workers, docs/workers.md)"
+    return f"add workers (workers = {2 * workers}, now {workers}; docs/workers.md)"
+
+
+def run_diagnosis(lines: Sequence[ClientHealth], workers: int | None = None) -> str | None:
+    """One line on the client over all ``lines`` (``None`` when none is flagged); the
+    most severe cause wins (starved, then saturated, then lagged), with the worst
+    figures of the lines that have it, e.g. "client starved: waited for a CPU core
+    42% of the time (2 cores, load 5.1); run the client on another host or pin it"
+    or "client saturated: 97% CPU; add workers (...)". ``workers``: the run's plan
+    key, when known."""
+    flagged = [(client_flag(ln), ln) for ln in lines]
+    for kind in ("starved", "saturated", "lagged"):
+        these = [ln for flag, ln in flagged if flag == kind]
+        if these:
+            return _sentence(kind, these, len(lines), workers)
+    return None
+
+
+def _sentence(kind: str, these: Sequence[ClientHealth], total: int, workers: int | None) -> str:
+    rows = f"{len(these)} of {total} rows"
+    if kind == "saturated":
+        share = _most([ln.client_cpu_share for ln in these]) or 0.0
+        return f"client saturated: {share:.0%} CPU ({rows}); {_workers_advice(workers)}"
+    stall = _most([ln.client_stall_ms for ln in these])
+    stalled = f", its loop stalled up to {stall:.0f} ms" if stall is not None else ""
+    if kind == "lagged":
+        cpu = _most([ln.client_cpu_share for ln in these])
+        busy = f" at {cpu:.0%} CPU" if cpu is not None else ""
+        return (
+            f"client lagged{busy}{stalled} ({rows}), neither busy nor waiting for a core: "
+            "look for blocking code in the client's event loop"
+        )
+    wait = _most([ln.client_core_wait_share for ln in these])
+    cores = _most([ln.client_cores for ln in these])
+    load = _most([ln.client_load_1m for ln in these])
+    host = ", ".join(
+        part
+        for part in (
+            f"{cores:.0f} cores" if cores is not None else "",
+            f"load {load:.1f}" if load is not None else "",
+        )
+        if part
+    )
+    waited = (
+        f"waited for a CPU core {wait:.0%} of the time"
+        if wait is not None
+        else "read token chunks in bursts"
+    )
+    return (
+        f"client starved: {waited}{f' ({host})' if host else ''}{stalled} ({rows}); "
+        "run the client on another host or pin it"
+    )
