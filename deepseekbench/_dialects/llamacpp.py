@@ -5,7 +5,11 @@
   (llama-server has no ``min_tokens``).
 * Response: ``timings.draft_n`` / ``timings.draft_n_accepted`` (no verify steps).
 * ``/metrics``: ``llamacpp:spec_decode_num_drafts``, ``..._num_draft_tokens``,
-  ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``.
+  ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``; the cache and
+  queue (issue 23): ``llamacpp:kv_cache_usage_ratio`` (KV cells in use, a fraction;
+  builds that still export it) and ``llamacpp:requests_deferred`` (requests waiting
+  for a slot). llama-server exports no prefix-cache hit counter (its per-request
+  ``timings.cache_n`` is not a ``/metrics`` family), so its hit rate stays unknown.
 * Served depth: ``GET /props`` ``default_generation_settings.params["speculative.n_max"]``.
 * ``POST /tokenize``: ``{"content", "add_special": false}``.
 * Model names: llama-server answers any ``model``.
@@ -16,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from deepseekbench._dialects._base import CounterSet, EngineDialect, depth, thinking
+from deepseekbench._dialects._base import CacheSet, CounterSet, EngineDialect, depth, thinking
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, ReasoningMode
 
@@ -53,6 +57,13 @@ class LlamacppDialect(EngineDialect):
             draft_tokens="llamacpp:spec_decode_num_draft_tokens",
             accepted="llamacpp:spec_decode_num_accepted_tokens",
             per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos",
+        ),
+    )
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
+        CacheSet(
+            source="prometheus:llamacpp:kv_cache_usage_ratio",
+            kv_usage=("llamacpp:kv_cache_usage_ratio",),
+            queue="llamacpp:requests_deferred",
         ),
     )
     depth_paths: ClassVar[tuple[str, ...]] = ("/props",)

@@ -32,7 +32,7 @@ from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
 from deepseekbench._plan._tasks import Task
 from deepseekbench._plan._workload import WorkloadItem
-from deepseekbench._types._axes import ReasoningMode, Speculative
+from deepseekbench._types._axes import ReasoningMode
 from deepseekbench._types._request import ChatRequest
 
 __all__ = [
@@ -289,8 +289,8 @@ def _measure_blocks(
                         _measure_request(plan, cell, prompts[i % len(prompts)].turns[0])
                         for i in range(warm)
                     ),
-                    scrape=route.speculative is not Speculative.off
-                    and plan.hosting.value != "managed_api",
+                    # issue 23: off is scraped too (its prefix cache, KV and queue)
+                    scrape=plan.hosting.value != "managed_api",
                 )
             )
     return blocks

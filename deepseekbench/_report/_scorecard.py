@@ -39,6 +39,7 @@ from deepseekbench._analysis._speedup import (
 )
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
+from deepseekbench._report._server_side import server_side_notes
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
@@ -158,6 +159,10 @@ class ScorecardLine(BaseModel):
     dispersion: Dispersion = Dispersion()
     server_ttft_ms: float | None = None
     server_queue_ms: float | None = None
+    # issue 23: the server's side (Row fields of the same names)
+    prefix_cache_hit_rate: float | None = None
+    kv_cache_usage_peak: float | None = None
+    queue_depth_peak: float | None = None
 
     @property
     def credited(self) -> bool:
@@ -422,6 +427,9 @@ def _line(
         dispersion=r.dispersion,
         server_ttft_ms=r.server_ttft_ms,
         server_queue_ms=r.server_queue_ms,
+        prefix_cache_hit_rate=r.prefix_cache_hit_rate,  # issue 23
+        kv_cache_usage_peak=r.kv_cache_usage_peak,
+        queue_depth_peak=r.queue_depth_peak,
     )
 
 
@@ -731,6 +739,7 @@ class Scorecard:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
         notes.extend(_detail_notes(self.lines, self.client_workers))
+        notes.extend(server_side_notes(self.lines))  # issue 23
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")

@@ -321,6 +321,20 @@ class Row(BaseModel):
     turns: tuple[SliceStats, ...] = Field(
         default=(), description="per conversation turn ('turn 1', 'turn 2', ...)"
     )
+    # issue 23: the server's side of the row's /metrics windows
+    prefix_cache_hit_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="prefix-cache hits / prompt tokens looked up over the row's windows, 0..1 "
+        "(vLLM prefix_cache_hits/queries; SGLang cache_hit_rate gauge)",
+    )
+    kv_cache_usage_peak: float | None = Field(
+        default=None, ge=0, description="largest KV-cache usage seen in the windows, fraction 0..1"
+    )
+    queue_depth_peak: float | None = Field(
+        default=None, ge=0, description="largest number of waiting requests seen, requests"
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: axis fields also take their documented
@@ -378,6 +392,9 @@ class Row(BaseModel):
             prompt_tokens: Percentiles | None = None,
             categories: Sequence[SliceStats] = (),
             turns: Sequence[SliceStats] = (),
+            prefix_cache_hit_rate: float | None = None,
+            kv_cache_usage_peak: float | None = None,
+            queue_depth_peak: float | None = None,
         ) -> None: ...
 
     @model_validator(mode="after")
