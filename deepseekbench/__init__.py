@@ -194,6 +194,7 @@ if TYPE_CHECKING:
         SloPlan,
         WorkloadPlan,
     )
+    from deepseekbench._plan._prefix import SharedPrefix  # issue 23
     from deepseekbench._plan._tasks import (
         DEFAULT_TOLERANCE,
         Grader,
@@ -254,6 +255,7 @@ if TYPE_CHECKING:
         Speculative,
         SpeculativeName,
     )
+    from deepseekbench._types._cache import CacheWindow  # issue 23
     from deepseekbench._types._parity import (
         BASELINE_NONDETERMINISTIC,
         DeterminismControl,
@@ -287,6 +289,8 @@ from deepseekbench._version import __version__
 
 # public name -> the module that defines it
 _IMPORTS: dict[str, str] = {
+    "CacheWindow": "deepseekbench._types._cache",  # issue 23
+    "SharedPrefix": "deepseekbench._plan._prefix",
     "AcceptanceRecord": "deepseekbench._types._acceptance",
     "AcceptanceScope": "deepseekbench._types._axes",
     "AcceptanceScopeName": "deepseekbench._types._axes",
@@ -483,6 +487,7 @@ __all__ = [
     "ArrivalName",
     "ArrivalPlan",
     "BenchmarkPlan",
+    "CacheWindow",
     "CellPlan",
     "ChatRequest",
     "CompareSpeedup",
@@ -566,6 +571,7 @@ __all__ = [
     "SelfCheck",
     "SelfCheckSummary",
     "ServerError",
+    "SharedPrefix",
     "SliceStats",
     "SloPlan",
     "Speculative",

@@ -54,6 +54,7 @@ from deepseekbench._plan._capability import (
     ModelCapabilityError,
     probe_model_capability,
 )
+from deepseekbench._plan._prefix import SharedPrefix
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
 from deepseekbench._plan._workload import (
     InputLength,
@@ -583,7 +584,9 @@ class WorkloadPlan(BaseModel):
       package); ``categories`` keeps only those categories;
     * ``synthetic``: ``n_prompts`` prompts per cell generated to
       ``input_length`` tokens (default: fixed at ¾ of the cell's bucket bound),
-      sized with ``tokenizer`` (required).
+      sized with ``tokenizer`` (required); or, with ``shared_prefix``
+      (:class:`~deepseekbench.SharedPrefix`), groups of prompts opening with
+      one shared prefix each, optionally multi-turn.
 
     ``tokenizer``: ``"endpoint"`` (the ``off`` route's ``POST /tokenize``) or a
     path to a Hugging Face ``tokenizer.json`` (or its folder); with it every
@@ -611,6 +614,24 @@ class WorkloadPlan(BaseModel):
     n_prompts: int | None = Field(default=None, ge=1, le=10_000)
     tokenizer: str | None = Field(default=None, min_length=1)
     reach_max_tokens: bool = True
+    # issue 23: shared-prefix workloads (groups x prefix x suffixes, multi-turn)
+    shared_prefix: SharedPrefix | None = Field(
+        default=None,
+        description="synthetic only: groups x a shared prefix of prefix_tokens tokens x "
+        "suffixes unique suffixes of suffix_tokens tokens (turns > 1: growing chats)",
+    )
+
+    @model_validator(mode="after")
+    def _shared_prefix_fields(self) -> WorkloadPlan:
+        if self.shared_prefix is None:
+            return self
+        if self.source != "synthetic":
+            raise ValueError("shared_prefix is for source='synthetic'")
+        if self.input_length is not None or self.n_prompts is not None:
+            raise ValueError(
+                "shared_prefix sets the lengths and the count: drop input_length and n_prompts"
+            )
+        return self
 
     @model_validator(mode="after")
     def _source_fields(self) -> WorkloadPlan:
