@@ -206,6 +206,7 @@ if TYPE_CHECKING:
         smoke_tasks,
         task_parity,
     )
+    from deepseekbench._plan._trace import TracePlan, load_mooncake
     from deepseekbench._plan._workload import (
         InputLength,
         WorkloadItem,
@@ -291,6 +292,8 @@ from deepseekbench._version import __version__
 _IMPORTS: dict[str, str] = {
     "CacheWindow": "deepseekbench._types._cache",  # issue 23
     "SharedPrefix": "deepseekbench._plan._prefix",
+    "TracePlan": "deepseekbench._plan._trace",
+    "load_mooncake": "deepseekbench._plan._trace",
     "AcceptanceRecord": "deepseekbench._types._acceptance",
     "AcceptanceScope": "deepseekbench._types._axes",
     "AcceptanceScopeName": "deepseekbench._types._axes",
@@ -589,6 +592,7 @@ __all__ = [
     "Timeouts",
     "TokenCounter",
     "TokenizeError",
+    "TracePlan",
     "VllmServerError",
     "VllmServerSpec",
     "WorkerError",
@@ -621,6 +625,7 @@ __all__ = [
     "llama_server_args",
     "llama_servers",
     "load_jsonl",
+    "load_mooncake",
     "load_results",
     "load_sharegpt",
     "load_spec_bench",

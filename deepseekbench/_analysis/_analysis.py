@@ -612,6 +612,14 @@ def _cache_fields(state: ResultsState, route: str, cell: str, load: LoadPoint) -
     }
 
 
+def _trace_fields(plan: BenchmarkPlan) -> dict[str, Any]:
+    """issue 23: which trace was replayed, at which speed-up."""
+    trace = plan.workload.trace
+    if trace is None:
+        return {}
+    return {"trace": trace.path, "trace_speedup": trace.speedup}
+
+
 def _acceptance_fields(
     route: RoutePlan, server: AcceptanceRecord | None, ok: list[StreamMeasurement]
 ) -> dict[str, Any]:
@@ -664,6 +672,7 @@ def _build_row(
         ),
         **_workload_breakdown(mine, cell.request_max_tokens),
         **_cache_fields(inp.state, route.label, cell.cell_id, load),  # issue 23
+        **_trace_fields(plan),
     )
     return row, traffic
 

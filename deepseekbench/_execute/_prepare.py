@@ -29,6 +29,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan
 from deepseekbench._plan._prefix import shared_prefix_items
+from deepseekbench._plan._trace import load_mooncake, trace_items
 from deepseekbench._plan._workload import (
     InputLength,
     WorkloadItem,
@@ -144,6 +145,10 @@ async def prepare_workload(
         if base is None and w.shared_prefix is not None:  # issue 23
             assert counter is not None  # the plan validator requires a tokenizer
             chosen = await shared_prefix_items(counter, w.shared_prefix)
+        elif base is None and w.trace is not None:
+            assert counter is not None
+            records = load_mooncake(plan.resolve(w.trace.path))
+            chosen = await trace_items(counter, records, w.trace)
         elif base is None:
             assert counter is not None  # the plan validator requires a tokenizer
             length = w.input_length or default_input_length(cell)

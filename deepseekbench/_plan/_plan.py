@@ -56,6 +56,7 @@ from deepseekbench._plan._capability import (
 )
 from deepseekbench._plan._prefix import SharedPrefix
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
+from deepseekbench._plan._trace import TracePlan
 from deepseekbench._plan._workload import (
     InputLength,
     WorkloadFormatError,
@@ -586,7 +587,9 @@ class WorkloadPlan(BaseModel):
       ``input_length`` tokens (default: fixed at ¾ of the cell's bucket bound),
       sized with ``tokenizer`` (required); or, with ``shared_prefix``
       (:class:`~deepseekbench.SharedPrefix`), groups of prompts opening with
-      one shared prefix each, optionally multi-turn.
+      one shared prefix each, optionally multi-turn; or, with ``trace``
+      (:class:`~deepseekbench.TracePlan`), a Mooncake trace replayed at its own
+      arrival times and with its shared blocks.
 
     ``tokenizer``: ``"endpoint"`` (the ``off`` route's ``POST /tokenize``) or a
     path to a Hugging Face ``tokenizer.json`` (or its folder); with it every
@@ -621,16 +624,25 @@ class WorkloadPlan(BaseModel):
         "suffixes unique suffixes of suffix_tokens tokens (turns > 1: growing chats)",
     )
 
+    trace: TracePlan | None = Field(
+        default=None,
+        description="synthetic only: replay a Mooncake JSONL trace (timestamp ms, "
+        "input_length, output_length, hash_ids) at its own arrival times / speedup",
+    )
+
     @model_validator(mode="after")
     def _shared_prefix_fields(self) -> WorkloadPlan:
-        if self.shared_prefix is None:
-            return self
-        if self.source != "synthetic":
-            raise ValueError("shared_prefix is for source='synthetic'")
-        if self.input_length is not None or self.n_prompts is not None:
-            raise ValueError(
-                "shared_prefix sets the lengths and the count: drop input_length and n_prompts"
-            )
+        for key in ("shared_prefix", "trace"):
+            if getattr(self, key) is None:
+                continue
+            if self.source != "synthetic":
+                raise ValueError(f"{key} is for source='synthetic'")
+            if self.input_length is not None or self.n_prompts is not None:
+                raise ValueError(
+                    f"{key} sets the lengths and the count: drop input_length and n_prompts"
+                )
+        if self.shared_prefix is not None and self.trace is not None:
+            raise ValueError("give one of shared_prefix or trace (a trace has its own prefixes)")
         return self
 
     @model_validator(mode="after")

@@ -335,6 +335,12 @@ class Row(BaseModel):
     queue_depth_peak: float | None = Field(
         default=None, ge=0, description="largest number of waiting requests seen, requests"
     )
+    trace: str | None = Field(
+        default=None, description="replayed trace file (workload.trace.path), if any"
+    )
+    trace_speedup: float | None = Field(
+        default=None, gt=0, description="trace arrival-time factor (2 = twice as fast)"
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: axis fields also take their documented
@@ -395,6 +401,8 @@ class Row(BaseModel):
             prefix_cache_hit_rate: float | None = None,
             kv_cache_usage_peak: float | None = None,
             queue_depth_peak: float | None = None,
+            trace: str | None = None,
+            trace_speedup: float | None = None,
         ) -> None: ...
 
     @model_validator(mode="after")
