@@ -183,6 +183,7 @@ if TYPE_CHECKING:
         mtp_depth_from_hf_config,
         probe_model_capability,
     )
+    from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench  # issue 23
     from deepseekbench._plan._plan import (
         ArrivalPlan,
         BenchmarkPlan,
@@ -292,6 +293,8 @@ from deepseekbench._version import __version__
 _IMPORTS: dict[str, str] = {
     "CacheWindow": "deepseekbench._types._cache",  # issue 23
     "SharedPrefix": "deepseekbench._plan._prefix",
+    "load_mt_bench": "deepseekbench._plan._datasets",
+    "load_speed_bench": "deepseekbench._plan._datasets",
     "TracePlan": "deepseekbench._plan._trace",
     "load_mooncake": "deepseekbench._plan._trace",
     "AcceptanceRecord": "deepseekbench._types._acceptance",
@@ -626,9 +629,11 @@ __all__ = [
     "llama_servers",
     "load_jsonl",
     "load_mooncake",
+    "load_mt_bench",
     "load_results",
     "load_sharegpt",
     "load_spec_bench",
+    "load_speed_bench",
     "load_tasks",
     "measure_streamed",
     "metrics_delta",
