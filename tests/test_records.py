@@ -44,6 +44,11 @@ def _old_file(tmp_path: Path) -> Path:
     return out
 
 
+_ROW_FIELDS_23 = (
+    "prefix_cache_hit_rate", "kv_cache_usage_peak", "queue_depth_peak", "trace", "trace_speedup"
+)  # fmt: skip
+
+
 def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
     lines = (FIXTURE / "results.jsonl").read_bytes().split(b"\n")
     records = [orjson.loads(line) for line in lines if line]
@@ -55,6 +60,9 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
         if out["record"] == "run_start":
             # the fields added since
             assert out.pop("parity_set") is None and out.pop("library_version") is None
+        if out["record"] == "row":  # issue 23: the row fields added since, None on old rows
+            for name in _ROW_FIELDS_23:
+                assert out["row"].pop(name) is None, name
         assert out == raw, raw["record"]
 
 
