@@ -63,9 +63,10 @@ def _pick(before: MetricsSnapshot, after: MetricsSnapshot) -> tuple[Dialect, Cac
     """The first set whose counters either scrape holds, else the first with a gauge
     (sets of one engine share gauges: the counters tell its versions apart)."""
     sets = cache_sets()
-    for names in (lambda cs: cs.counters, lambda cs: cs.gauges):
+    for counters in (True, False):
         for engine, cs in sets:
-            if any(n in after.series or n in before.series for n in names(cs)):
+            names = cs.counters if counters else cs.gauges
+            if any(n in after.series or n in before.series for n in names):
                 return engine, cs
     return None
 
