@@ -183,6 +183,7 @@ if TYPE_CHECKING:
         mtp_depth_from_hf_config,
         probe_model_capability,
     )
+    from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench  # issue 23
     from deepseekbench._plan._plan import (
         ArrivalPlan,
         BenchmarkPlan,
@@ -194,6 +195,7 @@ if TYPE_CHECKING:
         SloPlan,
         WorkloadPlan,
     )
+    from deepseekbench._plan._prefix import SharedPrefix  # issue 23
     from deepseekbench._plan._tasks import (
         DEFAULT_TOLERANCE,
         Grader,
@@ -205,6 +207,7 @@ if TYPE_CHECKING:
         smoke_tasks,
         task_parity,
     )
+    from deepseekbench._plan._trace import TracePlan, load_mooncake
     from deepseekbench._plan._workload import (
         InputLength,
         WorkloadItem,
@@ -254,6 +257,7 @@ if TYPE_CHECKING:
         Speculative,
         SpeculativeName,
     )
+    from deepseekbench._types._cache import CacheWindow  # issue 23
     from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock  # issue 22
     from deepseekbench._types._parity import (
         BASELINE_NONDETERMINISTIC,
@@ -288,6 +292,12 @@ from deepseekbench._version import __version__
 
 # public name -> the module that defines it
 _IMPORTS: dict[str, str] = {
+    "CacheWindow": "deepseekbench._types._cache",  # issue 23
+    "SharedPrefix": "deepseekbench._plan._prefix",
+    "load_mt_bench": "deepseekbench._plan._datasets",
+    "load_speed_bench": "deepseekbench._plan._datasets",
+    "TracePlan": "deepseekbench._plan._trace",
+    "load_mooncake": "deepseekbench._plan._trace",
     "AcceptanceRecord": "deepseekbench._types._acceptance",
     "AcceptanceScope": "deepseekbench._types._axes",
     "AcceptanceScopeName": "deepseekbench._types._axes",
@@ -487,6 +497,7 @@ __all__ = [
     "ArrivalName",
     "ArrivalPlan",
     "BenchmarkPlan",
+    "CacheWindow",
     "CellPlan",
     "ChatRequest",
     "Clock",  # issue 22
@@ -571,6 +582,7 @@ __all__ = [
     "SelfCheck",
     "SelfCheckSummary",
     "ServerError",
+    "SharedPrefix",
     "SliceStats",
     "SloPlan",
     "Speculative",
@@ -588,6 +600,7 @@ __all__ = [
     "Timeouts",
     "TokenCounter",
     "TokenizeError",
+    "TracePlan",
     "VllmServerError",
     "VllmServerSpec",
     "WorkerError",
@@ -620,9 +633,12 @@ __all__ = [
     "llama_server_args",
     "llama_servers",
     "load_jsonl",
+    "load_mooncake",
+    "load_mt_bench",
     "load_results",
     "load_sharegpt",
     "load_spec_bench",
+    "load_speed_bench",
     "load_tasks",
     "measure_streamed",
     "metrics_delta",

@@ -94,6 +94,7 @@ from deepseekbench._store._records import (
     RowRecord,
     RunEndRecord,
     RunStartRecord,
+    ServerCacheRecord,
     ServerMetricsRecord,
     WorkersRecord,
     WorkloadEntry,
@@ -110,6 +111,7 @@ from deepseekbench._store._results import (
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity
+from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
 from deepseekbench._types._secrets import secret_values
@@ -404,6 +406,20 @@ class _Recorder:
             )
         )
 
+    def cache(self, block: Block, window: CacheWindow) -> None:
+        """issue 23: one ``server_cache`` record per scraped block."""
+        assert block.load is not None
+        self.store.append(
+            ServerCacheRecord(
+                **self.base,
+                route=block.route,
+                cell=block.cell,
+                load=block.load.key,
+                round=block.round,
+                cache=window,
+            )
+        )
+
     def workers(self, block: Block, report: PoolReport) -> None:
         """One ``workers`` record per block sent by several workers: the window
         edges (CLOCK_MONOTONIC ns; Ray: mapped from wall-clock time), the
@@ -622,12 +638,13 @@ class _Steps:
         """Step 5: send every block; each finished request is recorded as it arrives."""
         async with executor_for(
             self.plan, self.run.routes, self.gate, self.http, self.recorder.workers,
-            counter=counter,
+            counter=counter, on_cache=self.recorder.cache,
         ) as executor:  # fmt: skip
+            off = {r.label for r in self.plan.routes if r.speculative.value == "off"}
             for block, items in work:
                 self.prog.set_phase(block.title)
                 delta = await executor.run_block(block, items, self._on_sent)
-                if delta is not None:
+                if delta is not None and block.route not in off:  # off scrapes for its cache
                     self.recorder.window(block, delta)
         self.prog.set_phase("done")
 

@@ -88,7 +88,8 @@ def test_llamacpp_counters_parsed_from_real_exposition() -> None:
         "llamacpp:spec_decode_num_drafts": 25.0,
         "llamacpp:spec_decode_num_draft_tokens": 98.0,
         "llamacpp:spec_decode_num_accepted_tokens": 38.0,
-    }  # per-position family and non-speculative metrics are not read
+        "llamacpp:prompt_tokens": 26.0,  # issue 23: the prefix-cache misses (processed tokens)
+    }  # the per-position family and other non-speculative metrics are not read
 
 
 def test_llamacpp_counter_delta_matches_the_request_timings() -> None:

@@ -53,6 +53,7 @@ from deepseekbench._store._results import (
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity, ReasoningMode, Speculative
+from deepseekbench._types._cache import combine_cache_windows
 from deepseekbench._types._parity import (
     DeterminismControl,
     ExactAcceptance,
@@ -598,6 +599,31 @@ def _server_window(
     return combine_windows(windows)
 
 
+def _cache_fields(state: ResultsState, route: str, cell: str, load: LoadPoint) -> dict[str, Any]:
+    """issue 23: the row's prefix-cache hit rate and KV/queue peaks over its windows."""
+    windows = [
+        rec
+        for (label, cid, lk, _), rec in sorted(state.cache.items(), key=lambda kv: kv[0][3])
+        if label == route and cid == cell and lk in (load.key, None)
+    ]
+    window = combine_cache_windows(windows)
+    if window is None:
+        return {}
+    return {
+        "prefix_cache_hit_rate": window.prefix_cache_hit_rate,
+        "kv_cache_usage_peak": window.kv_cache_usage_peak,
+        "queue_depth_peak": window.queue_depth_peak,
+    }
+
+
+def _trace_fields(plan: BenchmarkPlan) -> dict[str, Any]:
+    """issue 23: which trace was replayed, at which speed-up."""
+    trace = plan.workload.trace
+    if trace is None:
+        return {}
+    return {"trace": trace.path, "trace_speedup": trace.speedup}
+
+
 def _acceptance_fields(
     route: RoutePlan, server: AcceptanceRecord | None, ok: list[StreamMeasurement]
 ) -> dict[str, Any]:
@@ -649,6 +675,8 @@ def _build_row(
             declared_spec_tokens=route.spec_tokens,
         ),
         **_workload_breakdown(mine, cell.request_max_tokens),
+        **_cache_fields(inp.state, route.label, cell.cell_id, load),  # issue 23
+        **_trace_fields(plan),
     )
     return row, traffic
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from deepseekbench._dialects._base import (
     SERVER_TIME_FIELDS,
+    CacheSet,
     CounterSet,
     EngineDialect,
     GaugeSet,
@@ -33,6 +34,7 @@ from deepseekbench._types._axes import Dialect
 __all__ = [
     "SERVER_TIME_FIELDS",
     "AcceptanceRecord",
+    "CacheSet",
     "CounterSet",
     "EngineDialect",
     "GaugeSet",

@@ -13,7 +13,7 @@ name themselves:
 * ``_measure/_measure.py``: :attr:`~EngineDialect.spec_keys`,
   :meth:`~EngineDialect.read_acceptance`, :meth:`~EngineDialect.server_times`;
 * ``_measure/_server_metrics.py``: :attr:`~EngineDialect.counter_sets`,
-  :attr:`~EngineDialect.gauge_sets`;
+  :attr:`~EngineDialect.gauge_sets`, :attr:`~EngineDialect.cache_sets`;
 * ``_measure/_tokens.py``: :meth:`~EngineDialect.tokenize_body`;
 * ``_plan/_spec_config.py``: :attr:`~EngineDialect.depth_paths`,
   :meth:`~EngineDialect.spec_tokens_from_info`.
@@ -30,6 +30,7 @@ from deepseekbench._types._axes import Dialect, ReasoningMode
 
 __all__ = [
     "SERVER_TIME_FIELDS",
+    "CacheSet",
     "CounterSet",
     "EngineDialect",
     "GaugeSet",
@@ -85,6 +86,42 @@ class GaugeSet:
     length: str
 
 
+# issue 23: the server's side of a window (prefix cache, KV cache, queue)
+@dataclass(frozen=True)
+class CacheSet:
+    """One engine's Prometheus cache and queue families (names without ``_total``).
+
+    ``queries`` / ``hits``: monotonic counters of prompt tokens looked up in /
+    found in the prefix cache (vLLM V1); their window delta gives the hit rate.
+    ``misses``: a counter of prompt tokens not found (processed), for an engine
+    that counts hits and misses instead of queries (llama.cpp): queries are then
+    hits + misses.
+    ``hit_rate``: a gauge holding the engine's own recent hit rate (0..1; SGLang),
+    used where no counters are exported. ``kv_usage``: gauges of the KV-cache
+    fraction in use (0..1), the first one exported wins (a new name, then the
+    older one). ``queue``: a gauge of requests waiting to be scheduled
+    (requests). Any of them may be ``None``/empty where the engine exports none.
+    """
+
+    source: str
+    queries: str | None = None
+    hits: str | None = None
+    hit_rate: str | None = None
+    kv_usage: tuple[str, ...] = ()
+    queue: str | None = None
+    misses: str | None = None
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """The counter families: ``queries``, ``hits`` and ``misses`` (when set)."""
+        return tuple(n for n in (self.queries, self.hits, self.misses) if n is not None)
+
+    @property
+    def gauges(self) -> tuple[str, ...]:
+        """The gauge families: ``hit_rate``, every ``kv_usage`` name, ``queue``."""
+        return tuple(n for n in (self.hit_rate, *self.kv_usage, self.queue) if n is not None)
+
+
 def ignore_eos_min_tokens(max_tokens: int | None) -> dict[str, Any]:
     """``{"ignore_eos": true, "min_tokens": max_tokens}`` (``min_tokens`` only when
     given): the EOS controls vLLM, SGLang and TensorRT-LLM share (their sampling
@@ -107,6 +144,8 @@ class EngineDialect:
             ``choice_spec_keys``) are not read for them.
         counter_sets / gauge_sets: the engine's ``/metrics`` families
             (:class:`CounterSet`, :class:`GaugeSet`).
+        cache_sets: the engine's prefix-cache, KV-cache and queue families
+            (:class:`CacheSet`; issue 23).
         depth_paths: GET paths, relative to the server origin, of an endpoint
             that reports the served speculative depth, tried in order (a 404
             moves to the next).
@@ -122,6 +161,7 @@ class EngineDialect:
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset()
     counter_sets: ClassVar[tuple[CounterSet, ...]] = ()
     gauge_sets: ClassVar[tuple[GaugeSet, ...]] = ()
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = ()  # issue 23
     depth_paths: ClassVar[tuple[str, ...]] = ()
 
     @property

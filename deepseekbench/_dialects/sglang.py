@@ -5,7 +5,11 @@
   ``sglext`` chunk; never ``return_meta_info``, which current SGLang refuses
   with HTTP 400 on a streamed request); ``stream_options.continuous_usage_stats``.
 * Response: ``sglext.spec_tokens_details`` or (older) ``meta_info``.
-* ``/metrics``: the gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``.
+* ``/metrics``: the gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``;
+  the cache and queue (issue 23): ``sglang:cache_hit_rate`` (prefix-cache hit
+  rate, a gauge over recent prefills), ``sglang:token_usage`` (KV-pool fraction
+  in use), ``sglang:num_queue_reqs`` (waiting requests) (SGLang
+  ``srt/metrics/collector.py``; docs "Production Metrics").
 * Served depth: ``GET /get_server_info`` (``/server_info`` on newer releases):
   ``speculative_num_steps`` unless ``speculative_algorithm`` is unset.
 """
@@ -15,7 +19,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from deepseekbench._dialects._base import EngineDialect, GaugeSet, depth, ignore_eos_min_tokens
+from deepseekbench._dialects._base import (
+    CacheSet,
+    EngineDialect,
+    GaugeSet,
+    depth,
+    ignore_eos_min_tokens,
+)
 from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     _choice_block,
@@ -158,6 +168,14 @@ class SglangDialect(EngineDialect):
             source="prometheus:sglang:spec_accept_*",
             rate="sglang:spec_accept_rate",
             length="sglang:spec_accept_length",
+        ),
+    )
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
+        CacheSet(
+            source="prometheus:sglang:cache_hit_rate",
+            hit_rate="sglang:cache_hit_rate",
+            kv_usage=("sglang:token_usage",),
+            queue="sglang:num_queue_reqs",
         ),
     )
     depth_paths: ClassVar[tuple[str, ...]] = ("/get_server_info", "/server_info")

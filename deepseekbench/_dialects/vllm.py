@@ -9,7 +9,12 @@
   ``queue_time_ms``, ``generation_time_ms``, ``mean_itl_ms``, ``tokens_per_second``).
 * ``/metrics``: ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
   ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``
-  (vLLM ``v1/spec_decode/metrics.py``).
+  (vLLM ``v1/spec_decode/metrics.py``); the cache and queue (issue 23):
+  ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits`` (counters of prompt
+  tokens, V1; older ``vllm:gpu_prefix_cache_queries`` / ``..._hits``),
+  ``vllm:kv_cache_usage_perc`` (older ``vllm:gpu_cache_usage_perc``; a fraction,
+  1 = 100%), ``vllm:num_requests_waiting`` (vLLM ``v1/metrics/loggers.py``;
+  docs "Production Metrics").
 * ``POST /tokenize``: ``{"model", "prompt", "add_special_tokens": false}``.
 """
 
@@ -18,7 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from deepseekbench._dialects._base import CounterSet, EngineDialect, ignore_eos_min_tokens
+from deepseekbench._dialects._base import (
+    CacheSet,
+    CounterSet,
+    EngineDialect,
+    ignore_eos_min_tokens,
+)
 from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     _choice_block,
@@ -110,6 +120,22 @@ class VllmDialect(EngineDialect):
             draft_tokens="vllm:spec_decode_num_draft_tokens",
             accepted="vllm:spec_decode_num_accepted_tokens",
             per_position="vllm:spec_decode_num_accepted_tokens_per_pos",
+        ),
+    )
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
+        CacheSet(
+            source="prometheus:vllm:prefix_cache_*",
+            queries="vllm:prefix_cache_queries",
+            hits="vllm:prefix_cache_hits",
+            kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+            queue="vllm:num_requests_waiting",
+        ),
+        CacheSet(
+            source="prometheus:vllm:gpu_prefix_cache_*",
+            queries="vllm:gpu_prefix_cache_queries",
+            hits="vllm:gpu_prefix_cache_hits",
+            kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+            queue="vllm:num_requests_waiting",
         ),
     )
 

@@ -27,6 +27,11 @@ class EngineConfig(BaseModel):
     ``max_context_tokens``: prompt + output limit (tokens).
     ``default_max_tokens``: output cap when a request gives none (tokens).
     ``record_send_times``: keep the server-side send time of every chunk.
+    ``prefix_cache``: keep prompt blocks across requests (cached tokens skip
+    prefill; exported as ``vllm:prefix_cache_queries`` / ``..._hits``).
+    ``speculation_disables_prefix_cache``: with a speculative method, lookups
+    never hit (vLLM #54360: MTP drops prefix-cache hits to 0 on hybrid models).
+    ``kv_cache_tokens``: KV-cache capacity (tokens) behind ``vllm:kv_cache_usage_perc``.
 
     Raises:
         pydantic.ValidationError: an unknown field, a dialect the engine cannot
@@ -49,6 +54,19 @@ class EngineConfig(BaseModel):
         default=512, ge=1, description="Output cap if none given (tokens)."
     )
     record_send_times: bool = False
+    # issue 23: the prefix cache and the KV/queue gauges
+    prefix_cache: bool = True
+    speculation_disables_prefix_cache: bool = False
+    kv_cache_tokens: int = Field(default=65536, ge=1, description="KV-cache capacity (tokens).")
+
+    @property
+    def prefix_cache_hits_allowed(self) -> bool:
+        """Whether prefix-cache lookups may hit (issue 23)."""
+        if not self.prefix_cache:
+            return False
+        return not (
+            self.speculation_disables_prefix_cache and self.speculative is not Speculative.off
+        )
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:

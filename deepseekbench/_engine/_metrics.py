@@ -5,7 +5,9 @@ Names follow vLLM's production metrics (``vllm:spec_decode_num_drafts_total``,
 ``vllm:spec_decode_num_accepted_tokens_total``,
 ``vllm:spec_decode_num_accepted_tokens_per_pos_total``,
 ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
-``vllm:request_success_total``), rendered by ``prometheus_client``.
+``vllm:request_success_total``; issue 23: ``vllm:prefix_cache_queries_total``,
+``vllm:prefix_cache_hits_total`` (tokens), ``vllm:kv_cache_usage_perc`` (fraction),
+``vllm:num_requests_waiting`` (requests)), rendered by ``prometheus_client``.
 """
 
 from __future__ import annotations
@@ -87,6 +89,19 @@ class EngineMetrics:
         self._running = Gauge(
             "vllm:num_requests_running", "Requests in the batch.", names, registry=reg
         )
+        # issue 23: prefix cache, KV-cache usage and queue, with vLLM V1's names
+        self._pc_queries = Counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up.", names, registry=reg
+        ).labels(**self._labels)
+        self._pc_hits = Counter(
+            "vllm:prefix_cache_hits", "Prompt tokens found cached.", names, registry=reg
+        ).labels(**self._labels)
+        self._kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage (1 = 100%).", names, registry=reg
+        ).labels(**self._labels)
+        self._waiting = Gauge(
+            "vllm:num_requests_waiting", "Requests waiting.", names, registry=reg
+        ).labels(**self._labels)
         # labelled children, resolved once (also exposes zeros from the start)
         self._drafts_c = self._drafts.labels(**self._labels)
         self._draft_tokens_c = self._draft_tokens.labels(**self._labels)
@@ -140,6 +155,19 @@ class EngineMetrics:
     def running(self, n: int) -> None:
         """Set the number of sequences in the current batch."""
         self._running_c.set(n)
+
+    def prefix_lookup(self, queried: int, hit: int) -> None:
+        """Count one prefix-cache lookup: ``queried`` prompt tokens, ``hit`` found (tokens)."""
+        self._pc_queries.inc(queried)
+        self._pc_hits.inc(hit)
+
+    def kv_usage(self, fraction: float) -> None:
+        """Set the KV-cache usage (fraction 0..1)."""
+        self._kv_usage.set(fraction)
+
+    def waiting(self, n: int) -> None:
+        """Set the number of requests waiting for the next step."""
+        self._waiting.set(n)
 
     def snapshot(self) -> EngineCounters:
         """The current totals as an immutable :class:`EngineCounters`."""

@@ -54,6 +54,7 @@ class Sequence:
     max_tokens: int
     send: MemoryObjectSendStream[Emission]
     min_tokens: int = 0
+    cached_tokens: int = 0  # issue 23: prompt tokens found in the prefix cache
     generated: int = 0
     prefilled: bool = False
     cancelled: bool = False
@@ -67,7 +68,15 @@ class Sequence:
 class Scheduler:
     """Runs the shared step loop; ``submit`` adds a sequence to the next step."""
 
-    def __init__(self, cost: CostModel, metrics: EngineMetrics, *, model_draft: bool) -> None:
+    def __init__(
+        self,
+        cost: CostModel,
+        metrics: EngineMetrics,
+        *,
+        model_draft: bool,
+        kv_cache_tokens: int = 65536,
+    ) -> None:
+        self._kv_tokens = kv_cache_tokens
         self._cost = cost
         self._metrics = metrics
         self._model_draft = model_draft
@@ -84,6 +93,7 @@ class Scheduler:
         reasoning: str,
         max_tokens: int,
         min_tokens: int = 0,
+        cached_tokens: int = 0,
     ) -> tuple[Sequence, MemoryObjectReceiveStream[Emission]]:
         """Queue a sequence; returns it (for ``cancel``) and the stream of its emissions.
 
@@ -91,12 +101,15 @@ class Scheduler:
         (one token per step); ``max_tokens``: output cap (tokens, ≥ 1);
         ``min_tokens``: below this many output tokens an end-of-sequence is
         replaced by a line break and decoding goes on (``ignore_eos`` sets it to
-        ``max_tokens``).
+        ``max_tokens``); ``cached_tokens``: prompt tokens found in the prefix
+        cache (not prefilled again).
         """
         send, receive = anyio.create_memory_object_stream[Emission](math.inf)
         seq = Sequence(ctx, decoder, prompt_tokens, reasoning, max_tokens, send, min_tokens)
+        seq.cached_tokens = min(cached_tokens, prompt_tokens)
         self._metrics.admitted(prompt_tokens)
         self._pending.append(seq)
+        self._metrics.waiting(len(self._pending))
         self._wakeup.set()
         return seq, receive
 
@@ -120,9 +133,12 @@ class Scheduler:
                 batch.append(seq)
         self._running = batch
         self._metrics.running(len(batch))
+        self._metrics.waiting(0)
+        held = sum(s.prompt_tokens + s.generated for s in batch)
+        self._metrics.kv_usage(min(1.0, held / self._kv_tokens))
         if not batch:
             return
-        prefill = sum(s.prompt_tokens for s in batch if not s.prefilled)
+        prefill = sum(s.prompt_tokens - s.cached_tokens for s in batch if not s.prefilled)
         results = [(s, self._advance(s)) for s in batch]
         draft_tokens = max((out.drafted for _, (out, _) in results), default=0)
         cost_ms = self._cost.step_ms(

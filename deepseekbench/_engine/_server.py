@@ -36,6 +36,7 @@ from deepseekbench._engine._faults import FAULT_HEADER, ActiveFaults, FaultKind,
 from deepseekbench._engine._http import Headers, HttpRequest, Responder
 from deepseekbench._engine._metrics import EngineMetrics
 from deepseekbench._engine._model import ReferenceLM, context_of
+from deepseekbench._engine._prefix_cache import PrefixCache
 from deepseekbench._engine._scheduler import Emission, Scheduler
 from deepseekbench._engine._speculative import Decoder
 from deepseekbench._engine._tokenizer import TOKENIZER
@@ -190,7 +191,11 @@ class EngineState:
         depth = config.effective_draft_depth
         self.metrics = EngineMetrics(config.model_name, depth)
         model_draft = config.speculative.value not in ("off", "ngram")
-        self.scheduler = Scheduler(config.cost, self.metrics, model_draft=model_draft)
+        self.scheduler = Scheduler(
+            config.cost, self.metrics, model_draft=model_draft,
+            kv_cache_tokens=config.kv_cache_tokens,
+        )  # fmt: skip
+        self.prefix_cache = PrefixCache(enabled=config.prefix_cache_hits_allowed)  # issue 23
         self.send_times: dict[str, list[ChunkSend]] = {}
         self.arrivals: dict[str, tuple[float, str | None]] = {}
         self.timelines_dropped = 0
@@ -438,6 +443,8 @@ class EngineState:
             rng=random.Random(seed),
             mistuned=self.config.mistuned_draft,
         )
+        cached = self.prefix_cache.lookup(prompt)  # issue 23
+        self.metrics.prefix_lookup(prompt_tokens, cached)
         seq, receive = self.scheduler.submit(
             context_of(question[-MODEL_WINDOW_CHARS:]),
             decoder,
@@ -445,6 +452,7 @@ class EngineState:
             reasoning=reasoning,
             max_tokens=max_tokens,
             min_tokens=max_tokens if req.ignore_eos else min(req.min_tokens, max_tokens),
+            cached_tokens=cached,
         )
         stream = _Stream(self, req, faults, prompt_tokens, len(reasoning))
         if self.config.record_send_times:

@@ -34,6 +34,7 @@ import anyio
 import httpx
 
 from deepseekbench._execute._prepare import converse
+from deepseekbench._measure._cache_metrics import cache_window, while_sampling
 from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
 from deepseekbench._measure._selfcheck import SelfCheck
 from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics, scrape_settled
@@ -42,9 +43,10 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._schedule import Block, Phase, WorkItem
 from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._request import ChatRequest
 
-__all__ = ["Executor", "Sent", "SentFn"]
+__all__ = ["CacheFn", "Executor", "Sent", "SentFn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,9 @@ class Sent:
 SentFn = Callable[[Block, Sent], None]
 """Called for every finished request (warm-ups included); must not block."""
 
+CacheFn = Callable[[Block, CacheWindow], None]
+"""Called with a block's cache window (issue 23: prefix cache, KV and queue peaks)."""
+
 
 @dataclass(slots=True)
 class Executor:
@@ -80,6 +85,8 @@ class Executor:
         timeouts: per-request deadlines.
         counter: the plan's tokenizer: output tokens of a response without usage
             are counted with it (:func:`~deepseekbench._measure._tokens.recount_output`).
+        on_cache: called with each scraped block's
+            :class:`~deepseekbench.CacheWindow` (issue 23), when one is known.
     """
 
     routes: Mapping[str, EngineRoute]
@@ -87,6 +94,7 @@ class Executor:
     client: httpx.AsyncClient
     timeouts: Timeouts
     counter: TokenCounter | None = None
+    on_cache: CacheFn | None = None
 
     async def _one(self, route: EngineRoute, request: ChatRequest) -> StreamMeasurement:
         m = await measure_streamed(
@@ -135,14 +143,24 @@ class Executor:
         before = None
         if block.scrape:
             before = await scrape_metrics(route, gate=self.gate, client=self.client)
-        if block.phase is Phase.measure:
-            async with SelfCheck():  # per-request client_lag_ms (client_saturated rows)
+
+        async def send() -> None:
+            if block.phase is Phase.measure:
+                async with SelfCheck():  # per-request client_lag_ms (client_saturated rows)
+                    await self._send(block, route, items, limiter, on_sent)
+            else:
                 await self._send(block, route, items, limiter, on_sent)
-        else:
-            await self._send(block, route, items, limiter, on_sent)
+
+        # issue 23: KV and queue gauges sampled while the block runs (their peaks)
+        during = await while_sampling(
+            send, route, gate=self.gate, client=self.client, opening=before
+        )
         if before is None:
             return None
         after = await scrape_settled(route, gate=self.gate, client=self.client)
+        window = cache_window(before, after, during)
+        if window is not None and self.on_cache is not None:
+            self.on_cache(block, window)
         return metrics_delta(before, after)
 
     async def _warm(

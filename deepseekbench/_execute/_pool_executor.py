@@ -20,9 +20,10 @@ from typing import Protocol
 
 import httpx
 
-from deepseekbench._execute._executor import Executor, Sent, SentFn, _item_offsets
+from deepseekbench._execute._executor import CacheFn, Executor, Sent, SentFn, _item_offsets
 from deepseekbench._execute._workers import PoolReport, PoolResult, ResultFn, WorkerPool
 from deepseekbench._execute._workshare import LoadWork, PoolItem
+from deepseekbench._measure._cache_metrics import cache_window, while_sampling
 from deepseekbench._measure._measure import Timeouts
 from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics, scrape_settled
 from deepseekbench._measure._tokens import TokenCounter
@@ -60,6 +61,7 @@ class PoolExecutor:
         gate: the parent's gate (the ``/metrics`` scrapes pass it).
         client: the parent's client (for the scrapes).
         on_report: called with each block's :class:`PoolReport`.
+        on_cache: called with each scraped block's cache window (issue 23).
     """
 
     pool: _Pool
@@ -67,6 +69,7 @@ class PoolExecutor:
     gate: LiveGate
     client: httpx.AsyncClient
     on_report: ReportFn | None = None
+    on_cache: CacheFn | None = None
 
     async def run_block(
         self, block: Block, items: tuple[WorkItem, ...], on_sent: SentFn
@@ -90,12 +93,24 @@ class PoolExecutor:
         before = None
         if block.scrape:
             before = await scrape_metrics(route, gate=self.gate, client=self.client)
-        report = await self.pool.run(_load_work(block, items), _measured(block, items, on_sent))
+        reports: list[PoolReport] = []
+
+        async def send() -> None:
+            work = _load_work(block, items)
+            reports.append(await self.pool.run(work, _measured(block, items, on_sent)))
+
+        # issue 23: KV and queue gauges sampled while the block runs (their peaks)
+        during = await while_sampling(
+            send, route, gate=self.gate, client=self.client, opening=before
+        )
         if self.on_report is not None:
-            self.on_report(block, report)
+            self.on_report(block, reports[0])
         if before is None:
             return None
         after = await scrape_settled(route, gate=self.gate, client=self.client)
+        window = cache_window(before, after, during)
+        if window is not None and self.on_cache is not None:
+            self.on_cache(block, window)
         return metrics_delta(before, after)
 
 
@@ -133,13 +148,15 @@ async def executor_for(
     client: httpx.AsyncClient,
     on_report: ReportFn | None = None,
     counter: TokenCounter | None = None,
+    on_cache: CacheFn | None = None,
 ) -> AsyncIterator[BlockExecutor]:
     """The executor ``plan`` asks for: this process (``workers = 1``, ``executor =
     "process"``), worker processes, or Ray actors; pools are stopped on exit.
 
     ``counter`` (the plan's tokenizer) counts outputs that came without usage in
     this process's executor; worker pools keep the chunk estimate (the row is
-    marked ``tokens_estimated`` either way).
+    marked ``tokens_estimated`` either way). ``on_cache`` gets every scraped
+    block's cache window (issue 23).
 
     Raises:
         WorkerError: a worker process did not start.
@@ -148,7 +165,7 @@ async def executor_for(
     """
     timeouts = Timeouts(total_s=plan.timeout_s)
     if plan.workers == 1 and plan.executor == "process":
-        yield Executor(routes, gate, client, timeouts, counter)
+        yield Executor(routes, gate, client, timeouts, counter, on_cache)
         return
     if plan.executor == "ray":
         from deepseekbench._execute._ray_executor import RayPool
@@ -157,7 +174,7 @@ async def executor_for(
             plan.workers, routes=routes, gate=gate, timeouts=timeouts, address=plan.ray_address
         )
         async with ray_pool:
-            yield PoolExecutor(ray_pool, routes, gate, client, on_report)
+            yield PoolExecutor(ray_pool, routes, gate, client, on_report, on_cache)
         return
     async with WorkerPool(plan.workers, routes=routes, gate=gate, timeouts=timeouts) as pool:
-        yield PoolExecutor(pool, routes, gate, client, on_report)
+        yield PoolExecutor(pool, routes, gate, client, on_report, on_cache)

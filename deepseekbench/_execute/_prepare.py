@@ -28,6 +28,8 @@ from deepseekbench._measure._tokens import EndpointTokenCounter, HFTokenizerCoun
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan
+from deepseekbench._plan._prefix import shared_prefix_items
+from deepseekbench._plan._trace import load_mooncake, trace_items
 from deepseekbench._plan._workload import (
     InputLength,
     WorkloadItem,
@@ -140,7 +142,14 @@ async def prepare_workload(
     cache: dict[str, int] = {}
     cells: dict[str, tuple[WorkloadItem, ...]] = {}
     for cell in plan.cells:
-        if base is None:
+        if base is None and w.shared_prefix is not None:  # issue 23
+            assert counter is not None  # the plan validator requires a tokenizer
+            chosen = await shared_prefix_items(counter, w.shared_prefix)
+        elif base is None and w.trace is not None:
+            assert counter is not None
+            records = load_mooncake(plan.resolve(w.trace.path))
+            chosen = await trace_items(counter, records, w.trace)
+        elif base is None:
             assert counter is not None  # the plan validator requires a tokenizer
             length = w.input_length or default_input_length(cell)
             n = w.n_prompts or _DEFAULT_SYNTHETIC_PROMPTS

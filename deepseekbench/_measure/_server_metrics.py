@@ -65,7 +65,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepseekbench._dialects import CounterSet, GaugeSet, all_dialects
+from deepseekbench._dialects import CacheSet, CounterSet, GaugeSet, all_dialects
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -105,12 +105,25 @@ def _gauge_sets() -> tuple[tuple[Dialect, GaugeSet], ...]:
     return tuple((engine, gs) for gs, engine in found.items())
 
 
+def cache_sets() -> tuple[tuple[Dialect, CacheSet], ...]:
+    """Every registered engine's cache/queue family sets (issue 23), each once, in
+    registry order (vLLM's, then llama.cpp's, then SGLang's for the built-in engines)."""
+    found: dict[CacheSet, Dialect] = {}
+    for adapter in all_dialects():
+        for cs in adapter.cache_sets:
+            found.setdefault(cs, adapter.engine)
+    return tuple((engine, cs) for cs, engine in found.items())
+
+
 def _families() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """``(wanted, per_position, gauges)``: the family names a scrape keeps; ``wanted``
     holds the counters and gauges, ``per_position`` the per-position families."""
     counters = [cs for _, cs in _counter_sets()]
+    caches = [cs for _, cs in cache_sets()]  # issue 23: prefix cache, KV cache, queue
     gauges = frozenset(n for _, gs in _gauge_sets() for n in (gs.rate, gs.length))
+    gauges |= frozenset(n for cs in caches for n in cs.gauges)
     wanted = frozenset(n for cs in counters for n in cs.names) | gauges
+    wanted |= frozenset(n for cs in caches for n in cs.counters)
     per_pos = frozenset(cs.per_position for cs in counters if cs.per_position is not None)
     return wanted, per_pos, gauges
 

@@ -54,7 +54,10 @@ from deepseekbench._plan._capability import (
     ModelCapabilityError,
     probe_model_capability,
 )
+from deepseekbench._plan._datasets import dataset_sample_path, load_mt_bench, load_speed_bench
+from deepseekbench._plan._prefix import SharedPrefix
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
+from deepseekbench._plan._trace import TracePlan
 from deepseekbench._plan._workload import (
     InputLength,
     WorkloadFormatError,
@@ -572,6 +575,10 @@ class SloPlan(BaseModel):
         return {k: v for k, v in given.items() if v is not None}
 
 
+_DATASET_SOURCES = ("speed_bench", "mt_bench")
+"""Dataset sources read by ``deepseekbench._plan._datasets`` (issue 23)."""
+
+
 class WorkloadPlan(BaseModel):
     """The prompts measured for speed, cycled over each cell's requests.
 
@@ -580,12 +587,18 @@ class WorkloadPlan(BaseModel):
     * ``default``: ``prompts`` inline, or ``prompts_file`` (JSONL of
       ``{"prompt": "..."}`` lines, relative to the plan file), else the built-in
       smoke tasks' prompts;
-    * ``sharegpt``, ``spec_bench``, ``jsonl``: the file at ``path`` in that
+    * ``sharegpt``, ``spec_bench``, ``jsonl``, ``speed_bench`` (SPEED-Bench rows;
+      ``speed_bench_by`` groups them by ``category`` or entropy ``tier``),
+      ``mt_bench`` (MT-bench ``question.jsonl``): the file at ``path`` in that
       format (``path = "sample"`` picks the small sample shipped with the
       package); ``categories`` keeps only those categories;
     * ``synthetic``: ``n_prompts`` prompts per cell generated to
       ``input_length`` tokens (default: fixed at ¾ of the cell's bucket bound),
-      sized with ``tokenizer`` (required).
+      sized with ``tokenizer`` (required); or, with ``shared_prefix``
+      (:class:`~deepseekbench.SharedPrefix`), groups of prompts opening with
+      one shared prefix each, optionally multi-turn; or, with ``trace``
+      (:class:`~deepseekbench.TracePlan`), a Mooncake trace replayed at its own
+      arrival times and with its shared blocks.
 
     ``tokenizer``: ``"endpoint"`` (the ``off`` route's ``POST /tokenize``) or a
     path to a Hugging Face ``tokenizer.json`` (or its folder); with it every
@@ -604,7 +617,9 @@ class WorkloadPlan(BaseModel):
 
     model_config = _CONFIG
 
-    source: Literal["default", "sharegpt", "spec_bench", "jsonl", "synthetic"] = "default"
+    source: Literal[
+        "default", "sharegpt", "spec_bench", "jsonl", "synthetic", "speed_bench", "mt_bench"
+    ] = "default"  # issue 23: speed_bench, mt_bench
     prompts: tuple[str, ...] = ()
     prompts_file: str | None = None
     path: str | None = None
@@ -613,14 +628,48 @@ class WorkloadPlan(BaseModel):
     n_prompts: int | None = Field(default=None, ge=1, le=10_000)
     tokenizer: str | None = Field(default=None, min_length=1)
     reach_max_tokens: bool = True
+    # issue 23: shared-prefix workloads (groups x prefix x suffixes, multi-turn)
+    shared_prefix: SharedPrefix | None = Field(
+        default=None,
+        description="synthetic only: groups x a shared prefix of prefix_tokens tokens x "
+        "suffixes unique suffixes of suffix_tokens tokens (turns > 1: growing chats)",
+    )
+
+    speed_bench_by: Literal["category", "tier"] = Field(
+        default="category",
+        description="source='speed_bench': group items by category (domain) or entropy tier",
+    )
+    trace: TracePlan | None = Field(
+        default=None,
+        description="synthetic only: replay a Mooncake JSONL trace (timestamp ms, "
+        "input_length, output_length, hash_ids) at its own arrival times / speedup",
+    )
+
+    @model_validator(mode="after")
+    def _shared_prefix_fields(self) -> WorkloadPlan:
+        for key in ("shared_prefix", "trace"):
+            if getattr(self, key) is None:
+                continue
+            if self.source != "synthetic":
+                raise ValueError(f"{key} is for source='synthetic'")
+            if self.input_length is not None or self.n_prompts is not None:
+                raise ValueError(
+                    f"{key} sets the lengths and the count: drop input_length and n_prompts"
+                )
+        if self.shared_prefix is not None and self.trace is not None:
+            raise ValueError("give one of shared_prefix or trace (a trace has its own prefixes)")
+        return self
 
     @model_validator(mode="after")
     def _source_fields(self) -> WorkloadPlan:
-        file_source = self.source in ("sharegpt", "spec_bench", "jsonl")
+        file_source = self.source in ("sharegpt", "spec_bench", "jsonl", *_DATASET_SOURCES)
         if file_source and self.path is None:
             raise ValueError(f"source={self.source!r} needs a path (or path='sample')")
         if not file_source and (self.path is not None or self.categories):
-            raise ValueError("path and categories are for the sharegpt, spec_bench, jsonl sources")
+            raise ValueError(
+                "path and categories are for the sharegpt, spec_bench, jsonl, speed_bench, "
+                "mt_bench sources"
+            )
         if self.source != "synthetic" and (
             self.input_length is not None or self.n_prompts is not None
         ):
@@ -923,11 +972,23 @@ class BenchmarkPlan(BaseModel):
 
     def _dataset_items(self) -> tuple[WorkloadItem, ...]:
         w = self.workload
-        fmt = cast(Literal["sharegpt", "spec_bench", "jsonl"], w.source)
-        loader = {"sharegpt": load_sharegpt, "spec_bench": load_spec_bench, "jsonl": load_jsonl}
         assert w.path is not None
-        path = sample_path(fmt) if w.path == "sample" else self.resolve(w.path)
-        items = loader[fmt](path)
+        if w.source in _DATASET_SOURCES:  # issue 23: SPEED-Bench, MT-bench
+            ds = cast(Literal["speed_bench", "mt_bench"], w.source)
+            sample = dataset_sample_path(ds, by=w.speed_bench_by)
+            path = sample if w.path == "sample" else self.resolve(w.path)
+            items = (
+                load_speed_bench(path, by=w.speed_bench_by)
+                if ds == "speed_bench"
+                else load_mt_bench(path)
+            )
+        else:
+            fmt = cast(Literal["sharegpt", "spec_bench", "jsonl"], w.source)
+            loader = {
+                "sharegpt": load_sharegpt, "spec_bench": load_spec_bench, "jsonl": load_jsonl
+            }  # fmt: skip
+            path = sample_path(fmt) if w.path == "sample" else self.resolve(w.path)
+            items = loader[fmt](path)
         if w.categories:
             items = tuple(i for i in items if i.category in w.categories)
             if not items:

@@ -31,8 +31,9 @@ from deepseekbench._errors import PlanError
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
 from deepseekbench._plan._tasks import Task
+from deepseekbench._plan._trace import trace_offsets_s, trace_period_ms
 from deepseekbench._plan._workload import WorkloadItem
-from deepseekbench._types._axes import ReasoningMode, Speculative
+from deepseekbench._types._axes import ReasoningMode
 from deepseekbench._types._request import ChatRequest
 
 __all__ = [
@@ -272,6 +273,13 @@ def _measure_blocks(
         )
         salt = (cell_index * 1000 + load_index) * 1000 + r
         offsets = plan.arrival.offsets_s(len(items), salt=salt, rate_per_s=load.rate_per_s)
+        if plan.workload.trace is not None:  # issue 23: the trace's own arrival times
+            cycles = [((i // rounds) // len(prompts)) for i in indices]
+            offsets = trace_offsets_s(
+                [(it.workload, c) for it, c in zip(items, cycles, strict=True) if it.workload],
+                period_ms=trace_period_ms(prompts),
+                speedup=plan.workload.trace.speedup,
+            )
         for route in _round_order(plan, r):
             warm = plan.warmup_per_cell if r == 0 else 0
             blocks.append(
@@ -289,8 +297,8 @@ def _measure_blocks(
                         _measure_request(plan, cell, prompts[i % len(prompts)].turns[0])
                         for i in range(warm)
                     ),
-                    scrape=route.speculative is not Speculative.off
-                    and plan.hosting.value != "managed_api",
+                    # issue 23: off is scraped too (its prefix cache, KV and queue)
+                    scrape=plan.hosting.value != "managed_api",
                 )
             )
     return blocks

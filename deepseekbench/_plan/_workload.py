@@ -63,6 +63,8 @@ class WorkloadItem(BaseModel):
         source: where it came from (``<file>:<line>`` or ``synthetic``).
         prompt_tokens: the first turn's length in tokens when it was counted
             (synthetic items always; loaded ones after a check), else ``None``.
+        arrival_ms / output_tokens: a trace item's arrival (ms from the trace's
+            start) and output length (tokens); ``None`` otherwise (issue 23).
 
     Raises:
         pydantic.ValidationError: no turns, an empty id, or an unknown field.
@@ -75,6 +77,9 @@ class WorkloadItem(BaseModel):
     category: str | None = None
     source: str = "inline"
     prompt_tokens: int | None = Field(default=None, ge=0)
+    # issue 23 (trace replay): the item's own arrival and output length
+    arrival_ms: float | None = Field(default=None, ge=0, description="trace arrival, ms")
+    output_tokens: int | None = Field(default=None, ge=1, description="trace output, tokens")
 
 
 # ------------------------------------------------------------------ loaders ---

@@ -42,6 +42,7 @@ from deepseekbench._analysis._speedup import (
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
 from deepseekbench._report._client_diagnosis import client_flag, run_diagnosis
+from deepseekbench._report._server_side import server_side_notes
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._types._clock import Clock
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
@@ -177,6 +178,10 @@ class ScorecardLine(BaseModel):
         """``saturated``, ``starved``, ``lagged`` or ``""``: why this line's client
         clock is suspect (:func:`~deepseekbench._report._client_diagnosis.client_flag`)."""
         return client_flag(self)
+    # issue 23: the server's side (Row fields of the same names)
+    prefix_cache_hit_rate: float | None = None
+    kv_cache_usage_peak: float | None = None
+    queue_depth_peak: float | None = None
 
     @property
     def credited(self) -> bool:
@@ -473,6 +478,9 @@ def _line(
         client_cores=r.client_cores,
         client_load_1m=r.client_load_1m,
         server_tpot_ms=r.server_tpot_ms,
+        prefix_cache_hit_rate=r.prefix_cache_hit_rate,  # issue 23
+        kv_cache_usage_peak=r.kv_cache_usage_peak,
+        queue_depth_peak=r.queue_depth_peak,
     )
 
 
@@ -785,6 +793,7 @@ class Scorecard:
         diagnosis = run_diagnosis(self.lines, self.client_workers)  # issue 22: once per run
         if diagnosis is not None:
             notes.append(diagnosis)
+        notes.extend(server_side_notes(self.lines))  # issue 23
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")

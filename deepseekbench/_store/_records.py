@@ -25,6 +25,7 @@ from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import parity_ids, parity_prompts
 from deepseekbench._plan._tasks import Task
 from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
 
@@ -38,6 +39,7 @@ __all__ = [
     "RowRecord",
     "RunEndRecord",
     "RunStartRecord",
+    "ServerCacheRecord",
     "ServerMetricsRecord",
     "WorkersRecord",
     "WorkloadEntry",
@@ -149,6 +151,18 @@ class ServerMetricsRecord(_Base):
     acceptance: AcceptanceRecord
 
 
+# issue 23: the server's side of a window
+class ServerCacheRecord(_Base):
+    """Prefix-cache hit rate, KV-cache and queue peaks over one block's ``/metrics`` window."""
+
+    record: Literal["server_cache"] = "server_cache"
+    route: str
+    cell: str
+    load: str | None = None
+    round: _Count = 0
+    cache: CacheWindow
+
+
 class ParityRecord(_Base):
     """A route's parity-set verdict as the run computed it (the analysis recomputes it)."""
 
@@ -219,7 +233,8 @@ Record = Annotated[
     | RowRecord
     | RunEndRecord
     | WorkersRecord
-    | WorkloadRecord,
+    | WorkloadRecord
+    | ServerCacheRecord,  # issue 23
     Field(discriminator="record"),
 ]
 """Any results record, told apart by its ``record`` field."""

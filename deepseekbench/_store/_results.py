@@ -51,11 +51,13 @@ from deepseekbench._store._records import (
     ParityOutputRecord,
     Record,
     RunStartRecord,
+    ServerCacheRecord,
     ServerMetricsRecord,
     parse_record,
     record_json,
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._parity import ParityOutput
 
 __all__ = [
@@ -94,6 +96,7 @@ RECORD_KINDS = frozenset(
         "run_end",
         "workers",
         "workload",
+        "server_cache",  # issue 23
     }
 )
 """Every record kind a results file may hold."""
@@ -344,6 +347,8 @@ class ResultsState:
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
     server: dict[tuple[str, str, str | None, int], AcceptanceRecord] = field(default_factory=dict)
     plan: BenchmarkPlan | None = None
+    # issue 23: each block's cache window, keyed as ``server``
+    cache: dict[tuple[str, str, str | None, int], CacheWindow] = field(default_factory=dict)
 
     def _check_route(self, label: str) -> None:
         if self.plan is not None and label not in {r.label for r in self.plan.routes}:
@@ -397,6 +402,11 @@ class ResultsState:
             self._check_cell(rec.cell)
             self._check_load(rec.load)
             self.server[(rec.route, rec.cell, rec.load, rec.round)] = rec.acceptance
+        elif isinstance(rec, ServerCacheRecord):  # issue 23
+            self._check_route(rec.route)
+            self._check_cell(rec.cell)
+            self._check_load(rec.load)
+            self.cache[(rec.route, rec.cell, rec.load, rec.round)] = rec.cache
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries

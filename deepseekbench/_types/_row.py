@@ -369,6 +369,26 @@ class Row(BaseModel):
         description="more than a quarter of the measured requests were client-starved: the "
         "row's TPOT is not used for a speedup (refusal client_starved)",
     )
+    # issue 23: the server's side of the row's /metrics windows
+    prefix_cache_hit_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="prefix-cache hits / prompt tokens looked up over the row's windows, 0..1 "
+        "(vLLM prefix_cache_hits/queries; SGLang cache_hit_rate gauge)",
+    )
+    kv_cache_usage_peak: float | None = Field(
+        default=None, ge=0, description="largest KV-cache usage seen in the windows, fraction 0..1"
+    )
+    queue_depth_peak: float | None = Field(
+        default=None, ge=0, description="largest number of waiting requests seen, requests"
+    )
+    trace: str | None = Field(
+        default=None, description="replayed trace file (workload.trace.path), if any"
+    )
+    trace_speedup: float | None = Field(
+        default=None, gt=0, description="trace arrival-time factor (2 = twice as fast)"
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: axis fields also take their documented
@@ -434,6 +454,11 @@ class Row(BaseModel):
             n_client_starved: int = 0,
             server_tpot_ms: float | None = None,
             client_starved: bool = False,
+            prefix_cache_hit_rate: float | None = None,
+            kv_cache_usage_peak: float | None = None,
+            queue_depth_peak: float | None = None,
+            trace: str | None = None,
+            trace_speedup: float | None = None,
         ) -> None: ...
 
     @model_validator(mode="after")

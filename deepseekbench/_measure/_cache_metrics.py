@@ -1,0 +1,218 @@
+"""The server's side of a window: prefix-cache hit rate, KV-cache and queue peaks (issue 23).
+
+Speculation can cost the rest of the server what it saves in decode: vLLM's MTP
+drops prefix-cache hits to 0 on hybrid models (vllm-project/vllm #54360, #22230),
+and a longer verify step holds KV blocks longer. A window's ``/metrics`` scrapes
+(:mod:`deepseekbench._measure._server_metrics`) therefore also read each engine's
+cache and queue families (:class:`~deepseekbench._dialects.CacheSet`):
+
+* hit rate: the window delta of a hit counter over a query counter (vLLM V1
+  ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``, tokens; llama.cpp
+  ``llamacpp:prompt_tokens_cached`` over itself plus ``llamacpp:prompt_tokens``), counted
+  as the speculation counters are (label sets summed, parallel-rank copies once,
+  a restart or a series in one scrape only gives no count); else the engine's
+  own recent hit-rate gauge at the window's end (SGLang ``sglang:cache_hit_rate``);
+* KV-cache usage peak: the largest value of the usage gauge (vLLM
+  ``vllm:kv_cache_usage_perc``, older ``vllm:gpu_cache_usage_perc``; SGLang
+  ``sglang:token_usage``; llama.cpp ``llamacpp:kv_cache_usage_ratio``) over the
+  window's scrapes, the largest label set (the fullest data-parallel rank);
+* queue-depth peak: the largest number of waiting requests (vLLM
+  ``vllm:num_requests_waiting``, SGLang ``sglang:num_queue_reqs``, llama.cpp
+  ``llamacpp:requests_deferred``) over the same scrapes, summed over
+  data-parallel label sets, copies once.
+
+The scrapes are the window's opening and closing ones plus those
+:func:`while_sampling` takes while the window's requests run (every ``interval_s``,
+only when the opening scrape holds a KV or queue gauge): a peak is the largest
+value seen, a lower bound of the true peak.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+import anyio
+import httpx
+
+from deepseekbench._dialects import CacheSet
+from deepseekbench._errors import LiveGateError
+from deepseekbench._measure._server_metrics import (
+    MetricsSnapshot,
+    _delta,
+    _Inconsistent,
+    _merge_copies,
+    _restarted,
+    cache_sets,
+    scrape_metrics,
+)
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._types._axes import Dialect
+from deepseekbench._types._cache import CacheWindow
+
+__all__ = ["SAMPLE_INTERVAL_S", "cache_window", "while_sampling"]
+
+_log = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL_S = 0.5
+"""Seconds between the scrapes taken while a window's requests run (KV and queue peaks)."""
+
+
+def _pick(before: MetricsSnapshot, after: MetricsSnapshot) -> tuple[Dialect, CacheSet] | None:
+    """The first set whose counters either scrape holds, else the first with a gauge
+    (sets of one engine share gauges: the counters tell its versions apart)."""
+    sets = cache_sets()
+    for counters in (True, False):
+        for engine, cs in sets:
+            names = cs.counters if counters else cs.gauges
+            if any(n in after.series or n in before.series for n in names):
+                return engine, cs
+    return None
+
+
+def _kv(snapshot: MetricsSnapshot, cs: CacheSet) -> float | None:
+    """The fullest label set of the first KV-usage gauge the scrape holds (fraction)."""
+    for name in cs.kv_usage:
+        per_label = snapshot.series.get(name)
+        if per_label:
+            return max(per_label.values())
+    return None
+
+
+def _queue(snapshot: MetricsSnapshot, cs: CacheSet) -> float | None:
+    """Waiting requests summed over label sets, copies once; ``None`` if copies disagree."""
+    per_label = snapshot.series.get(cs.queue) if cs.queue is not None else None
+    if not per_label:
+        return None
+    merged = _merge_copies(per_label)
+    return None if merged is None else sum(merged.values())
+
+
+def _peak(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _counts(
+    before: MetricsSnapshot, after: MetricsSnapshot, cs: CacheSet
+) -> tuple[int, int] | None:
+    """``(queries, hits)`` over the window (tokens), or ``None`` when unknown;
+    queries are hits + misses for an engine that counts misses (llama.cpp)."""
+    looked_up = cs.queries or cs.misses
+    if looked_up is None or cs.hits is None or _restarted(before, after):
+        return None
+    try:
+        queries, hits = _delta(before, after, looked_up), _delta(before, after, cs.hits)
+        if cs.queries is None:
+            queries += hits
+    except _Inconsistent as exc:
+        _log.warning("prefix-cache counts dropped for this window: %s", exc)
+        return None
+    return (queries, hits) if hits <= queries else None
+
+
+def cache_window(
+    before: MetricsSnapshot, after: MetricsSnapshot, during: Sequence[MetricsSnapshot] = ()
+) -> CacheWindow | None:
+    """The cache window between two scrapes, with the scrapes ``during`` it.
+
+    Args:
+        before / after: the window's opening and closing scrapes.
+        during: scrapes taken while its requests ran (peaks only; failed ones skipped).
+
+    Returns:
+        a :class:`~deepseekbench.CacheWindow` (hit rate 0..1, KV usage peak as a
+        fraction, queue peak in requests), or ``None`` when a bracketing scrape
+        failed or neither holds a cache or queue family. Never raises on
+        server data (module docstring for what is counted).
+    """
+    if before.error is not None or after.error is not None:
+        return None
+    picked = _pick(before, after)
+    if picked is None:
+        return None
+    engine, cs = picked
+    counts = _counts(before, after, cs)
+    rate: float | None
+    if counts is not None:
+        rate = counts[1] / counts[0] if counts[0] > 0 else None
+    else:
+        rate = after.values.get(cs.hit_rate) if cs.hit_rate is not None else None
+        if rate is not None and not 0.0 <= rate <= 1.0:
+            rate = None
+    scrapes = [before, *(s for s in during if s.error is None), after]
+    kv = _peak([_kv(s, cs) for s in scrapes])
+    return CacheWindow(
+        engine=engine,
+        source=cs.source,
+        prefix_cache_queries=counts[0] if counts is not None else None,
+        prefix_cache_hits=counts[1] if counts is not None else None,
+        prefix_cache_hit_rate=rate,
+        kv_cache_usage_peak=kv if kv is None or kv >= 0 else None,
+        queue_depth_peak=_nonneg(_peak([_queue(s, cs) for s in scrapes])),
+        scrapes=len(scrapes),
+    )
+
+
+def _nonneg(value: float | None) -> float | None:
+    return value if value is None or value >= 0 else None
+
+
+def _has_gauges(snapshot: MetricsSnapshot | None) -> bool:
+    if snapshot is None or snapshot.error is not None:
+        return False
+    names: Mapping[str, object] = snapshot.series
+    return any(n in names for _, cs in cache_sets() for n in (*cs.kv_usage, cs.queue) if n)
+
+
+async def while_sampling(
+    body: Callable[[], Awaitable[None]],
+    route: EngineRoute,
+    *,
+    gate: LiveGate,
+    client: httpx.AsyncClient | None,
+    opening: MetricsSnapshot | None,
+    interval_s: float = SAMPLE_INTERVAL_S,
+) -> list[MetricsSnapshot]:
+    """Await ``body()`` while scraping ``route``'s ``/metrics`` every ``interval_s`` (s).
+
+    Returns the successful scrapes taken meanwhile. Nothing is scraped when
+    ``opening`` (the window's first scrape) is ``None``, failed, or holds no
+    KV-usage or queue gauge. A scrape the gate refuses (a spent ``max_requests``
+    budget) stops the sampling, never the run; each scrape passes the gate, so it
+    counts against ``max_requests``.
+
+    Raises:
+        ValueError: ``interval_s`` not above 0.
+        Exception: whatever ``body()`` raised, unchanged (not wrapped in a group).
+    """
+    if interval_s <= 0:
+        raise ValueError("interval_s must be > 0")
+    samples: list[MetricsSnapshot] = []
+    if not _has_gauges(opening):
+        await body()
+        return samples
+
+    async def sample() -> None:
+        while True:
+            await anyio.sleep(interval_s)
+            try:
+                snap = await scrape_metrics(route, gate=gate, client=client)
+            except LiveGateError:
+                return
+            if snap.error is None:
+                samples.append(snap)
+
+    failed: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sample)
+        try:
+            await body()
+        except Exception as exc:  # re-raised below as it came, outside the task group
+            failed.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
+    return samples

@@ -1,0 +1,162 @@
+"""Issue 23, item 5: Mooncake trace replay (arrival times and shared blocks)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from deepseekbench._engine import _server as engine_server
+from deepseekbench._errors import WorkloadFormatError
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._plan._trace import TracePlan, load_mooncake, trace_items, trace_offsets_s
+from deepseekbench._runner import run_plan
+from deepseekbench._types._axes import Dialect
+from tests._fakes import CharCounter
+from tests._helpers import COSTS, off_and_mtp, plan_of
+
+B = 64  # tokens (characters) per hash id
+SLACK = 16  # at most one generated word below a target, in characters
+GAPS_MS = (0, 40, 40, 120, 10, 90, 0, 60, 30, 150, 20, 20, 80, 45, 5, 110, 60, 30, 70, 90)
+IDS: tuple[tuple[int, ...], ...] = (
+    (1, 2, 3), (1, 2, 4), (1, 5), (6, 7), (1, 2, 3, 8), (9,), (6, 7, 10), (1, 2), (11, 12),
+    (1, 5, 13), (6,), (14, 15, 16), (1, 2, 3, 8, 17), (11,), (18, 19), (1,), (6, 7, 10, 20),
+    (21, 22), (1, 2, 4, 23), (9, 24),
+)  # fmt: skip
+
+
+def _lines() -> list[dict[str, Any]]:
+    times = list(itertools.accumulate(GAPS_MS))
+    return [
+        {
+            "timestamp": t,
+            "input_length": len(ids) * B - 5,
+            "output_length": 24,
+            "hash_ids": list(ids),
+        }
+        for t, ids in zip(times, IDS, strict=True)
+    ]
+
+
+def _write(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    return path
+
+
+def _common(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _leading(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return sum(1 for _ in itertools.takewhile(lambda p: p[0] == p[1], zip(a, b, strict=False)))
+
+
+def _check_shared_blocks(prompts: dict[int, str]) -> None:
+    """Prompts of records with k leading ids in common share k blocks of text, not k + 1."""
+    for i, j in itertools.combinations(range(len(IDS)), 2):
+        k = _leading(IDS[i], IDS[j])
+        common = _common(prompts[i], prompts[j])
+        assert common >= k * (B - SLACK), (i, j, k, common)
+        if k < min(len(IDS[i]), len(IDS[j])):
+            assert common < (k + 1) * (B + 1), (i, j, k, common)
+
+
+def test_load_mooncake_reads_and_refuses(tmp_path: Path) -> None:
+    records = load_mooncake(_write(tmp_path / "t.jsonl", _lines()))
+    assert len(records) == 20 and records[3].timestamp_ms == 200 and records[3].hash_ids == (6, 7)
+    bad: list[dict[str, Any]] = [
+        {"timestamp": -1, "input_length": 5, "output_length": 1},
+        {"timestamp": 0, "input_length": 0, "output_length": 1},
+        {"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": ["a"]},
+        {"timestamp": 0, "input_length": 2, "output_length": 1, "hash_ids": [1, 2, 3]},
+    ]
+    for k, line in enumerate(bad):
+        with pytest.raises(WorkloadFormatError, match=r"t\d.jsonl:1"):
+            load_mooncake(_write(tmp_path / f"t{k}.jsonl", [line]))
+    back = [
+        {"timestamp": 10, "input_length": 5, "output_length": 1},
+        {"timestamp": 5, "input_length": 5, "output_length": 1},
+    ]
+    with pytest.raises(WorkloadFormatError, match=":2: timestamp"):
+        load_mooncake(_write(tmp_path / "back.jsonl", back))
+
+
+def test_items_share_exactly_their_common_blocks_and_are_token_true(tmp_path: Path) -> None:
+    plan = TracePlan(path="t.jsonl", block_tokens=B, speedup=2)
+    records = load_mooncake(_write(tmp_path / "t.jsonl", _lines()))
+    items = anyio.run(trace_items, CharCounter(), records, plan)
+    for item, rec in zip(items, records, strict=True):
+        assert item.arrival_ms == rec.timestamp_ms and item.output_tokens == 24
+        assert item.prompt_tokens == len(item.turns[0])
+        assert rec.input_length - SLACK <= len(item.turns[0]) <= rec.input_length
+    _check_shared_blocks({k: item.turns[0] for k, item in enumerate(items)})
+    offsets = trace_offsets_s([(i, 0) for i in items], period_ms=0.0, speedup=2)
+    assert offsets is not None
+    assert offsets[3] == pytest.approx(0.1) and offsets[-1] == pytest.approx(sum(GAPS_MS) / 2000)
+
+
+def test_a_20_line_trace_replays_with_its_timestamps_and_its_shared_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = _write(tmp_path / "trace.jsonl", _lines())
+    sent: list[str] = []
+    render = engine_server.render_prompt
+
+    def recording(messages: Any) -> str:
+        sent.append(messages[-1].content)
+        return render(messages)
+
+    monkeypatch.setattr(engine_server, "render_prompt", recording)
+
+    async def main() -> Any:
+        async with off_and_mtp(cost=COSTS) as (off, mtp):
+            plan = plan_of(
+                [
+                    ("off", "off", off.base_url, Dialect.vllm),
+                    ("mtp", "mtp", mtp.base_url, Dialect.vllm),
+                ],
+                {
+                    "requests_per_cell": 20,
+                    "repeats": 1,
+                    "warmup_per_cell": 0,
+                    "arrival": {"mode": "concurrency", "concurrency": 20},
+                    "parity": {"tasks": "none", "prompts": ["Count from 5 to 12."]},
+                    "workload": {
+                        "source": "synthetic",
+                        "tokenizer": "endpoint",
+                        "trace": {"path": str(trace), "speedup": 2, "block_tokens": B},
+                    },
+                },
+                {},
+            )
+            return await run_plan(plan, gate=LiveGate(), results_path=None)
+
+    result = anyio.run(main)
+    expected = [t / 2000.0 for t in itertools.accumulate(GAPS_MS)]  # s, at speedup 2
+    for label in ("off", "mtp"):
+        mine = sorted((m for m in result.measurements if m.route == label), key=lambda m: m.index)
+        assert [m.item for m in mine] == [f"trace-{k + 1}" for k in range(20)]
+        starts = [m.measurement.start_perf_ns or 0 for m in mine]
+        assert all(starts)
+        sent_s = [(s - starts[0]) / 1e9 for s in starts]
+        # relative to the first send, which may itself have been a few ms late
+        lag0 = (mine[0].queue_ms or 0.0) / 1000.0
+        for k, (got, due) in enumerate(zip(sent_s, expected, strict=True)):
+            assert due - lag0 - 0.02 <= got <= due + 0.15, (label, k, got, due)
+            assert mine[k].queue_ms is not None and mine[k].queue_ms < 150, (label, k)
+        row = next(r for r in result.rows if r.route_label == label)
+        assert (row.trace, row.trace_speedup) == (str(trace), 2.0)
+    # the prompts the engine received are exactly the trace's items, on both routes,
+    # and records with k leading hash ids in common got k shared blocks of text
+    plan = TracePlan(path=str(trace), speedup=2, block_tokens=B)
+    items = anyio.run(trace_items, CharCounter(), load_mooncake(trace), plan)
+    prompts = [i.turns[0] for i in items]
+    assert sorted(p for p in sent if "Count from" not in p) == sorted(prompts * 2)
+    _check_shared_blocks(dict(enumerate(prompts)))
