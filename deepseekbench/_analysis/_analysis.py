@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
+from deepseekbench._analysis._route_identity import judge_route_identity, route_evidence
 from deepseekbench._analysis._rowstats import (
     WINDOW_METRICS,
     RowRequests,
@@ -671,6 +672,35 @@ def _workload_breakdown(mine: Indexed, max_tokens: int) -> dict[str, Any]:
     return out
 
 
+def _with_identity(
+    inp: _RowInput, cell: CellPlan, load: LoadPoint, rows: Sequence[Row]
+) -> list[Row]:
+    """``rows`` (one per plan route, in plan order) with their route identity set
+    (:mod:`deepseekbench._analysis._route_identity`)."""
+    plan = inp.plan
+    evidence = [
+        route_evidence(
+            r.label,
+            r.speculative,
+            r.dialect,
+            [m for m, _ in _row_records(plan, inp.state, r.label, cell.cell_id, load).values()],
+            _server_window(inp.state, r.label, cell.cell_id, load),
+            r.spec_tokens,
+        )
+        for r in plan.routes
+    ]
+    verdicts = judge_route_identity(evidence)
+    return [
+        row.model_copy(
+            update={
+                "route_identity": verdicts[route.label].status,
+                "route_identity_detail": verdicts[route.label].detail,
+            }
+        )
+        for route, row in zip(plan.routes, rows, strict=True)
+    ]
+
+
 def build_result(
     plan: BenchmarkPlan,
     state: ResultsState,
@@ -693,13 +723,15 @@ def build_result(
     traffic: dict[RowKey, ParityResult] = {}
     for cell in plan.cells:
         for load in plan.load_points:
+            point: list[Row] = []
             for route in plan.routes:
                 row, tr = _build_row(inp, route, cell, load)
                 key = (route.label, cell.cell_id, load.key)
-                rows.append(row)
+                point.append(row)
                 keys.append(key)
                 if tr is not None:
                     traffic[key] = tr
+            rows.extend(_with_identity(inp, cell, load, point))  # issue 24
     measurements = tuple(
         MeasuredRequest(
             route=k[0],

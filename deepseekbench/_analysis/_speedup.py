@@ -22,6 +22,7 @@ from deepseekbench._types._axes import (
     Speculative,
     _ClosedEnum,
 )
+from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._row import Row
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
@@ -88,6 +89,8 @@ class RefusalReason(_ClosedEnum):
     candidate_metric_not_positive = "candidate_metric_not_positive"
     speedup_not_finite = "speedup_not_finite"
     tokens_estimated = "tokens_estimated"
+    # issue 24: a row whose route contradicts its label (see _route_identity)
+    route_identity_refused = "route_identity_refused"
 
 
 class SpeedupVerdict(BaseModel):
@@ -357,7 +360,10 @@ def compare_speedup(
     are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
     ``n_requests >= min_requests``; neither row's token counts were estimated
     (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
-    on a count the engine did not give); the metric is present and positive on both.
+    on a count the engine did not give); neither row's route identity was refused
+    (``route_identity_refused``: e.g. an ``off`` route that drafts, see
+    ``deepseekbench._analysis._route_identity``); the metric is present and
+    positive on both.
 
     **Interval.** Given the run the rows came from (``result``, e.g. from
     :func:`~deepseekbench.load_results`), or its per-round values (``rounds``) or
@@ -456,6 +462,8 @@ def _judge(
         reasons.append(R.candidate_incomplete)
     if baseline.tokens_estimated or candidate.tokens_estimated:
         reasons.append(R.tokens_estimated)
+    if RouteIdentity.refused in (baseline.route_identity, candidate.route_identity):
+        reasons.append(R.route_identity_refused)
     if baseline.n_requests < min_requests:
         reasons.append(R.baseline_too_few_requests)
     if candidate.n_requests < min_requests:

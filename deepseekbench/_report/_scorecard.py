@@ -40,6 +40,7 @@ from deepseekbench._analysis._speedup import (
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
+from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
 if TYPE_CHECKING:
@@ -158,6 +159,9 @@ class ScorecardLine(BaseModel):
     dispersion: Dispersion = Dispersion()
     server_ttft_ms: float | None = None
     server_queue_ms: float | None = None
+    # issue 24: route identity (see deepseekbench._analysis._route_identity)
+    route_identity: RouteIdentity | None = None
+    route_identity_detail: str | None = None
 
     @property
     def credited(self) -> bool:
@@ -422,6 +426,8 @@ def _line(
         dispersion=r.dispersion,
         server_ttft_ms=r.server_ttft_ms,
         server_queue_ms=r.server_queue_ms,
+        route_identity=r.route_identity,
+        route_identity_detail=r.route_identity_detail,
     )
 
 
@@ -500,6 +506,21 @@ def _detail_notes(lines: Sequence[ScorecardLine], workers: int | None = None) ->
                 + _more_workers(workers)
             )
     return notes
+
+
+def _identity_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """One note per distinct refused or flagged route identity (the loads listed)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for ln in lines:
+        if ln.route_identity in (RouteIdentity.refused, RouteIdentity.flagged):
+            status = ln.route_identity.value if ln.route_identity else ""
+            key = (status, ln.route_identity_detail or "no detail")
+            groups.setdefault(key, []).append(ln.load)
+    out = []
+    for (status, detail), loads in groups.items():
+        where = f" ({', '.join(dict.fromkeys(loads))})" if loads != ["—"] else ""
+        out.append(f"route identity {status}{where}: {detail}")
+    return out
 
 
 def _pct_fields(name: str, p: Percentiles | None, which: Sequence[str]) -> dict[str, Any]:
@@ -731,6 +752,7 @@ class Scorecard:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
         notes.extend(_detail_notes(self.lines, self.client_workers))
+        notes.extend(_identity_notes(self.lines))  # issue 24
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
