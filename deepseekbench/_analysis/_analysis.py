@@ -18,11 +18,12 @@ set's task parity, and say so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
@@ -52,6 +53,7 @@ from deepseekbench._store._results import (
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity, ReasoningMode, Speculative
+from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._parity import (
     DeterminismControl,
     ExactAcceptance,
@@ -615,6 +617,7 @@ class _RowInput:
     plan: BenchmarkPlan
     state: ResultsState
     parity: dict[tuple[str, ReasoningMode], RouteParity]
+    launched: Mapping[str, LaunchRecord] = field(default_factory=dict)  # issue 24
 
 
 def _build_row(
@@ -695,10 +698,22 @@ def _with_identity(
             update={
                 "route_identity": verdicts[route.label].status,
                 "route_identity_detail": verdicts[route.label].detail,
+                **_launch_fields(inp.launched.get(route.label)),
             }
         )
         for route, row in zip(plan.routes, rows, strict=True)
     ]
+
+
+def _launch_fields(record: LaunchRecord | None) -> dict[str, Any]:
+    """The row fields of a launched route (none for a route the user started)."""
+    if record is None:
+        return {}
+    return {
+        "engine_command": record.command,
+        "engine_version": record.version,
+        "spec_config": orjson.dumps(record.spec_config, option=orjson.OPT_SORT_KEYS).decode(),
+    }
 
 
 def build_result(
@@ -713,11 +728,13 @@ def build_result(
     retried: int = 0,
     kept_measurements: int = 0,
     remaining_measurements: int = 0,
+    launched: Mapping[str, LaunchRecord] | None = None,
 ) -> RunResult:
     """The :class:`RunResult` of ``plan``'s records and the run's recorded parity set
     (pure: same records, same result; no file is read). ``meta`` and the counts are
-    carried as given (see :class:`RunResult`)."""
-    inp = _RowInput(plan, state, _build_parity(plan, state, parity_set))
+    carried as given (see :class:`RunResult`); ``launched``: what was launched per
+    route label (``[routes.launch]``), copied onto that route's rows."""
+    inp = _RowInput(plan, state, _build_parity(plan, state, parity_set), launched or {})
     rows: list[Row] = []
     keys: list[RowKey] = []
     traffic: dict[RowKey, ParityResult] = {}
@@ -817,5 +834,6 @@ def load_results_and_runs(
         complete=stored.complete,
         parity_set=parity_set,
         meta=meta,
+        launched=stored.start.launched,
     )
     return result, stored.runs
