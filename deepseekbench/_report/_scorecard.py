@@ -30,6 +30,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, load_results
+from deepseekbench._analysis._best_config import BestConfig
 from deepseekbench._analysis._speedup import (
     SpeedupMetric,
     SpeedupVerdict,
@@ -39,6 +40,7 @@ from deepseekbench._analysis._speedup import (
 )
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
+from deepseekbench._report._grid import grid_choices, grid_json, grid_text
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
@@ -561,6 +563,9 @@ class Scorecard:
         self.metric = metric
         self.client_workers = client_workers  # the run's plan key workers, when known
         self.rows: tuple[Row, ...] = tuple(rows)
+        # issue 24: depth grids (route label -> grid label) and the metric per round
+        self.grids: dict[str, str] = {}
+        self.round_values: Mapping[str, Mapping[int, float]] = {}
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -603,7 +608,9 @@ class Scorecard:
             verdict = judge.verdict(base, r) if base is not None else None
             d = details.get(line_key(r)) if details is not None else None
             lines.append(_line(r, base, verdict, d))
-        return cls(lines, metric=m, rows=rows)
+        card = cls(lines, metric=m, rows=rows)
+        card.round_values = rounds or {}
+        return card
 
     @classmethod
     def from_run(
@@ -637,6 +644,7 @@ class Scorecard:
         card = cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
         card.client_workers = result.plan.workers
         card.meta = result.meta
+        card.grids = {r.label: r.grid_of for r in result.plan.routes if r.grid_of is not None}
         return card
 
     @classmethod
@@ -726,6 +734,26 @@ class Scorecard:
             out.append(text)
         return tuple(out)
 
+    def best_configs(self) -> list[BestConfig]:
+        """The best configuration per depth grid, cell and load point (issue 24):
+        the highest conservative score (median of the paired-round speedups minus
+        their MAD; the idea of vLLM's ``tune_speculative_k.py``) among credited
+        configurations, by this scorecard's metric, never by acceptance rate
+        (:mod:`deepseekbench._analysis._best_config`). Empty when the run had no
+        grid (a launched route with a list of depths, draft models or methods)."""
+        if not self.grids or not self.rows:
+            return []
+        return grid_choices(
+            self.lines, self.rows, self.grids, self.round_values, self.metric, line_key
+        )
+
+    def best_config_json(self) -> str:
+        """:meth:`best_configs` as JSON a deployment can read:
+        ``{"metric", "score_rule", "choices": [{"grid", "cell", "load", "best",
+        "score", "speedup", "spec_config", "acceptance_length",
+        "acceptance_by_position", "candidates"}, ...]}``."""
+        return grid_json(self.best_configs(), self.metric)
+
     def _notes(self) -> list[str]:
         notes: list[str] = [f"crossover: {c}" for c in self.crossovers()]
         # One note per route, cell and explanation; the load points it holds at are listed.
@@ -799,6 +827,10 @@ class Scorecard:
             out.append("")
             out.append("Per turn (multi-turn conversations)")
             out.extend(_fixed_width([list(_TURN_COLUMNS), *turns]))
+        best = grid_text(self.best_configs(), self.metric)  # issue 24
+        if best:
+            out.append("")
+            out.extend(best)
         latency = _latency_cells(self.lines)
         if latency:
             out.append("")
