@@ -19,6 +19,7 @@ import anyio
 import orjson
 import pytest
 
+from deepseekbench._cli import main as cli_main
 from deepseekbench._errors import PlanError
 from deepseekbench._launch._plan_launch import (
     LaunchSpec,
@@ -28,6 +29,7 @@ from deepseekbench._launch._plan_launch import (
 )
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import LAUNCHED_URL, BenchmarkPlan
+from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import load_results, run_plan
 from deepseekbench._types._identity import RouteIdentity
 from tests._helpers import read_records
@@ -243,6 +245,15 @@ def test_a_run_of_launched_routes_records_what_it_launched(tmp_path: Path) -> No
             assert row.engine_command[row.engine_command.index("--draft-depth") + 1] == str(depth)
             assert orjson.loads(row.spec_config or "{}")["spec_tokens"] == depth
             assert row.spec_tokens == depth
+    # the depth grid: one choice per load, among credited configurations, as JSON
+    card = Scorecard.from_run(result)
+    (choice,) = card.best_configs()
+    assert choice.grid == "mtp" and choice.best in ("mtp-k1", "mtp-k2")
+    assert choice.concurrency == 1 and choice.spec_config["spec_tokens"] == int(choice.best[-1])
+    assert "Best configuration per load" in card.to_text()
+    out = tmp_path / "best.json"
+    assert cli_main(["report", str(results), "--best-config", str(out)]) == 0
+    assert orjson.loads(out.read_bytes())["choices"][0]["best"] == choice.best
     start = next(r for r in read_records(results) if r["record"] == "run_start")
     assert set(start["launched"]) == set(rows)
     assert load_results(results).rows == result.rows  # the file alone says what ran
