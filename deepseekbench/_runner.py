@@ -381,7 +381,7 @@ class _Recorder:
                 model_capability=cap.model_dump(mode="json") if cap else None,
                 parity_set=parity_set,
                 library_version=_library_version(),
-                launched=launched or None,
+                launched=dict(launched) if launched else None,
             )
         )
         cells = {
