@@ -132,6 +132,7 @@ if TYPE_CHECKING:
         llama_server_args,
         llama_servers,
     )
+    from deepseekbench._launch._plan_launch import LaunchSpec  # issue 24
     from deepseekbench._launch._vllm import (
         RunningVllmServer,
         VllmServerSpec,
@@ -254,6 +255,11 @@ if TYPE_CHECKING:
         Speculative,
         SpeculativeName,
     )
+    from deepseekbench._types._identity import (  # issue 24
+        LaunchRecord,
+        RouteIdentity,
+        RouteIdentityName,
+    )
     from deepseekbench._types._parity import (
         BASELINE_NONDETERMINISTIC,
         DeterminismControl,
@@ -337,6 +343,11 @@ _IMPORTS: dict[str, str] = {
     "LiveGateError": "deepseekbench._errors",
     "LlamaServerError": "deepseekbench._errors",
     "LlamaServerSpec": "deepseekbench._launch._llamacpp",
+    # issue 24: launched engines, route identity
+    "LaunchSpec": "deepseekbench._launch._plan_launch",
+    "LaunchRecord": "deepseekbench._types._identity",
+    "RouteIdentity": "deepseekbench._types._identity",
+    "RouteIdentityName": "deepseekbench._types._identity",
     "LoadPoint": "deepseekbench._plan._plan",
     "LoadWork": "deepseekbench._execute._workshare",
     "MIN_REQUESTS_FOR_SPEEDUP": "deepseekbench._analysis._speedup",
@@ -516,6 +527,8 @@ __all__ = [
     "Hosting",
     "HostingName",
     "InputLength",
+    "LaunchRecord",  # issue 24
+    "LaunchSpec",
     "LiveGate",
     "LiveGateError",
     "LlamaServerError",
@@ -552,6 +565,8 @@ __all__ = [
     "ResultsInUseError",
     "ResultsRun",
     "ResultsWriteError",
+    "RouteIdentity",
+    "RouteIdentityName",
     "RouteParity",
     "RoutePlan",
     "RouteUnreachableError",
