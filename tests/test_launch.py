@@ -351,3 +351,52 @@ launch = {{engine = "embedded", spec_tokens = 2, {COST}}}
         for p in engines:
             if running(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_a_run_that_fails_after_the_launch_stops_its_engines(tmp_path: Path) -> None:
+    """A crash of the run (here: the other route is dead) stops what was launched."""
+    from deepseekbench._errors import RouteUnreachableError
+    from deepseekbench._launch._servers import free_port
+
+    plan = BenchmarkPlan.from_toml(
+        f"""
+model = "deepseekbench-ref"
+[parity]
+tasks = "none"
+prompts = ["Count from 1 to 9."]
+[[routes]]
+label = "off"
+speculative = "off"
+launch = {{engine = "embedded", {COST}}}
+[[routes]]
+label = "mtp"
+speculative = "mtp"
+base_url = "http://127.0.0.1:{free_port()}/v1"
+"""
+    )
+    seen: list[int] = []
+
+    def engines() -> list[int]:
+        return [
+            p
+            for p in _children(os.getpid())
+            if running(p) and b"serve" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+
+    async def main() -> None:
+        async def watch() -> None:
+            while True:
+                seen.extend(p for p in engines() if p not in seen)
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            try:
+                with pytest.raises(RouteUnreachableError):
+                    await run_plan(plan, gate=LiveGate())
+            finally:
+                tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert len(seen) == 1  # the engine was launched ...
+    assert wait_gone(seen, 10) == []  # ... and stopped with the failed run
