@@ -96,6 +96,7 @@ def test_a_plan_launches_off_and_a_draft_route_at_two_depths(
         if label == "off":
             assert "--spec-type" not in cmd and row.spec_config == "{}"
             continue
+        assert label is not None
         depth = int(label[-1])
         assert cmd[cmd.index("--spec-draft-n-max") + 1] == str(depth)
         assert cmd[cmd.index("--spec-type") + 1] == "draft-simple"
