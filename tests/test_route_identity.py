@@ -73,6 +73,16 @@ def test_a_silent_speculative_route_is_refused_when_its_engine_drafts_elsewhere(
     assert other["eagle"].status is RouteIdentity.flagged
 
 
+def test_a_silent_ngram_route_is_flagged_unless_off_drafts() -> None:
+    out = judge_route_identity(
+        [_ev("off", S.off, None), _ev("mtp", S.mtp, 100), _ev("ng", S.ngram, 0)]
+    )
+    assert out["ng"].status is RouteIdentity.flagged
+    assert out["ng"].detail is not None and "'ng'" in out["ng"].detail
+    swapped = judge_route_identity([_ev("off", S.off, 80), _ev("ng", S.ngram, 0)])
+    assert swapped["ng"].status is RouteIdentity.refused
+
+
 def test_no_acceptance_anywhere_is_flagged_not_refused() -> None:
     out = judge_route_identity([_ev("off", S.off, None), _ev("mtp", S.mtp, None)])
     assert out["off"].status is RouteIdentity.ok

@@ -11,7 +11,8 @@ served) and judges every route of one cell and load point together:
 * an ``off`` route that drafted tokens is **refused**;
 * a speculative route that drafted none while a route on the same engine (same
   dialect, or either ``auto``) drafted is **refused** (its server does not speculate,
-  or the ports are swapped);
+  or the ports are swapped), except an ``ngram`` route beside a non-drafting
+  ``off``: n-gram lookup may find nothing to draft in a workload, so it is flagged;
 * a speculative route whose served depth (per-request ``spec_tokens``, else the
   length of its per-position acceptance) differs from the declared ``spec_tokens``
   is **refused**;
@@ -127,6 +128,14 @@ def _spec_verdict(
 ) -> IdentityVerdict:
     if not spec.drafts:
         drafting = [o for o in others if o.drafts and _same_engine(spec, o)]
+        if drafting and spec.speculative is Speculative.ngram and not off.drafts:
+            # n-gram lookup may find nothing to draft in a workload: not a contradiction
+            return IdentityVerdict(
+                RouteIdentity.flagged,
+                f"{spec.name()} drafted none while {drafting[0].name()} on the same engine "
+                "drafted: n-gram lookup found nothing to draft here, or its server does not "
+                "speculate",
+            )
         if drafting:
             d = drafting[0]
             why = (
