@@ -7,6 +7,7 @@ surviving a run killed by SIGTERM or SIGKILL.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -400,3 +401,30 @@ base_url = "http://127.0.0.1:{free_port()}/v1"
     anyio.run(main)
     assert len(seen) == 1  # the engine was launched ...
     assert wait_gone(seen, 10) == []  # ... and stopped with the failed run
+
+
+def test_the_version_comes_from_the_server_where_it_tells() -> None:
+    import httpx
+
+    from deepseekbench._launch._plan_launch import engine_version
+
+    bodies = {"/version": {"version": "0.32.0"}, "/props": {"build_info": "b11434-abc"}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = bodies.get(request.url.path)
+        return httpx.Response(200, json=body) if body else httpx.Response(404)
+
+    async def ask(engine: str | None, **kw: Any) -> str | None:
+        t = _target("mtp", engine=engine, model="m", **kw)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await engine_version(client, t, "http://127.0.0.1:9")
+
+    assert anyio.run(ask, "vllm") == "vllm 0.32.0"
+    assert anyio.run(ask, "llama.cpp") == "llama.cpp b11434-abc"
+    assert anyio.run(ask, "embedded") is not None
+    # SGLang's server does not say here: the package's version, else unknown
+    if importlib.util.find_spec("sglang") is None:
+        assert anyio.run(ask, "sglang") is None
+    else:
+        assert str(anyio.run(ask, "sglang")).endswith("(package)")
+    assert anyio.run(lambda: ask(None, command=("srv",))) is None
