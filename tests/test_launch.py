@@ -101,6 +101,8 @@ def test_a_plan_without_launch_keeps_its_hash_shape() -> None:
         ('{engine = "vllm"}', "mtp", "needs launch.model"),
         ('{engine = "embedded", command = ["x"]}', "mtp", "exactly one of engine and command"),
         ('{engine = "embedded", spec_tokens = 2}', "off", "takes no spec_tokens"),
+        ('{engine = "embedded", spec_tokens = 2}\nspec_tokens = 3', "mtp", "differs from launch"),
+        ('{engine = "embedded", spec_tokens = [1, 2]}\nspec_tokens = 3', "mtp", "its depth in"),
         ('{engine = "embedded", spec_tokens = [0, 2]}', "mtp", ">= 1"),
     ],
 )

@@ -268,6 +268,12 @@ class RoutePlan(BaseModel):
             endpoint is declared to serve; checked against what the server says
             before measuring (``deepseekbench._plan._spec_config``). Left out of the
             plan's content (and hash) when not set.
+        launch: start the endpoint from the plan (issue 24):
+            :class:`~deepseekbench.LaunchSpec` (``[routes.launch]``, docs/plan.md);
+            ``base_url`` is then a fixed placeholder and ``spec_tokens`` the launch's
+            depth. A list of depths, draft models or methods is a grid, expanded by
+            :class:`BenchmarkPlan` into one route per configuration.
+        grid_of: set on a route expanded from a grid: the grid route's label.
 
     Raises:
         pydantic.ValidationError: a label that is empty, over 64 characters or not
@@ -312,6 +318,13 @@ class RoutePlan(BaseModel):
             check_launch(self.launch, self.speculative.value)
             if self.base_url != LAUNCHED_URL:
                 raise ValueError("a launched route takes no base_url (its port is chosen at run)")
+            depth = self.launch.depth
+            if self.spec_tokens is not None and (self.launch.is_grid or depth is None):
+                raise ValueError("a launched route declares its depth in launch.spec_tokens")
+            if depth is not None and self.spec_tokens != depth:
+                raise ValueError(
+                    f"spec_tokens={self.spec_tokens} differs from launch.spec_tokens={depth}"
+                )
         return self
 
     @model_serializer(mode="wrap")
