@@ -254,6 +254,7 @@ def test_a_run_of_launched_routes_records_what_it_launched(tmp_path: Path) -> No
     assert choice.grid == "mtp" and choice.best in ("mtp-k1", "mtp-k2")
     assert choice.concurrency == 1 and choice.spec_config["spec_tokens"] == int(choice.best[-1])
     assert "Best configuration per load" in card.to_text()
+    assert orjson.loads(card.to_json())["best_configs"][0]["best"] == choice.best
     out = tmp_path / "best.json"
     assert cli_main(["report", str(results), "--best-config", str(out)]) == 0
     assert orjson.loads(out.read_bytes())["choices"][0]["best"] == choice.best

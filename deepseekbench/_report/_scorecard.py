@@ -885,7 +885,8 @@ class Scorecard:
     def to_dict(self) -> dict[str, Any]:
         """``{"metric", "run", "lines": [...]}``; ``run`` is the run's metadata
         (:class:`~deepseekbench.RunMeta` fields, ``null`` when unknown); each line's
-        ``speedup`` is ``null`` unless credited."""
+        ``speedup`` is ``null`` unless credited; ``best_configs`` (only when the run
+        had a depth grid): :meth:`best_configs`."""
         lines = []
         for ln in self.lines:
             d = ln.model_dump(mode="json")
@@ -893,7 +894,11 @@ class Scorecard:
             d["speedup_text"] = ln.speedup_text
             lines.append(d)
         meta = self.meta.model_dump(mode="json") if self.meta is not None else None
-        return {"metric": self.metric.value, "run": meta, "lines": lines}
+        out: dict[str, Any] = {"metric": self.metric.value, "run": meta, "lines": lines}
+        best = self.best_configs()  # issue 24: only when the run had a depth grid
+        if best:
+            out["best_configs"] = [c.model_dump(mode="json") for c in best]
+        return out
 
     def to_json(self) -> str:
         """:meth:`to_dict` as indented JSON text."""
