@@ -132,6 +132,7 @@ if TYPE_CHECKING:
         llama_server_args,
         llama_servers,
     )
+    from deepseekbench._launch._plan_launch import LaunchSpec  # issue 24
     from deepseekbench._launch._vllm import (
         RunningVllmServer,
         VllmServerSpec,
@@ -259,6 +260,11 @@ if TYPE_CHECKING:
     )
     from deepseekbench._types._cache import CacheWindow  # issue 23
     from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock  # issue 22
+    from deepseekbench._types._identity import (  # issue 24
+        LaunchRecord,
+        RouteIdentity,
+        RouteIdentityName,
+    )
     from deepseekbench._types._parity import (
         BASELINE_NONDETERMINISTIC,
         DeterminismControl,
@@ -348,6 +354,11 @@ _IMPORTS: dict[str, str] = {
     "LiveGateError": "deepseekbench._errors",
     "LlamaServerError": "deepseekbench._errors",
     "LlamaServerSpec": "deepseekbench._launch._llamacpp",
+    # issue 24: launched engines, route identity
+    "LaunchSpec": "deepseekbench._launch._plan_launch",
+    "LaunchRecord": "deepseekbench._types._identity",
+    "RouteIdentity": "deepseekbench._types._identity",
+    "RouteIdentityName": "deepseekbench._types._identity",
     "LoadPoint": "deepseekbench._plan._plan",
     "LoadWork": "deepseekbench._execute._workshare",
     "MIN_REQUESTS_FOR_SPEEDUP": "deepseekbench._analysis._speedup",
@@ -532,6 +543,8 @@ __all__ = [
     "Hosting",
     "HostingName",
     "InputLength",
+    "LaunchRecord",  # issue 24
+    "LaunchSpec",
     "LiveGate",
     "LiveGateError",
     "LlamaServerError",
@@ -568,6 +581,8 @@ __all__ = [
     "ResultsInUseError",
     "ResultsRun",
     "ResultsWriteError",
+    "RouteIdentity",
+    "RouteIdentityName",
     "RouteParity",
     "RoutePlan",
     "RouteUnreachableError",

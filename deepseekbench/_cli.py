@@ -251,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also draw speedup vs load and TPOT vs output throughput per route to PATH "
         "(.png, .svg or .pdf; needs: pip install 'deepseekbench[plot]')",
     )
+    report.add_argument(  # issue 24: the depth grid's choice per load
+        "--best-config",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="also write the best configuration per load of each depth grid to PATH (JSON)",
+    )
 
     serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
     from deepseekbench._engine import add_serve_arguments
@@ -561,6 +568,9 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"{path}: this run did not finish (no run_end record): rows hold only what was "
             "measured; rerun the same `run` command to resume it\n"
         )
+    if args.best_config is not None:  # issue 24
+        args.best_config.write_text(card.best_config_json() + "\n", encoding="utf-8")
+        err.write(f"best configuration per load: {args.best_config}\n")
     if args.plot is not None:
         try:
             card.plot(args.plot)

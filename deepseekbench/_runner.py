@@ -69,6 +69,7 @@ from deepseekbench._execute._prepare import (
     prepare_workload,
 )
 from deepseekbench._execute._workers import PoolReport
+from deepseekbench._launch._plan_launch import Launched, LaunchTarget, launched_routes
 from deepseekbench._measure._measure import StreamMeasurement, redact_measurement
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._net._gate import LiveGate
@@ -112,6 +113,7 @@ from deepseekbench._store._results import (
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._cache import CacheWindow
+from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
 from deepseekbench._types._secrets import secret_values
@@ -366,6 +368,7 @@ class _Recorder:
         sources: PlanSources,
         prepared: PreparedWorkload,
         parity_set: tuple[ParityEntry, ...],
+        launched: Mapping[str, LaunchRecord] | None = None,
     ) -> None:
         """The ``run_start`` record (the plan and its parity set: what the analysis
         needs) and the ``workload`` manifest (tokenizer; per cell each item's id,
@@ -380,6 +383,7 @@ class _Recorder:
                 model_capability=cap.model_dump(mode="json") if cap else None,
                 parity_set=parity_set,
                 library_version=_library_version(),
+                launched=dict(launched) if launched else None,
             )
         )
         cells = {
@@ -509,6 +513,7 @@ class _Checked:
     plan_hash: str
     secrets: tuple[str, ...]
     """Every key a server may echo (any route's, the gate's): none lands in the file."""
+    launched: dict[str, LaunchRecord] = dataclasses.field(default_factory=dict)  # issue 24
 
 
 def _preflight(
@@ -618,8 +623,9 @@ class _Steps:
         now = _now()
         self.started_at = self.started_at or now
         self.recorder.start(
-            self.plan, now, self.previous.resumed, self.run.sources, prepared, self.run.parity_set
-        )
+            self.plan, now, self.previous.resumed, self.run.sources, prepared, self.run.parity_set,
+            dict(self.run.launched),
+        )  # fmt: skip
         if self.previous.resumed:
             self.prog.set_phase("resume")  # the first event says what was kept and what is left
         else:
@@ -669,6 +675,7 @@ class _Steps:
             retried=self.previous.retried,
             kept_measurements=self.prog.kept,
             remaining_measurements=self.prog.remaining,
+            launched=self.run.launched,
         )
         self.recorder.finish(result, finished_at)
         return result
@@ -739,8 +746,52 @@ async def run_plan(
         ResultsWriteError: a record could not be written (e.g. a full disk); the
             run stops, every record written before is kept.
         OSError: the results file or its folder cannot be created.
+        ServerError: a launched route's engine (``[routes.launch]``) could not be
+            started or did not serve its model in time (before any request); every
+            engine launched is stopped however the run ends.
     """
-    run = _preflight(plan, gate, client, results_path)
+    checked = _preflight(plan, gate, client, results_path)
+    async with launched_routes(launch_targets(plan)) as launched:  # issue 24
+        run = _with_launched(checked, launched, gate)
+        return await _run(plan, gate, client, run, retry_errors, progress)
+
+
+def _with_launched(run: _Checked, launched: Mapping[str, Launched], gate: LiveGate) -> _Checked:
+    """``run`` with each launched route's real URL and its launch record; the gate is
+    asked again for the launched URLs (loopback only).
+
+    Raises:
+        LiveGateError: the gate refuses a launched route's URL.
+    """
+    if not launched:
+        return run
+    routes = dict(run.routes)
+    for label, server in launched.items():
+        routes[label] = routes[label].model_copy(update={"base_url": server.base_url})
+    _check_gate([routes[label] for label in launched], gate)
+    records = {label: server.record for label, server in launched.items()}
+    return dataclasses.replace(run, routes=routes, launched=records)
+
+
+def launch_targets(plan: BenchmarkPlan) -> list[LaunchTarget]:
+    """One :class:`~deepseekbench._launch._plan_launch.LaunchTarget` per route of
+    ``plan`` with a ``launch`` table, in plan order."""
+    return [
+        LaunchTarget(r.label, r.launch, r.speculative.value, r.dialect.value, r.model or plan.model)
+        for r in plan.routes
+        if r.launch is not None
+    ]
+
+
+async def _run(
+    plan: BenchmarkPlan,
+    gate: LiveGate,
+    client: httpx.AsyncClient | None,
+    run: _Checked,
+    retry_errors: bool,
+    progress: ProgressFn | None,
+) -> RunResult:
+    """Steps 2 to 6 of :func:`run_plan`, on the routes preflight (and any launch) gave."""
     store, previous = _open_store(plan, run.path, retry_errors)
     own_client = client is None
     http = (

@@ -54,6 +54,9 @@ ISSUE_22_FIELDS: dict[str, tuple[str, ...]] = {
 _ROW_FIELDS_23 = (
     "prefix_cache_hit_rate", "kv_cache_usage_peak", "queue_depth_peak", "trace", "trace_speedup"
 )  # fmt: skip
+_ROW_FIELDS_24 = (
+    "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config"
+)  # fmt: skip
 
 
 def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
@@ -67,11 +70,12 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
         if out["record"] == "run_start":
             # the fields added since
             assert out.pop("parity_set") is None and out.pop("library_version") is None
+            assert out.pop("launched") is None  # issue 24: nothing launched
         for name in ISSUE_22_FIELDS.get(out["record"], ()):  # added since, at their defaults
             body = out[out["record"]]
             assert body.pop(name) in (None, 0, False), name
-        if out["record"] == "row":  # issue 23: the row fields added since, None on old rows
-            for name in _ROW_FIELDS_23:
+        if out["record"] == "row":  # issues 23, 24: the row fields added since, None on old rows
+            for name in (*_ROW_FIELDS_23, *_ROW_FIELDS_24):
                 assert out["row"].pop(name) is None, name
         assert out == raw, raw["record"]
 
@@ -82,12 +86,14 @@ def test_an_old_results_file_reports_the_rows_its_run_wrote(tmp_path: Path) -> N
     result = load_results(path)
     assert len(written) == 3
     # the same rows, plus what issue 22 derives from the same measurements (the engine's
-    # TPOT, the client-clock counts)
-    new = set(ISSUE_22_FIELDS["row"])
+    # TPOT, the client-clock counts) and issue 24's route identity check, which applies
+    # to old files too
+    new = {*ISSUE_22_FIELDS["row"], "route_identity", "route_identity_detail"}
     assert [r.model_dump(exclude=new) for r in result.rows] == [
         r.model_dump(exclude=new) for r in written
     ]
     assert any(r.server_tpot_ms is not None for r in result.rows)  # vLLM metrics.mean_itl_ms
+    assert all(r.route_identity is not None for r in result.rows)
     assert len(result.measurements) == 18 and result.complete
     # an old file has no parity set of its own: it needs its plan's task file
     (tmp_path / "tasks.jsonl").unlink()

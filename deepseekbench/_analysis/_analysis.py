@@ -18,15 +18,17 @@ set's task parity, and say so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
 from deepseekbench._analysis._clock_witness import server_clock_fields
+from deepseekbench._analysis._route_identity import judge_route_identity, route_evidence
 from deepseekbench._analysis._rowstats import (
     WINDOW_METRICS,
     RowRequests,
@@ -54,6 +56,7 @@ from deepseekbench._store._results import (
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity, ReasoningMode, Speculative
 from deepseekbench._types._cache import combine_cache_windows
+from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._parity import (
     DeterminismControl,
     ExactAcceptance,
@@ -644,6 +647,7 @@ class _RowInput:
     plan: BenchmarkPlan
     state: ResultsState
     parity: dict[tuple[str, ReasoningMode], RouteParity]
+    launched: Mapping[str, LaunchRecord] = field(default_factory=dict)  # issue 24
 
 
 def _build_row(
@@ -703,6 +707,47 @@ def _workload_breakdown(mine: Indexed, max_tokens: int) -> dict[str, Any]:
     return out
 
 
+def _with_identity(
+    inp: _RowInput, cell: CellPlan, load: LoadPoint, rows: Sequence[Row]
+) -> list[Row]:
+    """``rows`` (one per plan route, in plan order) with their route identity set
+    (:mod:`deepseekbench._analysis._route_identity`)."""
+    plan = inp.plan
+    evidence = [
+        route_evidence(
+            r.label,
+            r.speculative,
+            r.dialect,
+            [m for m, _ in _row_records(plan, inp.state, r.label, cell.cell_id, load).values()],
+            _server_window(inp.state, r.label, cell.cell_id, load),
+            r.spec_tokens,
+        )
+        for r in plan.routes
+    ]
+    verdicts = judge_route_identity(evidence)
+    return [
+        row.model_copy(
+            update={
+                "route_identity": verdicts[route.label].status,
+                "route_identity_detail": verdicts[route.label].detail,
+                **_launch_fields(inp.launched.get(route.label)),
+            }
+        )
+        for route, row in zip(plan.routes, rows, strict=True)
+    ]
+
+
+def _launch_fields(record: LaunchRecord | None) -> dict[str, Any]:
+    """The row fields of a launched route (none for a route the user started)."""
+    if record is None:
+        return {}
+    return {
+        "engine_command": record.command,
+        "engine_version": record.version,
+        "spec_config": orjson.dumps(record.spec_config, option=orjson.OPT_SORT_KEYS).decode(),
+    }
+
+
 def build_result(
     plan: BenchmarkPlan,
     state: ResultsState,
@@ -715,23 +760,27 @@ def build_result(
     retried: int = 0,
     kept_measurements: int = 0,
     remaining_measurements: int = 0,
+    launched: Mapping[str, LaunchRecord] | None = None,
 ) -> RunResult:
     """The :class:`RunResult` of ``plan``'s records and the run's recorded parity set
     (pure: same records, same result; no file is read). ``meta`` and the counts are
-    carried as given (see :class:`RunResult`)."""
-    inp = _RowInput(plan, state, _build_parity(plan, state, parity_set))
+    carried as given (see :class:`RunResult`); ``launched``: what was launched per
+    route label (``[routes.launch]``), copied onto that route's rows."""
+    inp = _RowInput(plan, state, _build_parity(plan, state, parity_set), launched or {})
     rows: list[Row] = []
     keys: list[RowKey] = []
     traffic: dict[RowKey, ParityResult] = {}
     for cell in plan.cells:
         for load in plan.load_points:
+            point: list[Row] = []
             for route in plan.routes:
                 row, tr = _build_row(inp, route, cell, load)
                 key = (route.label, cell.cell_id, load.key)
-                rows.append(row)
+                point.append(row)
                 keys.append(key)
                 if tr is not None:
                     traffic[key] = tr
+            rows.extend(_with_identity(inp, cell, load, point))  # issue 24
     measurements = tuple(
         MeasuredRequest(
             route=k[0],
@@ -817,5 +866,6 @@ def load_results_and_runs(
         complete=stored.complete,
         parity_set=parity_set,
         meta=meta,
+        launched=stored.start.launched,
     )
     return result, stored.runs

@@ -31,6 +31,7 @@ from deepseekbench._types._axes import (
     _ClosedEnum,
 )
 from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock
+from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._row import Row
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
@@ -110,6 +111,8 @@ class RefusalReason(_ClosedEnum):
     no_significant_difference = "no_significant_difference"
     """The speedup's 95 % interval includes 1: the run cannot tell the routes apart.
     The verdict keeps the interval (its only numbers) and no figure."""
+    # issue 24: a row whose route contradicts its label (see _route_identity)
+    route_identity_refused = "route_identity_refused"
 
 
 class SpeedupVerdict(BaseModel):
@@ -434,9 +437,12 @@ def compare_speedup(
     are complete (:data:`~deepseekbench.REQUIRED_FIELDS`) with
     ``n_requests >= min_requests``; neither row's token counts were estimated
     (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
-    on a count the engine did not give); the metric is present and positive on both;
-    for ``tpot_ms``, neither row is ``client_starved`` (``client_starved``: its client
-    read token chunks in bursts while waiting for a core, so its TPOT is client delay).
+    on a count the engine did not give); neither row's route identity was refused
+    (``route_identity_refused``: e.g. an ``off`` route that drafts, see
+    ``deepseekbench._analysis._route_identity``); the metric is present and positive
+    on both; for ``tpot_ms``, neither row is ``client_starved`` (``client_starved``: its
+    client read token chunks in bursts while waiting for a core, so its TPOT is client
+    delay).
 
     **Interval.** Given the run the rows came from (``result``, e.g. from
     :func:`~deepseekbench.load_results`), or its per-round values (``rounds``) or
@@ -571,6 +577,8 @@ def _judge(
         and (baseline.client_starved or candidate.client_starved)
     ):
         reasons.append(R.client_starved)  # issue 22: bunched chunks make TPOT meaningless
+    if RouteIdentity.refused in (baseline.route_identity, candidate.route_identity):
+        reasons.append(R.route_identity_refused)
     if baseline.n_requests < min_requests:
         reasons.append(R.baseline_too_few_requests)
     if candidate.n_requests < min_requests:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import enum
 import hashlib
+import itertools
 import os
 import re
 import tomllib
@@ -42,6 +43,7 @@ from pydantic import (
 )
 
 from deepseekbench._errors import PlanError
+from deepseekbench._launch._plan_launch import LaunchSpec, check_launch
 from deepseekbench._measure._selfcheck import DEFAULT_LAG_THRESHOLD_MS
 from deepseekbench._net._route import (
     EngineRoute,
@@ -271,6 +273,12 @@ class RoutePlan(BaseModel):
             endpoint is declared to serve; checked against what the server says
             before measuring (``deepseekbench._plan._spec_config``). Left out of the
             plan's content (and hash) when not set.
+        launch: start the endpoint from the plan (issue 24):
+            :class:`~deepseekbench.LaunchSpec` (``[routes.launch]``, docs/plan.md);
+            ``base_url`` is then a fixed placeholder and ``spec_tokens`` the launch's
+            depth. A list of depths, draft models or methods is a grid, expanded by
+            :class:`BenchmarkPlan` into one route per configuration.
+        grid_of: set on a route expanded from a grid: the grid route's label.
 
     Raises:
         pydantic.ValidationError: a label that is empty, over 64 characters or not
@@ -290,12 +298,49 @@ class RoutePlan(BaseModel):
     request_extras: dict[str, Any] = Field(default_factory=dict)
     continuous_usage: bool = False
     spec_tokens: int | None = Field(default=None, ge=1)
+    # issue 24: engines launched from the plan (deepseekbench._launch._plan_launch)
+    launch: LaunchSpec | None = None
+    grid_of: str | None = Field(
+        default=None, description="the label of the grid route this one was expanded from"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _launched_url(cls, data: Any) -> Any:
+        # A launched route's port is chosen at run time: its plan URL is a fixed
+        # placeholder, so the plan hash does not change from run to run.
+        if isinstance(data, dict) and data.get("launch") is not None:
+            data = {"base_url": LAUNCHED_URL, **data}
+            launch = data["launch"]
+            depth = launch.get("spec_tokens") if isinstance(launch, dict) else None
+            if isinstance(depth, int) and data.get("spec_tokens") is None:
+                data["spec_tokens"] = depth  # the declared depth the identity check holds
+        return data
+
+    @model_validator(mode="after")
+    def _launch_fits(self) -> RoutePlan:
+        if self.launch is not None:
+            check_launch(self.launch, self.speculative.value)
+            if self.base_url != LAUNCHED_URL:
+                raise ValueError("a launched route takes no base_url (its port is chosen at run)")
+            depth = self.launch.depth
+            if self.spec_tokens is not None and (self.launch.is_grid or depth is None):
+                raise ValueError("a launched route declares its depth in launch.spec_tokens")
+            if depth is not None and self.spec_tokens != depth:
+                raise ValueError(
+                    f"spec_tokens={self.spec_tokens} differs from launch.spec_tokens={depth}"
+                )
+        return self
 
     @model_serializer(mode="wrap")
     def _without_unset_depth(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict) and data.get("spec_tokens") is None:
             data.pop("spec_tokens", None)  # plans written before the field keep their hash
+        if isinstance(data, dict):  # issue 24: likewise for plans without launches
+            for key in ("launch", "grid_of"):
+                if data.get(key) is None:
+                    data.pop(key, None)
         return data
 
     @field_validator("base_url")
@@ -338,6 +383,34 @@ class RoutePlan(BaseModel):
             request_extras=self.request_extras,
             continuous_usage=self.continuous_usage,
         )
+
+
+LAUNCHED_URL = "http://127.0.0.1:1/v1"
+"""The plan URL of a launched route, a placeholder (its real port is chosen when the
+run starts, so the plan hash stays the same from run to run)."""
+
+
+def expand_grid(route: RoutePlan) -> tuple[RoutePlan, ...]:
+    """``route`` itself, or one route per configuration of its launch grid: labels
+    ``<label>-k<depth>`` / ``-d<n>`` / ``-<method>``, ``spec_tokens`` the point's
+    depth, ``grid_of`` the grid's label.
+
+    Raises:
+        ValueError: an expanded label is not a valid label (e.g. over 64 characters).
+    """
+    if route.launch is None or not route.launch.is_grid:
+        return (route,)
+    out = []
+    for suffix, spec in route.launch.grid():
+        data = route.model_dump(mode="json")
+        data.update(
+            label=route.label + suffix,
+            launch=spec.model_dump(mode="json"),
+            spec_tokens=spec.depth,
+            grid_of=route.label,
+        )
+        out.append(RoutePlan.model_validate(data))
+    return tuple(out)
 
 
 class CellPlan(BaseModel):
@@ -843,6 +916,13 @@ class BenchmarkPlan(BaseModel):
         if not v:
             raise ValueError("a plan needs at least 1 cell, got 0")
         return v
+
+    @field_validator("routes")
+    @classmethod
+    def _expand_grids(cls, v: tuple[RoutePlan, ...]) -> tuple[RoutePlan, ...]:
+        # issue 24: a launched route with a list of depths, draft models or methods
+        # becomes one route per configuration (docs/plan.md, "The depth grid").
+        return tuple(itertools.chain.from_iterable(expand_grid(r) for r in v))
 
     @model_validator(mode="after")
     def _check_routes(self) -> BenchmarkPlan:

@@ -30,6 +30,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, load_results
+from deepseekbench._analysis._best_config import BestConfig
 from deepseekbench._analysis._speedup import (
     RefusalReason,
     SpeedupMetric,
@@ -42,9 +43,11 @@ from deepseekbench._analysis._speedup import (
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
 from deepseekbench._report._client_diagnosis import client_flag, run_diagnosis
+from deepseekbench._report._grid import grid_choices, grid_json, grid_text
 from deepseekbench._report._server_side import server_side_notes
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._types._clock import Clock
+from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
 if TYPE_CHECKING:
@@ -178,10 +181,14 @@ class ScorecardLine(BaseModel):
         """``saturated``, ``starved``, ``lagged`` or ``""``: why this line's client
         clock is suspect (:func:`~deepseekbench._report._client_diagnosis.client_flag`)."""
         return client_flag(self)
+
     # issue 23: the server's side (Row fields of the same names)
     prefix_cache_hit_rate: float | None = None
     kv_cache_usage_peak: float | None = None
     queue_depth_peak: float | None = None
+    # issue 24: route identity (see deepseekbench._analysis._route_identity)
+    route_identity: RouteIdentity | None = None
+    route_identity_detail: str | None = None
 
     @property
     def credited(self) -> bool:
@@ -481,6 +488,8 @@ def _line(
         prefix_cache_hit_rate=r.prefix_cache_hit_rate,  # issue 23
         kv_cache_usage_peak=r.kv_cache_usage_peak,
         queue_depth_peak=r.queue_depth_peak,
+        route_identity=r.route_identity,
+        route_identity_detail=r.route_identity_detail,
     )
 
 
@@ -544,6 +553,21 @@ def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
     return notes
 
 
+def _identity_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """One note per distinct refused or flagged route identity (the loads listed)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for ln in lines:
+        if ln.route_identity in (RouteIdentity.refused, RouteIdentity.flagged):
+            status = ln.route_identity.value if ln.route_identity else ""
+            key = (status, ln.route_identity_detail or "no detail")
+            groups.setdefault(key, []).append(ln.load)
+    out = []
+    for (status, detail), loads in groups.items():
+        where = f" ({', '.join(dict.fromkeys(loads))})" if loads != ["—"] else ""
+        out.append(f"route identity {status}{where}: {detail}")
+    return out
+
+
 def _pct_fields(name: str, p: Percentiles | None, which: Sequence[str]) -> dict[str, Any]:
     """``{"<name>_p90_ms": ..., ...}`` of ``p`` (``None`` where unknown)."""
     return {f"{name}_{q}_ms": getattr(p, q) if p is not None else None for q in which}
@@ -582,6 +606,9 @@ class Scorecard:
         self.metric = metric
         self.client_workers = client_workers  # the run's plan key workers, when known
         self.rows: tuple[Row, ...] = tuple(rows)
+        # issue 24: depth grids (route label -> grid label) and the metric per round
+        self.grids: dict[str, str] = {}
+        self.round_values: Mapping[str, Mapping[int, float]] = {}
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -628,7 +655,9 @@ class Scorecard:
             verdict = judge.verdict(base, r) if base is not None else None
             d = details.get(line_key(r)) if details is not None else None
             lines.append(_line(r, base, verdict, d))
-        return cls(lines, metric=m, rows=rows)
+        card = cls(lines, metric=m, rows=rows)
+        card.round_values = rounds or {}
+        return card
 
     @classmethod
     def from_run(
@@ -665,6 +694,7 @@ class Scorecard:
         )
         card.client_workers = result.plan.workers
         card.meta = result.meta
+        card.grids = {r.label: r.grid_of for r in result.plan.routes if r.grid_of is not None}
         return card
 
     @classmethod
@@ -764,6 +794,26 @@ class Scorecard:
             out.append(text)
         return tuple(out)
 
+    def best_configs(self) -> list[BestConfig]:
+        """The best configuration per depth grid, cell and load point (issue 24):
+        the highest conservative score (median of the paired-round speedups minus
+        their MAD; the idea of vLLM's ``tune_speculative_k.py``) among credited
+        configurations, by this scorecard's metric, never by acceptance rate
+        (:mod:`deepseekbench._analysis._best_config`). Empty when the run had no
+        grid (a launched route with a list of depths, draft models or methods)."""
+        if not self.grids or not self.rows:
+            return []
+        return grid_choices(
+            self.lines, self.rows, self.grids, self.round_values, self.metric, line_key
+        )
+
+    def best_config_json(self) -> str:
+        """:meth:`best_configs` as JSON a deployment can read:
+        ``{"metric", "score_rule", "choices": [{"grid", "cell", "load", "best",
+        "score", "speedup", "spec_config", "acceptance_length",
+        "acceptance_by_position", "candidates"}, ...]}``."""
+        return grid_json(self.best_configs(), self.metric)
+
     def _notes(self) -> list[str]:
         notes: list[str] = [f"crossover: {c}" for c in self.crossovers()]
         # One note per route, cell and explanation; the load points it holds at are listed.
@@ -794,6 +844,7 @@ class Scorecard:
         if diagnosis is not None:
             notes.append(diagnosis)
         notes.extend(server_side_notes(self.lines))  # issue 23
+        notes.extend(_identity_notes(self.lines))  # issue 24
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
@@ -840,6 +891,10 @@ class Scorecard:
             out.append("")
             out.append("Per turn (multi-turn conversations)")
             out.extend(_fixed_width([list(_TURN_COLUMNS), *turns]))
+        best = grid_text(self.best_configs(), self.metric)  # issue 24
+        if best:
+            out.append("")
+            out.extend(best)
         latency = _latency_cells(self.lines)
         if latency:
             out.append("")
@@ -894,7 +949,8 @@ class Scorecard:
     def to_dict(self) -> dict[str, Any]:
         """``{"metric", "run", "lines": [...]}``; ``run`` is the run's metadata
         (:class:`~deepseekbench.RunMeta` fields, ``null`` when unknown); each line's
-        ``speedup`` is ``null`` unless credited."""
+        ``speedup`` is ``null`` unless credited; ``best_configs`` (only when the run
+        had a depth grid): :meth:`best_configs`."""
         lines = []
         for ln in self.lines:
             d = ln.model_dump(mode="json")
@@ -903,7 +959,11 @@ class Scorecard:
             d["client_flag"] = ln.client_flag  # issue 22
             lines.append(d)
         meta = self.meta.model_dump(mode="json") if self.meta is not None else None
-        return {"metric": self.metric.value, "run": meta, "lines": lines}
+        out: dict[str, Any] = {"metric": self.metric.value, "run": meta, "lines": lines}
+        best = self.best_configs()  # issue 24: only when the run had a depth grid
+        if best:
+            out["best_configs"] = [c.model_dump(mode="json") for c in best]
+        return out
 
     def to_json(self) -> str:
         """:meth:`to_dict` as indented JSON text."""

@@ -26,6 +26,7 @@ from deepseekbench._plan._schedule import parity_ids, parity_prompts
 from deepseekbench._plan._tasks import Task
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow
+from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
 
@@ -104,6 +105,8 @@ class RunStartRecord(_Base):
     library_version: str | None = Field(
         default=None, description="the deepseekbench version that wrote it"
     )
+    # issue 24: what was launched per route label ([routes.launch]); None: nothing
+    launched: dict[str, LaunchRecord] | None = None
 
 
 class MeasurementRecord(_Base):

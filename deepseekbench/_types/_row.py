@@ -34,6 +34,7 @@ from deepseekbench._types._axes import (
     Speculative,
     SpeculativeName,
 )
+from deepseekbench._types._identity import RouteIdentity, RouteIdentityName
 
 SCHEMA_VERSION = 2
 """Version of the ``Row`` JSON contract; bumped on any incompatible change.
@@ -389,6 +390,26 @@ class Row(BaseModel):
     trace_speedup: float | None = Field(
         default=None, gt=0, description="trace arrival-time factor (2 = twice as fast)"
     )
+    # issue 24: route identity and launched engines
+    route_identity: RouteIdentity | None = Field(
+        default=None,
+        description="whether the route serves what its label says: ok, flagged (no "
+        "acceptance reported anywhere), refused (no speedup credited); None = not checked",
+    )
+    route_identity_detail: str | None = Field(
+        default=None, description="one line naming both routes when flagged or refused"
+    )
+    engine_command: tuple[str, ...] | None = Field(
+        default=None, description="exact argv of the launched engine server (None = not launched)"
+    )
+    engine_version: str | None = Field(
+        default=None, description="launched engine's version (from the server, else the package)"
+    )
+    spec_config: str | None = Field(
+        default=None,
+        description="launched route's speculative config as sorted-key JSON "
+        "(method, depth, draft model, engine keys); None = not launched",
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: axis fields also take their documented
@@ -459,6 +480,11 @@ class Row(BaseModel):
             queue_depth_peak: float | None = None,
             trace: str | None = None,
             trace_speedup: float | None = None,
+            route_identity: RouteIdentity | RouteIdentityName | None = None,
+            route_identity_detail: str | None = None,
+            engine_command: Sequence[str] | None = None,
+            engine_version: str | None = None,
+            spec_config: str | None = None,
         ) -> None: ...
 
     @model_validator(mode="after")

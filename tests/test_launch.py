@@ -1,0 +1,433 @@
+"""Engines launched from the plan (issue 24, item 1): ``[routes.launch]``.
+
+The plan's launch table, each engine's argv, SGLang against a fake server, a run of
+launched embedded-engine routes recording what it launched, and no engine process
+surviving a run killed by SIGTERM or SIGKILL.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from deepseekbench._cli import main as cli_main
+from deepseekbench._errors import PlanError
+from deepseekbench._launch._plan_launch import (
+    LaunchSpec,
+    LaunchTarget,
+    launch_argv,
+    launched_routes,
+)
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._plan._plan import LAUNCHED_URL, BenchmarkPlan
+from deepseekbench._report._scorecard import Scorecard
+from deepseekbench._runner import load_results, run_plan
+from deepseekbench._types._identity import RouteIdentity
+from tests._helpers import read_records
+from tests._procs import FAKE_HTTP_SERVE, running, wait_gone
+
+ROOT = Path(__file__).resolve().parent.parent
+COST = "engine_args = {target_step_ms = 2.0, verify_token_ms = 0.1, draft_step_ms = 0.15}"
+
+
+def _plan(mtp_launch: str, extra: str = "") -> BenchmarkPlan:
+    return BenchmarkPlan.from_toml(
+        f"""
+model = "deepseekbench-ref"
+requests_per_cell = 5
+warmup_per_cell = 0
+repeats = 2
+{extra}
+[parity]
+max_tokens = 32
+concurrency = 8
+tasks = "none"
+prompts = ["Count from 1 to 9.", "What is 6 times 7?"]
+[[routes]]
+label = "off"
+speculative = "off"
+launch = {{engine = "embedded", {COST}}}
+[[routes]]
+label = "mtp"
+speculative = "mtp"
+launch = {mtp_launch}
+"""
+    )
+
+
+# ----------------------------------------------------------------- the plan
+def test_a_grid_expands_into_one_route_per_depth_with_a_stable_hash() -> None:
+    plan = _plan(f'{{engine = "embedded", spec_tokens = [1, 2, 4], {COST}}}')
+    labels = [r.label for r in plan.routes]
+    assert labels == ["off", "mtp-k1", "mtp-k2", "mtp-k4"]
+    for r, k in zip(plan.routes[1:], (1, 2, 4), strict=True):
+        assert r.spec_tokens == k and r.grid_of == "mtp" and r.launch is not None
+        assert r.launch.spec_tokens == k and r.base_url == LAUNCHED_URL
+    again = BenchmarkPlan.model_validate(plan.model_dump(mode="json"))
+    assert again.plan_hash() == plan.plan_hash() and again.routes == plan.routes
+    # draft model and method lists expand too (method × draft × depth)
+    spec = LaunchSpec(engine="vllm", model="m", draft_model=("a", "b"), spec_tokens=(1, 3))
+    assert [s for s, _ in spec.grid()] == ["-d1-k1", "-d1-k3", "-d2-k1", "-d2-k3"]
+
+
+def test_a_plan_without_launch_keeps_its_hash_shape() -> None:
+    plan = BenchmarkPlan.model_validate(
+        {
+            "model": "m",
+            "routes": [
+                {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:8000/v1"},
+                {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:8001/v1"},
+            ],
+        }
+    )
+    dumped = plan.model_dump(mode="json")["routes"][0]
+    assert "launch" not in dumped and "grid_of" not in dumped
+
+
+@pytest.mark.parametrize(
+    ("launch", "speculative", "words"),
+    [
+        ('{engine = "embedded"}\nbase_url = "http://127.0.0.1:9/v1"', "mtp", "no base_url"),
+        ('{engine = "vllm"}', "mtp", "needs launch.model"),
+        ('{engine = "embedded", command = ["x"]}', "mtp", "exactly one of engine and command"),
+        ('{engine = "embedded", spec_tokens = 2}', "off", "takes no spec_tokens"),
+        ('{engine = "embedded", spec_tokens = 2}\nspec_tokens = 3', "mtp", "differs from launch"),
+        ('{engine = "embedded", spec_tokens = [1, 2]}\nspec_tokens = 3', "mtp", "its depth in"),
+        ('{engine = "embedded", spec_tokens = [0, 2]}', "mtp", ">= 1"),
+    ],
+)
+def test_bad_launch_tables_are_refused_at_load(launch: str, speculative: str, words: str) -> None:
+    with pytest.raises(PlanError, match=words):
+        BenchmarkPlan.from_toml(
+            f"""
+model = "m"
+[[routes]]
+label = "off"
+speculative = "off"
+base_url = "http://127.0.0.1:8000/v1"
+[[routes]]
+label = "x"
+speculative = "{speculative}"
+launch = {launch}
+"""
+        )
+
+
+# ----------------------------------------------------------------- argv
+def _target(speculative: str = "mtp", **launch: Any) -> LaunchTarget:
+    return LaunchTarget("r", LaunchSpec(**launch), speculative, "vllm", "served-name")
+
+
+def test_llama_argv_reuses_the_llama_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = ROOT / "tests" / "_procs.py"  # any executable-looking file; not run
+    monkeypatch.setenv("LLAMA_SERVER", sys.executable)
+    t = _target("draft", engine="llama.cpp", model=str(fake), draft_model="d.gguf",
+                spec_tokens=3, engine_args={"ctx_size": 512, "flash_attn": True})  # fmt: skip
+    argv = launch_argv(t, 4321)
+    assert argv[0] == sys.executable
+    joined = " ".join(argv)
+    assert "--port 4321" in joined and "--host 127.0.0.1" in joined
+    assert "--spec-type draft-simple" in joined and "--spec-draft-model d.gguf" in joined
+    assert "--spec-draft-n-max 3" in joined and "--ctx-size 512" in joined
+    assert "--alias served-name" in joined and "--flash-attn" in joined
+
+
+def test_vllm_argv_carries_the_speculative_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEEPSEEKBENCH_VLLM_PYTHON", raising=False)
+    args = {"max_num_seqs": 8, "speculative_config": {"attention_backend": "X"}}
+    t = _target(engine="vllm", model="/models/ds", spec_tokens=2, engine_args=args)
+    argv = launch_argv(t, 4321)
+    cfg = orjson.loads(argv[argv.index("--speculative-config") + 1])
+    assert cfg == {"method": "mtp", "num_speculative_tokens": 2, "attention_backend": "X"}
+    assert argv[argv.index("--max-num-seqs") + 1] == "8"
+    assert argv[argv.index("--served-model-name") + 1] == "served-name"
+    assert t.spec_config()["spec_tokens"] == 2
+
+
+def test_sglang_argv_uses_its_documented_flags() -> None:
+    t = _target("eagle3", engine="sglang", model="/m", draft_model="/d", spec_tokens=3)
+    argv = launch_argv(t, 4321)
+    flags = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+    assert flags["--speculative-algorithm"] == "EAGLE3"
+    assert flags["--speculative-num-steps"] == "3"
+    assert flags["--speculative-eagle-topk"] == "1"
+    assert flags["--speculative-num-draft-tokens"] == "4"
+    assert flags["--speculative-draft-model-path"] == "/d"
+    assert flags["--model-path"] == "/m" and flags["--port"] == "4321"
+    off = launch_argv(_target("off", engine="sglang", model="/m"), 1)
+    assert not any(a.startswith("--speculative") for a in off)
+
+
+def test_a_raw_command_gets_its_port_and_model() -> None:
+    t = _target(command=("srv", "--port={port}", "--name", "{model}"), extra_args=("-v",))
+    assert launch_argv(t, 99) == ["srv", "--port=99", "--name", "served-name", "-v"]
+
+
+# ----------------------------------------------------------------- SGLang, fake
+FAKE_SGLANG = (
+    """\
+import argparse, json, http.server
+p = argparse.ArgumentParser()
+for flag in ("--model-path", "--served-model-name", "--host", "--port",
+             "--speculative-algorithm", "--speculative-draft-model-path",
+             "--speculative-num-steps", "--speculative-eagle-topk",
+             "--speculative-num-draft-tokens"):
+    p.add_argument(flag)
+a = p.parse_args()  # an unknown flag exits 2: the launcher must speak SGLang's flags
+port = int(a.port)
+assert a.host == "127.0.0.1"
+
+def get(path):
+    if path == "/v1/models":
+        return 200, json.dumps({"data": [{"id": a.served_model_name}]}).encode()
+    if path == "/get_server_info":
+        return 200, json.dumps({"version": "0.0-fake",
+                                "speculative_num_steps": int(a.speculative_num_steps)}).encode()
+    return 404, b"{}"
+"""
+    + FAKE_HTTP_SERVE
+)
+
+
+def test_sglang_launch_against_a_fake_server(tmp_path: Path) -> None:
+    pkg = tmp_path / "fake" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(FAKE_SGLANG)
+    spec = LaunchSpec(
+        engine="sglang", model="/m", spec_tokens=2, env={"PYTHONPATH": str(tmp_path / "fake")},
+        startup_timeout_s=30,
+    )  # fmt: skip
+    target = LaunchTarget("sg", spec, "mtp", "sglang", "served")
+
+    async def main() -> tuple[Any, int]:
+        async with launched_routes([target], log_dir=tmp_path / "logs") as up:
+            server = up["sg"]
+            assert running(server.pid)
+            return server, server.pid
+
+    server, pid = anyio.run(main)
+    assert server.record.version == "sglang 0.0-fake"
+    assert server.record.engine == "sglang"
+    assert "--speculative-num-steps" in server.record.command
+    assert server.record.spec_config == {"method": "EAGLE", "spec_tokens": 2}
+    assert wait_gone([pid], 10) == []
+
+
+# ----------------------------------------------------------------- a run
+def test_a_run_of_launched_routes_records_what_it_launched(tmp_path: Path) -> None:
+    results = tmp_path / "run.jsonl"
+    plan = _plan(f'{{engine = "embedded", spec_tokens = [1, 2], {COST}}}')
+    pids: list[int] = []
+
+    async def main() -> Any:
+        return await run_plan(plan, gate=LiveGate(), results_path=results)
+
+    result = anyio.run(main)
+    rows = {r.route_label: r for r in result.rows}
+    assert set(rows) == {"off", "mtp-k1", "mtp-k2"}
+    for label, row in rows.items():
+        assert row.engine_command is not None and row.engine_version is not None
+        assert "--port" in row.engine_command
+        port = int(row.engine_command[row.engine_command.index("--port") + 1])
+        assert port > 1
+        assert row.route_identity is RouteIdentity.ok, row.route_identity_detail
+        if label != "off":
+            depth = int(label[-1])
+            assert row.engine_command[row.engine_command.index("--draft-depth") + 1] == str(depth)
+            assert orjson.loads(row.spec_config or "{}")["spec_tokens"] == depth
+            assert row.spec_tokens == depth
+    # the depth grid: one choice per load, among credited configurations, as JSON
+    card = Scorecard.from_run(result)
+    (choice,) = card.best_configs()
+    assert choice.grid == "mtp" and choice.best in ("mtp-k1", "mtp-k2")
+    assert choice.concurrency == 1 and choice.spec_config["spec_tokens"] == int(choice.best[-1])
+    assert "Best configuration per load" in card.to_text()
+    assert orjson.loads(card.to_json())["best_configs"][0]["best"] == choice.best
+    out = tmp_path / "best.json"
+    assert cli_main(["report", str(results), "--best-config", str(out)]) == 0
+    assert orjson.loads(out.read_bytes())["choices"][0]["best"] == choice.best
+    start = next(r for r in read_records(results) if r["record"] == "run_start")
+    assert set(start["launched"]) == set(rows)
+    assert load_results(results).rows == result.rows  # the file alone says what ran
+    for r in rows.values():  # every launched engine was stopped
+        assert r.engine_command is not None
+        pids += [p for p in _pids_listening_on(r.engine_command)]
+    assert pids == []
+
+
+def _pids_listening_on(argv: tuple[str, ...]) -> list[int]:
+    """Processes whose command line is exactly ``argv``."""
+    out = []
+    want = "\0".join(argv)
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().decode(errors="replace").rstrip("\0")
+            except OSError:
+                continue
+            if cmd == want and running(int(d.name)):
+                out.append(int(d.name))
+    return out
+
+
+# ----------------------------------------------------------------- no orphan
+PARENT = """\
+import sys, anyio
+from pathlib import Path
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._runner import run_plan
+
+plan = BenchmarkPlan.load(Path(sys.argv[1]))
+anyio.run(lambda: run_plan(plan, gate=LiveGate()))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                kids.append(int(d.name))
+    return kids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killing_the_run_leaves_no_engine_process(tmp_path: Path, sig: signal.Signals) -> None:
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(
+        f"""
+model = "deepseekbench-ref"
+requests_per_cell = 2000
+results = "run.jsonl"
+[parity]
+tasks = "none"
+prompts = ["Count from 1 to 9."]
+[[routes]]
+label = "off"
+speculative = "off"
+launch = {{engine = "embedded", {COST}}}
+[[routes]]
+label = "mtp"
+speculative = "mtp"
+launch = {{engine = "embedded", spec_tokens = 2, {COST}}}
+"""
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(plan_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    engines: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and parent.poll() is None:
+            results = tmp_path / "run.jsonl"
+            if results.exists() and b'"measurement"' in results.read_bytes():
+                break  # both engines serve and the run is measuring
+            time.sleep(0.2)
+        assert parent.poll() is None, parent.communicate()[1]
+        engines = [p for p in _children(parent.pid) if running(p)]
+        assert len(engines) == 2, engines
+        parent.send_signal(sig)
+        parent.wait(timeout=30)
+        assert wait_gone(engines, 15) == [], f"engines {engines} outlived a {sig.name}ed run"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for p in engines:
+            if running(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_a_run_that_fails_after_the_launch_stops_its_engines(tmp_path: Path) -> None:
+    """A crash of the run (here: the other route is dead) stops what was launched."""
+    from deepseekbench._errors import RouteUnreachableError
+    from deepseekbench._launch._servers import free_port
+
+    plan = BenchmarkPlan.from_toml(
+        f"""
+model = "deepseekbench-ref"
+[parity]
+tasks = "none"
+prompts = ["Count from 1 to 9."]
+[[routes]]
+label = "off"
+speculative = "off"
+launch = {{engine = "embedded", {COST}}}
+[[routes]]
+label = "mtp"
+speculative = "mtp"
+base_url = "http://127.0.0.1:{free_port()}/v1"
+"""
+    )
+    seen: list[int] = []
+
+    def engines() -> list[int]:
+        return [
+            p
+            for p in _children(os.getpid())
+            if running(p) and b"serve" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+
+    async def main() -> None:
+        async def watch() -> None:
+            while True:
+                seen.extend(p for p in engines() if p not in seen)
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            try:
+                with pytest.raises(RouteUnreachableError):
+                    await run_plan(plan, gate=LiveGate())
+            finally:
+                tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert len(seen) == 1  # the engine was launched ...
+    assert wait_gone(seen, 10) == []  # ... and stopped with the failed run
+
+
+def test_the_version_comes_from_the_server_where_it_tells() -> None:
+    import httpx
+
+    from deepseekbench._launch._plan_launch import engine_version
+
+    bodies = {"/version": {"version": "0.32.0"}, "/props": {"build_info": "b11434-abc"}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = bodies.get(request.url.path)
+        return httpx.Response(200, json=body) if body else httpx.Response(404)
+
+    async def ask(engine: str | None, **kw: Any) -> str | None:
+        t = _target("mtp", engine=engine, model="m", **kw)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await engine_version(client, t, "http://127.0.0.1:9")
+
+    assert anyio.run(ask, "vllm") == "vllm 0.32.0"
+    assert anyio.run(ask, "llama.cpp") == "llama.cpp b11434-abc"
+    assert anyio.run(ask, "embedded") is not None
+    # SGLang's server does not say here: the package's version, else unknown
+    if importlib.util.find_spec("sglang") is None:
+        assert anyio.run(ask, "sglang") is None
+    else:
+        assert str(anyio.run(ask, "sglang")).endswith("(package)")
+    assert anyio.run(lambda: ask(None, command=("srv",))) is None
