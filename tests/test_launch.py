@@ -44,9 +44,9 @@ def _plan(mtp_launch: str, extra: str = "") -> BenchmarkPlan:
     return BenchmarkPlan.from_toml(
         f"""
 model = "deepseekbench-ref"
-requests_per_cell = 5
+requests_per_cell = 9
 warmup_per_cell = 0
-repeats = 2
+repeats = 3
 {extra}
 [parity]
 max_tokens = 32
