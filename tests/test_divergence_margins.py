@@ -231,3 +231,18 @@ def test_describe_decisive() -> None:
     assert m.kind is DivergenceKind.decisive and m.token_index == 2
     assert "margin 4.200 nats" in m.describe() and "out-of-top-k" in m.describe()
     assert m.reclassified(10.0).kind is DivergenceKind.decisive  # outside top-k stays
+
+
+def test_a_candidate_that_ends_at_off_s_runner_up_end_token() -> None:
+    top = (TopLogprob(token=" ", logprob=-0.69), TopLogprob(token="", logprob=-0.70))
+    pos = (
+        PositionLogprobs(
+            token="a",
+            logprob=-0.01,
+            top=(TopLogprob(token="a", logprob=-0.01), TopLogprob(token="b", logprob=-6.0)),
+        ),
+        PositionLogprobs(token=" ", logprob=-0.69, top=top),
+    )
+    m = align_divergence(pos, "a", prompt_id="p", candidate="mtp", tau_nats=TAU)
+    assert m.kind is DivergenceKind.near_tie and m.candidate_token == "<end>"
+    assert m.candidate_rank == 2 and m.token_index == 1

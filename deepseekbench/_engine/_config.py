@@ -27,6 +27,8 @@ class EngineConfig(BaseModel):
     ``max_context_tokens``: prompt + output limit (tokens).
     ``default_max_tokens``: output cap when a request gives none (tokens).
     ``record_send_times``: keep the server-side send time of every chunk.
+    ``numerics``: issue 21's numerics mode (:mod:`deepseekbench._engine._numerics`):
+    hashed near-ties in the target, and verify passes that flip exactly them.
 
     Raises:
         pydantic.ValidationError: an unknown field, a dialect the engine cannot
@@ -49,6 +51,8 @@ class EngineConfig(BaseModel):
         default=512, ge=1, description="Output cap if none given (tokens)."
     )
     record_send_times: bool = False
+    # issue 21: numerics mode (verify rounds differently from one-token decode)
+    numerics: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:

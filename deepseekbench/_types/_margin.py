@@ -29,6 +29,7 @@ The wire format read is OpenAI chat completions' ``choices[].logprobs.content[]`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -212,9 +213,17 @@ def parse_chat_logprobs(body: Mapping[str, Any]) -> tuple[PositionLogprobs, ...]
         return None
 
 
+_END_TOKEN = re.compile(r"^(|<\|?[^<>\s]{1,40}\|?>)$")
+"""An end-of-sequence alternative: empty (the engine hides it) or a special token such
+as ``<|end▁of▁sentence|>`` or ``</s>``."""
+
+
 def _rank(top: Sequence[TopLogprob], rest: str) -> tuple[int | None, TopLogprob | None]:
-    """The alternative that continues ``rest`` (longest token wins), with its rank."""
+    """The alternative that continues ``rest`` (longest token wins), with its rank; when
+    ``rest`` is empty (the candidate ended there), the end-of-sequence alternative."""
     best: tuple[int | None, TopLogprob | None] = (None, None)
+    if not rest:
+        return next(((i + 1, t) for i, t in enumerate(top) if _END_TOKEN.match(t.token)), best)
     for i, t in enumerate(top):
         longer = best[1] is None or len(t.token) > len(best[1].token)
         if t.token and rest.startswith(t.token) and longer:
@@ -264,7 +273,7 @@ def align_divergence(
             **base,
             token_index=i,
             off_token=pos.top[0].token if pos.top else pos.token,
-            candidate_token=alt.token if alt is not None else (rest[:8] or "<end>"),
+            candidate_token=(alt.token or "<end>") if alt is not None else (rest[:8] or "<end>"),
             margin_nats=margin,
             candidate_rank=rank,
             candidate_logprob=alt.logprob if alt is not None else None,
