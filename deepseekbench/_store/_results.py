@@ -46,6 +46,7 @@ from deepseekbench._errors import (
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._store._records import (
+    DivergenceMarginRecord,
     MeasurementRecord,
     ParityEntry,
     ParityOutputRecord,
@@ -56,6 +57,7 @@ from deepseekbench._store._records import (
     record_json,
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 
 __all__ = [
@@ -94,6 +96,7 @@ RECORD_KINDS = frozenset(
         "run_end",
         "workers",
         "workload",
+        "divergence_margin",  # issue 21
     }
 )
 """Every record kind a results file may hold."""
@@ -305,6 +308,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 MeasureKey = tuple[str, str, str | None, int, int]
 """``(route, cell, load key, index, turn)`` of a measured request (turn 0-based;
 0 for a single-turn item and in files written before conversations)."""
+MarginKey = tuple[str, str, str, str | None, str | None, str]
+"""Issue 21: ``(route, source, reasoning mode, cell, load key, prompt id)`` of a margin."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +349,8 @@ class ResultsState:
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
     server: dict[tuple[str, str, str | None, int], AcceptanceRecord] = field(default_factory=dict)
     plan: BenchmarkPlan | None = None
+    # issue 21: forensics margins by (route, source, reasoning mode, cell, load, prompt id)
+    margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
 
     def _check_route(self, label: str) -> None:
         if self.plan is not None and label not in {r.label for r in self.plan.routes}:
@@ -397,6 +404,10 @@ class ResultsState:
             self._check_cell(rec.cell)
             self._check_load(rec.load)
             self.server[(rec.route, rec.cell, rec.load, rec.round)] = rec.acceptance
+        elif isinstance(rec, DivergenceMarginRecord):  # issue 21
+            self._check_route(rec.route)
+            mkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
+            self.margins[mkey] = rec.margin
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries
