@@ -81,14 +81,14 @@ def run(tmp_path: Path, **over: Any) -> tuple[RunResult, Recording, dict[str, st
 @pytest.fixture(scope="module")
 def bit_exact(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Recording, Path]:
     path = tmp_path_factory.mktemp("forensics")
-    result, rec, urls = run(path)
+    result, rec, _urls = run(path)
     return result, rec, path
 
 
 def test_speculative_routes_never_carry_a_logprobs_request(
     bit_exact: tuple[RunResult, Recording, Path],
 ) -> None:
-    result, rec, path = bit_exact
+    result, rec, _path = bit_exact
     by_route = {r.label: r.base_url for r in result.plan.routes}
     follow = [(u, b) for u, b in rec.sent if "logprobs" in b or "top_logprobs" in b]
     assert follow, "no follow-up was sent"
