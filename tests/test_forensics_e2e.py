@@ -3,6 +3,7 @@ divergence, records the margins, and the rows judge them."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,8 +16,9 @@ import pytest
 
 from deepseekbench._engine import EmbeddedEngine, EngineConfig
 from deepseekbench._net._gate import LiveGate
+from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import RunResult, load_results, run_plan
-from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._types._axes import Dialect, QualityParity, Speculative
 from tests._helpers import COSTS, plan_of, read_records
 
 PLAN: dict[str, Any] = {
@@ -115,3 +117,56 @@ def test_margins_are_recorded_and_classified(
             assert 0 < r["margin"]["margin_nats"] <= 0.03
     again = load_results(path / "r.jsonl")  # the file reads back with the new records
     assert [r.route_label for r in again.rows] == [r.route_label for r in result.rows]
+
+
+def test_bit_exact_rows_say_differs_and_what_would_make_them_verifiable(
+    bit_exact: tuple[RunResult, Recording, Path],
+) -> None:
+    rows = {r.route_label: r for r in bit_exact[0].rows}
+    mtp, bad, off = rows["mtp"], rows["mtp-mistuned"], rows["off"]
+    assert mtp.parity_basis == "bit_exact" and mtp.quality_parity is QualityParity.differs
+    assert mtp.divergences_near_tie and not mtp.divergences_decisive
+    assert not mtp.divergences_unexplained
+    assert mtp.divergence_note is not None and "within_noise" in mtp.divergence_note
+    assert mtp.first_divergence_margin_nats is not None
+    assert 0 < mtp.first_divergence_margin_nats <= 0.03
+    assert mtp.tau_source == "default" and mtp.noise_floor == 0
+    assert bad.divergences_decisive and bad.quality_parity is QualityParity.differs
+    assert bad.divergence_note is not None and "decisive" in bad.divergence_note
+    assert off.quality_parity is QualityParity.verified
+
+
+def test_within_noise_verifies_the_near_ties_and_refuses_the_mistuned_route(
+    tmp_path: Path,
+) -> None:
+    result, _, _ = run(tmp_path, parity={**PLAN["parity"], "exact": "within_noise"})
+    rows = {r.route_label: r for r in result.rows}
+    mtp, bad = rows["mtp"], rows["mtp-mistuned"]
+    assert mtp.parity_basis == "within_noise"
+    assert mtp.quality_parity is QualityParity.verified, mtp.parity_detail
+    assert mtp.divergences_near_tie and "all near-ties" in (mtp.divergence_note or "")
+    assert bad.quality_parity is QualityParity.differs
+    assert "decisive" in (bad.parity_detail or "")
+    assert rows["off"].quality_parity is QualityParity.verified
+    # the same records under the other rule: the plan key changes no measured request
+    assert (
+        result.plan_hash
+        == result.plan.model_copy(
+            update={"parity": result.plan.parity.model_copy(update={"exact": "bit_exact"})}
+        ).plan_hash()
+    )
+
+
+def test_the_scorecard_shows_the_margin_in_every_format(
+    bit_exact: tuple[RunResult, Recording, Path],
+) -> None:
+    card = Scorecard.from_run(bit_exact[0])
+    mtp = next(ln for ln in card.lines if ln.route == "mtp")
+    assert mtp.first_divergence is not None and "off's margin 0.0" in mtp.first_divergence
+    for fmt in ("text", "markdown", "json", "csv", "html"):
+        out = html.unescape(card.render(fmt)) if fmt == "html" else card.render(fmt)
+        assert "off's margin" in out, fmt
+        assert "within_noise" in out, fmt  # what would make the mtp row verifiable
+    text = card.to_text()
+    assert "all near-ties" in text and "decisive divergence at" in text
+    assert not mtp.credited

@@ -26,6 +26,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
+from deepseekbench._analysis._noise_rows import (
+    RowDivergences,
+    judge_off,
+    judge_speculative,
+    noise_floor,
+)
 from deepseekbench._analysis._rowstats import (
     WINDOW_METRICS,
     RowRequests,
@@ -630,6 +636,7 @@ def _build_row(
     else:
         traffic = traffic_parity(plan, off, mine) if plan.temperature == 0 else None
         parity, reason = _join_parity(plan, rp, traffic)
+    parity, reason, noise = _within_noise(inp, route, cell, load, (parity, reason), traffic, off)
     server = _server_window(inp.state, route.label, cell.cell_id, load)
     row = Row(
         **row_identity(plan, cell, route, load),
@@ -645,8 +652,35 @@ def _build_row(
             declared_spec_tokens=route.spec_tokens,
         ),
         **_workload_breakdown(mine, cell.request_max_tokens),
+        **noise,
     )
     return row, traffic
+
+
+def _within_noise(
+    inp: _RowInput,
+    route: RoutePlan,
+    cell: CellPlan,
+    load: LoadPoint,
+    parity: tuple[QualityParity, str],
+    traffic: ParityResult | None,
+    off: Indexed,
+) -> tuple[QualityParity, str, dict[str, Any]]:
+    """Issue 21: the row's divergences explained by ``off``'s margins, against ``off``'s
+    noise floor at this load; the verdict under ``parity.exact``
+    (:mod:`deepseekbench._analysis._noise_rows`)."""
+    plan, mode = inp.plan, cell.reasoning_mode
+    off_rp = inp.parity.get((plan.off_route.label, mode))
+    control = off_rp.control if off_rp is not None else None
+    rounds = traffic_control(plan, off) if plan.temperature == 0 else None
+    floor = noise_floor(plan, inp.state, mode.value, control, rounds)
+    if route.speculative is Speculative.off:
+        return judge_off(plan, inp.state, mode.value, parity, control, floor)
+    rp = inp.parity.get((route.label, mode))
+    where = RowDivergences(route.label, mode.value, cell.cell_id, load.key)
+    tasks = rp.tasks.parity if rp is not None and rp.tasks is not None else None
+    exact = rp.exact if rp is not None else None
+    return judge_speculative(plan, inp.state, where, parity, exact, traffic, tasks, floor)
 
 
 def _workload_breakdown(mine: Indexed, max_tokens: int) -> dict[str, Any]:

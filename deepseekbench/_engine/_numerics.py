@@ -5,8 +5,10 @@ while plain decoding runs the target on one; the two computations round differen
 and where the target's top two tokens are nearly tied the argmax may flip (vLLM RFC
 #54506). The numerics mode reproduces exactly that, deterministically:
 
-- **Near-ties in the model.** At a hashed share of positions (``crc32`` of the model
-  context; one in :data:`NEAR_TIE_EVERY`) the target's runner-up is lifted to within
+- **Near-ties in the model.** Past :data:`NEAR_TIE_MIN_CONTEXT` characters of model
+  context (near-ties are a long-output effect; the short parity answers never meet
+  one), at a hashed share of positions (``crc32`` of the model context; one in
+  :data:`NEAR_TIE_EVERY`), the target's runner-up is lifted to within
   a margin of the top-1: margin = ``(h mod 1000 + 1) / 1000 × NEAR_TIE_MAX_NATS``
   (0 < margin ≤ :data:`NEAR_TIE_MAX_NATS` nats). The top-1 is unchanged, so ``off``
   decodes exactly what it decodes without the mode.
@@ -33,13 +35,17 @@ from deepseekbench._engine._model import EOS_CH, Dist, ReferenceLM
 __all__ = [
     "NEAR_TIE_EVERY",
     "NEAR_TIE_MAX_NATS",
+    "NEAR_TIE_MIN_CONTEXT",
     "VERIFY_PERTURBATION_NATS",
     "NumericsLM",
     "chat_logprobs",
 ]
 
-NEAR_TIE_EVERY: Final[int] = 97
+NEAR_TIE_EVERY: Final[int] = 512
 """One model context in this many (by ``crc32``) carries a near-tie in numerics mode."""
+
+NEAR_TIE_MIN_CONTEXT: Final[int] = 128
+"""Model contexts shorter than this (characters: prompt and output) carry no near-tie."""
 
 NEAR_TIE_MAX_NATS: Final[float] = 0.03
 """Largest top-1 minus top-2 margin of a numerics-mode near-tie (nats)."""
@@ -75,7 +81,7 @@ class NumericsLM:
     def near_tie_margin(self, ctx: str) -> float | None:
         """The margin (nats) of the near-tie at ``ctx``, or ``None`` when there is none."""
         h = _hash(ctx)
-        if h % NEAR_TIE_EVERY:
+        if len(ctx) < NEAR_TIE_MIN_CONTEXT or h % NEAR_TIE_EVERY:
             return None
         if len(self.base.target(ctx)) < 2:
             return None

@@ -158,6 +158,10 @@ class ScorecardLine(BaseModel):
     dispersion: Dispersion = Dispersion()
     server_ttft_ms: float | None = None
     server_queue_ms: float | None = None
+    # issue 21: divergences explained by off's margins
+    parity_basis: str = "bit_exact"
+    first_divergence_margin_nats: float | None = None
+    divergence_note: str | None = None
 
     @property
     def credited(self) -> bool:
@@ -381,6 +385,26 @@ class _Judge:
         )
 
 
+def _with_margin(first: str | None, r: Row) -> str | None:
+    """Issue 21: the first divergence with ``off``'s margin there (nats), when known."""
+    if first is None or r.divergences_near_tie is None:
+        return first
+    m = r.first_divergence_margin_nats
+    return first + (f" [off's margin {m:.3f} nats]" if m is not None else " [no margin]")
+
+
+def _divergence_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Issue 21: one line per route and cell (and load points) explaining its divergences."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for ln in lines:
+        if ln.divergence_note and ln.speculative is not Speculative.off:
+            groups.setdefault((ln.route, ln.cell, ln.divergence_note), []).append(ln.load)
+    return [
+        f"{route} @ {cell}" + (f" ({', '.join(loads)})" if loads != ["—"] else "")
+        + f": {note}" for (route, cell, note), loads in groups.items()
+    ]  # fmt: skip
+
+
 def _line(
     r: Row, base: Row | None, verdict: SpeedupVerdict | None, d: ParityDetail | None
 ) -> ScorecardLine:
@@ -405,8 +429,11 @@ def _line(
         n_requests=r.n_requests,
         n_errors=r.n_errors,
         verdict=verdict,
-        first_divergence=d.first_divergence if d else None,
+        first_divergence=_with_margin(d.first_divergence if d else None, r),
         task_flips=d.task_flips if d else (),
+        parity_basis=r.parity_basis,
+        first_divergence_margin_nats=r.first_divergence_margin_nats,
+        divergence_note=r.divergence_note,
         output_throughput_toks_per_s=r.output_throughput_toks_per_s,
         goodput_req_per_s=r.goodput_req_per_s,
         slo_attainment=r.slo_attainment,
@@ -730,6 +757,7 @@ class Scorecard:
             if flips:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
+        notes.extend(_divergence_notes(self.lines))  # issue 21
         notes.extend(_detail_notes(self.lines, self.client_workers))
         for ln in self.lines:
             if ln.output_short:
@@ -891,6 +919,10 @@ class Scorecard:
         "plan_hash",
         "run_started_at",
         "engine",
+        # issue 21
+        "parity_basis",
+        "first_divergence_margin_nats",
+        "divergence_note",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -946,6 +978,9 @@ class Scorecard:
                     "plan_hash": meta.plan_hash if meta else None,
                     "run_started_at": meta.started_at if meta else None,
                     "engine": meta.engines.get(ln.route) if meta else None,
+                    "parity_basis": ln.parity_basis,  # issue 21
+                    "first_divergence_margin_nats": ln.first_divergence_margin_nats,
+                    "divergence_note": ln.divergence_note,
                 }
             )
         return recs

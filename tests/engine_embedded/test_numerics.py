@@ -15,6 +15,7 @@ from deepseekbench._types._margin import DivergenceKind, align_divergence, parse
 from tests.engine_embedded.test_server import FREE, body, running, stream
 
 pytestmark = pytest.mark.anyio
+LONG = {"max_tokens": 200, "ignore_eos": True}  # near-ties live past 128 chars of context
 
 
 async def test_logprobs_in_openai_chat_format_whole_and_streamed() -> None:
@@ -69,10 +70,10 @@ def _text(js: dict[str, Any]) -> str:
 
 async def _divergences(mtp: EngineConfig, off: EngineConfig, n: int) -> list[Any]:
     prompts = [t.prompt for t in reference_tasks(n, seed=11)]
-    lp = {"logprobs": True, "top_logprobs": 5}
+    lp = {"logprobs": True, "top_logprobs": 5, **LONG}
     offs = await _texts(off, prompts, **lp)
-    cands = await _texts(mtp, prompts)
-    plain = await _texts(off.model_copy(update={"numerics": False}), prompts)
+    cands = await _texts(mtp, prompts, **LONG)
+    plain = await _texts(off.model_copy(update={"numerics": False}), prompts, **LONG)
     assert [_text(o) for o in offs] == [_text(o) for o in plain]  # off's text never moves
     out = []
     for i, (o, c) in enumerate(zip(offs, cands, strict=True)):
@@ -89,7 +90,7 @@ async def _divergences(mtp: EngineConfig, off: EngineConfig, n: int) -> list[Any
 async def test_numerics_mode_mtp_flips_only_near_ties() -> None:
     off = EngineConfig(cost=FREE, numerics=True)
     mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": 3})
-    divs = await _divergences(mtp, off, 120)
+    divs = await _divergences(mtp, off, 40)
     assert divs, "the numerics mode flipped nothing"
     for d in divs:
         assert d.kind is DivergenceKind.near_tie, d.describe()
@@ -103,6 +104,6 @@ async def test_mistuned_route_diverges_decisively() -> None:
     bad = off.model_copy(
         update={"speculative": Speculative.mtp, "draft_depth": 3, "mistuned_draft": True}
     )
-    divs = await _divergences(bad, off, 60)
+    divs = await _divergences(bad, off, 20)
     assert any(d.kind is DivergenceKind.decisive for d in divs)
     assert all(d.kind is not DivergenceKind.unexplained for d in divs)
