@@ -44,6 +44,19 @@ def _old_file(tmp_path: Path) -> Path:
     return out
 
 
+ISSUE_21_ROW_FIELDS = (
+    "parity_basis",
+    "divergences_near_tie",
+    "divergences_decisive",
+    "divergences_unexplained",
+    "noise_floor",
+    "tau_nats",
+    "tau_source",
+    "first_divergence_margin_nats",
+    "divergence_note",
+)
+
+
 def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
     lines = (FIXTURE / "results.jsonl").read_bytes().split(b"\n")
     records = [orjson.loads(line) for line in lines if line]
@@ -55,6 +68,10 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
         if out["record"] == "run_start":
             # the fields added since
             assert out.pop("parity_set") is None and out.pop("library_version") is None
+        if out["record"] == "row":  # issue 21's fields, at their defaults
+            defaults = {"parity_basis": "bit_exact", "divergence_note": None}
+            for name in ISSUE_21_ROW_FIELDS:
+                assert out["row"].pop(name) == defaults.get(name), name
         assert out == raw, raw["record"]
 
 

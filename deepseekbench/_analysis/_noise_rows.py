@@ -8,8 +8,9 @@ calibrate_tau`); a divergence never followed up is ``unexplained``. The noise fl
 ``off``'s determinism control plus ``off``'s rounds at the row's load point
 (:class:`~deepseekbench._analysis._divergence.NoiseFloor`).
 
-Under ``parity.exact = "bit_exact"`` (default) the row keeps today's verdict; the
-fields and a one-line :attr:`~deepseekbench.Row.divergence_note` say what the
+Under ``parity.exact = "bit_exact"`` (default) the row keeps today's verdict (a row
+with nothing to explain keeps every issue-21 field at its default, so rows rebuilt from
+an old results file are the rows it wrote); the fields and a one-line :attr:`~deepseekbench.Row.divergence_note` say what the
 divergences were and, when all are near-ties, what would make the row verifiable.
 Under ``"within_noise"`` the verdict is :func:`~deepseekbench._analysis._divergence.
 within_noise_verdict`'s. Definitions: docs/rows-and-gate.md ("Parity within noise").
@@ -148,6 +149,8 @@ def judge_speculative(
     bit-exact verdict) kept under ``bit_exact``, replaced under ``within_noise``."""
     tau = calibrate_tau(floor, plan.parity.tau_nats)
     margins = _margins(state, where, exact, traffic, tau[0])
+    if plan.parity.exact == "bit_exact" and not margins:
+        return parity[0], parity[1], {}  # nothing to explain: the row's fields stay unset
     fields = _fields(margins, floor, tau, plan.parity.exact)
     if plan.parity.exact == "bit_exact":
         fields["divergence_note"] = _bit_exact_note(margins, floor, tau)
@@ -186,6 +189,8 @@ def judge_off(
         ).reclassified(tau[0])
         for d in (control.divergences if control is not None else ())
     ]
+    if plan.parity.exact == "bit_exact" and not flips:
+        return parity[0], parity[1], {}  # nothing to explain: the row's fields stay unset
     fields = _fields(flips, floor, tau, plan.parity.exact)
     fields["divergence_note"] = floor.describe() if floor.n_compared else None
     if plan.parity.exact == "bit_exact" or control is None or control.deterministic is None:
