@@ -10,7 +10,8 @@ and where the target's top two tokens are nearly tied the argmax may flip (vLLM 
   one), at a hashed share of positions (``crc32`` of the model context; one in
   :data:`NEAR_TIE_EVERY`), the target's runner-up is lifted to within
   a margin of the top-1: margin = ``(h mod 1000 + 1) / 1000 × NEAR_TIE_MAX_NATS``
-  (0 < margin ≤ :data:`NEAR_TIE_MAX_NATS` nats). The top-1 is unchanged, so ``off``
+  (0 < margin ≤ :data:`NEAR_TIE_MAX_NATS` nats; a runner-up already closer keeps its
+  own, smaller margin). The top-1 is unchanged, so ``off``
   decodes exactly what it decodes without the mode.
 - **Verify rounds differently.** A verify pass (a draft token's check and the bonus
   token) adds :data:`VERIFY_PERTURBATION_NATS` (> :data:`NEAR_TIE_MAX_NATS`) to the
@@ -94,7 +95,9 @@ class NumericsLM:
             return dist
         ranked = _ranked(dist)
         lifted = dict(dist)
-        lifted[ranked[1][0]] = ranked[0][1] * math.exp(-margin)
+        # only ever raised: a runner-up already closer than ``margin`` stays where it is
+        # (lowering it could hand rank 2 to the third token)
+        lifted[ranked[1][0]] = max(ranked[1][1], ranked[0][1] * math.exp(-margin))
         total = sum(lifted.values())
         return {ch: p / total for ch, p in lifted.items()}
 

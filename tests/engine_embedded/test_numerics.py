@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import httpx
 import pytest
 
@@ -107,3 +109,29 @@ async def test_mistuned_route_diverges_decisively() -> None:
     divs = await _divergences(bad, off, 20)
     assert any(d.kind is DivergenceKind.decisive for d in divs)
     assert all(d.kind is not DivergenceKind.unexplained for d in divs)
+
+
+def test_every_numerics_near_tie_is_served_as_a_near_tie_and_flipped_to_its_runner_up() -> None:
+    import math
+
+    from deepseekbench._engine._model import EOS_CH, context_of, reference_lm
+    from deepseekbench._engine._numerics import NumericsLM
+
+    lm = NumericsLM(reference_lm())
+    seen = 0
+    smoke = Path(__file__).parents[2] / "deepseekbench" / "data" / "smoke_tasks.jsonl"
+    prompts = [orjson.loads(line)["prompt"] for line in smoke.read_bytes().splitlines()]
+    for prompt in prompts + [t.prompt for t in reference_tasks(40, seed=5)]:
+        ctx = context_of(prompt)
+        for _ in range(300):  # greedy, EOS as a newline (ignore_eos), like the engine
+            if lm.near_tie_margin(ctx) is not None:
+                seen += 1
+                ranked = sorted(lm.target(ctx).items(), key=lambda kv: (-kv[1], ord(kv[0])))
+                assert ranked[0][0] == lm.target_argmax(ctx)
+                assert ranked[1][0] == lm.verify_argmax(ctx)
+                assert math.log(ranked[0][1]) - math.log(ranked[1][1]) <= NEAR_TIE_MAX_NATS
+            else:
+                assert lm.verify_argmax(ctx) == lm.target_argmax(ctx)
+            ch = lm.target_argmax(ctx)
+            ctx += "\n" if ch == EOS_CH else ch
+    assert seen > 5
