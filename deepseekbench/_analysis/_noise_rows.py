@@ -10,8 +10,9 @@ calibrate_tau`); a divergence never followed up is ``unexplained``. The noise fl
 
 Under ``parity.exact = "bit_exact"`` (default) the row keeps today's verdict (a row
 with nothing to explain keeps every issue-21 field at its default, so rows rebuilt from
-an old results file are the rows it wrote); the fields and a one-line :attr:`~deepseekbench.Row.divergence_note` say what the
-divergences were and, when all are near-ties, what would make the row verifiable.
+an old results file are the rows it wrote); the fields and a one-line
+:attr:`~deepseekbench.Row.divergence_note` say what the divergences were and, when
+all are near-ties, what would make the row verifiable.
 Under ``"within_noise"`` the verdict is :func:`~deepseekbench._analysis._divergence.
 within_noise_verdict`'s. Definitions: docs/rows-and-gate.md ("Parity within noise").
 """

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 import httpx
+import orjson
 import pytest
 
 from deepseekbench._engine import EmbeddedEngine, EngineConfig, reference_tasks
