@@ -9,13 +9,15 @@ with a margin within 0.005 nats of that figure, and ``within_noise`` must verify
 row while ``bit_exact`` says ``differs``.
 
 Cost: two vLLM CPU servers on a freshly generated 30-step model plus 16 greedy
-256-token parity prompts per route; not part of ``.ci/run`` (run it with
-``pytest -m vllm tests/vllm/test_vllm_divergence_margin.py``). Written for issue 21 and
+256-token parity prompts per route, a cost not yet measured: skipped unless
+``DEEPSEEKBENCH_VLLM_MARGINS=1`` (so ``.ci/vllm.sh`` keeps its budget); run it with
+``DEEPSEEKBENCH_VLLM_MARGINS=1 pytest -m vllm tests/vllm/test_vllm_divergence_margin.py``. Written for issue 21 and
 NOT run by its author (the shared machine could not host vLLM at the time).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,13 @@ from tests.vllm.conftest import (
 )
 from tests.vllm.plans import build_plan, run_pair
 
-pytestmark = pytest.mark.vllm
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        os.environ.get("DEEPSEEKBENCH_VLLM_MARGINS") != "1",
+        reason="issue 21's margin check: set DEEPSEEKBENCH_VLLM_MARGINS=1 (cost not measured)",
+    ),
+]
 
 MODEL = "deepseekbench-deepseek-v3-30steps"
 PROBE_MARGIN_NATS = (0.014, 0.021)  # docs/engines.md, float32
