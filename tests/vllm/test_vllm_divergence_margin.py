@@ -11,8 +11,8 @@ row while ``bit_exact`` says ``differs``.
 Cost: two vLLM CPU servers on a freshly generated 30-step model plus 16 greedy
 256-token parity prompts per route, a cost not yet measured: skipped unless
 ``DEEPSEEKBENCH_VLLM_MARGINS=1`` (so ``.ci/vllm.sh`` keeps its budget); run it with
-``DEEPSEEKBENCH_VLLM_MARGINS=1 pytest -m vllm tests/vllm/test_vllm_divergence_margin.py``. Written for issue 21 and
-NOT run by its author (the shared machine could not host vLLM at the time).
+``DEEPSEEKBENCH_VLLM_MARGINS=1 pytest -m vllm tests/vllm/test_vllm_divergence_margin.py``.
+Written for issue 21 and NOT run by its author (the shared machine could not host vLLM at the time).
 """
 
 from __future__ import annotations
