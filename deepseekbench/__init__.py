@@ -58,6 +58,11 @@ if TYPE_CHECKING:
     from deepseekbench._analysis._breakdown import (
         category_speedups,
     )
+    from deepseekbench._analysis._divergence import (  # issue 21
+        NoiseFloor,
+        NoiseVerdict,
+        within_noise_verdict,
+    )
     from deepseekbench._analysis._speedup import (
         MIN_REQUESTS_FOR_SPEEDUP,
         CompareSpeedup,
@@ -253,6 +258,13 @@ if TYPE_CHECKING:
         ReasoningModeName,
         Speculative,
         SpeculativeName,
+    )
+    from deepseekbench._types._margin import (  # issue 21
+        DEFAULT_TAU_NATS,
+        DivergenceKind,
+        DivergenceMargin,
+        TauSource,
+        classify_divergence,
     )
     from deepseekbench._types._parity import (
         BASELINE_NONDETERMINISTIC,
@@ -463,11 +475,21 @@ _IMPORTS: dict[str, str] = {
     "vllm_server_args": "deepseekbench._launch._vllm",
     "vllm_servers": "deepseekbench._launch._vllm",
     "write_rows": "deepseekbench._types._row",
+    # issue 21: parity within the engine's own numerics
+    "DEFAULT_TAU_NATS": "deepseekbench._types._margin",
+    "DivergenceKind": "deepseekbench._types._margin",
+    "DivergenceMargin": "deepseekbench._types._margin",
+    "TauSource": "deepseekbench._types._margin",
+    "classify_divergence": "deepseekbench._types._margin",
+    "NoiseFloor": "deepseekbench._analysis._divergence",
+    "NoiseVerdict": "deepseekbench._analysis._divergence",
+    "within_noise_verdict": "deepseekbench._analysis._divergence",
 }
 
 __all__ = [
     "BASELINE_NONDETERMINISTIC",
     "DEFAULT_LAG_THRESHOLD_MS",
+    "DEFAULT_TAU_NATS",
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
     "KEY_AXES",
@@ -496,6 +518,8 @@ __all__ = [
     "DialectName",
     "Dispersion",
     "Divergence",
+    "DivergenceKind",
+    "DivergenceMargin",
     "DryRunResult",
     "EmbeddedEngine",
     "EndpointTokenCounter",
@@ -528,6 +552,8 @@ __all__ = [
     "MissingExtraError",
     "ModelCapability",
     "ModelCapabilityError",
+    "NoiseFloor",
+    "NoiseVerdict",
     "OutputTarget",
     "OutputTargetName",
     "ParityOutput",
@@ -580,6 +606,7 @@ __all__ = [
     "TaskFlip",
     "TaskFormatError",
     "TaskParityResult",
+    "TauSource",
     "Timeouts",
     "TokenCounter",
     "TokenizeError",
@@ -599,6 +626,7 @@ __all__ = [
     "bootstrap_speedup_ci",
     "category_speedups",
     "check_bucket",
+    "classify_divergence",
     "coerce_request",
     "compare_speedup",
     "crossover_text",
@@ -642,6 +670,7 @@ __all__ = [
     "unregister_dialect",
     "vllm_server_args",
     "vllm_servers",
+    "within_noise_verdict",
     "write_rows",
 ]
 
