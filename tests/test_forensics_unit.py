@@ -82,3 +82,16 @@ def test_the_follow_up_asks_off_for_logprobs_greedily_unstreamed() -> None:
     assert body == follow_up_body(OFF, REQUEST)
     assert body["stream"] is False and body["temperature"] == 0 and body["logprobs"] is True
     assert body["seed"] == 3 and "stream_options" not in body
+
+
+def test_a_spent_gate_budget_gives_no_margin_and_keeps_the_run() -> None:
+    gate = LiveGate(max_requests=0)
+
+    async def main() -> Any:
+        transport = httpx.MockTransport(lambda request: answer(None))
+        async with gate.client(transport=transport) as client:
+            follow = [FollowUp("p1", "mtp", REQUEST, "ab")]
+            return await explain_divergences(follow, off=OFF, gate=gate, client=client, timeout_s=5)
+
+    ((_, m),) = anyio.run(main)
+    assert m.margin_nats is None and "gate refused" in m.note

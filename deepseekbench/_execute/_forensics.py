@@ -22,6 +22,7 @@ import anyio
 import httpx
 import orjson
 
+from deepseekbench._errors import LiveGateError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._margin import (
@@ -85,6 +86,8 @@ async def _explain(
         )
     except httpx.HTTPError as exc:
         return no_margin(f.prompt_id, note=f"follow-up failed: {type(exc).__name__}", **common)
+    except LiveGateError as exc:  # e.g. max_requests spent by the measurement: keep the run
+        return no_margin(f.prompt_id, note=f"gate refused the follow-up: {exc}", **common)
     if r.status_code != 200:
         return no_margin(f.prompt_id, note=f"follow-up HTTP {r.status_code}", **common)
     try:
@@ -115,13 +118,13 @@ async def explain_divergences(
 ) -> list[tuple[FollowUp, DivergenceMargin]]:
     """Ask ``off`` once per follow-up (``concurrency`` in flight) and explain each.
 
+    A follow-up the gate refuses (a spent ``max_requests`` budget, say) is not sent
+    and gives margin ``None`` with the gate's reason: what was measured is kept.
+
     Returns:
         ``(follow-up, margin)`` pairs in ``follow_ups`` order, margins classified against
         :data:`~deepseekbench._types._margin.DEFAULT_TAU_NATS` (the analysis
         reclassifies them against the row's τ).
-
-    Raises:
-        LiveGateError: the gate refuses the ``off`` route (as for any request).
     """
     out: list[DivergenceMargin | None] = [None] * len(follow_ups)
     limiter = anyio.CapacityLimiter(max(1, concurrency))
