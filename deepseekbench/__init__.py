@@ -58,6 +58,11 @@ if TYPE_CHECKING:
     from deepseekbench._analysis._breakdown import (
         category_speedups,
     )
+    from deepseekbench._analysis._divergence import (  # issue 21
+        NoiseFloor,
+        NoiseVerdict,
+        within_noise_verdict,
+    )
     from deepseekbench._analysis._speedup import (
         MIN_REQUESTS_FOR_SPEEDUP,
         CompareSpeedup,
@@ -264,6 +269,13 @@ if TYPE_CHECKING:
         LaunchRecord,
         RouteIdentity,
         RouteIdentityName,
+    )
+    from deepseekbench._types._margin import (  # issue 21
+        DEFAULT_TAU_NATS,
+        DivergenceKind,
+        DivergenceMargin,
+        TauSource,
+        classify_divergence,
     )
     from deepseekbench._types._parity import (
         BASELINE_NONDETERMINISTIC,
@@ -487,12 +499,22 @@ _IMPORTS: dict[str, str] = {
     "vllm_server_args": "deepseekbench._launch._vllm",
     "vllm_servers": "deepseekbench._launch._vllm",
     "write_rows": "deepseekbench._types._row",
+    # issue 21: parity within the engine's own numerics
+    "DEFAULT_TAU_NATS": "deepseekbench._types._margin",
+    "DivergenceKind": "deepseekbench._types._margin",
+    "DivergenceMargin": "deepseekbench._types._margin",
+    "TauSource": "deepseekbench._types._margin",
+    "classify_divergence": "deepseekbench._types._margin",
+    "NoiseFloor": "deepseekbench._analysis._divergence",
+    "NoiseVerdict": "deepseekbench._analysis._divergence",
+    "within_noise_verdict": "deepseekbench._analysis._divergence",
 }
 
 __all__ = [
     "BASELINE_NONDETERMINISTIC",
     "CLOCK_TOLERANCE",  # issue 22
     "DEFAULT_LAG_THRESHOLD_MS",
+    "DEFAULT_TAU_NATS",
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
     "KEY_AXES",
@@ -523,6 +545,8 @@ __all__ = [
     "DialectName",
     "Dispersion",
     "Divergence",
+    "DivergenceKind",
+    "DivergenceMargin",
     "DryRunResult",
     "EmbeddedEngine",
     "EndpointTokenCounter",
@@ -557,6 +581,8 @@ __all__ = [
     "MissingExtraError",
     "ModelCapability",
     "ModelCapabilityError",
+    "NoiseFloor",
+    "NoiseVerdict",
     "OutputTarget",
     "OutputTargetName",
     "ParityOutput",
@@ -612,6 +638,7 @@ __all__ = [
     "TaskFlip",
     "TaskFormatError",
     "TaskParityResult",
+    "TauSource",
     "Timeouts",
     "TokenCounter",
     "TokenizeError",
@@ -632,6 +659,7 @@ __all__ = [
     "bootstrap_speedup_ci",
     "category_speedups",
     "check_bucket",
+    "classify_divergence",
     "coerce_request",
     "compare_speedup",
     "crossover_text",
@@ -678,6 +706,7 @@ __all__ = [
     "unregister_dialect",
     "vllm_server_args",
     "vllm_servers",
+    "within_noise_verdict",
     "write_rows",
 ]
 

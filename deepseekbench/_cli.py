@@ -180,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     demo.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
+    demo.add_argument(  # issue 21
+        "--numerics",
+        action="store_true",
+        help="the numerics scenario: off and mtp engines whose verify passes flip near-ties, "
+        "and the mis-tuned mtp; one run judged under parity.exact = bit_exact, then "
+        "within_noise (the same results file, nothing measured twice)",
+    )
 
     run = sub.add_parser("run", help="run a benchmark plan (TOML or JSON)")
     run.add_argument("plan", type=Path, help="plan file (.toml or .json)")
@@ -377,6 +384,50 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"latest demo results (a copy): {latest}\n")
     err.write(f"re-render: python -m deepseekbench report {path}\n")
     err.write(f"demo wall time: {time.perf_counter() - t0:.1f} s\n")
+    return _exit_for(result)
+
+
+DEMO_NUMERICS_REQUESTS = 8
+"""Issue 21's scenario: measured requests per route at concurrency 4 (one load point)."""
+
+
+async def _demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Issue 21's demo scenario: ``off`` and ``mtp`` in the embedded engine's numerics mode
+    (verify passes flip near-ties, docs/engine.md) and the mis-tuned mtp, measured once,
+    then judged under ``parity.exact = "bit_exact"`` and ``"within_noise"`` (an analysis
+    key: the second run resumes the same results file and sends nothing new)."""
+    from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner import run_plan
+    from deepseekbench._types._axes import Speculative
+
+    t0 = time.perf_counter()
+    cost = CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN)
+    off = EngineConfig(cost=cost, numerics=True)
+    mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH})
+    bad = mtp.model_copy(update={"numerics": False, "mistuned_draft": True})
+    async with EmbeddedEngine(off) as e0, EmbeddedEngine(mtp) as e1, EmbeddedEngine(bad) as e2:
+        urls = [e0.base_url, e1.base_url, e2.base_url]
+        data = demo_plan(urls, requests=DEMO_NUMERICS_REQUESTS).model_dump(mode="json")
+        data["arrival"]["concurrency"] = [4]
+        data["workload"]["reach_max_tokens"] = True  # near-ties live in long outputs
+        data["cells"][0]["max_tokens"] = 256
+        for exact in ("bit_exact", "within_noise"):
+            data["parity"]["exact"] = exact
+            judged = BenchmarkPlan.model_validate(data)
+            prog = _StderrProgress(err)
+            try:
+                result = await run_plan(
+                    judged, gate=LiveGate(), results_path=args.results, progress=prog
+                )
+            finally:
+                prog.close()
+            out.write(f"\n== parity.exact = {exact!r} ==\n")
+            out.write(Scorecard.from_run(result).render(args.format))
+    out.flush()
+    err.write(f"\nresults: {args.results}\ndemo wall time: {time.perf_counter() - t0:.1f} s\n")
     return _exit_for(result)
 
 
@@ -645,6 +696,8 @@ def main(
                 args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
                 args.latest = (Path.cwd() / DEMO_LATEST).resolve()
             args.results = args.results.resolve()
+            if args.numerics:  # issue 21
+                return anyio.run(_demo_numerics, args, out, err)
             return anyio.run(_demo, args, out, err)
         if args.command == "run":
             plan = _with_client_flags(BenchmarkPlan.load(args.plan), args)

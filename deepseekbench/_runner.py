@@ -16,7 +16,8 @@ the same plan already recorded, hands each block to the executor, appends every
 finished request to the results file as it arrives, and builds the rows from
 the records at the end.
 
-**Steps.** :func:`run_plan` runs six named steps, each one short function:
+**Steps.** :func:`run_plan` runs six named steps (and issue 21's ``.forensics``
+between execute and finish: ``off``'s logprobs at every divergence), each one short function:
 ``_preflight`` (read the plan's files, build the routes, ask the gate),
 ``_open_store`` (lock the results file, index what it holds), then
 ``_Steps.prepare`` (probe, served depth, count the workload), ``.schedule``,
@@ -60,8 +61,10 @@ from deepseekbench._analysis._analysis import (
     load_results_and_runs,
     row_identity,
 )
+from deepseekbench._analysis._follow_ups import follow_ups
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._execute._executor import Sent
+from deepseekbench._execute._forensics import FollowUp, explain_divergences
 from deepseekbench._execute._pool_executor import executor_for
 from deepseekbench._execute._prepare import (
     PreparedWorkload,
@@ -88,6 +91,7 @@ from deepseekbench._plan._schedule import (
 from deepseekbench._plan._spec_config import check_spec_config
 from deepseekbench._plan._workload import check_bucket_bytes
 from deepseekbench._store._records import (
+    DivergenceMarginRecord,
     MeasurementRecord,
     ParityEntry,
     ParityOutputRecord,
@@ -114,6 +118,7 @@ from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._identity import LaunchRecord
+from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
 from deepseekbench._types._secrets import secret_values
@@ -444,6 +449,21 @@ class _Recorder:
             )
         )
 
+    def margin(self, f: FollowUp, margin: DivergenceMargin) -> None:
+        """Issue 21: one divergence explained by ``off``'s logprobs."""
+        self.store.append(
+            DivergenceMarginRecord(
+                **self.base,
+                route=f.candidate,
+                source=f.source,
+                reasoning_mode=f.reasoning_mode,
+                cell=f.cell,
+                load=f.load,
+                prompt_id=f.prompt_id,
+                margin=margin,
+            )
+        )
+
     def finish(self, result: RunResult, finished_at: str) -> None:
         for rpar in result.parity.values():
             self.store.append(
@@ -587,6 +607,7 @@ class _Steps:
         self.plan, self.gate, self.http, self.run = plan, gate, http, run
         self.store, self.previous, self.prog = store, previous, prog
         self.started_at = previous.started_at  # the plan's first start; set when recorded
+        self.blocks: list[Block] = []
         speculative = {r.label: r.speculative.value for r in plan.routes}
         self.recorder = _Recorder(store, run.plan_hash, uuid.uuid4().hex[:12], speculative)
 
@@ -612,6 +633,7 @@ class _Steps:
         """Step 4: the schedule, less what the file already holds; sizes the progress."""
         parity = parity_prompts(self.plan, self.run.sources.tasks)
         schedule = build_schedule(self.plan, self.run.sources.prompts, parity, items=prepared.cells)
+        self.blocks = list(schedule)  # issue 21: what each request was, for the forensics step
         work = pending(schedule, self.store.state)
         self.prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
         self.prog.remaining = sum(_to_send(items) for b, items in work if b.phase is Phase.measure)
@@ -653,6 +675,21 @@ class _Steps:
                 if delta is not None and block.route not in off:  # off scrapes for its cache
                     self.recorder.window(block, delta)
         self.prog.set_phase("done")
+
+    async def forensics(self) -> None:
+        """Step 5b (issue 21): for every divergence, one follow-up request to ``off``
+        only, with logprobs (:mod:`deepseekbench._execute._forensics`); each margin is
+        recorded as it arrives. Nothing is sent when nothing diverged."""
+        todo = follow_ups(self.plan, self.store.state, self.blocks)
+        if not todo:
+            return
+        self.prog.set_phase("forensics")
+        off = self.run.routes[self.plan.off_route.label]
+        explained = await explain_divergences(
+            todo, off=off, gate=self.gate, client=self.http, timeout_s=self.plan.timeout_s
+        )
+        for f, m in explained:
+            self.recorder.margin(f, m)
 
     def finish(self) -> RunResult:
         """Step 6: the result, built once from the store's records, then its
@@ -807,6 +844,7 @@ async def _run(
         work = steps.schedule(prepared)
         steps.record_start(prepared)
         await steps.execute(work, counter)
+        await steps.forensics()  # issue 21
         return steps.finish()
     except BaseExceptionGroup as group:
         # a failed write inside a task group: say so plainly, not as a group

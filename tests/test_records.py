@@ -57,6 +57,17 @@ _ROW_FIELDS_23 = (
 _ROW_FIELDS_24 = (
     "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config"
 )  # fmt: skip
+ISSUE_21_ROW_FIELDS = (
+    "parity_basis",
+    "divergences_near_tie",
+    "divergences_decisive",
+    "divergences_unexplained",
+    "noise_floor",
+    "tau_nats",
+    "tau_source",
+    "first_divergence_margin_nats",
+    "divergence_note",
+)
 
 
 def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
@@ -77,6 +88,10 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
         if out["record"] == "row":  # issues 23, 24: the row fields added since, None on old rows
             for name in (*_ROW_FIELDS_23, *_ROW_FIELDS_24):
                 assert out["row"].pop(name) is None, name
+        if out["record"] == "row":  # issue 21's fields, at their defaults
+            defaults = {"parity_basis": "bit_exact", "divergence_note": None}
+            for name in ISSUE_21_ROW_FIELDS:
+                assert out["row"].pop(name) == defaults.get(name), name
         assert out == raw, raw["record"]
 
 

@@ -28,6 +28,12 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
 from deepseekbench._analysis._clock_witness import server_clock_fields
+from deepseekbench._analysis._noise_rows import (
+    RowDivergences,
+    judge_off,
+    judge_speculative,
+    noise_floor,
+)
 from deepseekbench._analysis._route_identity import judge_route_identity, route_evidence
 from deepseekbench._analysis._rowstats import (
     WINDOW_METRICS,
@@ -664,6 +670,7 @@ def _build_row(
     else:
         traffic = traffic_parity(plan, off, mine) if plan.temperature == 0 else None
         parity, reason = _join_parity(plan, rp, traffic)
+    parity, reason, noise = _within_noise(inp, route, cell, load, (parity, reason), traffic, off)
     server = _server_window(inp.state, route.label, cell.cell_id, load)
     row = Row(
         **row_identity(plan, cell, route, load),
@@ -681,8 +688,35 @@ def _build_row(
         **_workload_breakdown(mine, cell.request_max_tokens),
         **_cache_fields(inp.state, route.label, cell.cell_id, load),  # issue 23
         **_trace_fields(plan),
+        **noise,
     )
     return row, traffic
+
+
+def _within_noise(
+    inp: _RowInput,
+    route: RoutePlan,
+    cell: CellPlan,
+    load: LoadPoint,
+    parity: tuple[QualityParity, str],
+    traffic: ParityResult | None,
+    off: Indexed,
+) -> tuple[QualityParity, str, dict[str, Any]]:
+    """Issue 21: the row's divergences explained by ``off``'s margins, against ``off``'s
+    noise floor at this load; the verdict under ``parity.exact``
+    (:mod:`deepseekbench._analysis._noise_rows`)."""
+    plan, mode = inp.plan, cell.reasoning_mode
+    off_rp = inp.parity.get((plan.off_route.label, mode))
+    control = off_rp.control if off_rp is not None else None
+    rounds = traffic_control(plan, off) if plan.temperature == 0 else None
+    floor = noise_floor(plan, inp.state, mode.value, control, rounds)
+    if route.speculative is Speculative.off:
+        return judge_off(plan, inp.state, mode.value, parity, control, floor)
+    rp = inp.parity.get((route.label, mode))
+    where = RowDivergences(route.label, mode.value, cell.cell_id, load.key)
+    tasks = rp.tasks.parity if rp is not None and rp.tasks is not None else None
+    exact = rp.exact if rp is not None else None
+    return judge_speculative(plan, inp.state, where, parity, exact, traffic, tasks, floor)
 
 
 def _workload_breakdown(mine: Indexed, max_tokens: int) -> dict[str, Any]:

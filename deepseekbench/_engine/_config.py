@@ -32,6 +32,8 @@ class EngineConfig(BaseModel):
     ``speculation_disables_prefix_cache``: with a speculative method, lookups
     never hit (vLLM #54360: MTP drops prefix-cache hits to 0 on hybrid models).
     ``kv_cache_tokens``: KV-cache capacity (tokens) behind ``vllm:kv_cache_usage_perc``.
+    ``numerics``: issue 21's numerics mode (:mod:`deepseekbench._engine._numerics`):
+    hashed near-ties in the target, and verify passes that flip exactly them.
 
     Raises:
         pydantic.ValidationError: an unknown field, a dialect the engine cannot
@@ -58,6 +60,8 @@ class EngineConfig(BaseModel):
     prefix_cache: bool = True
     speculation_disables_prefix_cache: bool = False
     kv_cache_tokens: int = Field(default=65536, ge=1, description="KV-cache capacity (tokens).")
+    # issue 21: numerics mode (verify rounds differently from one-token decode)
+    numerics: bool = False
 
     @property
     def prefix_cache_hits_allowed(self) -> bool:

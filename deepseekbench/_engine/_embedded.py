@@ -212,6 +212,8 @@ def _banner(config: EngineConfig, base_url: str) -> str:
     )
     if config.mistuned_draft:
         line += " MISTUNED DRAFT (lossy verify: outputs are not exact)"
+    if config.numerics:  # issue 21
+        line += " NUMERICS (verify flips near-ties)"
     faults = sorted(k.value for k in config.faults.enabled())
     if faults:
         line += f" FAULTS: {', '.join(faults)}"
@@ -323,6 +325,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="turn on the lossy-verify fault: plausible draft tokens are accepted even when "
         "not the target's choice, so some outputs differ from --speculative off (default: off)",
     )
+    parser.add_argument(  # issue 21
+        "--numerics",
+        action="store_true",
+        help="numerics mode: hashed near-ties (margin <= 0.03 nats) that multi-token verify "
+        "flips, as a GPU verify pass that rounds differently would (default: off)",
+    )
     parser.add_argument(
         "--seed",
         type=int,
@@ -406,6 +414,7 @@ def config_from_args(ns: argparse.Namespace) -> EngineConfig:
         draft_depth=ns.draft_depth,
         dialect=Dialect(ns.dialect),
         mistuned_draft=ns.mistuned_draft,
+        numerics=ns.numerics,
         cost=cost,
         faults=faults,
         seed=ns.seed,

@@ -35,7 +35,8 @@ from deepseekbench._engine._dialects import (
 from deepseekbench._engine._faults import FAULT_HEADER, ActiveFaults, FaultKind, faults_for_request
 from deepseekbench._engine._http import Headers, HttpRequest, Responder
 from deepseekbench._engine._metrics import EngineMetrics
-from deepseekbench._engine._model import ReferenceLM, context_of
+from deepseekbench._engine._model import EOS_CH, ReferenceLM, context_of
+from deepseekbench._engine._numerics import MAX_TOP_LOGPROBS, NumericsLM, chat_logprobs
 from deepseekbench._engine._prefix_cache import PrefixCache
 from deepseekbench._engine._scheduler import Emission, Scheduler
 from deepseekbench._engine._speculative import Decoder
@@ -103,6 +104,9 @@ class ChatRequest(BaseModel):
     thinking: dict[str, Any] | bool | None = None
     ignore_eos: bool = False
     min_tokens: int = Field(default=0, ge=0)
+    # issue 21: OpenAI chat log-probabilities
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
 
 class ApiError(Exception):
@@ -188,6 +192,7 @@ class EngineState:
     def __init__(self, config: EngineConfig, lm: ReferenceLM) -> None:
         self.config = config
         self.lm = lm
+        self.numerics = NumericsLM(lm) if config.numerics else None  # issue 21
         depth = config.effective_draft_depth
         self.metrics = EngineMetrics(config.model_name, depth)
         model_draft = config.speculative.value not in ("off", "ngram")
@@ -392,6 +397,8 @@ class EngineState:
             raise ApiError(
                 400, "return_meta_info is not supported with streaming", param="return_meta_info"
             )
+        if req.top_logprobs is not None and not req.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs = true", param="top_logprobs")
         if req.model is not None and req.model != self.config.model_name:
             raise ApiError(
                 404,
@@ -442,11 +449,13 @@ class EngineState:
             temperature=req.temperature if req.temperature is not None else 0.0,
             rng=random.Random(seed),
             mistuned=self.config.mistuned_draft,
+            verify_argmax=self.numerics.verify_argmax if self.numerics is not None else None,
         )
         cached = self.prefix_cache.lookup(prompt)  # issue 23
         self.metrics.prefix_lookup(prompt_tokens, cached)
+        ctx = context_of(question[-MODEL_WINDOW_CHARS:])
         seq, receive = self.scheduler.submit(
-            context_of(question[-MODEL_WINDOW_CHARS:]),
+            ctx,
             decoder,
             prompt_tokens=prompt_tokens,
             reasoning=reasoning,
@@ -454,7 +463,7 @@ class EngineState:
             min_tokens=max_tokens if req.ignore_eos else min(req.min_tokens, max_tokens),
             cached_tokens=cached,
         )
-        stream = _Stream(self, req, faults, prompt_tokens, len(reasoning))
+        stream = _Stream(self, req, faults, prompt_tokens, len(reasoning), ctx)
         if self.config.record_send_times:
             self.arrivals[stream.id] = (request.arrival_s, request.headers.get("x-request-id"))
         try:
@@ -483,8 +492,11 @@ class _Stream:
         faults: ActiveFaults,
         prompt_tokens: int,
         reasoning_chars: int,
+        ctx: str = "",
     ) -> None:
         self.state = state
+        self.ctx = ctx  # the model context the content continues (logprobs)
+        self.eos = False  # the model emitted end-of-sequence (logprobs show it, as vLLM's)
         self.req = req
         self.faults = faults
         self.id = state.new_id()
@@ -540,9 +552,17 @@ class _Stream:
         self.text += content
         if em.finish_reason is not None and self.finish is None:
             self.finish = em.finish_reason
+            self.eos = em.finish_reason == "stop"
         st.prompt_ms = (self.t_first - self.t_submit) * 1000.0
         st.predicted_ms = (self.t_last - self.t_first) * 1000.0
         return em.reasoning, content
+
+    def _logprobs(self, start: int, text: str) -> dict[str, Any]:
+        """OpenAI ``logprobs`` for ``text``, the content from character ``start`` on."""
+        numerics = self.state.numerics
+        dist_of = numerics.target if numerics is not None else self.state.lm.target
+        ctx = self.ctx + self.text[:start]
+        return chat_logprobs(dist_of, ctx, text, self.req.top_logprobs or 0)
 
     # -- non-stream ---------------------------------------------------------
 
@@ -559,6 +579,8 @@ class _Stream:
             "message": message,
             "finish_reason": self.finish or "stop",
         }
+        if self.req.logprobs:
+            choice["logprobs"] = self._logprobs(0, self.text + (EOS_CH if self.eos else ""))
         dialect = self.state.config.dialect
         choice.update(
             choice_extras(dialect, self.stats, return_meta_info=self.req.return_meta_info)
@@ -653,6 +675,8 @@ class _Stream:
                     {"reasoning_content": reasoning} if reasoning else {"content": content}
                 )
                 choice = {"index": 0, "delta": delta, "finish_reason": None}
+                if content and self.req.logprobs:
+                    choice["logprobs"] = self._logprobs(len(self.text) - len(content), content)
                 kind = "reasoning" if reasoning else "content"
                 await self._write(responder, self._chunk([choice], **usage), kind, em.tokens)
                 content_chunks += 1
@@ -690,6 +714,8 @@ class _Stream:
         finish_choice.update(
             choice_extras(dialect, self.stats, return_meta_info=self.req.return_meta_info)
         )
+        if self.eos and self.req.logprobs:
+            finish_choice["logprobs"] = self._logprobs(len(self.text), EOS_CH)
         send_usage = opts.include_usage and FaultKind.no_usage not in self.faults
         extras = tail_extras(dialect, self.stats)
         finish_extra: dict[str, Any] = {} if send_usage else dict(extras)

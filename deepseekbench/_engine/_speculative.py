@@ -23,6 +23,7 @@ faster, and it changes the output of a share of prompts (see docs/engine.md).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -90,8 +91,11 @@ class Decoder:
     """Decodes one sequence step by step with ``method`` and draft depth ``k``.
 
     ``temperature`` 0 means greedy; ``rng`` drives sampling (seeded per request).
-    ``mistuned`` turns on the lossy verify fault. Raises ``ValueError`` for a
-    negative ``k`` or ``temperature``.
+    ``mistuned`` turns on the lossy verify fault. ``verify_argmax`` is the greedy
+    choice of a verify pass (a draft token's check and the bonus token); default the
+    target's argmax, the numerics mode's flips near-ties
+    (:mod:`deepseekbench._engine._numerics`). Raises ``ValueError`` for a negative
+    ``k`` or ``temperature``.
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class Decoder:
         temperature: float,
         rng: random.Random,
         mistuned: bool = False,
+        verify_argmax: Callable[[str], str] | None = None,
     ) -> None:
         if k < 0 or temperature < 0:
             raise ValueError("draft depth and temperature must be non-negative")
@@ -112,6 +117,7 @@ class Decoder:
         self._temperature = temperature
         self._rng = rng
         self._mistuned = mistuned
+        self._verify_argmax = verify_argmax or lm.target_argmax
 
     @property
     def depth(self) -> int:
@@ -138,7 +144,7 @@ class Decoder:
                 continue
             out.append(verdict)
             return StepOutcome(tuple(out), len(drafts), len(out) - 1)
-        out.append(self._next(cur))  # the bonus token
+        out.append(self._next(cur, verify=True))  # the bonus token
         return StepOutcome(tuple(out), len(drafts), len(drafts))
 
     # -- internals ------------------------------------------------------------
@@ -147,10 +153,11 @@ class Decoder:
         p = self._lm.target(ctx)
         return _temper(p, self._temperature) if self._temperature > 0 else p
 
-    def _next(self, ctx: str) -> str:
-        """One token from the target at ``ctx`` (argmax, or a sample)."""
+    def _next(self, ctx: str, *, verify: bool = False) -> str:
+        """One token from the target at ``ctx`` (argmax, or a sample); ``verify``: the
+        token comes from a verify pass (the bonus token)."""
         if self._temperature == 0:
-            return self._lm.target_argmax(ctx)
+            return self._verify_argmax(ctx) if verify else self._lm.target_argmax(ctx)
         return _sample(self._target(ctx), self._rng)
 
     def _propose(self, ctx: str, k: int) -> tuple[list[str], list[Dist]]:
@@ -182,7 +189,7 @@ class Decoder:
         ``q`` is the draft distribution ``d`` was sampled from (unused when greedy).
         """
         if self._temperature == 0 and not self._mistuned:
-            t = self._lm.target_argmax(ctx)
+            t = self._verify_argmax(ctx)
             return None if t == d else t
         p = self._target(ctx)
         pd = p.get(d, 0.0)

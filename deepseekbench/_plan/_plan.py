@@ -770,6 +770,13 @@ class ParityPlan(BaseModel):
             parity alone.
         determinism_control: run ``off`` twice (needed for a verified ``off`` row).
         concurrency: parity requests in flight per route (requests, 1..256).
+        exact: issue 21's verdict rule: ``bit_exact`` (default; every output identical
+            to ``off``'s) or ``within_noise`` (every divergence a near-tie of ``off``'s
+            own logprobs, at a rate not above ``off``'s own; docs/rows-and-gate.md).
+        tau_nats: the near-tie bound τ (nats, >= 0); ``None`` calibrates it from
+            ``off``'s self-flips, else the bfloat16 default (0.05 nats).
+        forensics: after measurement, ask ``off`` for logprobs at every divergence
+            (one follow-up request each; never the speculative route).
 
     Raises:
         pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` outside
@@ -789,6 +796,16 @@ class ParityPlan(BaseModel):
     task_temperature: float = Field(default=0.0, ge=0, le=2)
     determinism_control: bool = True
     concurrency: int = Field(default=1, ge=1, le=256)
+    # issue 21: parity within the engine's own numerics (analysis keys: not hashed)
+    exact: Literal["bit_exact", "within_noise"] = "bit_exact"
+    tau_nats: float | None = Field(
+        default=None, ge=0, description="near-tie bound τ (nats); None: calibrated"
+    )
+    forensics: bool = True
+
+
+_PARITY_NOT_HASHED = {"exact", "tau_nats", "forensics"}
+"""Issue 21's parity keys change the verdict's rule, never a measured request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1082,7 +1099,9 @@ class BenchmarkPlan(BaseModel):
         ``client_lag_threshold_ms``, which changes no request, and how the load is
         sent — ``workers``, ``executor``, ``ray_address`` — excluded): a results
         file resumes only records with the same hash."""
-        data = self.model_dump(mode="json", exclude=_NOT_HASHED)
+        exclude: dict[str, Any] = {k: True for k in _NOT_HASHED}
+        exclude["parity"] = _PARITY_NOT_HASHED  # issue 21
+        data = self.model_dump(mode="json", exclude=exclude)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
     def validate_sources(self) -> PlanSources:

@@ -189,6 +189,10 @@ class ScorecardLine(BaseModel):
     # issue 24: route identity (see deepseekbench._analysis._route_identity)
     route_identity: RouteIdentity | None = None
     route_identity_detail: str | None = None
+    # issue 21: divergences explained by off's margins
+    parity_basis: str = "bit_exact"
+    first_divergence_margin_nats: float | None = None
+    divergence_note: str | None = None
 
     @property
     def credited(self) -> bool:
@@ -436,6 +440,26 @@ class _Judge:
         )
 
 
+def _with_margin(first: str | None, r: Row) -> str | None:
+    """Issue 21: the first divergence with ``off``'s margin there (nats), when known."""
+    if first is None or r.divergences_near_tie is None:
+        return first
+    m = r.first_divergence_margin_nats
+    return first + (f" [off's margin {m:.3f} nats]" if m is not None else " [no margin]")
+
+
+def _divergence_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Issue 21: one line per route and cell (and load points) explaining its divergences."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for ln in lines:
+        if ln.divergence_note and ln.speculative is not Speculative.off:
+            groups.setdefault((ln.route, ln.cell, ln.divergence_note), []).append(ln.load)
+    return [
+        f"{route} @ {cell}" + (f" ({', '.join(loads)})" if loads != ["—"] else "")
+        + f": {note}" for (route, cell, note), loads in groups.items()
+    ]  # fmt: skip
+
+
 def _line(
     r: Row, base: Row | None, verdict: SpeedupVerdict | None, d: ParityDetail | None
 ) -> ScorecardLine:
@@ -460,8 +484,11 @@ def _line(
         n_requests=r.n_requests,
         n_errors=r.n_errors,
         verdict=verdict,
-        first_divergence=d.first_divergence if d else None,
+        first_divergence=_with_margin(d.first_divergence if d else None, r),
         task_flips=d.task_flips if d else (),
+        parity_basis=r.parity_basis,
+        first_divergence_margin_nats=r.first_divergence_margin_nats,
+        divergence_note=r.divergence_note,
         output_throughput_toks_per_s=r.output_throughput_toks_per_s,
         goodput_req_per_s=r.goodput_req_per_s,
         slo_attainment=r.slo_attainment,
@@ -845,6 +872,7 @@ class Scorecard:
             notes.append(diagnosis)
         notes.extend(server_side_notes(self.lines))  # issue 23
         notes.extend(_identity_notes(self.lines))  # issue 24
+        notes.extend(_divergence_notes(self.lines))  # issue 21
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
@@ -1022,6 +1050,10 @@ class Scorecard:
         "client_cpu_share",
         "client_core_wait_share",
         "server_tpot_ms",
+        # issue 21
+        "parity_basis",
+        "first_divergence_margin_nats",
+        "divergence_note",
     )
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -1083,6 +1115,9 @@ class Scorecard:
                     "client_cpu_share": ln.client_cpu_share,
                     "client_core_wait_share": ln.client_core_wait_share,
                     "server_tpot_ms": ln.server_tpot_ms,
+                    "parity_basis": ln.parity_basis,  # issue 21
+                    "first_divergence_margin_nats": ln.first_divergence_margin_nats,
+                    "divergence_note": ln.divergence_note,
                 }
             )
         return recs

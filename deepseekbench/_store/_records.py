@@ -27,11 +27,13 @@ from deepseekbench._plan._tasks import Task
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._identity import LaunchRecord
+from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
 
 __all__ = [
     "RECORD_ADAPTER",
+    "DivergenceMarginRecord",
     "MeasurementRecord",
     "ParityEntry",
     "ParityOutputRecord",
@@ -227,6 +229,22 @@ class WorkloadRecord(_Base):
     cells: dict[str, tuple[WorkloadEntry, ...]]
 
 
+# issue 21: divergence forensics
+class DivergenceMarginRecord(_Base):
+    """``off``'s logprobs at one divergence (the forensics step's follow-up to ``off``):
+    ``route`` is the diverging route (``off`` for a self-flip), ``source`` ``parity`` or
+    ``traffic``; ``cell``/``load`` locate a traffic divergence."""
+
+    record: Literal["divergence_margin"] = "divergence_margin"
+    route: str
+    source: str = "parity"
+    reasoning_mode: str = ""
+    cell: str | None = None
+    load: str | None = None
+    prompt_id: str
+    margin: DivergenceMargin
+
+
 Record = Annotated[
     RunStartRecord
     | MeasurementRecord
@@ -237,7 +255,8 @@ Record = Annotated[
     | RunEndRecord
     | WorkersRecord
     | WorkloadRecord
-    | ServerCacheRecord,  # issue 23
+    | ServerCacheRecord  # issue 23
+    | DivergenceMarginRecord,  # issue 21
     Field(discriminator="record"),
 ]
 """Any results record, told apart by its ``record`` field."""

@@ -46,6 +46,7 @@ from deepseekbench._errors import (
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._store._records import (
+    DivergenceMarginRecord,
     MeasurementRecord,
     ParityEntry,
     ParityOutputRecord,
@@ -58,6 +59,7 @@ from deepseekbench._store._records import (
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow
+from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 
 __all__ = [
@@ -97,6 +99,7 @@ RECORD_KINDS = frozenset(
         "workers",
         "workload",
         "server_cache",  # issue 23
+        "divergence_margin",  # issue 21
     }
 )
 """Every record kind a results file may hold."""
@@ -308,6 +311,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 MeasureKey = tuple[str, str, str | None, int, int]
 """``(route, cell, load key, index, turn)`` of a measured request (turn 0-based;
 0 for a single-turn item and in files written before conversations)."""
+MarginKey = tuple[str, str, str, str | None, str | None, str]
+"""Issue 21: ``(route, source, reasoning mode, cell, load key, prompt id)`` of a margin."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +354,8 @@ class ResultsState:
     plan: BenchmarkPlan | None = None
     # issue 23: each block's cache window, keyed as ``server``
     cache: dict[tuple[str, str, str | None, int], CacheWindow] = field(default_factory=dict)
+    # issue 21: forensics margins by (route, source, reasoning mode, cell, load, prompt id)
+    margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
 
     def _check_route(self, label: str) -> None:
         if self.plan is not None and label not in {r.label for r in self.plan.routes}:
@@ -407,6 +414,10 @@ class ResultsState:
             self._check_cell(rec.cell)
             self._check_load(rec.load)
             self.cache[(rec.route, rec.cell, rec.load, rec.round)] = rec.cache
+        elif isinstance(rec, DivergenceMarginRecord):  # issue 21
+            self._check_route(rec.route)
+            mkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
+            self.margins[mkey] = rec.margin
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries

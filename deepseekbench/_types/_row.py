@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -410,6 +410,48 @@ class Row(BaseModel):
         description="launched route's speculative config as sorted-key JSON "
         "(method, depth, draft model, engine keys); None = not launched",
     )
+    # --- issue 21: parity within the engine's own numerics -------------------
+    parity_basis: Literal["bit_exact", "within_noise"] = Field(
+        default="bit_exact",
+        description="the rule quality_parity was judged by (plan key parity.exact): "
+        "'bit_exact' (identical outputs) or 'within_noise' (near-ties within off's own noise)",
+    )
+    divergences_near_tie: int | None = Field(
+        default=None,
+        ge=0,
+        description="divergences from off where the route's token was off's runner-up at a "
+        "top-1 margin <= tau_nats (None = no margins obtained)",
+    )
+    divergences_decisive: int | None = Field(
+        default=None,
+        ge=0,
+        description="divergences at a margin above tau_nats, or at a token outside off's top-k",
+    )
+    divergences_unexplained: int | None = Field(
+        default=None, ge=0, description="divergences without a margin (no logprobs obtainable)"
+    )
+    noise_floor: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="off's self-divergence rate at this load (parity control and rounds), "
+        "fraction of comparisons",
+    )
+    tau_nats: float | None = Field(
+        default=None, ge=0, description="near-tie bound the divergences were classified by, nats"
+    )
+    tau_source: Literal["plan", "off_self_flips", "default"] | None = Field(
+        default=None, description="where tau_nats came from"
+    )
+    first_divergence_margin_nats: float | None = Field(
+        default=None,
+        ge=0,
+        description="off's top-1 minus top-2 logprob at the first divergence, nats",
+    )
+    divergence_note: str | None = Field(
+        default=None,
+        description="one line: the divergences explained, or what would make the row verifiable",
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: axis fields also take their documented
@@ -485,6 +527,15 @@ class Row(BaseModel):
             engine_command: Sequence[str] | None = None,
             engine_version: str | None = None,
             spec_config: str | None = None,
+            parity_basis: Literal["bit_exact", "within_noise"] = "bit_exact",
+            divergences_near_tie: int | None = None,
+            divergences_decisive: int | None = None,
+            divergences_unexplained: int | None = None,
+            noise_floor: float | None = None,
+            tau_nats: float | None = None,
+            tau_source: Literal["plan", "off_self_flips", "default"] | None = None,
+            first_divergence_margin_nats: float | None = None,
+            divergence_note: str | None = None,
         ) -> None: ...
 
     @model_validator(mode="after")

@@ -1,0 +1,33 @@
+"""Issue 21: ``demo --numerics`` prints both verdicts, with margins, in under a minute."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from deepseekbench._cli import EXIT_OK
+from tests.test_cli import _cli
+
+
+def _line(part: str, route: str) -> str:
+    return next(ln for ln in part.splitlines() if re.search(rf"\s{route}\s+mtp\s", ln))
+
+
+def test_demo_numerics_prints_both_verdicts_with_margins(tmp_path: Path) -> None:
+    proc = _cli("demo", "--numerics", "--results", str(tmp_path / "r.jsonl"), cwd=tmp_path)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    bit, noise = proc.stdout.split("== parity.exact = 'within_noise' ==")
+    assert "== parity.exact = 'bit_exact' ==" in bit
+    # bit_exact: the correct MTP differs at near-ties only, and says what would verify it
+    assert "differs" in _line(bit, "mtp") and "×" not in _line(bit, "mtp")
+    assert re.search(r"mtp @ \S+ \(c=4\): \d+ divergences, all near-ties \(largest margin", bit)
+    assert "parity.exact = 'within_noise', or the engine's deterministic mode" in bit
+    assert re.search(r"\[off's margin 0\.0\d\d nats\]", bit)
+    # within_noise: credited; the mis-tuned route refused under both, decisively
+    assert re.search(r"\d\.\d\d× by tpot_ms", _line(noise, "mtp"))
+    for part in (bit, noise):
+        bad = _line(part, "mtp-mistuned")
+        assert "refused: candidate_parity_not_verified" in bad and "×" not in bad
+        assert re.search(r"decisive divergence at \S+ token \d+: off's top-1 margin", part)
+    wall = float(re.search(r"demo wall time: ([\d.]+) s", proc.stderr)[1])  # type: ignore[index]
+    assert wall < 90  # < 60 s on an idle machine; a shared 2-core box adds slack
