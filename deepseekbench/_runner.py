@@ -41,7 +41,7 @@ import dataclasses
 import datetime as _dt
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ from deepseekbench._analysis._analysis import (
     load_results_and_runs,
     row_identity,
 )
+from deepseekbench._analysis._capacity import route_probes
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._execute._executor import Sent
 from deepseekbench._execute._pool_executor import executor_for
@@ -68,6 +69,7 @@ from deepseekbench._execute._prepare import (
     make_counter,
     prepare_workload,
 )
+from deepseekbench._execute._search import SearchLoop
 from deepseekbench._execute._workers import PoolReport
 from deepseekbench._measure._measure import StreamMeasurement, redact_measurement
 from deepseekbench._measure._tokens import TokenCounter
@@ -75,7 +77,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
-from deepseekbench._plan._plan import BenchmarkPlan, PlanSources
+from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint, PlanSources
 from deepseekbench._plan._schedule import (
     Block,
     Phase,
@@ -84,6 +86,7 @@ from deepseekbench._plan._schedule import (
     conversation_pid,
     parity_prompts,
 )
+from deepseekbench._plan._search import Probe, passed
 from deepseekbench._plan._spec_config import check_spec_config
 from deepseekbench._plan._workload import check_bucket_bytes
 from deepseekbench._store._records import (
@@ -94,6 +97,7 @@ from deepseekbench._store._records import (
     RowRecord,
     RunEndRecord,
     RunStartRecord,
+    SearchProbeRecord,
     ServerMetricsRecord,
     WorkersRecord,
     WorkloadEntry,
@@ -449,7 +453,10 @@ class _Recorder:
 def _in_flight(plan: BenchmarkPlan) -> int:
     """The most requests the run keeps in flight: the largest concurrency of the load
     sweep (an open loop's in-flight cap) or the parity set's, whichever is larger."""
-    return max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
+    top = max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
+    if plan.search is not None and plan.arrival.mode != "rate":  # issue 24: search levels
+        top = max(top, int(plan.search.max_level))
+    return top
 
 
 def _check_conversations(plan: BenchmarkPlan, prepared: PreparedWorkload) -> None:
@@ -617,19 +624,28 @@ class _Steps:
         self.prog.step(sent.measurement.error is not None)
 
     async def execute(
-        self, work: list[tuple[Block, tuple[WorkItem, ...]]], counter: TokenCounter | None
+        self,
+        work: list[tuple[Block, tuple[WorkItem, ...]]],
+        counter: TokenCounter | None,
+        prepared: PreparedWorkload | None = None,
     ) -> None:
-        """Step 5: send every block; each finished request is recorded as it arrives."""
+        """Step 5: send every block; each finished request is recorded as it arrives.
+        With ``[search]`` (issue 24), then the search's levels, one after another."""
         async with executor_for(
             self.plan, self.run.routes, self.gate, self.http, self.recorder.workers,
             counter=counter,
         ) as executor:  # fmt: skip
             for block, items in work:
-                self.prog.set_phase(block.title)
-                delta = await executor.run_block(block, items, self._on_sent)
-                if delta is not None:
-                    self.recorder.window(block, delta)
+                await self._send(executor, block, items)
+            if self.plan.search is not None and prepared is not None:
+                await _Search(self, executor, prepared).loop().run()
         self.prog.set_phase("done")
+
+    async def _send(self, executor: Any, block: Block, items: tuple[WorkItem, ...]) -> None:
+        self.prog.set_phase(block.title)
+        delta = await executor.run_block(block, items, self._on_sent)
+        if delta is not None:
+            self.recorder.window(block, delta)
 
     def finish(self) -> RunResult:
         """Step 6: the result, built once from the store's records, then its
@@ -655,6 +671,63 @@ class _Steps:
         )
         self.recorder.finish(result, finished_at)
         return result
+
+
+# issue 24: capacity under SLO -- the runner's side of the [search] loop
+class _Search:
+    """What :class:`~deepseekbench._execute._search.SearchLoop` needs from a run:
+    probes rebuilt from the store, a level's blocks sent, probe records written."""
+
+    def __init__(self, steps: _Steps, executor: Any, prepared: PreparedWorkload) -> None:
+        self.steps, self.executor, self.prepared = steps, executor, prepared
+
+    def loop(self) -> SearchLoop:
+        return SearchLoop(self.steps.plan, self.observe, self.measure, self.record)
+
+    def observe(self) -> dict[str, list[Probe]]:
+        s = self.steps
+        result = build_result(
+            s.plan, s.store.state, results_path=None, resumed=0, complete=False,
+            parity_set=s.run.parity_set,
+        )  # fmt: skip
+        return route_probes(result.rows)
+
+    async def measure(self, load: LoadPoint) -> None:
+        s = self.steps
+        arrival = s.plan.arrival.model_copy(
+            update={"concurrency": load.concurrency}
+            if load.rate_per_s is None
+            else {"rate_per_s": load.rate_per_s}
+        )
+        at_level = s.plan.model_copy(update={"arrival": arrival})
+        blocks = build_schedule(at_level, s.run.sources.prompts, [], items=self.prepared.cells)
+        work = pending([b for b in blocks if b.phase is Phase.measure], s.store.state)
+        s.prog.total += sum(_to_send(items) + len(b.warmup) for b, items in work)
+        for block, items in work:
+            await s._send(self.executor, block, items)
+
+    def record(self, load: LoadPoint, probes: Mapping[str, Sequence[Probe]]) -> None:
+        s = self.steps
+        search = s.plan.search
+        assert search is not None
+        for route in s.plan.routes:
+            ps = sorted(probes.get(route.label, ()), key=lambda p: p.level)
+            probe = next((p for p in ps if p.level == load.level), None)
+            s.store.append(
+                SearchProbeRecord(
+                    **s.recorder.base,
+                    route=route.label,
+                    load=load.key,
+                    arrival=load.arrival.value,
+                    concurrency=load.concurrency,
+                    rate_per_s=load.rate_per_s,
+                    level=load.level,
+                    slo_attainment=probe.attainment if probe else None,
+                    n_requests=probe.n if probe else 0,
+                    request_throughput_per_s=probe.throughput if probe else None,
+                    passed=probe is not None and passed(probe, ps, search),
+                )
+            )
 
 
 def _library_version() -> str:
@@ -738,7 +811,7 @@ async def run_plan(
         counter, prepared = await steps.prepare()
         work = steps.schedule(prepared)
         steps.record_start(prepared)
-        await steps.execute(work, counter)
+        await steps.execute(work, counter, prepared)
         return steps.finish()
     except BaseExceptionGroup as group:
         # a failed write inside a task group: say so plainly, not as a group

@@ -54,6 +54,7 @@ from deepseekbench._plan._capability import (
     ModelCapabilityError,
     probe_model_capability,
 )
+from deepseekbench._plan._search import SearchPlan
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
 from deepseekbench._plan._workload import (
     InputLength,
@@ -705,6 +706,8 @@ class BenchmarkPlan(BaseModel):
         arrival: :class:`ArrivalPlan` (the load, or a sweep of loads).
         workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
         slo: :class:`SloPlan` (limits for goodput; none by default).
+        search: :class:`~deepseekbench._plan._search.SearchPlan` (``[search]``: each
+            route's capacity under ``slo``; needs an ``slo`` limit), or ``None``.
         results: JSONL results path (relative to the plan file when loaded), or ``None``.
         timeout_s: total deadline per request (s).
         client_lag_threshold_ms: the client's own event-loop lag (ms, default 10)
@@ -749,6 +752,10 @@ class BenchmarkPlan(BaseModel):
     parity: ParityPlan = ParityPlan()
     slo: SloPlan = SloPlan()
     results: str | None = None
+    # issue 24: capacity under SLO (left out of the plan's content and hash when unset)
+    search: SearchPlan | None = Field(
+        default=None, description="[search]: find each route's capacity under [slo]"
+    )
     timeout_s: float = Field(default=600.0, gt=0)
     client_lag_threshold_ms: float = Field(
         default=DEFAULT_LAG_THRESHOLD_MS,
@@ -793,6 +800,8 @@ class BenchmarkPlan(BaseModel):
         offs = [r.label for r in self.routes if r.speculative is Speculative.off]
         if len(offs) != 1:
             raise ValueError(f"a plan needs exactly one speculative='off' route, got {offs}")
+        if self.search is not None and not self.slo.limits:  # issue 24
+            raise ValueError("[search] needs at least one [slo] limit (ttft_ms, tpot_ms, e2e_ms)")
         cells = [c.cell_id for c in self.cells]
         dup_cells = sorted({x for x in cells if cells.count(x) > 1})
         if dup_cells:
@@ -800,6 +809,24 @@ class BenchmarkPlan(BaseModel):
         return self
 
     # ---------------------------------------------------------------- access
+    def search_load(self, level: float) -> LoadPoint:
+        """The load point of a ``[search]`` level (issue 24): closed loop of
+        ``level`` streams, or the arrival's open loop at ``level`` requests/s."""
+        if self.arrival.mode == "rate":
+            cap = self.arrival.concurrency
+            cap = cap if isinstance(cap, int) else cap[0]
+            return LoadPoint(Arrival(self.arrival.distribution), cap, float(level))
+        return LoadPoint(Arrival.closed, int(level))
+
+    def admits_load(self, key: str) -> bool:
+        """Whether a record's load key belongs to this plan: one of its load points,
+        or, with ``[search]``, a load of the arrival's kind (issue 24)."""
+        if any(lp.key == key for lp in self.load_points):
+            return True
+        if self.search is None:
+            return False
+        return key.startswith(self.load_points[0].arrival.value + ":")
+
     @property
     def off_route(self) -> RoutePlan:
         """The baseline route (``speculative == off``)."""
@@ -930,7 +957,8 @@ class BenchmarkPlan(BaseModel):
         ``client_lag_threshold_ms``, which changes no request, and how the load is
         sent — ``workers``, ``executor``, ``ray_address`` — excluded): a results
         file resumes only records with the same hash."""
-        data = self.model_dump(mode="json", exclude=_NOT_HASHED)
+        unset = {"search"} if self.search is None else set()  # issue 24: old hashes kept
+        data = self.model_dump(mode="json", exclude=_NOT_HASHED | unset)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
     def validate_sources(self) -> PlanSources:

@@ -30,6 +30,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, load_results
+from deepseekbench._analysis._capacity import CapacityReport, capacity_report
 from deepseekbench._analysis._speedup import (
     SpeedupMetric,
     SpeedupVerdict,
@@ -540,6 +541,8 @@ class Scorecard:
         self.metric = metric
         self.client_workers = client_workers  # the run's plan key workers, when known
         self.rows: tuple[Row, ...] = tuple(rows)
+        # issue 24: capacity under SLO, set by from_run when the plan has [search]
+        self.capacity: CapacityReport | None = None
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -616,6 +619,7 @@ class Scorecard:
         card = cls.from_rows(result.rows, samples=samples, details=details, metric=m, rounds=rounds)
         card.client_workers = result.plan.workers
         card.meta = result.meta
+        card.capacity = capacity_report(result, metric=m)  # issue 24
         return card
 
     @classmethod
@@ -782,6 +786,8 @@ class Scorecard:
             out.append("")
             out.append(_LATENCY_TITLE)
             out.extend(_fixed_width([list(_latency_columns(self.lines)), *latency]))
+        if self.capacity is not None:  # issue 24
+            out += ["", *self.capacity.lines()]
         notes = self._notes()
         if notes:
             out.append("")
@@ -822,6 +828,9 @@ class Scorecard:
             out += ["", f"{_LATENCY_TITLE}:", "", "| " + " | ".join(columns) + " |"]
             out.append("|" + "---|" * len(columns))
             out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in latency]
+        if self.capacity is not None:  # issue 24
+            head, *items = self.capacity.lines()
+            out += ["", f"{esc(head)}:", "", *(f"- {esc(x.strip())}" for x in items)]
         notes = self._notes()
         if notes:
             out.append("")
@@ -831,7 +840,8 @@ class Scorecard:
     def to_dict(self) -> dict[str, Any]:
         """``{"metric", "run", "lines": [...]}``; ``run`` is the run's metadata
         (:class:`~deepseekbench.RunMeta` fields, ``null`` when unknown); each line's
-        ``speedup`` is ``null`` unless credited."""
+        ``speedup`` is ``null`` unless credited. A run with ``[search]`` adds
+        ``capacity`` (:meth:`~deepseekbench._analysis._capacity.CapacityReport.to_dict`)."""
         lines = []
         for ln in self.lines:
             d = ln.model_dump(mode="json")
@@ -839,7 +849,10 @@ class Scorecard:
             d["speedup_text"] = ln.speedup_text
             lines.append(d)
         meta = self.meta.model_dump(mode="json") if self.meta is not None else None
-        return {"metric": self.metric.value, "run": meta, "lines": lines}
+        out: dict[str, Any] = {"metric": self.metric.value, "run": meta, "lines": lines}
+        if self.capacity is not None:  # issue 24
+            out["capacity"] = self.capacity.to_dict()
+        return out
 
     def to_json(self) -> str:
         """:meth:`to_dict` as indented JSON text."""
@@ -975,6 +988,10 @@ class Scorecard:
         if latency:
             out += f"<h3>{html.escape(_LATENCY_TITLE)}</h3>"
             out += html_table(_latency_columns(self.lines), latency)
+        if self.capacity is not None:  # issue 24
+            head, *items = self.capacity.lines()
+            out += f"<h3>{html.escape(head)}</h3><ul>"
+            out += "".join(f"<li>{html.escape(x.strip())}</li>" for x in items) + "</ul>"
         notes = "".join(f"<li>{html.escape(n.strip())}</li>" for n in self._notes())
         run = f"<p>Run: {html.escape(self.meta.describe())}</p>" if self.meta else ""
         return run + out + (f"<ul>{notes}</ul>" if notes else "")
@@ -1010,7 +1027,7 @@ class Scorecard:
 
         if len(self.rows) != len(self.lines):
             raise ValueError("plotting needs the rows: build the scorecard with from_rows/from_run")
-        fig = plot_lines(self.lines, self.rows, metric=self.metric.value)
+        fig = plot_lines(self.lines, self.rows, metric=self.metric.value, capacity=self.capacity)
         if path is not None:
             save_figure(fig, path)
         return fig

@@ -38,6 +38,7 @@ __all__ = [
     "RowRecord",
     "RunEndRecord",
     "RunStartRecord",
+    "SearchProbeRecord",
     "ServerMetricsRecord",
     "WorkersRecord",
     "WorkloadEntry",
@@ -210,6 +211,25 @@ class WorkloadRecord(_Base):
     cells: dict[str, tuple[WorkloadEntry, ...]]
 
 
+# issue 24: capacity under SLO
+class SearchProbeRecord(_Base):
+    """One route measured at one ``[search]`` level, as the run judged it (the
+    analysis recomputes it from the measurements): which load was probed, so a
+    resumed run and ``report`` rebuild that load's rows."""
+
+    record: Literal["search_probe"] = "search_probe"
+    route: str
+    load: str = Field(description="LoadPoint.key of the level")
+    arrival: str = Field(description="closed, poisson or gamma")
+    concurrency: int = Field(ge=1, description="streams, or the open loop's in-flight cap")
+    rate_per_s: float | None = Field(default=None, description="open loop rate, requests/s")
+    level: float = Field(gt=0, description="concurrency (closed) or requests/s (open)")
+    slo_attainment: float | None = Field(default=None, ge=0, le=1, description="fraction")
+    n_requests: int = Field(default=0, ge=0)
+    request_throughput_per_s: float | None = Field(default=None, description="requests/s")
+    passed: bool = False
+
+
 Record = Annotated[
     RunStartRecord
     | MeasurementRecord
@@ -219,7 +239,8 @@ Record = Annotated[
     | RowRecord
     | RunEndRecord
     | WorkersRecord
-    | WorkloadRecord,
+    | WorkloadRecord
+    | SearchProbeRecord,
     Field(discriminator="record"),
 ]
 """Any results record, told apart by its ``record`` field."""

@@ -44,18 +44,20 @@ from deepseekbench._errors import (
     ResultsWriteError,
 )
 from deepseekbench._measure._measure import StreamMeasurement
-from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
 from deepseekbench._store._records import (
     MeasurementRecord,
     ParityEntry,
     ParityOutputRecord,
     Record,
     RunStartRecord,
+    SearchProbeRecord,
     ServerMetricsRecord,
     parse_record,
     record_json,
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._axes import Arrival
 from deepseekbench._types._parity import ParityOutput
 
 __all__ = [
@@ -94,6 +96,7 @@ RECORD_KINDS = frozenset(
         "run_end",
         "workers",
         "workload",
+        "search_probe",  # issue 24
     }
 )
 """Every record kind a results file may hold."""
@@ -344,6 +347,8 @@ class ResultsState:
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
     server: dict[tuple[str, str, str | None, int], AcceptanceRecord] = field(default_factory=dict)
     plan: BenchmarkPlan | None = None
+    # issue 24: the [search] levels probed, by load key, in the order first recorded
+    search_loads: dict[str, LoadPoint] = field(default_factory=dict)
 
     def _check_route(self, label: str) -> None:
         if self.plan is not None and label not in {r.label for r in self.plan.routes}:
@@ -356,7 +361,7 @@ class ResultsState:
             raise ValueError(f"cell {cell!r} is not in the plan (cells: {known})")
 
     def _check_load(self, load: str | None) -> None:
-        if self.plan is not None and load is not None:
+        if self.plan is not None and load is not None and not self.plan.admits_load(load):
             known = [lp.key for lp in self.plan.load_points]
             if load not in known:
                 raise ValueError(f"load {load!r} is not in the plan (load points: {known})")
@@ -397,6 +402,11 @@ class ResultsState:
             self._check_cell(rec.cell)
             self._check_load(rec.load)
             self.server[(rec.route, rec.cell, rec.load, rec.round)] = rec.acceptance
+        elif isinstance(rec, SearchProbeRecord):  # issue 24
+            self._check_route(rec.route)
+            self._check_load(rec.load)
+            load = LoadPoint(Arrival(rec.arrival), rec.concurrency, rec.rate_per_s)
+            self.search_loads.setdefault(rec.load, load)
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries
