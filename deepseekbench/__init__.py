@@ -58,6 +58,12 @@ if TYPE_CHECKING:
     from deepseekbench._analysis._breakdown import (
         category_speedups,
     )
+    from deepseekbench._analysis._capacity import (  # issue 24: capacity under SLO
+        CapacityRatio,
+        CapacityReport,
+        RouteCapacity,
+        capacity_report,
+    )
     from deepseekbench._analysis._speedup import (
         MIN_REQUESTS_FOR_SPEEDUP,
         CompareSpeedup,
@@ -194,6 +200,7 @@ if TYPE_CHECKING:
         SloPlan,
         WorkloadPlan,
     )
+    from deepseekbench._plan._search import SearchPlan  # issue 24
     from deepseekbench._plan._tasks import (
         DEFAULT_TOLERANCE,
         Grader,
@@ -389,6 +396,12 @@ _IMPORTS: dict[str, str] = {
     "ServerError": "deepseekbench._errors",
     "SliceStats": "deepseekbench._types._row",
     "SloPlan": "deepseekbench._plan._plan",
+    # issue 24: capacity under SLO
+    "SearchPlan": "deepseekbench._plan._search",
+    "CapacityRatio": "deepseekbench._analysis._capacity",
+    "CapacityReport": "deepseekbench._analysis._capacity",
+    "RouteCapacity": "deepseekbench._analysis._capacity",
+    "capacity_report": "deepseekbench._analysis._capacity",
     "Speculative": "deepseekbench._types._axes",
     "SpeculativeName": "deepseekbench._types._axes",
     "SpeedupEvidence": "deepseekbench._analysis._speedup",
@@ -483,6 +496,8 @@ __all__ = [
     "ArrivalName",
     "ArrivalPlan",
     "BenchmarkPlan",
+    "CapacityRatio",
+    "CapacityReport",
     "CellPlan",
     "ChatRequest",
     "CompareSpeedup",
@@ -552,6 +567,7 @@ __all__ = [
     "ResultsInUseError",
     "ResultsRun",
     "ResultsWriteError",
+    "RouteCapacity",
     "RouteParity",
     "RoutePlan",
     "RouteUnreachableError",
@@ -563,6 +579,7 @@ __all__ = [
     "RunningVllmServer",
     "Scorecard",
     "ScorecardLine",
+    "SearchPlan",
     "SelfCheck",
     "SelfCheckSummary",
     "ServerError",
@@ -597,6 +614,7 @@ __all__ = [
     "acceptance_from_vllm",
     "all_reference_tasks",
     "bootstrap_speedup_ci",
+    "capacity_report",
     "category_speedups",
     "check_bucket",
     "coerce_request",

@@ -236,9 +236,28 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
     kinds = Counter(r["record"] for r in read_records(results))
     assert kinds["search_probe"] >= 3 * (len(levels) - 1)
     # the scorecard prints it; the file alone rebuilds it; a rerun sends nothing new
-    text = Scorecard.from_run(result).to_text()
+    card = Scorecard.from_run(result)
+    text = card.to_text()
     assert "Capacity under SLO" in text and "mtp/off capacity" in text
     assert "mtp-mistuned/off capacity: refused" in text
+    assert card.to_dict()["capacity"]["ratios"][0]["ratio"] == ratios["mtp"].ratio
+    assert "<h3>Capacity under SLO" in card.to_html(plots=False)
+    _check_pictures(card, tmp_path / "card.png", levels)
     assert capacity_report(load_results(results)) == report
     assert kinds["measurement"] == n_before
     assert capacity_report(again) == report
+
+
+def _check_pictures(card: Scorecard, path: Path, levels: set[float]) -> None:
+    """``report --plot``'s figure: speedup vs load with a point per level searched,
+    and the capacity bars (height: capacity; error bar: up to the first failure)."""
+    assert card.capacity is not None
+    fig = card.plot(path)
+    assert path.stat().st_size > 0
+    speed_ax, _, cap_ax = fig.get_axes()
+    mtp = next(c for c in speed_ax.containers if c.get_label() == "mtp")
+    xs = set(mtp.lines[0].get_xdata())
+    assert xs <= levels and len(xs) >= 3
+    heights = [bar.get_height() for bar in cap_ax.patches]
+    assert heights == [c.capacity or 0.0 for c in card.capacity.routes]
+    assert "mtp/off" in cap_ax.get_title() and "mtp-mistuned/off refused" in cap_ax.get_title()

@@ -306,12 +306,11 @@ def _capacity_panel(ax: Axes, report: CapacityReport) -> None:
         low = f"{c.capacity:g}" if c.capacity is not None else "none"
         ax.annotate(
             f"[{low}, {high})\nSLO CI {ci}",
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            textcoords="offset points",
-            xytext=(0, 3),
+            (bar.get_x() + bar.get_width() / 2, bar.get_height() / 2),
             ha="center",
-            va="bottom",
+            va="center" if bar.get_height() else "bottom",
             fontsize="x-small",
+            bbox={"boxstyle": "square,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
         )
     ratios = "; ".join(
         f"{r.route}/off {r.ratio:.2f}×" if r.ratio is not None else f"{r.route}/off refused"
