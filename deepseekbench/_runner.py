@@ -682,7 +682,8 @@ class _Search:
         self.steps, self.executor, self.prepared = steps, executor, prepared
 
     def loop(self) -> SearchLoop:
-        return SearchLoop(self.steps.plan, self.observe, self.measure, self.record)
+        announced = tuple(self.steps.store.state.search_loads.values())
+        return SearchLoop(self.steps.plan, self.observe, self.measure, self.record, announced)
 
     def observe(self) -> dict[str, list[Probe]]:
         s = self.steps

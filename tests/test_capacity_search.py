@@ -28,7 +28,7 @@ from deepseekbench._plan._search import (
     next_level,
 )
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import run_plan
+from deepseekbench._runner import ProgressEvent, run_plan
 from tests._helpers import off_mtp_and_mistuned, plan_of, read_records
 
 Curve = Callable[[float], tuple[float, float]]
@@ -175,9 +175,10 @@ def test_search_needs_an_slo_and_leaves_old_plan_hashes_alone() -> None:
     # commit 692ed0b, computed with that commit's code)
     assert plain.plan_hash() == "049214edc458a092"
     searched = BenchmarkPlan.from_mapping({**base, "slo": {"tpot_ms": 50}, "search": {}})
-    assert searched.plan_hash() != BenchmarkPlan.from_mapping(
-        {**base, "slo": {"tpot_ms": 50}}
-    ).plan_hash()
+    assert (
+        searched.plan_hash()
+        != BenchmarkPlan.from_mapping({**base, "slo": {"tpot_ms": 50}}).plan_hash()
+    )
 
 
 # ------------------------------------------------------ end to end, embedded --
@@ -210,12 +211,20 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
                 ("mtp-mistuned", "mtp", bad.base_url),
             ]
             plan = plan_of(routes, PLAN, {})
-            first = await run_plan(plan, gate=LiveGate(), results_path=results)
-            n_before = Counter(r["record"] for r in read_records(results))["measurement"]
-            again = await run_plan(plan, gate=LiveGate(), results_path=results)
-            return first, again, n_before
+            with anyio.CancelScope() as scope:  # stopped half-way through level 4
 
-    result, again, n_before = anyio.run(main)
+                def stop(ev: ProgressEvent) -> None:
+                    if ev.phase.startswith("measure mtp ") and " c=4 " in ev.phase:
+                        scope.cancel()
+
+                await run_plan(plan, gate=LiveGate(), results_path=results, progress=stop)
+            assert scope.cancelled_caught
+            stopped = read_records(results)
+            return stopped, await run_plan(plan, gate=LiveGate(), results_path=results)
+
+    stopped, result = anyio.run(main)
+    assert not any(r["record"] == "run_end" for r in stopped)
+    assert any(r["record"] == "search_probe" and r["load"] == "closed:c=4" for r in stopped)
     report = capacity_report(result)
     assert report is not None
     caps = {c.route: c for c in report.routes}
@@ -233,8 +242,14 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
     # every level probed holds a row per route (parity and speedups at every load)
     levels = {p.level for p in off.probes}
     assert levels == {p.level for p in mtp.probes} and len(levels) >= 3
-    kinds = Counter(r["record"] for r in read_records(results))
+    records = read_records(results)
+    kinds = Counter(r["record"] for r in records)
     assert kinds["search_probe"] >= 3 * (len(levels) - 1)
+    # the resumed run completed level 4 and measured nothing twice
+    measured = [
+        (r["route"], r["load"], r["index"]) for r in records if r["record"] == "measurement"
+    ]
+    assert len(measured) == len(set(measured)) == 3 * 8 * len(levels)
     # the scorecard prints it; the file alone rebuilds it; a rerun sends nothing new
     card = Scorecard.from_run(result)
     text = card.to_text()
@@ -244,8 +259,6 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
     assert "<h3>Capacity under SLO" in card.to_html(plots=False)
     _check_pictures(card, tmp_path / "card.png", levels)
     assert capacity_report(load_results(results)) == report
-    assert kinds["measurement"] == n_before
-    assert capacity_report(again) == report
 
 
 def _check_pictures(card: Scorecard, path: Path, levels: set[float]) -> None:

@@ -35,12 +35,16 @@ class SearchLoop:
     Attributes:
         plan: the plan (its ``search`` is set).
         observe, measure, record: see the module docstring.
+        announced: the levels an earlier run of the plan announced in the results
+            file; measured first (only their missing requests are sent), so a level
+            that run stopped in the middle of is completed before any new one.
     """
 
     plan: BenchmarkPlan
     observe: Observe
     measure: Measure
     record: Record
+    announced: tuple[LoadPoint, ...] = ()
 
     async def run(self) -> list[float]:
         """Measure level after level until every route's search ended; returns the
@@ -55,6 +59,9 @@ class SearchLoop:
         if search is None:
             raise ValueError("the plan has no [search]")
         closed = self.plan.arrival.mode != "rate"
+        for load in self.announced:
+            await self.measure(load)
+            self.record(load, self.observe())
         done: list[float] = []
         for _ in range(search.max_probes):
             level = next_joint_level(search, self.observe(), closed=closed)
