@@ -33,6 +33,13 @@ measured again unless ``retry_errors=False`` (CLI ``--no-retry-errors``), and
 errored parity outputs are always retried (the latest record of a key wins).
 Rows are a pure function of the records (:mod:`deepseekbench._analysis._analysis`), so
 :func:`load_results` rebuilds exactly what the run returned.
+
+**Capacity search** (issue 24). With ``[search]``, step 5 goes on after the
+schedule: :class:`~deepseekbench._execute._search.SearchLoop` measures every
+route at one level after another, each level announced by ``search_probe``
+records before it is measured and judged by them after; the levels are a pure
+function of the records, so a resumed run completes an announced level and
+carries on. The rows then include every level measured.
 """
 
 from __future__ import annotations
@@ -764,7 +771,8 @@ async def run_plan(
             (``RunResult.retried`` counts the ones retried).
 
     Returns:
-        :class:`RunResult`: one row per route, cell and load point (medians in ms,
+        :class:`RunResult`: one row per route, cell and load point (and, with
+        ``[search]``, per level the search measured; issue 24) (medians in ms,
         throughput in tokens/s and requests/s), every per-request measurement,
         and parity per route.
 
@@ -837,10 +845,14 @@ def grid_text(plan: BenchmarkPlan) -> str:
     def n(k: int, word: str) -> str:
         return f"{k} {word}{'' if k == 1 else 's'}"
 
-    return (
+    text = (
         f"{n(len(plan.routes), 'route')} × {n(len(plan.cells), 'cell')} × "
         f"{n(len(loads), 'load point')} ({what}) × {n(plan.rounds, 'round')}"
     )
+    if plan.search is not None:  # issue 24: levels chosen as the run goes
+        s = plan.search
+        text += f", then [search] up to {n(s.max_probes, 'level')} ≤ {s.max_level:g}"
+    return text
 
 
 def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
