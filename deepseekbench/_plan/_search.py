@@ -5,14 +5,21 @@ rate for an open loop) at which ``slo_attainment`` — the fraction of measured
 requests meeting every ``[slo]`` limit (``deepseekbench._analysis._rowstats``,
 after vLLM's ``bench serve --goodput``) — is at least ``target``.
 
-The search (issue 24) brackets, then bisects, as load searches in the serving
-tools do (vLLM's ``benchmarks/sweep/serve_sla.py`` searches a load for an SLA;
-AIPerf's and GuideLLM's sweeps look for the highest load meeting a goal): from
-``start`` it multiplies the load by ``growth`` until a level fails (the
-bracket), then halves the bracket until it is at most ``resolution`` wide.
+The search (issue 24) brackets, then bisects: from ``start`` it multiplies the
+load by ``growth`` until a level fails (the bracket), then halves the bracket
+until it is at most ``resolution`` wide. Sources of the idea, not of the code:
+vLLM's ``vllm/benchmarks/sweep/serve_sla.py`` (``vllm bench sweep serve_sla``,
+``--sla-variable request_rate|max_concurrency``) probes the extremes of the range
+first, then root-finds an interpolation of the SLA margin until the highest
+passing and lowest failing values are one apart; GuideLLM's ``sweep`` profile
+measures a synchronous and a throughput run and then rates spaced between them;
+AIPerf's parameter sweep runs a listed set of concurrencies. Bracketing from
+below never sends the overload a probe at the top of the range would, and its
+bracket is the capacity's stated uncertainty.
+
 A level also fails when the route is *saturated*: its request throughput grew
-less than ``min_throughput_gain`` of the load's relative growth since the
-nearest lower level (throughput no longer grows), or, open loop, its schedule
+less than ``min_throughput_gain`` of the load's relative growth since the level
+``growth`` times lower (throughput no longer grows), or, open loop, its schedule
 lag exceeded ``arrival.max_lag_ms`` (the queue grows without bound).
 
 Everything here is pure: the next level is a function of the probes measured
