@@ -4,6 +4,7 @@ synthetic attainment curves and end to end on the embedded engine."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -11,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from deepseekbench._analysis._analysis import load_results
 from deepseekbench._analysis._capacity import capacity_report, wilson_interval
+from deepseekbench._cli import main as cli_main
 from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
@@ -240,6 +243,7 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
     assert ratios["mtp"].credited and ratios["mtp"].ratio == mtp.capacity / off.capacity
     bad = ratios["mtp-mistuned"]
     assert not bad.credited and "candidate_parity_not_verified" in (bad.refusal or "")
+    assert caps["mtp-mistuned"].unverified and not off.unverified and not mtp.unverified
     # every level probed holds a row per route (parity and speedups at every load)
     levels = {p.level for p in off.probes}
     assert levels == {p.level for p in mtp.probes} and len(levels) >= 3
@@ -256,10 +260,15 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
     text = card.to_text()
     assert "Capacity under SLO" in text and "mtp/off capacity" in text
     assert "mtp-mistuned/off capacity: refused" in text
+    assert "mtp-mistuned (parity not verified at " in text
     assert card.to_dict()["capacity"]["ratios"][0]["ratio"] == ratios["mtp"].ratio
     assert "<h3>Capacity under SLO" in card.to_html(plots=False)
     _check_pictures(card, tmp_path / "card.png", levels)
     assert capacity_report(load_results(results)) == report
+    # `report` prints it from the file; its JSON carries it
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["report", str(results), "--format", "json"], stdout=out, stderr=err) == 0
+    assert orjson.loads(out.getvalue())["capacity"] == report.to_dict()
 
 
 def _check_pictures(card: Scorecard, path: Path, levels: set[float]) -> None:

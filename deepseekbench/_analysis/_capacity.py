@@ -29,7 +29,7 @@ from typing import Any
 from deepseekbench._analysis._analysis import RunResult
 from deepseekbench._analysis._speedup import SpeedupMetric, compare_speedup
 from deepseekbench._plan._search import Bracket, Probe, SearchStop, bracket_of
-from deepseekbench._types._axes import Arrival, Speculative
+from deepseekbench._types._axes import Arrival, QualityParity, Speculative
 from deepseekbench._types._row import Row
 
 __all__ = [
@@ -100,6 +100,9 @@ class RouteCapacity:
         stop: why the search ended (``None``: the budget of the run ended it first).
         saturated: levels where throughput stopped growing or the queue grew.
         probes: every level measured, ascending.
+        unverified: the loads (ascending) where the route's row does not have
+            quality parity ``verified``; a route with any is marked "parity not
+            verified" on its line (its capacity is measured, never credited).
     """
 
     route: str
@@ -114,12 +117,18 @@ class RouteCapacity:
     stop: SearchStop | None
     saturated: tuple[float, ...]
     probes: tuple[Probe, ...]
+    unverified: tuple[float, ...] = ()
 
     @classmethod
     def of(
-        cls, route: str, speculative: Speculative, bracket: Bracket, probes: Sequence[Probe]
+        cls,
+        route: str,
+        speculative: Speculative,
+        bracket: Bracket,
+        probes: Sequence[Probe],
+        unverified: Sequence[float] = (),
     ) -> RouteCapacity:
-        """From a route's bracket and probes."""
+        """From a route's bracket, probes and unverified loads."""
         lo = bracket.low
         ci = wilson_interval(lo.good, lo.n) if lo is not None else None
         return cls(
@@ -135,6 +144,7 @@ class RouteCapacity:
             stop=bracket.stop,
             saturated=bracket.saturated,
             probes=tuple(sorted(probes, key=lambda p: p.level)),
+            unverified=tuple(sorted(unverified)),
         )
 
     @property
@@ -142,16 +152,22 @@ class RouteCapacity:
         """One scorecard line, e.g. ``off: capacity 4 [4, 6) at 100% (95% CI 72–100%), n=10``."""
         if self.capacity is None:
             below = f" (below {self.high:g})" if self.high is not None else ""
-            return f"{self.route}: no level met the SLO{below}; {self._tail}"
+            return f"{self.route}{self._mark}: no level met the SLO{below}; {self._tail}"
         high = f"{self.high:g}" if self.high is not None else "∞"
         ci = ""
         if self.ci_low is not None and self.ci_high is not None:
             ci = f" (95% CI {self.ci_low:.0%}–{self.ci_high:.0%})"
         att = f"{self.attainment:.0%}" if self.attainment is not None else "?"
         return (
-            f"{self.route}: capacity {self.capacity:g} [{self.capacity:g}, {high}) "
+            f"{self.route}{self._mark}: capacity {self.capacity:g} [{self.capacity:g}, {high}) "
             f"at {att}{ci}, n={self.n}; {self._tail}"
         )
+
+    @property
+    def _mark(self) -> str:
+        if not self.unverified:
+            return ""
+        return f" (parity not verified at {', '.join(f'{x:g}' for x in self.unverified)})"
 
     @property
     def _tail(self) -> str:
@@ -226,6 +242,7 @@ class CapacityReport:
                     "stop": c.stop.value if c.stop is not None else None,
                     "saturated": list(c.saturated),
                     "levels": [p.level for p in c.probes],
+                    "unverified": list(c.unverified),
                 }
                 for c in self.routes
             ],
@@ -296,12 +313,18 @@ def capacity_report(
         return None
     closed = plan.arrival.mode != "rate"
     probes = route_probes(result.rows)
+    unverified: dict[str | None, set[float]] = {}
+    for row in result.rows:
+        level = _level(row)
+        if level is not None and row.quality_parity is not QualityParity.verified:
+            unverified.setdefault(row.route_label, set()).add(level)
     caps = {
         r.label: RouteCapacity.of(
             r.label,
             r.speculative,
             bracket_of(search, probes.get(r.label, []), closed=closed),
             probes.get(r.label, []),
+            tuple(unverified.get(r.label, ())),
         )
         for r in plan.routes
     }

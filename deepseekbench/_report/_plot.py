@@ -290,6 +290,7 @@ def _curve_panel(ax: Axes, points: Sequence[LinePoint]) -> None:
 def _capacity_panel(ax: Axes, report: CapacityReport) -> None:
     """Issue 24: capacity per route, a bar with its bracket as the error bar."""
     refused = {r.route for r in report.ratios if not r.credited}
+    refused |= {c.route for c in report.routes if c.unverified}
     names = [c.route for c in report.routes]
     heights = [c.capacity or 0.0 for c in report.routes]
     up = [
