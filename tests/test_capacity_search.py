@@ -22,7 +22,7 @@ from deepseekbench._analysis._capacity import capacity_report, wilson_interval
 from deepseekbench._cli import main as cli_main
 from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
 from deepseekbench._plan._search import (
     Probe,
     SearchPlan,
@@ -33,6 +33,7 @@ from deepseekbench._plan._search import (
 )
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import ProgressEvent, run_plan
+from deepseekbench._types._axes import Arrival
 from tests._helpers import off_mtp_and_mistuned, plan_of, read_records
 
 Curve = Callable[[float], tuple[float, float]]
@@ -183,6 +184,29 @@ def test_search_needs_an_slo_and_leaves_old_plan_hashes_alone() -> None:
         searched.plan_hash()
         != BenchmarkPlan.from_mapping({**base, "slo": {"tpot_ms": 50}}).plan_hash()
     )
+
+
+def test_open_loop_levels_keep_the_arrival_and_its_in_flight_cap() -> None:
+    routes = [
+        {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+        {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
+    ]
+    arrival = {"mode": "rate", "rate_per_s": 2.0, "concurrency": 16, "distribution": "gamma"}
+    plan = BenchmarkPlan.from_mapping(
+        {
+            "model": "m",
+            "routes": routes,
+            "arrival": arrival,
+            "slo": {"ttft_ms": 500},
+            "search": {"start": 1.5, "resolution": 0.5},
+        }
+    )
+    load = plan.search_load(3.25)
+    assert load == LoadPoint(Arrival.gamma, 16, 3.25) and load.key == "gamma:r=3.25:c=16"
+    assert plan.admits_load(load.key) and not plan.admits_load("closed:c=4")
+    # a results file's probe of another kind, or any probe without [search], is refused
+    plain = BenchmarkPlan.from_mapping({"model": "m", "routes": routes, "arrival": arrival})
+    assert not plain.admits_load(load.key) and plain.admits_load(plain.load_points[0].key)
 
 
 # ------------------------------------------------------ end to end, embedded --
