@@ -70,7 +70,7 @@ from deepseekbench._analysis._analysis import (
 from deepseekbench._analysis._capacity import route_probes
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._execute._executor import Sent
-from deepseekbench._execute._pool_executor import executor_for
+from deepseekbench._execute._pool_executor import BlockExecutor, executor_for
 from deepseekbench._execute._prepare import (
     PreparedWorkload,
     make_counter,
@@ -648,7 +648,9 @@ class _Steps:
                 await _Search(self, executor, prepared).loop().run()
         self.prog.set_phase("done")
 
-    async def _send(self, executor: Any, block: Block, items: tuple[WorkItem, ...]) -> None:
+    async def _send(
+        self, executor: BlockExecutor, block: Block, items: tuple[WorkItem, ...]
+    ) -> None:
         self.prog.set_phase(block.title)
         delta = await executor.run_block(block, items, self._on_sent)
         if delta is not None:
@@ -685,7 +687,9 @@ class _Search:
     """What :class:`~deepseekbench._execute._search.SearchLoop` needs from a run:
     probes rebuilt from the store, a level's blocks sent, probe records written."""
 
-    def __init__(self, steps: _Steps, executor: Any, prepared: PreparedWorkload) -> None:
+    def __init__(
+        self, steps: _Steps, executor: BlockExecutor, prepared: PreparedWorkload
+    ) -> None:
         self.steps, self.executor, self.prepared = steps, executor, prepared
 
     def loop(self) -> SearchLoop:
