@@ -461,8 +461,9 @@ def _in_flight(plan: BenchmarkPlan) -> int:
     """The most requests the run keeps in flight: the largest concurrency of the load
     sweep (an open loop's in-flight cap) or the parity set's, whichever is larger."""
     top = max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
-    if plan.search is not None and plan.arrival.mode != "rate":  # issue 24: search levels
-        top = max(top, int(plan.search.max_level))
+    search = plan.effective_search
+    if search is not None and plan.arrival.mode != "rate":  # issue 24: search levels
+        top = max(top, int(search.max_level))
     return top
 
 
@@ -720,7 +721,7 @@ class _Search:
 
     def record(self, load: LoadPoint, probes: Mapping[str, Sequence[Probe]]) -> None:
         s = self.steps
-        search = s.plan.search
+        search = s.plan.effective_search
         assert search is not None
         for route in s.plan.routes:
             ps = sorted(probes.get(route.label, ()), key=lambda p: p.level)

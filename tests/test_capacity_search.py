@@ -186,6 +186,30 @@ def test_search_needs_an_slo_and_leaves_old_plan_hashes_alone() -> None:
     )
 
 
+def test_closed_loop_levels_are_capped_at_the_requests_of_a_round() -> None:
+    routes = [
+        {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},
+        {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:2/v1"},
+    ]
+    plan = BenchmarkPlan.from_mapping(
+        {
+            "model": "m",
+            "routes": routes,
+            "requests_per_cell": 24,
+            "repeats": 3,
+            "slo": {"tpot_ms": 50},
+            "search": {"start": 16, "max_level": 256},
+        }
+    )
+    capped = plan.effective_search
+    assert capped is not None and (capped.start, capped.max_level) == (8, 8)
+    assert plan.search is not None and plan.search.max_level == 256  # the plan as written
+    # every level passing: the search stops at the cap, not at 256
+    probes = _search(capped, _step(1e9), closed=True)
+    assert [p.level for p in probes] == [8]
+    assert bracket_of(capped, probes, closed=True).stop is SearchStop.max_level
+
+
 def test_open_loop_levels_keep_the_arrival_and_its_in_flight_cap() -> None:
     routes = [
         {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:1/v1"},

@@ -308,7 +308,7 @@ def capacity_report(
     """
     m = SpeedupMetric(metric)
     plan = result.plan
-    search = plan.search
+    search = plan.effective_search
     if search is None:
         return None
     closed = plan.arrival.mode != "rate"

@@ -55,7 +55,7 @@ class SearchLoop:
             Whatever ``measure`` raises (a failed write, a cancelled run): the levels
             measured before stay in the results file.
         """
-        search = self.plan.search
+        search = self.plan.effective_search
         if search is None:
             raise ValueError("the plan has no [search]")
         closed = self.plan.arrival.mode != "rate"

@@ -818,6 +818,19 @@ class BenchmarkPlan(BaseModel):
             return LoadPoint(Arrival(self.arrival.distribution), cap, float(level))
         return LoadPoint(Arrival.closed, int(level))
 
+    @property
+    def effective_search(self) -> SearchPlan | None:
+        """``search`` as the run applies it (issue 24): a closed loop's levels are capped
+        at the requests of one round (``requests_per_cell // rounds``; more streams than
+        requests cannot fill), ``start`` and ``max_level`` both; ``None`` without it."""
+        s = self.search
+        if s is None or self.arrival.mode == "rate":
+            return s
+        cap = float(max(1, self.requests_per_cell // self.rounds))
+        if s.max_level <= cap:
+            return s
+        return s.model_copy(update={"max_level": cap, "start": min(s.start, cap)})
+
     def admits_load(self, key: str) -> bool:
         """Whether a record's load key belongs to this plan: one of its load points,
         or, with ``[search]``, a load of the arrival's kind (issue 24)."""
