@@ -58,6 +58,12 @@ if TYPE_CHECKING:
     from deepseekbench._analysis._breakdown import (
         category_speedups,
     )
+    from deepseekbench._analysis._capacity import (  # issue 24: capacity under SLO
+        CapacityRatio,
+        CapacityReport,
+        RouteCapacity,
+        capacity_report,
+    )
     from deepseekbench._analysis._divergence import (  # issue 21
         NoiseFloor,
         NoiseVerdict,
@@ -202,6 +208,7 @@ if TYPE_CHECKING:
         WorkloadPlan,
     )
     from deepseekbench._plan._prefix import SharedPrefix  # issue 23
+    from deepseekbench._plan._search import SearchPlan  # issue 24
     from deepseekbench._plan._tasks import (
         DEFAULT_TOLERANCE,
         Grader,
@@ -425,6 +432,12 @@ _IMPORTS: dict[str, str] = {
     "ServerError": "deepseekbench._errors",
     "SliceStats": "deepseekbench._types._row",
     "SloPlan": "deepseekbench._plan._plan",
+    # issue 24: capacity under SLO
+    "SearchPlan": "deepseekbench._plan._search",
+    "CapacityRatio": "deepseekbench._analysis._capacity",
+    "CapacityReport": "deepseekbench._analysis._capacity",
+    "RouteCapacity": "deepseekbench._analysis._capacity",
+    "capacity_report": "deepseekbench._analysis._capacity",
     "Speculative": "deepseekbench._types._axes",
     "SpeculativeName": "deepseekbench._types._axes",
     "SpeedupEvidence": "deepseekbench._analysis._speedup",
@@ -531,6 +544,8 @@ __all__ = [
     "ArrivalPlan",
     "BenchmarkPlan",
     "CacheWindow",
+    "CapacityRatio",
+    "CapacityReport",
     "CellPlan",
     "ChatRequest",
     "Clock",  # issue 22
@@ -607,6 +622,7 @@ __all__ = [
     "ResultsInUseError",
     "ResultsRun",
     "ResultsWriteError",
+    "RouteCapacity",
     "RouteIdentity",
     "RouteIdentityName",
     "RouteParity",
@@ -620,6 +636,7 @@ __all__ = [
     "RunningVllmServer",
     "Scorecard",
     "ScorecardLine",
+    "SearchPlan",
     "SelfCheck",
     "SelfCheckSummary",
     "ServerError",
@@ -657,6 +674,7 @@ __all__ = [
     "acceptance_from_vllm",
     "all_reference_tasks",
     "bootstrap_speedup_ci",
+    "capacity_report",
     "category_speedups",
     "check_bucket",
     "classify_divergence",

@@ -34,6 +34,13 @@ measured again unless ``retry_errors=False`` (CLI ``--no-retry-errors``), and
 errored parity outputs are always retried (the latest record of a key wins).
 Rows are a pure function of the records (:mod:`deepseekbench._analysis._analysis`), so
 :func:`load_results` rebuilds exactly what the run returned.
+
+**Capacity search** (issue 24). With ``[search]``, step 5 goes on after the
+schedule: :class:`~deepseekbench._execute._search.SearchLoop` measures every
+route at one level after another, each level announced by ``search_probe``
+records before it is measured and judged by them after; the levels are a pure
+function of the records, so a resumed run completes an announced level and
+carries on. The rows then include every level measured.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ import dataclasses
 import datetime as _dt
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,16 +68,18 @@ from deepseekbench._analysis._analysis import (
     load_results_and_runs,
     row_identity,
 )
+from deepseekbench._analysis._capacity import route_probes
 from deepseekbench._analysis._follow_ups import follow_ups
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._execute._executor import Sent
 from deepseekbench._execute._forensics import FollowUp, explain_divergences
-from deepseekbench._execute._pool_executor import executor_for
+from deepseekbench._execute._pool_executor import BlockExecutor, executor_for
 from deepseekbench._execute._prepare import (
     PreparedWorkload,
     make_counter,
     prepare_workload,
 )
+from deepseekbench._execute._search import SearchLoop
 from deepseekbench._execute._workers import PoolReport
 from deepseekbench._launch._plan_launch import Launched, LaunchTarget, launched_routes
 from deepseekbench._measure._measure import StreamMeasurement, redact_measurement
@@ -79,7 +88,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
-from deepseekbench._plan._plan import BenchmarkPlan, PlanSources
+from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint, PlanSources
 from deepseekbench._plan._schedule import (
     Block,
     Phase,
@@ -88,6 +97,7 @@ from deepseekbench._plan._schedule import (
     conversation_pid,
     parity_prompts,
 )
+from deepseekbench._plan._search import Probe, passed
 from deepseekbench._plan._spec_config import check_spec_config
 from deepseekbench._plan._workload import check_bucket_bytes
 from deepseekbench._store._records import (
@@ -99,6 +109,7 @@ from deepseekbench._store._records import (
     RowRecord,
     RunEndRecord,
     RunStartRecord,
+    SearchProbeRecord,
     ServerCacheRecord,
     ServerMetricsRecord,
     WorkersRecord,
@@ -489,7 +500,11 @@ class _Recorder:
 def _in_flight(plan: BenchmarkPlan) -> int:
     """The most requests the run keeps in flight: the largest concurrency of the load
     sweep (an open loop's in-flight cap) or the parity set's, whichever is larger."""
-    return max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
+    top = max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
+    search = plan.effective_search
+    if search is not None and plan.arrival.mode != "rate":  # issue 24: search levels
+        top = max(top, int(search.max_level))
+    return top
 
 
 def _check_conversations(plan: BenchmarkPlan, prepared: PreparedWorkload) -> None:
@@ -661,20 +676,31 @@ class _Steps:
         self.prog.step(sent.measurement.error is not None)
 
     async def execute(
-        self, work: list[tuple[Block, tuple[WorkItem, ...]]], counter: TokenCounter | None
+        self,
+        work: list[tuple[Block, tuple[WorkItem, ...]]],
+        counter: TokenCounter | None,
+        prepared: PreparedWorkload | None = None,
     ) -> None:
-        """Step 5: send every block; each finished request is recorded as it arrives."""
+        """Step 5: send every block; each finished request is recorded as it arrives.
+        With ``[search]`` (issue 24), then the search's levels, one after another."""
         async with executor_for(
             self.plan, self.run.routes, self.gate, self.http, self.recorder.workers,
             counter=counter, on_cache=self.recorder.cache,
         ) as executor:  # fmt: skip
-            off = {r.label for r in self.plan.routes if r.speculative.value == "off"}
             for block, items in work:
-                self.prog.set_phase(block.title)
-                delta = await executor.run_block(block, items, self._on_sent)
-                if delta is not None and block.route not in off:  # off scrapes for its cache
-                    self.recorder.window(block, delta)
+                await self._send(executor, block, items)
+            if self.plan.search is not None and prepared is not None:
+                await _Search(self, executor, prepared).loop().run()
         self.prog.set_phase("done")
+
+    async def _send(
+        self, executor: BlockExecutor, block: Block, items: tuple[WorkItem, ...]
+    ) -> None:
+        self.prog.set_phase(block.title)
+        delta = await executor.run_block(block, items, self._on_sent)
+        off = {r.label for r in self.plan.routes if r.speculative.value == "off"}
+        if delta is not None and block.route not in off:  # off scrapes for its cache
+            self.recorder.window(block, delta)
 
     async def forensics(self) -> None:
         """Step 5b (issue 21): for every divergence, one follow-up request to ``off``
@@ -718,6 +744,64 @@ class _Steps:
         return result
 
 
+# issue 24: capacity under SLO -- the runner's side of the [search] loop
+class _Search:
+    """What :class:`~deepseekbench._execute._search.SearchLoop` needs from a run:
+    probes rebuilt from the store, a level's blocks sent, probe records written."""
+
+    def __init__(self, steps: _Steps, executor: BlockExecutor, prepared: PreparedWorkload) -> None:
+        self.steps, self.executor, self.prepared = steps, executor, prepared
+
+    def loop(self) -> SearchLoop:
+        announced = tuple(self.steps.store.state.search_loads.values())
+        return SearchLoop(self.steps.plan, self.observe, self.measure, self.record, announced)
+
+    def observe(self) -> dict[str, list[Probe]]:
+        s = self.steps
+        result = build_result(
+            s.plan, s.store.state, results_path=None, resumed=0, complete=False,
+            parity_set=s.run.parity_set,
+        )  # fmt: skip
+        return route_probes(result.rows)
+
+    async def measure(self, load: LoadPoint) -> None:
+        s = self.steps
+        arrival = s.plan.arrival.model_copy(
+            update={"concurrency": load.concurrency}
+            if load.rate_per_s is None
+            else {"rate_per_s": load.rate_per_s}
+        )
+        at_level = s.plan.model_copy(update={"arrival": arrival})
+        blocks = build_schedule(at_level, s.run.sources.prompts, [], items=self.prepared.cells)
+        work = pending([b for b in blocks if b.phase is Phase.measure], s.store.state)
+        s.prog.total += sum(_to_send(items) + len(b.warmup) for b, items in work)
+        for block, items in work:
+            await s._send(self.executor, block, items)
+
+    def record(self, load: LoadPoint, probes: Mapping[str, Sequence[Probe]]) -> None:
+        s = self.steps
+        search = s.plan.effective_search
+        assert search is not None
+        for route in s.plan.routes:
+            ps = sorted(probes.get(route.label, ()), key=lambda p: p.level)
+            probe = next((p for p in ps if p.level == load.level), None)
+            s.store.append(
+                SearchProbeRecord(
+                    **s.recorder.base,
+                    route=route.label,
+                    load=load.key,
+                    arrival=load.arrival.value,
+                    concurrency=load.concurrency,
+                    rate_per_s=load.rate_per_s,
+                    level=load.level,
+                    slo_attainment=probe.attainment if probe else None,
+                    n_requests=probe.n if probe else 0,
+                    request_throughput_per_s=probe.throughput if probe else None,
+                    passed=probe is not None and passed(probe, ps, search),
+                )
+            )
+
+
 def _library_version() -> str:
     return __version__
 
@@ -751,7 +835,8 @@ async def run_plan(
             (``RunResult.retried`` counts the ones retried).
 
     Returns:
-        :class:`RunResult`: one row per route, cell and load point (medians in ms,
+        :class:`RunResult`: one row per route, cell and load point (and, with
+        ``[search]``, per level the search measured; issue 24) (medians in ms,
         throughput in tokens/s and requests/s), every per-request measurement,
         and parity per route.
 
@@ -843,7 +928,7 @@ async def _run(
         counter, prepared = await steps.prepare()
         work = steps.schedule(prepared)
         steps.record_start(prepared)
-        await steps.execute(work, counter)
+        await steps.execute(work, counter, prepared)
         await steps.forensics()  # issue 21
         return steps.finish()
     except BaseExceptionGroup as group:
@@ -869,10 +954,14 @@ def grid_text(plan: BenchmarkPlan) -> str:
     def n(k: int, word: str) -> str:
         return f"{k} {word}{'' if k == 1 else 's'}"
 
-    return (
+    text = (
         f"{n(len(plan.routes), 'route')} × {n(len(plan.cells), 'cell')} × "
         f"{n(len(loads), 'load point')} ({what}) × {n(plan.rounds, 'round')}"
     )
+    if plan.search is not None:  # issue 24: levels chosen as the run goes
+        s = plan.search
+        text += f", then [search] up to {n(s.max_probes, 'level')} ≤ {s.max_level:g}"
+    return text
 
 
 def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:

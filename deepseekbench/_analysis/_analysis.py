@@ -782,6 +782,16 @@ def _launch_fields(record: LaunchRecord | None) -> dict[str, Any]:
     }
 
 
+def run_loads(plan: BenchmarkPlan, state: ResultsState) -> tuple[LoadPoint, ...]:
+    """The plan's load points, then (issue 24) the ``[search]`` levels its records
+    probed that the plan does not list, ascending by level."""
+    keys = {lp.key for lp in plan.load_points}
+    extra = sorted(
+        (lp for k, lp in state.search_loads.items() if k not in keys), key=lambda lp: lp.level
+    )
+    return (*plan.load_points, *extra)
+
+
 def build_result(
     plan: BenchmarkPlan,
     state: ResultsState,
@@ -805,7 +815,7 @@ def build_result(
     keys: list[RowKey] = []
     traffic: dict[RowKey, ParityResult] = {}
     for cell in plan.cells:
-        for load in plan.load_points:
+        for load in run_loads(plan, state):
             point: list[Row] = []
             for route in plan.routes:
                 row, tr = _build_row(inp, route, cell, load)

@@ -58,6 +58,7 @@ from deepseekbench._plan._capability import (
 )
 from deepseekbench._plan._datasets import dataset_sample_path, load_mt_bench, load_speed_bench
 from deepseekbench._plan._prefix import SharedPrefix
+from deepseekbench._plan._search import SearchPlan
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
 from deepseekbench._plan._trace import TracePlan
 from deepseekbench._plan._workload import (
@@ -846,6 +847,8 @@ class BenchmarkPlan(BaseModel):
         arrival: :class:`ArrivalPlan` (the load, or a sweep of loads).
         workload: :class:`WorkloadPlan`. parity: :class:`ParityPlan`.
         slo: :class:`SloPlan` (limits for goodput; none by default).
+        search: :class:`~deepseekbench._plan._search.SearchPlan` (``[search]``: each
+            route's capacity under ``slo``; needs an ``slo`` limit), or ``None``.
         results: JSONL results path (relative to the plan file when loaded), or ``None``.
         timeout_s: total deadline per request (s).
         client_lag_threshold_ms: the client's own event-loop lag (ms, default 10)
@@ -893,6 +896,10 @@ class BenchmarkPlan(BaseModel):
     parity: ParityPlan = ParityPlan()
     slo: SloPlan = SloPlan()
     results: str | None = None
+    # issue 24: capacity under SLO (left out of the plan's content and hash when unset)
+    search: SearchPlan | None = Field(
+        default=None, description="[search]: find each route's capacity under [slo]"
+    )
     timeout_s: float = Field(default=600.0, gt=0)
     client_lag_threshold_ms: float = Field(
         default=DEFAULT_LAG_THRESHOLD_MS,
@@ -950,6 +957,8 @@ class BenchmarkPlan(BaseModel):
         offs = [r.label for r in self.routes if r.speculative is Speculative.off]
         if len(offs) != 1:
             raise ValueError(f"a plan needs exactly one speculative='off' route, got {offs}")
+        if self.search is not None and not self.slo.limits:  # issue 24
+            raise ValueError("[search] needs at least one [slo] limit (ttft_ms, tpot_ms, e2e_ms)")
         cells = [c.cell_id for c in self.cells]
         dup_cells = sorted({x for x in cells if cells.count(x) > 1})
         if dup_cells:
@@ -957,6 +966,37 @@ class BenchmarkPlan(BaseModel):
         return self
 
     # ---------------------------------------------------------------- access
+    def search_load(self, level: float) -> LoadPoint:
+        """The load point of a ``[search]`` level (issue 24): closed loop of
+        ``level`` streams, or the arrival's open loop at ``level`` requests/s."""
+        if self.arrival.mode == "rate":
+            cap = self.arrival.concurrency
+            cap = cap if isinstance(cap, int) else cap[0]
+            return LoadPoint(Arrival(self.arrival.distribution), cap, float(level))
+        return LoadPoint(Arrival.closed, int(level))
+
+    @property
+    def effective_search(self) -> SearchPlan | None:
+        """``search`` as the run applies it (issue 24): a closed loop's levels are capped
+        at the requests of one round (``requests_per_cell // rounds``; more streams than
+        requests cannot fill), ``start`` and ``max_level`` both; ``None`` without it."""
+        s = self.search
+        if s is None or self.arrival.mode == "rate":
+            return s
+        cap = float(max(1, self.requests_per_cell // self.rounds))
+        if s.max_level <= cap:
+            return s
+        return s.model_copy(update={"max_level": cap, "start": min(s.start, cap)})
+
+    def admits_load(self, key: str) -> bool:
+        """Whether a record's load key belongs to this plan: one of its load points,
+        or, with ``[search]``, a load of the arrival's kind (issue 24)."""
+        if any(lp.key == key for lp in self.load_points):
+            return True
+        if self.search is None:
+            return False
+        return key.startswith(self.load_points[0].arrival.value + ":")
+
     @property
     def off_route(self) -> RoutePlan:
         """The baseline route (``speculative == off``)."""
@@ -1101,6 +1141,8 @@ class BenchmarkPlan(BaseModel):
         file resumes only records with the same hash."""
         exclude: dict[str, Any] = {k: True for k in _NOT_HASHED}
         exclude["parity"] = _PARITY_NOT_HASHED  # issue 21
+        if self.search is None:  # issue 24: a plan without [search] keeps its old hash
+            exclude["search"] = True
         data = self.model_dump(mode="json", exclude=exclude)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 

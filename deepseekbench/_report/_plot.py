@@ -19,6 +19,14 @@ Two panels:
   line is drawn grey, dashed, with hollow markers, under the credited curves and
   labelled "refused", so a fast but wrong route never looks like the best curve.
 
+With ``[search]`` (issue 24) a third panel:
+
+* **capacity under SLO** — per route, a bar at its capacity (the highest load
+  meeting the SLO target) with an error bar up to the lowest failing load (the
+  bracket ``[low, high)``: the capacity's uncertainty), the attainment's 95 %
+  Wilson interval in the bar's label, and each credited ratio to ``off`` in the
+  title; a refused ratio's route is drawn grey and hatched.
+
 Point labels sit below-right of their points on a white box; legends sit under
 their panels, never over the data.
 
@@ -46,6 +54,8 @@ from deepseekbench._types._row import Row
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+
+    from deepseekbench._analysis._capacity import CapacityReport
 
 __all__ = [
     "INSTALL_HINT",
@@ -277,6 +287,41 @@ def _curve_panel(ax: Axes, points: Sequence[LinePoint]) -> None:
     _legend_below(ax)
 
 
+def _capacity_panel(ax: Axes, report: CapacityReport) -> None:
+    """Issue 24: capacity per route, a bar with its bracket as the error bar."""
+    refused = {r.route for r in report.ratios if not r.credited}
+    refused |= {c.route for c in report.routes if c.unverified}
+    names = [c.route for c in report.routes]
+    heights = [c.capacity or 0.0 for c in report.routes]
+    up = [
+        (c.high - c.capacity) if c.high is not None and c.capacity else 0.0 for c in report.routes
+    ]
+    colors = [REFUSED_COLOR if n in refused else f"C{i}" for i, n in enumerate(names)]
+    bars = ax.bar(names, heights, color=colors, yerr=[[0.0] * len(up), up], capsize=4)
+    for bar, c in zip(bars, report.routes, strict=True):
+        if c.route in refused:
+            bar.set_hatch("//")
+        known = c.ci_low is not None and c.ci_high is not None
+        ci = f"{c.ci_low:.0%}–{c.ci_high:.0%}" if known else "—"
+        high = f"{c.high:g}" if c.high is not None else "∞"
+        low = f"{c.capacity:g}" if c.capacity is not None else "none"
+        ax.annotate(
+            f"[{low}, {high})\nSLO CI {ci}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height() / 2),
+            ha="center",
+            va="center" if bar.get_height() else "bottom",
+            fontsize="x-small",
+            bbox={"boxstyle": "square,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
+        )
+    ratios = "; ".join(
+        f"{r.route}/off {r.ratio:.2f}×" if r.ratio is not None else f"{r.route}/off refused"
+        for r in report.ratios
+    )
+    ax.set_ylabel(f"capacity ({report.unit}; bar: bracket to the first failing load)")
+    ax.set_title(f"Capacity at slo_attainment ≥ {report.target:g}\n{ratios}", fontsize="small")
+    ax.margins(y=0.25)
+
+
 def require_matplotlib() -> None:
     """Check that the ``plot`` extra is installed, before any work that needs it.
 
@@ -289,11 +334,19 @@ def require_matplotlib() -> None:
         raise MissingExtraError(f"plotting needs matplotlib: {INSTALL_HINT}") from exc
 
 
-def plot_lines(lines: Sequence[_Line], rows: Sequence[Row], *, metric: str) -> Figure:
+def plot_lines(
+    lines: Sequence[_Line],
+    rows: Sequence[Row],
+    *,
+    metric: str,
+    capacity: CapacityReport | None = None,
+) -> Figure:
     """A two-panel Figure: speedup vs load per route, TPOT vs output throughput per route.
 
     ``lines``: scorecard lines in row order; ``rows``: their rows; ``metric``:
-    the speedup metric's name (axis label). Figure size 12 × 4.8 inches. The
+    the speedup metric's name (axis label); ``capacity``: a run's capacity under
+    SLO (issue 24), drawn as a third panel (bars with the bracket as error bar).
+    Figure size 12 × 4.8 inches (18 × 4.8 with the capacity panel). The
     Figure has ``_repr_png_``, so a notebook cell ending in ``card.plot()`` shows
     it inline with no pyplot and no ``%matplotlib``.
 
@@ -307,11 +360,15 @@ def plot_lines(lines: Sequence[_Line], rows: Sequence[Row], *, metric: str) -> F
     from deepseekbench._report._nbfigure import NotebookFigure
 
     points = line_points(lines, rows)
-    fig = NotebookFigure(figsize=(12.0, 4.8), layout="constrained")
+    panels = 2 if capacity is None else 3
+    fig = NotebookFigure(figsize=(6.0 * panels, 4.8), layout="constrained")
     FigureCanvasAgg(fig)  # a renderer to measure labels with (no GUI)
-    speed_ax, curve_ax = fig.subplots(1, 2)
+    axes = fig.subplots(1, panels)
+    speed_ax, curve_ax = axes[0], axes[1]
     _speedup_panel(speed_ax, points, metric)
     _curve_panel(curve_ax, points)
+    if capacity is not None:
+        _capacity_panel(axes[2], capacity)
     unplaced = sum(1 for p in points if p.load is None)
     if unplaced:
         fig.suptitle(f"{unplaced} line(s) without a recorded load are not drawn", fontsize="small")

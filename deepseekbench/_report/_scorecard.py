@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, load_results
 from deepseekbench._analysis._best_config import BestConfig
+from deepseekbench._analysis._capacity import CapacityReport, capacity_report
 from deepseekbench._analysis._speedup import (
     RefusalReason,
     SpeedupMetric,
@@ -636,6 +637,8 @@ class Scorecard:
         # issue 24: depth grids (route label -> grid label) and the metric per round
         self.grids: dict[str, str] = {}
         self.round_values: Mapping[str, Mapping[int, float]] = {}
+        # issue 24: capacity under SLO, set by from_run when the plan has [search]
+        self.capacity: CapacityReport | None = None
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -722,6 +725,7 @@ class Scorecard:
         card.client_workers = result.plan.workers
         card.meta = result.meta
         card.grids = {r.label: r.grid_of for r in result.plan.routes if r.grid_of is not None}
+        card.capacity = capacity_report(result, metric=m)  # issue 24
         return card
 
     @classmethod
@@ -928,6 +932,8 @@ class Scorecard:
             out.append("")
             out.append(_LATENCY_TITLE)
             out.extend(_fixed_width([list(_latency_columns(self.lines)), *latency]))
+        if self.capacity is not None:  # issue 24
+            out += ["", *self.capacity.lines()]
         notes = self._notes()
         if notes:
             out.append("")
@@ -968,6 +974,9 @@ class Scorecard:
             out += ["", f"{_LATENCY_TITLE}:", "", "| " + " | ".join(columns) + " |"]
             out.append("|" + "---|" * len(columns))
             out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in latency]
+        if self.capacity is not None:  # issue 24
+            head, *items = self.capacity.lines()
+            out += ["", f"{esc(head)}:", "", *(f"- {esc(x.strip())}" for x in items)]
         notes = self._notes()
         if notes:
             out.append("")
@@ -978,7 +987,8 @@ class Scorecard:
         """``{"metric", "run", "lines": [...]}``; ``run`` is the run's metadata
         (:class:`~deepseekbench.RunMeta` fields, ``null`` when unknown); each line's
         ``speedup`` is ``null`` unless credited; ``best_configs`` (only when the run
-        had a depth grid): :meth:`best_configs`."""
+        had a depth grid): :meth:`best_configs`. A run with ``[search]`` adds
+        ``capacity`` (:meth:`~deepseekbench._analysis._capacity.CapacityReport.to_dict`)."""
         lines = []
         for ln in self.lines:
             d = ln.model_dump(mode="json")
@@ -991,6 +1001,8 @@ class Scorecard:
         best = self.best_configs()  # issue 24: only when the run had a depth grid
         if best:
             out["best_configs"] = [c.model_dump(mode="json") for c in best]
+        if self.capacity is not None:  # issue 24
+            out["capacity"] = self.capacity.to_dict()
         return out
 
     def to_json(self) -> str:
@@ -1147,6 +1159,10 @@ class Scorecard:
         if latency:
             out += f"<h3>{html.escape(_LATENCY_TITLE)}</h3>"
             out += html_table(_latency_columns(self.lines), latency)
+        if self.capacity is not None:  # issue 24
+            head, *items = self.capacity.lines()
+            out += f"<h3>{html.escape(head)}</h3><ul>"
+            out += "".join(f"<li>{html.escape(x.strip())}</li>" for x in items) + "</ul>"
         notes = "".join(f"<li>{html.escape(n.strip())}</li>" for n in self._notes())
         run = f"<p>Run: {html.escape(self.meta.describe())}</p>" if self.meta else ""
         return run + out + (f"<ul>{notes}</ul>" if notes else "")
@@ -1182,7 +1198,7 @@ class Scorecard:
 
         if len(self.rows) != len(self.lines):
             raise ValueError("plotting needs the rows: build the scorecard with from_rows/from_run")
-        fig = plot_lines(self.lines, self.rows, metric=self.metric.value)
+        fig = plot_lines(self.lines, self.rows, metric=self.metric.value, capacity=self.capacity)
         if path is not None:
             save_figure(fig, path)
         return fig

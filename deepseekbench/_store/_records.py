@@ -42,6 +42,7 @@ __all__ = [
     "RowRecord",
     "RunEndRecord",
     "RunStartRecord",
+    "SearchProbeRecord",
     "ServerCacheRecord",
     "ServerMetricsRecord",
     "WorkersRecord",
@@ -245,6 +246,25 @@ class DivergenceMarginRecord(_Base):
     margin: DivergenceMargin
 
 
+# issue 24: capacity under SLO
+class SearchProbeRecord(_Base):
+    """One route measured at one ``[search]`` level, as the run judged it (the
+    analysis recomputes it from the measurements): which load was probed, so a
+    resumed run and ``report`` rebuild that load's rows."""
+
+    record: Literal["search_probe"] = "search_probe"
+    route: str
+    load: str = Field(description="LoadPoint.key of the level")
+    arrival: str = Field(description="closed, poisson or gamma")
+    concurrency: int = Field(ge=1, description="streams, or the open loop's in-flight cap")
+    rate_per_s: float | None = Field(default=None, description="open loop rate, requests/s")
+    level: float = Field(gt=0, description="concurrency (closed) or requests/s (open)")
+    slo_attainment: float | None = Field(default=None, ge=0, le=1, description="fraction")
+    n_requests: int = Field(default=0, ge=0)
+    request_throughput_per_s: float | None = Field(default=None, description="requests/s")
+    passed: bool = False
+
+
 Record = Annotated[
     RunStartRecord
     | MeasurementRecord
@@ -256,7 +276,8 @@ Record = Annotated[
     | WorkersRecord
     | WorkloadRecord
     | ServerCacheRecord  # issue 23
-    | DivergenceMarginRecord,  # issue 21
+    | DivergenceMarginRecord  # issue 21
+    | SearchProbeRecord,  # issue 24
     Field(discriminator="record"),
 ]
 """Any results record, told apart by its ``record`` field."""

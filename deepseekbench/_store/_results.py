@@ -44,7 +44,7 @@ from deepseekbench._errors import (
     ResultsWriteError,
 )
 from deepseekbench._measure._measure import StreamMeasurement
-from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
 from deepseekbench._store._records import (
     DivergenceMarginRecord,
     MeasurementRecord,
@@ -52,12 +52,14 @@ from deepseekbench._store._records import (
     ParityOutputRecord,
     Record,
     RunStartRecord,
+    SearchProbeRecord,
     ServerCacheRecord,
     ServerMetricsRecord,
     parse_record,
     record_json,
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._axes import Arrival
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
@@ -100,6 +102,7 @@ RECORD_KINDS = frozenset(
         "workload",
         "server_cache",  # issue 23
         "divergence_margin",  # issue 21
+        "search_probe",  # issue 24
     }
 )
 """Every record kind a results file may hold."""
@@ -356,6 +359,8 @@ class ResultsState:
     cache: dict[tuple[str, str, str | None, int], CacheWindow] = field(default_factory=dict)
     # issue 21: forensics margins by (route, source, reasoning mode, cell, load, prompt id)
     margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
+    # issue 24: the [search] levels probed, by load key, in the order first recorded
+    search_loads: dict[str, LoadPoint] = field(default_factory=dict)
 
     def _check_route(self, label: str) -> None:
         if self.plan is not None and label not in {r.label for r in self.plan.routes}:
@@ -368,7 +373,7 @@ class ResultsState:
             raise ValueError(f"cell {cell!r} is not in the plan (cells: {known})")
 
     def _check_load(self, load: str | None) -> None:
-        if self.plan is not None and load is not None:
+        if self.plan is not None and load is not None and not self.plan.admits_load(load):
             known = [lp.key for lp in self.plan.load_points]
             if load not in known:
                 raise ValueError(f"load {load!r} is not in the plan (load points: {known})")
@@ -418,6 +423,11 @@ class ResultsState:
             self._check_route(rec.route)
             mkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
             self.margins[mkey] = rec.margin
+        elif isinstance(rec, SearchProbeRecord):  # issue 24
+            self._check_route(rec.route)
+            self._check_load(rec.load)
+            load = LoadPoint(Arrival(rec.arrival), rec.concurrency, rec.rate_per_s)
+            self.search_loads.setdefault(rec.load, load)
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries
