@@ -92,6 +92,7 @@ if TYPE_CHECKING:
         reference_tasks,
     )
     from deepseekbench._errors import (
+        CalibrationError,
         DeepseekBenchError,
         LiveGateError,
         LlamaServerError,
@@ -183,6 +184,8 @@ if TYPE_CHECKING:
         mtp_depth_from_hf_config,
         probe_model_capability,
     )
+    from deepseekbench._plan._coverage import WorkloadCoverage, WorkloadCoverageWarning
+    from deepseekbench._plan._output_length import OutputLength
     from deepseekbench._plan._plan import (
         ArrivalPlan,
         BenchmarkPlan,
@@ -295,6 +298,7 @@ _IMPORTS: dict[str, str] = {
     "ArrivalPlan": "deepseekbench._plan._plan",
     "BASELINE_NONDETERMINISTIC": "deepseekbench._types._parity",
     "BenchmarkPlan": "deepseekbench._plan._plan",
+    "CalibrationError": "deepseekbench._errors",
     "CellPlan": "deepseekbench._plan._plan",
     "ChatRequest": "deepseekbench._types._request",
     "CompareSpeedup": "deepseekbench._analysis._speedup",
@@ -331,6 +335,7 @@ _IMPORTS: dict[str, str] = {
     "Hosting": "deepseekbench._types._axes",
     "HostingName": "deepseekbench._types._axes",
     "InputLength": "deepseekbench._plan._workload",
+    "OutputLength": "deepseekbench._plan._output_length",
     "KEY_AXES": "deepseekbench._types._axes",
     "LOAD_AXES": "deepseekbench._types._axes",
     "LiveGate": "deepseekbench._net._gate",
@@ -408,6 +413,8 @@ _IMPORTS: dict[str, str] = {
     "VllmServerSpec": "deepseekbench._launch._vllm",
     "WorkerError": "deepseekbench._errors",
     "WorkerPool": "deepseekbench._execute._workers",
+    "WorkloadCoverage": "deepseekbench._plan._coverage",
+    "WorkloadCoverageWarning": "deepseekbench._plan._coverage",
     "WorkloadFormatError": "deepseekbench._errors",
     "WorkloadItem": "deepseekbench._plan._workload",
     "WorkloadLengthError": "deepseekbench._errors",
@@ -483,6 +490,7 @@ __all__ = [
     "ArrivalName",
     "ArrivalPlan",
     "BenchmarkPlan",
+    "CalibrationError",
     "CellPlan",
     "ChatRequest",
     "CompareSpeedup",
@@ -528,6 +536,7 @@ __all__ = [
     "MissingExtraError",
     "ModelCapability",
     "ModelCapabilityError",
+    "OutputLength",
     "OutputTarget",
     "OutputTargetName",
     "ParityOutput",
@@ -587,6 +596,8 @@ __all__ = [
     "VllmServerSpec",
     "WorkerError",
     "WorkerPool",
+    "WorkloadCoverage",
+    "WorkloadCoverageWarning",
     "WorkloadFormatError",
     "WorkloadItem",
     "WorkloadLengthError",

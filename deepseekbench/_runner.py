@@ -19,7 +19,9 @@ the records at the end.
 **Steps.** :func:`run_plan` runs six named steps, each one short function:
 ``_preflight`` (read the plan's files, build the routes, ask the gate),
 ``_open_store`` (lock the results file, index what it holds), then
-``_Steps.prepare`` (probe, served depth, count the workload), ``.schedule``,
+``_Steps.prepare`` (probe, served depth, count the workload), ``.calibrate``
+(issue 23: output-length draws and the calibration pass on ``off``, recorded
+and resumable; :mod:`deepseekbench._execute._calibrate`), ``.schedule``,
 ``.execute`` (every finished request recorded as it arrives) and ``.finish``
 (the :class:`RunResult`, built once and frozen, then its records). Every
 record goes through :class:`~deepseekbench._store._results.ResultsStore`,
@@ -41,7 +43,7 @@ import dataclasses
 import datetime as _dt
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +63,14 @@ from deepseekbench._analysis._analysis import (
     row_identity,
 )
 from deepseekbench._errors import LiveGateError, PlanError
-from deepseekbench._execute._executor import Sent
+from deepseekbench._execute._calibrate import (
+    calibrated_items,
+    calibration_blocks,
+    draw_outputs,
+    needs_calibration,
+    pin,
+)
+from deepseekbench._execute._executor import Executor, Sent
 from deepseekbench._execute._pool_executor import executor_for
 from deepseekbench._execute._prepare import (
     PreparedWorkload,
@@ -69,12 +78,13 @@ from deepseekbench._execute._prepare import (
     prepare_workload,
 )
 from deepseekbench._execute._workers import PoolReport
-from deepseekbench._measure._measure import StreamMeasurement, redact_measurement
+from deepseekbench._measure._measure import StreamMeasurement, Timeouts, redact_measurement
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
+from deepseekbench._plan._coverage import WorkloadCoverage
 from deepseekbench._plan._plan import BenchmarkPlan, PlanSources
 from deepseekbench._plan._schedule import (
     Block,
@@ -85,8 +95,9 @@ from deepseekbench._plan._schedule import (
     parity_prompts,
 )
 from deepseekbench._plan._spec_config import check_spec_config
-from deepseekbench._plan._workload import check_bucket_bytes
+from deepseekbench._plan._workload import WorkloadItem, check_bucket_bytes
 from deepseekbench._store._records import (
+    CalibrationRecord,
     MeasurementRecord,
     ParityEntry,
     ParityOutputRecord,
@@ -181,6 +192,12 @@ class DryRunResult(BaseModel):
     )
     ray_refusal: str | None = Field(
         default=None, description="why the gate (or the resolution) refuses that address"
+    )
+    # issue 23 (length23): nothing dropped silently
+    warnings: tuple[str, ...] = Field(
+        default=(),
+        description="what the run would not measure, e.g. '8 items, 4 will be sent: raise "
+        "requests_per_cell to 24' (a WorkloadCoverageWarning at run time)",
     )
 
     @property
@@ -319,8 +336,26 @@ class _Recorder:
             return
         if block.phase is Phase.measure:
             self._measurement(block, sent)
+        elif block.phase is Phase.calibrate:
+            self._calibration(block, sent)
         else:
             self._parity_output(block, sent)
+
+    def _calibration(self, block: Block, sent: Sent) -> None:
+        """issue 23: one calibration output on ``off`` (natural length, resumable)."""
+        assert sent.item is not None and sent.item.workload is not None
+        w = sent.item.workload
+        self.store.append(
+            CalibrationRecord(
+                **self.base,
+                route=block.route,
+                cell=block.cell,
+                item=w.id,
+                turn=sent.turn,
+                max_tokens=w.output_target(sent.turn) or sent.item.request.max_tokens or 1,
+                measurement=sent.measurement,
+            )
+        )
 
     def _measurement(self, block: Block, sent: Sent) -> None:
         assert block.load is not None and sent.item is not None
@@ -587,12 +622,37 @@ class _Steps:
         _check_conversations(plan, prepared)
         return counter, prepared
 
+    async def calibrate(
+        self, prepared: PreparedWorkload, counter: TokenCounter | None
+    ) -> PreparedWorkload:
+        """Step 3b (issue 23): draw output caps, then the calibration pass on ``off``
+        (items the file already calibrated are skipped); ``pinned`` items then carry
+        their natural lengths.
+
+        Raises:
+            CalibrationError: an item got no natural length (records kept).
+        """
+        prepared = await draw_outputs(self.plan, prepared, counter)
+        if not needs_calibration(self.plan):
+            return prepared
+        blocks = calibration_blocks(self.plan, prepared, self.store.state.calibration)
+        if blocks:
+            self.prog.total = sum(_to_send(b.items) for b in blocks)
+            self.prog.set_phase("calibrate")
+            timeouts = Timeouts(total_s=self.plan.timeout_s)
+            executor = Executor(self.run.routes, self.gate, self.http, timeouts, counter)
+            for block in blocks:
+                await executor.run_block(block, block.items, self._on_sent)
+        natural = calibrated_items(self.plan, prepared, self.store.state.calibration)
+        return pin(self.plan, prepared, natural)
+
     def schedule(self, prepared: PreparedWorkload) -> list[tuple[Block, tuple[WorkItem, ...]]]:
         """Step 4: the schedule, less what the file already holds; sizes the progress."""
         parity = parity_prompts(self.plan, self.run.sources.tasks)
         schedule = build_schedule(self.plan, self.run.sources.prompts, parity, items=prepared.cells)
         work = pending(schedule, self.store.state)
-        self.prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
+        done = self.prog.done  # issue 23: calibration requests already sent
+        self.prog.total = done + sum(_to_send(items) + len(b.warmup) for b, items in work)
         self.prog.remaining = sum(_to_send(items) for b, items in work if b.phase is Phase.measure)
         self.prog.kept = self.previous.kept
         return work
@@ -736,8 +796,9 @@ async def run_plan(
     steps = _Steps(plan, gate, http, run, store, previous, _Progress(progress, 0))
     try:
         counter, prepared = await steps.prepare()
-        work = steps.schedule(prepared)
         steps.record_start(prepared)
+        prepared = await steps.calibrate(prepared, counter)  # issue 23
+        work = steps.schedule(prepared)
         await steps.execute(work, counter)
         return steps.finish()
     except BaseExceptionGroup as group:
@@ -811,7 +872,10 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         for r in plan.routes
     )
     n = sum(_to_send(b.items) + len(b.warmup) for b in schedule)
+    if plan.workload.output_length != "natural":  # issue 23: the calibration pass
+        n += _calibration_requests(plan, items, sources.coverage)
     ray_address, ray_refusal = _dry_ray_address(plan, gate)
+    cov = sources.coverage
     return DryRunResult(
         plan_hash=plan.plan_hash(),
         rows=rows,
@@ -820,7 +884,22 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         grid=grid_text(plan),
         ray_address=ray_address,
         ray_refusal=ray_refusal,
+        warnings=(cov.message(),) if cov is not None and not cov.complete else (),
     )
+
+
+def _calibration_requests(
+    plan: BenchmarkPlan,
+    items: Mapping[str, Sequence[WorkloadItem]] | None,
+    coverage: WorkloadCoverage | None,
+) -> int:
+    """Requests of the calibration pass: per cell, every turn of each item sent
+    (measured or warmed up) once."""
+    slots = max(-(-plan.requests_per_cell // plan.rounds), plan.warmup_per_cell)
+    if items is None:  # synthetic: single-turn items, generated at run time
+        n = coverage.n_items if coverage is not None else 1
+        return len(plan.cells) * min(n, slots)
+    return sum(len(i.turns) for c in plan.cells for i in list(items[c.cell_id])[:slots])
 
 
 def _dry_ray_address(plan: BenchmarkPlan, gate: LiveGate) -> tuple[str | None, str | None]:

@@ -46,6 +46,7 @@ from deepseekbench._errors import (
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._store._records import (
+    CalibrationRecord,
     MeasurementRecord,
     ParityEntry,
     ParityOutputRecord,
@@ -335,6 +336,7 @@ class ResultsState:
     Keys: a measurement is ``(route, cell, load key, index, turn)`` (load key
     :attr:`~deepseekbench.LoadPoint.key`, ``None`` in files written before load
     sweeps); a parity output ``(route, reasoning mode, pass, prompt id)``; a
+    calibration output ``(cell, item id, turn)`` (issue 23); a
     ``/metrics`` window ``(route, cell, load key, round)``.
     """
 
@@ -344,6 +346,8 @@ class ResultsState:
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
     server: dict[tuple[str, str, str | None, int], AcceptanceRecord] = field(default_factory=dict)
     plan: BenchmarkPlan | None = None
+    # issue 23: calibration outputs by (cell, item id, turn); the latest wins
+    calibration: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
 
     def _check_route(self, label: str) -> None:
         if self.plan is not None and label not in {r.label for r in self.plan.routes}:
@@ -397,6 +401,10 @@ class ResultsState:
             self._check_cell(rec.cell)
             self._check_load(rec.load)
             self.server[(rec.route, rec.cell, rec.load, rec.round)] = rec.acceptance
+        elif isinstance(rec, CalibrationRecord):
+            self._check_route(rec.route)
+            self._check_cell(rec.cell)
+            self.calibration[(rec.cell, rec.item, rec.turn)] = rec.measurement
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries
