@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
+from deepseekbench._analysis._output_length import short_of_natural, tokens_past_eos
 from deepseekbench._analysis._rowstats import (
     WINDOW_METRICS,
     RowRequests,
@@ -644,9 +645,28 @@ def _build_row(
             speculative=route.speculative is not Speculative.off,
             declared_spec_tokens=route.spec_tokens,
         ),
-        **_workload_breakdown(mine, cell.request_max_tokens),
+        **{  # issue 23: pinned rows judge "short" against each prompt's pinned length
+            **_workload_breakdown(mine, cell.request_max_tokens),
+            **_output_length_fields(plan, inp.state, cell.cell_id, mine),
+        },
     )
     return row, traffic
+
+
+def _output_length_fields(
+    plan: BenchmarkPlan, state: ResultsState, cell: str, mine: Indexed
+) -> dict[str, Any]:
+    """issue 23: the run's ``output_length`` and the row's ``tokens_past_eos``."""
+    natural = {(item, t): m for (c, item, t), m in state.calibration.items() if c == cell}
+    measured = [(info.item, turn, m) for (_, turn), (m, info) in mine.items()]
+    out: dict[str, Any] = {
+        "output_length": plan.workload.output_length,
+        "tokens_past_eos": tokens_past_eos(measured, natural),
+    }
+    if plan.workload.output_length == "pinned" and natural:
+        n_short = short_of_natural(measured, natural)
+        out |= {"output_short": n_short > 0, "n_output_short": n_short}
+    return out
 
 
 def _workload_breakdown(mine: Indexed, max_tokens: int) -> dict[str, Any]:

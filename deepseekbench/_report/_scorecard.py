@@ -39,6 +39,7 @@ from deepseekbench._analysis._speedup import (
 )
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
+from deepseekbench._report._past_eos import past_eos_notes
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
@@ -158,6 +159,7 @@ class ScorecardLine(BaseModel):
     dispersion: Dispersion = Dispersion()
     server_ttft_ms: float | None = None
     server_queue_ms: float | None = None
+    tokens_past_eos: float | None = None  # issue 23: share past off's natural EOS
 
     @property
     def credited(self) -> bool:
@@ -422,6 +424,7 @@ def _line(
         dispersion=r.dispersion,
         server_ttft_ms=r.server_ttft_ms,
         server_queue_ms=r.server_queue_ms,
+        tokens_past_eos=r.tokens_past_eos,  # issue 23
     )
 
 
@@ -731,6 +734,15 @@ class Scorecard:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
         notes.extend(_detail_notes(self.lines, self.client_workers))
+        notes.extend(  # issue 23
+            past_eos_notes(
+                (
+                    f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else ""),
+                    ln.tokens_past_eos,
+                )
+                for ln in self.lines
+            )
+        )
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")

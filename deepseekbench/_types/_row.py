@@ -321,6 +321,19 @@ class Row(BaseModel):
     turns: tuple[SliceStats, ...] = Field(
         default=(), description="per conversation turn ('turn 1', 'turn 2', ...)"
     )
+    # --- output length (issue 23) -----------------------------------------
+    output_length: str | None = Field(
+        default=None,
+        description="workload.output_length of the run: 'pinned' (every route decodes off's "
+        "natural length), 'natural' (EOS under the cap) or 'forced' (past EOS); None before",
+    )
+    tokens_past_eos: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="share of the row's measured output tokens past the off route's natural "
+        "end (EOS) of the same prompt, from the calibration pass (ratio); None without one",
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: axis fields also take their documented
@@ -378,6 +391,8 @@ class Row(BaseModel):
             prompt_tokens: Percentiles | None = None,
             categories: Sequence[SliceStats] = (),
             turns: Sequence[SliceStats] = (),
+            output_length: str | None = None,
+            tokens_past_eos: float | None = None,
         ) -> None: ...
 
     @model_validator(mode="after")
