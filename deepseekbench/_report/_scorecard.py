@@ -741,6 +741,7 @@ class Scorecard:
                     ln.tokens_past_eos,
                 )
                 for ln in self.lines
+                if ln.speculative is not Speculative.off
             )
         )
         for ln in self.lines:

@@ -95,6 +95,7 @@ RECORD_KINDS = frozenset(
         "run_end",
         "workers",
         "workload",
+        "calibration",  # issue 23
     }
 )
 """Every record kind a results file may hold."""
