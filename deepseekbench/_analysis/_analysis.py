@@ -645,27 +645,42 @@ def _build_row(
             speculative=route.speculative is not Speculative.off,
             declared_spec_tokens=route.spec_tokens,
         ),
-        **{  # issue 23: pinned rows judge "short" against each prompt's pinned length
-            **_workload_breakdown(mine, cell.request_max_tokens),
-            **_output_length_fields(plan, inp.state, cell.cell_id, mine),
-        },
+        **_output_length_fields(  # issue 23
+            plan, inp.state, cell.cell_id, mine, _workload_breakdown(mine, cell.request_max_tokens)
+        ),
     )
     return row, traffic
 
 
 def _output_length_fields(
-    plan: BenchmarkPlan, state: ResultsState, cell: str, mine: Indexed
+    plan: BenchmarkPlan, state: ResultsState, cell: str, mine: Indexed, fields: dict[str, Any]
 ) -> dict[str, Any]:
-    """issue 23: the run's ``output_length`` and the row's ``tokens_past_eos``."""
+    """issue 23: ``fields`` (:func:`_workload_breakdown`) with the run's
+    ``output_length`` and the row's ``tokens_past_eos``; a pinned row judges
+    "short" against each prompt's pinned (natural) length, not the cell's cap."""
     natural = {(item, t): m for (c, item, t), m in state.calibration.items() if c == cell}
-    measured = [(info.item, turn, m) for (_, turn), (m, info) in mine.items()]
-    out: dict[str, Any] = {
-        "output_length": plan.workload.output_length,
-        "tokens_past_eos": tokens_past_eos(measured, natural),
-    }
-    if plan.workload.output_length == "pinned" and natural:
-        n_short = short_of_natural(measured, natural)
-        out |= {"output_short": n_short > 0, "n_output_short": n_short}
+    measured = [(info.item, turn, m) for (_, turn), (m, info) in sorted(mine.items())]
+    out = dict(fields)
+    out["output_length"] = plan.workload.output_length
+    out["tokens_past_eos"] = tokens_past_eos(measured, natural)
+    if plan.workload.output_length != "pinned" or not natural:
+        return out
+    n_short = short_of_natural(measured, natural)
+    out |= {"output_short": n_short > 0, "n_output_short": n_short}
+    category = [info.category for _, (_, info) in sorted(mine.items())]
+
+    def slice_short(name: str) -> bool:
+        picked = [
+            x
+            for x, cat in zip(measured, category, strict=True)
+            if cat == name or f"turn {x[1] + 1}" == name
+        ]
+        return short_of_natural(picked, natural) > 0
+
+    for key in ("categories", "turns"):
+        out[key] = tuple(
+            s.model_copy(update={"output_short": slice_short(s.name)}) for s in out.get(key, ())
+        )
     return out
 
 
