@@ -89,8 +89,9 @@ EXIT_INTERRUPTED = 130
 DEMO_CONCURRENCY: tuple[int, ...] = (1, 2, 8)
 """The demo's load sweep: closed-loop streams per load point (the engine's mtp, k = 3,
 pays while its verify pass is memory-bound and costs past the knee; docs/engine.md)."""
-DEMO_REQUESTS = 24
-"""Measured requests per route and load point: 8 a round, one per stream at the top load."""
+DEMO_REQUESTS = 48
+"""Measured requests per route and load point: 16 a round, so each of the 16 smoke
+prompts is sent once a round (issue 23: no workload item left unsent)."""
 DEMO_COMPUTE_MS_PER_TOKEN = 3.0
 """The demo engines' compute cost per scored position (ms/token; the default is 1.5): the
 knee comes at a few sequences, so the crossover shows at loads one process drives easily."""
@@ -272,9 +273,10 @@ def demo_plan(
     URLs are the caller's; ``python -m deepseekbench demo`` starts ``off`` and
     mtp with ``DEMO_DRAFT_DEPTH`` draft tokens (plain and mis-tuned) on a cost
     model with ``DEMO_COMPUTE_MS_PER_TOKEN``.
-    The smoke prompts are answered with natural EOS (``workload.reach_max_tokens =
-    false``): the demo measures the reference model's real answers, so its rows
-    carry the short-output flag.
+    The smoke prompts are answered at their natural length (``workload.output_length
+    = "pinned"``, the default: a calibration pass on ``off`` finds each answer's
+    length and every route decodes exactly that), so the demo measures the
+    reference model's real answers and no token past EOS.
 
     Raises:
         ValueError: not exactly three base URLs.
@@ -300,7 +302,6 @@ def demo_plan(
                     "dialect": "vllm",
                 },
             ],
-            "workload": {"reach_max_tokens": False},
             "requests_per_cell": requests,
             "warmup_per_cell": 1,
             "cells": [{"max_tokens": DEMO_MAX_TOKENS}],

@@ -87,7 +87,7 @@ def test_natural_eos_outputs_are_flagged_short(tmp_path: Path) -> None:
             plan = _plan(
                 off.base_url,
                 mtp.base_url,
-                workload={"prompts": ["What is 3 × 4?"], "reach_max_tokens": False},
+                workload={"prompts": ["What is 3 × 4?"], "output_length": "natural"},
             )
             return await run_plan(plan, gate=LiveGate())
 
