@@ -19,9 +19,10 @@ the records at the end.
 **Steps.** :func:`run_plan` runs six named steps, each one short function:
 ``_preflight`` (read the plan's files, build the routes, ask the gate),
 ``_open_store`` (lock the results file, index what it holds), then
-``_Steps.prepare`` (probe, served depth, count the workload), ``.calibrate``
-(issue 23: output-length draws and the calibration pass on ``off``, recorded
-and resumable; :mod:`deepseekbench._execute._calibrate`), ``.schedule``,
+``_Steps.prepare`` (probe, served depth, count the workload), ``.outputs`` and
+``.calibrate`` (issue 23: output-length draws and the calibration pass on
+``off``, recorded and resumable; :mod:`deepseekbench._execute._calibrate`),
+``.schedule``,
 ``.execute`` (every finished request recorded as it arrives) and ``.finish``
 (the :class:`RunResult`, built once and frozen, then its records). Every
 record goes through :class:`~deepseekbench._store._results.ResultsStore`,
@@ -511,7 +512,10 @@ def _to_send(items: Iterable[WorkItem]) -> int:
 
 
 def _resumed(state: ResultsState) -> int:
-    return len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
+    calibrated = sum(1 for m in state.calibration.values() if m.error is None)  # issue 23
+    return (
+        len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete) + calibrated
+    )
 
 
 # ------------------------------------------------------------- the run's steps --
@@ -622,22 +626,26 @@ class _Steps:
         _check_conversations(plan, prepared)
         return counter, prepared
 
-    async def calibrate(
+    async def outputs(
         self, prepared: PreparedWorkload, counter: TokenCounter | None
+    ) -> tuple[PreparedWorkload, list[Block]]:
+        """Step 3b (issue 23): draw each item's output cap; the calibration blocks
+        still to send on ``off`` (none for ``natural`` or when the file has them all)."""
+        prepared = await draw_outputs(self.plan, prepared, counter)
+        return prepared, calibration_blocks(self.plan, prepared, self.store.state.calibration)
+
+    async def calibrate(
+        self, prepared: PreparedWorkload, blocks: list[Block], counter: TokenCounter | None
     ) -> PreparedWorkload:
-        """Step 3b (issue 23): draw output caps, then the calibration pass on ``off``
-        (items the file already calibrated are skipped); ``pinned`` items then carry
-        their natural lengths.
+        """Step 3c (issue 23): the calibration pass (each output recorded as it
+        arrives, resumable); ``pinned`` items then carry their natural lengths.
 
         Raises:
             CalibrationError: an item got no natural length (records kept).
         """
-        prepared = await draw_outputs(self.plan, prepared, counter)
         if not needs_calibration(self.plan):
             return prepared
-        blocks = calibration_blocks(self.plan, prepared, self.store.state.calibration)
         if blocks:
-            self.prog.total = sum(_to_send(b.items) for b in blocks)
             self.prog.set_phase("calibrate")
             timeouts = Timeouts(total_s=self.plan.timeout_s)
             executor = Executor(self.run.routes, self.gate, self.http, timeouts, counter)
@@ -646,12 +654,15 @@ class _Steps:
         natural = calibrated_items(self.plan, prepared, self.store.state.calibration)
         return pin(self.plan, prepared, natural)
 
-    def schedule(self, prepared: PreparedWorkload) -> list[tuple[Block, tuple[WorkItem, ...]]]:
-        """Step 4: the schedule, less what the file already holds; sizes the progress."""
+    def schedule(
+        self, prepared: PreparedWorkload, calibration: int = 0
+    ) -> list[tuple[Block, tuple[WorkItem, ...]]]:
+        """Step 4: the schedule, less what the file already holds; sizes the progress
+        (``calibration``: requests of the calibration pass still to send)."""
         parity = parity_prompts(self.plan, self.run.sources.tasks)
         schedule = build_schedule(self.plan, self.run.sources.prompts, parity, items=prepared.cells)
         work = pending(schedule, self.store.state)
-        done = self.prog.done  # issue 23: calibration requests already sent
+        done = self.prog.done + calibration  # issue 23: the calibration pass
         self.prog.total = done + sum(_to_send(items) + len(b.warmup) for b, items in work)
         self.prog.remaining = sum(_to_send(items) for b, items in work if b.phase is Phase.measure)
         self.prog.kept = self.previous.kept
@@ -796,9 +807,11 @@ async def run_plan(
     steps = _Steps(plan, gate, http, run, store, previous, _Progress(progress, 0))
     try:
         counter, prepared = await steps.prepare()
+        prepared, calibration = await steps.outputs(prepared, counter)  # issue 23
+        steps.schedule(prepared, sum(_to_send(b.items) for b in calibration))  # sizes progress
         steps.record_start(prepared)
-        prepared = await steps.calibrate(prepared, counter)  # issue 23
-        work = steps.schedule(prepared)
+        prepared = await steps.calibrate(prepared, calibration, counter)
+        work = steps.schedule(prepared)  # with the pinned lengths
         await steps.execute(work, counter)
         return steps.finish()
     except BaseExceptionGroup as group:
