@@ -567,7 +567,7 @@ class _Previous:
     """What the results file held of this plan when the run opened it."""
 
     retried: int  # errored measurements dropped, to be measured again
-    resumed: int  # measured requests and complete parity outputs kept
+    resumed: int  # measured requests, complete parity and calibration outputs kept
     kept: int  # measured requests kept
     started_at: str | None  # the plan's first run_start in the file
 

@@ -173,6 +173,7 @@ def test_torn_last_line_is_dropped_on_resume(tmp_path: Path) -> None:
             return await run_plan(plan, gate=LiveGate(), results_path=results)
 
     result = anyio.run(main)
-    assert result.resumed == 10 + 3 and result.complete
+    # 10 measured, 3 parity outputs, and (issue 23) the 2 items' calibration outputs
+    assert result.resumed == 10 + 3 + 2 and result.complete
     records = read_records(results)  # every line parses again
     assert sum(r["record"] == "run_end" for r in records) == 2

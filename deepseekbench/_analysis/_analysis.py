@@ -226,7 +226,8 @@ class RunResult:
         measurements: every measured request, in completion order.
         parity: :class:`RouteParity` (the parity set) per ``(route label, reasoning mode)``.
         results_path: the JSONL file, when one was written.
-        resumed: measured requests and parity outputs taken from an earlier run's file.
+        resumed: measured requests, parity outputs and calibration outputs (issue 23)
+            taken from an earlier run's file.
         complete: False when the run stopped before every request was made.
         retried: errored measurements of an earlier run measured again on resume.
         kept_measurements: measured requests (turns) kept from the results file when
