@@ -34,6 +34,7 @@ from deepseekbench import (
 from deepseekbench._engine import FAST_COSTS
 from deepseekbench._plan._coverage import workload_coverage
 from deepseekbench._plan._output_length import with_output_tokens
+from deepseekbench._plan._schedule import measure_slot
 from deepseekbench._plan._workload import load_jsonl, load_sharegpt, sample_path
 from tests._helpers import off_and_mtp, plan_of, read_records
 
@@ -353,21 +354,18 @@ def test_coverage_counts_the_items_sent() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(n_items=st.integers(1, 30), rpc=st.integers(1, 120), rounds=st.integers(1, 10))
-def test_coverage_matches_the_schedule(n_items: int, rpc: int, rounds: int) -> None:
-    from deepseekbench._plan._schedule import measure_slot
-
-    rounds = min(rounds, rpc)
-    sent = {measure_slot_item(rpc, rounds, i, n_items) for i in range(rpc)}
-    cov = workload_coverage(n_items, requests_per_cell=rpc, rounds=rounds)
+@given(n_items=st.integers(1, 30), rpc=st.integers(1, 120), repeats=st.integers(1, 10))
+def test_coverage_matches_the_schedule(n_items: int, rpc: int, repeats: int) -> None:
+    plan = plan_of(
+        [("off", "off", "http://127.0.0.1:1/v1"), ("mtp", "mtp", "http://127.0.0.1:2/v1")],
+        PLAN,
+        {"requests_per_cell": rpc, "repeats": repeats},
+    )
+    # the items the schedule sends: slot ``index // rounds`` cycled over the items
+    sent = {measure_slot(plan, i)[1] % n_items for i in range(rpc)}
+    cov = workload_coverage(n_items, requests_per_cell=rpc, rounds=plan.rounds)
     assert cov.n_sent == len(sent)
     assert cov.complete == (len(sent) == n_items)
-    assert measure_slot  # the schedule's own slot rule is what measure_slot_item mirrors
-
-
-def measure_slot_item(rpc: int, rounds: int, index: int, n_items: int) -> int:
-    """The item request ``index`` sends (the schedule's rule, restated)."""
-    return (index // rounds) % n_items
 
 
 def test_a_plan_that_drops_items_is_warned_in_validation_and_dry_run(tmp_path: Path) -> None:
