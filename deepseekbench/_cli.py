@@ -38,6 +38,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -502,11 +503,14 @@ def _holds_results(path: Path) -> bool:
 
 def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
     from deepseekbench._net._gate import LiveGate
+    from deepseekbench._plan._coverage import WorkloadCoverageWarning
     from deepseekbench._runner import dry_run
     from deepseekbench._types._row import write_rows
 
     gate = LiveGate.from_env(spend=True if args.spend else None)
-    result = dry_run(plan, gate=gate)
+    with warnings.catch_warnings():  # issue 23: said once, below, with the counts
+        warnings.simplefilter("ignore", WorkloadCoverageWarning)
+        result = dry_run(plan, gate=gate)
     if args.results is not None:
         if _holds_results(args.results):
             err.write(
@@ -529,6 +533,8 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     if result.ray_address is not None:
         verdict = f"gate would refuse: {result.ray_refusal}" if result.ray_refusal else "admitted"
         err.write(f"  ray cluster {result.ray_address}: {verdict}\n")
+    for warning in result.warnings:  # issue 23: workload items that would go unsent
+        err.write(f"  warning: {warning}\n")
     return EXIT_GATE if result.refused else EXIT_OK
 
 

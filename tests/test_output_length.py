@@ -400,3 +400,23 @@ def test_a_plan_that_drops_items_is_warned_in_validation_and_dry_run(tmp_path: P
     with warnings.catch_warnings():
         warnings.simplefilter("error", WorkloadCoverageWarning)
         assert dry_run(full, gate=LiveGate()).warnings == ()
+
+
+def test_the_cli_dry_run_says_which_items_would_go_unsent(tmp_path: Path) -> None:
+    import io
+
+    from deepseekbench._cli import main
+
+    data = tmp_path / "w.jsonl"
+    data.write_text("\n".join(orjson.dumps({"prompt": f"Q{k}?"}).decode() for k in range(8)))
+    plan = plan_of(
+        [("off", "off", "http://127.0.0.1:1/v1"), ("mtp", "mtp", "http://127.0.0.1:2/v1")],
+        PLAN,
+        {"requests_per_cell": 12, "repeats": 3, "workload": {"source": "jsonl", "path": str(data)}},
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["run", str(path), "--dry-run"], stdout=out, stderr=err) == 0
+    assert "warning: 8 items, 4 will be sent" in err.getvalue()
+    assert "raise requests_per_cell to 24" in err.getvalue()
