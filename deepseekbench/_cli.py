@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from deepseekbench._errors import (
+    CalibrationError,
     LiveGateError,
     MissingExtraError,
     PlanError,
@@ -79,7 +80,8 @@ __all__ = [
 EXIT_OK = 0
 """Finished (refused speedups included)."""
 EXIT_ERRORS = 1
-"""Finished with measured requests that errored."""
+"""Finished with measured requests that errored, or stopped at a calibration pass
+whose requests errored (``CalibrationError``, issue 23; a rerun resumes it)."""
 EXIT_USAGE = 2
 """Bad arguments, invalid plan or unreadable results file."""
 EXIT_GATE = 3
@@ -684,6 +686,9 @@ def main(
     except LiveGateError as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_GATE
+    except CalibrationError as exc:  # issue 23: off gave no natural length; rerun resumes
+        err.write(f"deepseekbench: {exc}\n")
+        return EXIT_ERRORS
     except ValidationError as exc:
         err.write(f"deepseekbench: invalid {exc.title}:\n")
         err.writelines(f"  {line}\n" for line in validation_error_lines(exc))
