@@ -420,3 +420,23 @@ def test_the_cli_dry_run_says_which_items_would_go_unsent(tmp_path: Path) -> Non
     assert main(["run", str(path), "--dry-run"], stdout=out, stderr=err) == 0
     assert "warning: 8 items, 4 will be sent" in err.getvalue()
     assert "raise requests_per_cell to 24" in err.getvalue()
+
+
+def test_the_cli_exits_1_when_the_calibration_pass_fails(tmp_path: Path) -> None:
+    import io
+
+    from deepseekbench._cli import EXIT_ERRORS, main
+
+    plan = plan_of(
+        [("off", "off", "http://127.0.0.1:9/v1"), ("mtp", "mtp", "http://127.0.0.1:9/v1")],
+        PLAN,
+        {"probe_routes": False, "timeout_s": 5},
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    out, err = io.StringIO(), io.StringIO()
+    results = tmp_path / "r.jsonl"
+    code = main(["run", str(path), "--results", str(results)], stdout=out, stderr=err)
+    assert code == EXIT_ERRORS, err.getvalue()
+    assert "calibration pass on 'off' did not give a natural output length" in err.getvalue()
+    assert "rerun" in err.getvalue()
