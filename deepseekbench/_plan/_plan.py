@@ -1050,7 +1050,7 @@ class BenchmarkPlan(BaseModel):
         if not cov.complete:
             if self.workload.require_all_items:
                 raise PlanError(f"workload.require_all_items: {cov.message()}")
-            warnings.warn(cov.message(), WorkloadCoverageWarning, stacklevel=2)
+            warnings.warn(cov.message(), WorkloadCoverageWarning, stacklevel=3)
         return cov
 
     def model_capability(self) -> ModelCapability | None:
