@@ -65,6 +65,7 @@ __all__ = [
     "DEMO_DRAFT_DEPTH",
     "DEMO_LATEST",
     "DEMO_MAX_TOKENS",
+    "DEMO_PROMPT_IDS",
     "DEMO_REQUESTS",
     "EXIT_ERRORS",
     "EXIT_GATE",
@@ -92,9 +93,20 @@ EXIT_INTERRUPTED = 130
 DEMO_CONCURRENCY: tuple[int, ...] = (1, 2, 8)
 """The demo's load sweep: closed-loop streams per load point (the engine's mtp, k = 3,
 pays while its verify pass is memory-bound and costs past the knee; docs/engine.md)."""
-DEMO_REQUESTS = 48
-"""Measured requests per route and load point: 16 a round, so each of the 16 smoke
-prompts is sent once a round (issue 23: no workload item left unsent)."""
+DEMO_REQUESTS = 24
+"""Measured requests per route and load point: 8 a round, one per stream at the top load."""
+DEMO_PROMPT_IDS: tuple[str, ...] = (
+    "arith-add-17-25",
+    "arith-mul-12-12",
+    "count-5-12",
+    "count-41-48",
+    "reverse-zizur",
+    "code-square",
+    "code-is-even",
+    "code-increment",
+)
+"""The smoke tasks whose prompts the demo measures: 8, so each is sent once a round
+(issue 23: no workload item left unsent; all 16 would double the demo's time)."""
 DEMO_COMPUTE_MS_PER_TOKEN = 3.0
 """The demo engines' compute cost per scored position (ms/token; the default is 1.5): the
 knee comes at a few sequences, so the crossover shows at loads one process drives easily."""
@@ -276,15 +288,17 @@ def demo_plan(
     URLs are the caller's; ``python -m deepseekbench demo`` starts ``off`` and
     mtp with ``DEMO_DRAFT_DEPTH`` draft tokens (plain and mis-tuned) on a cost
     model with ``DEMO_COMPUTE_MS_PER_TOKEN``.
-    The smoke prompts are answered at their natural length (``workload.output_length
-    = "pinned"``, the default: a calibration pass on ``off`` finds each answer's
-    length and every route decodes exactly that), so the demo measures the
-    reference model's real answers and no token past EOS.
+    The speed workload is the prompts of the smoke tasks in ``DEMO_PROMPT_IDS`` (8,
+    each sent once a round), answered at their natural length
+    (``workload.output_length = "pinned"``, the default: a calibration pass on
+    ``off`` finds each answer's length and every route decodes exactly that), so
+    the demo measures the reference model's real answers and no token past EOS.
 
     Raises:
         ValueError: not exactly three base URLs.
     """
     from deepseekbench._plan._plan import BenchmarkPlan, ParityPlan
+    from deepseekbench._plan._tasks import smoke_tasks
 
     if len(base_urls) != 3:
         raise ValueError("demo_plan needs three base URLs (off, mtp, mis-tuned mtp)")
@@ -305,6 +319,7 @@ def demo_plan(
                     "dialect": "vllm",
                 },
             ],
+            "workload": {"prompts": [t.prompt for t in smoke_tasks() if t.id in DEMO_PROMPT_IDS]},
             "requests_per_cell": requests,
             "warmup_per_cell": 1,
             "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
