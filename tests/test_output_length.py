@@ -9,6 +9,7 @@ the same prompt, asked for separately here with natural EOS); ``forced`` shows
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -440,3 +441,41 @@ def test_the_cli_exits_1_when_the_calibration_pass_fails(tmp_path: Path) -> None
     assert code == EXIT_ERRORS, err.getvalue()
     assert "calibration pass on 'off' did not give a natural output length" in err.getvalue()
     assert "rerun" in err.getvalue()
+
+
+class _Chars:
+    """A counter of one token per character (the embedded engine's tokenizer)."""
+
+    name = "chars"
+
+    async def count(self, texts: Sequence[str]) -> list[int]:
+        return [len(t) for t in texts]
+
+
+def test_draw_outputs_counts_sharegpt_reference_answers_per_cell() -> None:
+    from deepseekbench._execute._calibrate import draw_outputs
+    from deepseekbench._execute._prepare import PreparedWorkload
+
+    plan = plan_of(
+        [("off", "off", "http://127.0.0.1:1/v1"), ("mtp", "mtp", "http://127.0.0.1:2/v1")],
+        PLAN,
+        {
+            "cells": [{"max_tokens": 40}, {"max_tokens": 10, "output_target": "1k"}],
+            "workload": {
+                "source": "sharegpt",
+                "path": "sample",
+                "tokenizer": "chars.json",
+                "output_tokens": {"distribution": "dataset", "tokens": 7},
+            },
+        },
+    )
+    items = plan.workload_items()
+    assert items is not None
+    prepared = PreparedWorkload(
+        cells={c.cell_id: items for c in plan.cells}, tokenizer="chars", counter=None
+    )
+    drawn = anyio.run(draw_outputs, plan, prepared, _Chars())
+    for cell, cap in zip(plan.cells, (40, 10), strict=True):
+        for item in drawn.cells[cell.cell_id]:
+            want = min(cap, len(item.references[0])) if item.references else min(cap, 7)
+            assert item.output_tokens == (max(1, want),), item.id
