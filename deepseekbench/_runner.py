@@ -85,7 +85,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
-from deepseekbench._plan._coverage import WorkloadCoverage
+from deepseekbench._plan._coverage import WorkloadCoverage, items_used
 from deepseekbench._plan._plan import BenchmarkPlan, PlanSources
 from deepseekbench._plan._schedule import (
     Block,
@@ -908,11 +908,22 @@ def _calibration_requests(
 ) -> int:
     """Requests of the calibration pass: per cell, every turn of each item sent
     (measured or warmed up) once."""
-    slots = max(-(-plan.requests_per_cell // plan.rounds), plan.warmup_per_cell)
+
+    def used(n: int) -> int:
+        return items_used(
+            n,
+            requests_per_cell=plan.requests_per_cell,
+            rounds=plan.rounds,
+            warmup=plan.warmup_per_cell,
+        )
+
     if items is None:  # synthetic: single-turn items, generated at run time
-        n = coverage.n_items if coverage is not None else 1
-        return len(plan.cells) * min(n, slots)
-    return sum(len(i.turns) for c in plan.cells for i in list(items[c.cell_id])[:slots])
+        return len(plan.cells) * used(coverage.n_items if coverage is not None else 1)
+    return sum(
+        len(i.turns)
+        for c in plan.cells
+        for i in list(items[c.cell_id])[: used(len(items[c.cell_id]))]
+    )
 
 
 def _dry_ray_address(plan: BenchmarkPlan, gate: LiveGate) -> tuple[str | None, str | None]:

@@ -132,14 +132,17 @@ def test_pinned_requests_carry_the_natural_length_and_ignore_eos(tmp_path: Path)
 
     results = tmp_path / "run.jsonl"
 
-    async def main() -> None:
+    async def main() -> BenchmarkPlan:
         async with off_and_mtp(cost=FAST_COSTS) as (off, mtp):
             plan = _plan(off.base_url, mtp.base_url)
             gate = LiveGate()
             async with gate.client(event_hooks={"request": [spy]}) as client:
                 await run_plan(plan, gate=gate, results_path=results, client=client)
+            return plan
 
-    anyio.run(main)
+    plan = anyio.run(main)
+    # the dry run counts the calibration pass among the requests it would send
+    assert dry_run(plan, gate=LiveGate()).n_requests == len(seen)
     cal = {r["item"]: r for r in read_records(results) if r["record"] == "calibration"}
     natural = {
         r["measurement"]["text"]: r["measurement"]["completion_tokens"] for r in cal.values()

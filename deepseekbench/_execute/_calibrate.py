@@ -23,6 +23,7 @@ from deepseekbench._execute._prepare import PreparedWorkload
 from deepseekbench._measure._figures import output_tokens
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._measure._tokens import TokenCounter
+from deepseekbench._plan._coverage import items_used
 from deepseekbench._plan._output_length import draw_seed, with_output_tokens
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan
 from deepseekbench._plan._schedule import Block, Phase, WorkItem
@@ -72,8 +73,13 @@ async def draw_outputs(
 
 def _used(plan: BenchmarkPlan, items: Sequence[WorkloadItem]) -> tuple[WorkloadItem, ...]:
     """The items a cell sends: measured (``ceil(requests / rounds)``) and warm-ups."""
-    slots = -(-plan.requests_per_cell // plan.rounds)
-    return tuple(items[: min(len(items), max(slots, plan.warmup_per_cell))])
+    n = items_used(
+        len(items),
+        requests_per_cell=plan.requests_per_cell,
+        rounds=plan.rounds,
+        warmup=plan.warmup_per_cell,
+    )
+    return tuple(items[:n])
 
 
 def _done(state: CalibrationState, cell: str, item: WorkloadItem) -> bool:

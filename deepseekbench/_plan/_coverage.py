@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["WorkloadCoverage", "WorkloadCoverageWarning", "workload_coverage"]
+__all__ = ["WorkloadCoverage", "WorkloadCoverageWarning", "items_used", "workload_coverage"]
 
 
 class WorkloadCoverageWarning(UserWarning):
@@ -68,3 +68,10 @@ def workload_coverage(n_items: int, *, requests_per_cell: int, rounds: int) -> W
         raise ValueError("n_items, requests_per_cell and rounds must be >= 1")
     slots = -(-requests_per_cell // rounds)
     return WorkloadCoverage(n_items, min(n_items, slots), rounds, requests_per_cell)
+
+
+def items_used(n_items: int, *, requests_per_cell: int, rounds: int, warmup: int) -> int:
+    """How many of the first items a cell sends, warm-ups included: measured slots
+    ``ceil(requests_per_cell / rounds)`` or the ``warmup`` requests (item ``i`` for
+    warm-up ``i``), whichever is larger, at most ``n_items`` (items)."""
+    return min(n_items, max(-(-requests_per_cell // rounds), warmup))
