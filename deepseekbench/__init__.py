@@ -103,6 +103,7 @@ if TYPE_CHECKING:
         reference_tasks,
     )
     from deepseekbench._errors import (
+        CalibrationError,
         DeepseekBenchError,
         LiveGateError,
         LlamaServerError,
@@ -195,7 +196,9 @@ if TYPE_CHECKING:
         mtp_depth_from_hf_config,
         probe_model_capability,
     )
+    from deepseekbench._plan._coverage import WorkloadCoverage, WorkloadCoverageWarning
     from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench  # issue 23
+    from deepseekbench._plan._output_length import OutputLength
     from deepseekbench._plan._plan import (
         ArrivalPlan,
         BenchmarkPlan,
@@ -331,6 +334,7 @@ _IMPORTS: dict[str, str] = {
     "ArrivalPlan": "deepseekbench._plan._plan",
     "BASELINE_NONDETERMINISTIC": "deepseekbench._types._parity",
     "BenchmarkPlan": "deepseekbench._plan._plan",
+    "CalibrationError": "deepseekbench._errors",
     "CellPlan": "deepseekbench._plan._plan",
     "ChatRequest": "deepseekbench._types._request",
     "CompareSpeedup": "deepseekbench._analysis._speedup",
@@ -367,6 +371,7 @@ _IMPORTS: dict[str, str] = {
     "Hosting": "deepseekbench._types._axes",
     "HostingName": "deepseekbench._types._axes",
     "InputLength": "deepseekbench._plan._workload",
+    "OutputLength": "deepseekbench._plan._output_length",
     "KEY_AXES": "deepseekbench._types._axes",
     "LOAD_AXES": "deepseekbench._types._axes",
     "LiveGate": "deepseekbench._net._gate",
@@ -457,6 +462,8 @@ _IMPORTS: dict[str, str] = {
     "VllmServerSpec": "deepseekbench._launch._vllm",
     "WorkerError": "deepseekbench._errors",
     "WorkerPool": "deepseekbench._execute._workers",
+    "WorkloadCoverage": "deepseekbench._plan._coverage",
+    "WorkloadCoverageWarning": "deepseekbench._plan._coverage",
     "WorkloadFormatError": "deepseekbench._errors",
     "WorkloadItem": "deepseekbench._plan._workload",
     "WorkloadLengthError": "deepseekbench._errors",
@@ -544,6 +551,7 @@ __all__ = [
     "ArrivalPlan",
     "BenchmarkPlan",
     "CacheWindow",
+    "CalibrationError",
     "CapacityRatio",
     "CapacityReport",
     "CellPlan",
@@ -598,6 +606,7 @@ __all__ = [
     "ModelCapabilityError",
     "NoiseFloor",
     "NoiseVerdict",
+    "OutputLength",
     "OutputTarget",
     "OutputTargetName",
     "ParityOutput",
@@ -664,6 +673,8 @@ __all__ = [
     "VllmServerSpec",
     "WorkerError",
     "WorkerPool",
+    "WorkloadCoverage",
+    "WorkloadCoverageWarning",
     "WorkloadFormatError",
     "WorkloadItem",
     "WorkloadLengthError",

@@ -38,11 +38,13 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from deepseekbench._errors import (
+    CalibrationError,
     LiveGateError,
     MissingExtraError,
     PlanError,
@@ -63,6 +65,7 @@ __all__ = [
     "DEMO_DRAFT_DEPTH",
     "DEMO_LATEST",
     "DEMO_MAX_TOKENS",
+    "DEMO_PROMPT_IDS",
     "DEMO_REQUESTS",
     "EXIT_ERRORS",
     "EXIT_GATE",
@@ -78,7 +81,8 @@ __all__ = [
 EXIT_OK = 0
 """Finished (refused speedups included)."""
 EXIT_ERRORS = 1
-"""Finished with measured requests that errored."""
+"""Finished with measured requests that errored, or stopped at a calibration pass
+whose requests errored (``CalibrationError``, issue 23; a rerun resumes it)."""
 EXIT_USAGE = 2
 """Bad arguments, invalid plan or unreadable results file."""
 EXIT_GATE = 3
@@ -91,6 +95,18 @@ DEMO_CONCURRENCY: tuple[int, ...] = (1, 2, 8)
 pays while its verify pass is memory-bound and costs past the knee; docs/engine.md)."""
 DEMO_REQUESTS = 24
 """Measured requests per route and load point: 8 a round, one per stream at the top load."""
+DEMO_PROMPT_IDS: tuple[str, ...] = (
+    "arith-add-17-25",
+    "arith-mul-12-12",
+    "count-5-12",
+    "count-41-48",
+    "reverse-zizur",
+    "code-square",
+    "code-is-even",
+    "code-increment",
+)
+"""The smoke tasks whose prompts the demo measures: 8, so each is sent once a round
+(issue 23: no workload item left unsent; all 16 would double the demo's time)."""
 DEMO_COMPUTE_MS_PER_TOKEN = 3.0
 """The demo engines' compute cost per scored position (ms/token; the default is 1.5): the
 knee comes at a few sequences, so the crossover shows at loads one process drives easily."""
@@ -286,14 +302,17 @@ def demo_plan(
     URLs are the caller's; ``python -m deepseekbench demo`` starts ``off`` and
     mtp with ``DEMO_DRAFT_DEPTH`` draft tokens (plain and mis-tuned) on a cost
     model with ``DEMO_COMPUTE_MS_PER_TOKEN``.
-    The smoke prompts are answered with natural EOS (``workload.reach_max_tokens =
-    false``): the demo measures the reference model's real answers, so its rows
-    carry the short-output flag.
+    The speed workload is the prompts of the smoke tasks in ``DEMO_PROMPT_IDS`` (8,
+    each sent once a round), answered at their natural length
+    (``workload.output_length = "pinned"``, the default: a calibration pass on
+    ``off`` finds each answer's length and every route decodes exactly that), so
+    the demo measures the reference model's real answers and no token past EOS.
 
     Raises:
         ValueError: not exactly three base URLs.
     """
     from deepseekbench._plan._plan import BenchmarkPlan, ParityPlan
+    from deepseekbench._plan._tasks import smoke_tasks
 
     if len(base_urls) != 3:
         raise ValueError("demo_plan needs three base URLs (off, mtp, mis-tuned mtp)")
@@ -314,7 +333,7 @@ def demo_plan(
                     "dialect": "vllm",
                 },
             ],
-            "workload": {"reach_max_tokens": False},
+            "workload": {"prompts": [t.prompt for t in smoke_tasks() if t.id in DEMO_PROMPT_IDS]},
             "requests_per_cell": requests,
             "warmup_per_cell": 1,
             "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
@@ -559,11 +578,14 @@ def _holds_results(path: Path) -> bool:
 
 def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
     from deepseekbench._net._gate import LiveGate
+    from deepseekbench._plan._coverage import WorkloadCoverageWarning
     from deepseekbench._runner import dry_run
     from deepseekbench._types._row import write_rows
 
     gate = LiveGate.from_env(spend=True if args.spend else None)
-    result = dry_run(plan, gate=gate)
+    with warnings.catch_warnings():  # issue 23: said once, below, with the counts
+        warnings.simplefilter("ignore", WorkloadCoverageWarning)
+        result = dry_run(plan, gate=gate)
     if args.results is not None:
         if _holds_results(args.results):
             err.write(
@@ -586,6 +608,8 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     if result.ray_address is not None:
         verdict = f"gate would refuse: {result.ray_refusal}" if result.ray_refusal else "admitted"
         err.write(f"  ray cluster {result.ray_address}: {verdict}\n")
+    for warning in result.warnings:  # issue 23: workload items that would go unsent
+        err.write(f"  warning: {warning}\n")
     return EXIT_GATE if result.refused else EXIT_OK
 
 
@@ -740,6 +764,9 @@ def main(
     except LiveGateError as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_GATE
+    except CalibrationError as exc:  # issue 23: off gave no natural length; rerun resumes
+        err.write(f"deepseekbench: {exc}\n")
+        return EXIT_ERRORS
     except ValidationError as exc:
         err.write(f"deepseekbench: invalid {exc.title}:\n")
         err.writelines(f"  {line}\n" for line in validation_error_lines(exc))

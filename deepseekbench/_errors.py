@@ -209,3 +209,16 @@ class LlamaServerError(ServerError):
     ``name`` is the route name; ``log_path`` the server's log file (``None`` when the
     process never started). The message carries the last lines of the log.
     """
+
+
+# issue 23 (length23): the calibration pass
+class CalibrationError(DeepseekBenchError):
+    """The calibration pass on ``off`` (``workload.output_length = "pinned"`` or
+    ``"forced"``) gave no natural output length for some items (an errored or
+    uncounted request); raised before any measured request, every calibration
+    record kept, so a rerun retries only those. ``items``: ``"<cell>:<item id>"``
+    of each."""
+
+    def __init__(self, message: str, *, items: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.items = items

@@ -20,7 +20,10 @@ the records at the end.
 between execute and finish: ``off``'s logprobs at every divergence), each one short function:
 ``_preflight`` (read the plan's files, build the routes, ask the gate),
 ``_open_store`` (lock the results file, index what it holds), then
-``_Steps.prepare`` (probe, served depth, count the workload), ``.schedule``,
+``_Steps.prepare`` (probe, served depth, count the workload), ``.outputs`` and
+``.calibrate`` (issue 23: output-length draws and the calibration pass on
+``off``, recorded and resumable; :mod:`deepseekbench._execute._calibrate`),
+``.schedule``,
 ``.execute`` (every finished request recorded as it arrives) and ``.finish``
 (the :class:`RunResult`, built once and frozen, then its records). Every
 record goes through :class:`~deepseekbench._store._results.ResultsStore`,
@@ -71,7 +74,14 @@ from deepseekbench._analysis._analysis import (
 from deepseekbench._analysis._capacity import route_probes
 from deepseekbench._analysis._follow_ups import follow_ups
 from deepseekbench._errors import LiveGateError, PlanError
-from deepseekbench._execute._executor import Sent
+from deepseekbench._execute._calibrate import (
+    calibrated_items,
+    calibration_blocks,
+    draw_outputs,
+    needs_calibration,
+    pin,
+)
+from deepseekbench._execute._executor import Executor, Sent
 from deepseekbench._execute._forensics import FollowUp, explain_divergences
 from deepseekbench._execute._pool_executor import BlockExecutor, executor_for
 from deepseekbench._execute._prepare import (
@@ -82,12 +92,13 @@ from deepseekbench._execute._prepare import (
 from deepseekbench._execute._search import SearchLoop
 from deepseekbench._execute._workers import PoolReport
 from deepseekbench._launch._plan_launch import Launched, LaunchTarget, launched_routes
-from deepseekbench._measure._measure import StreamMeasurement, redact_measurement
+from deepseekbench._measure._measure import StreamMeasurement, Timeouts, redact_measurement
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
+from deepseekbench._plan._coverage import WorkloadCoverage, items_used
 from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint, PlanSources
 from deepseekbench._plan._schedule import (
     Block,
@@ -99,8 +110,9 @@ from deepseekbench._plan._schedule import (
 )
 from deepseekbench._plan._search import Probe, passed
 from deepseekbench._plan._spec_config import check_spec_config
-from deepseekbench._plan._workload import check_bucket_bytes
+from deepseekbench._plan._workload import WorkloadItem, check_bucket_bytes
 from deepseekbench._store._records import (
+    CalibrationRecord,
     DivergenceMarginRecord,
     MeasurementRecord,
     ParityEntry,
@@ -201,6 +213,12 @@ class DryRunResult(BaseModel):
     )
     ray_refusal: str | None = Field(
         default=None, description="why the gate (or the resolution) refuses that address"
+    )
+    # issue 23 (length23): nothing dropped silently
+    warnings: tuple[str, ...] = Field(
+        default=(),
+        description="what the run would not measure, e.g. '8 items, 4 will be sent: raise "
+        "requests_per_cell to 24' (a WorkloadCoverageWarning at run time)",
     )
 
     @property
@@ -339,8 +357,26 @@ class _Recorder:
             return
         if block.phase is Phase.measure:
             self._measurement(block, sent)
+        elif block.phase is Phase.calibrate:
+            self._calibration(block, sent)
         else:
             self._parity_output(block, sent)
+
+    def _calibration(self, block: Block, sent: Sent) -> None:
+        """issue 23: one calibration output on ``off`` (natural length, resumable)."""
+        assert sent.item is not None and sent.item.workload is not None
+        w = sent.item.workload
+        self.store.append(
+            CalibrationRecord(
+                **self.base,
+                route=block.route,
+                cell=block.cell,
+                item=w.id,
+                turn=sent.turn,
+                max_tokens=w.output_target(sent.turn) or sent.item.request.max_tokens or 1,
+                measurement=sent.measurement,
+            )
+        )
 
     def _measurement(self, block: Block, sent: Sent) -> None:
         assert block.load is not None and sent.item is not None
@@ -531,7 +567,10 @@ def _to_send(items: Iterable[WorkItem]) -> int:
 
 
 def _resumed(state: ResultsState) -> int:
-    return len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete)
+    calibrated = sum(1 for m in state.calibration.values() if m.error is None)  # issue 23
+    return (
+        len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete) + calibrated
+    )
 
 
 # ------------------------------------------------------------- the run's steps --
@@ -584,7 +623,7 @@ class _Previous:
     """What the results file held of this plan when the run opened it."""
 
     retried: int  # errored measurements dropped, to be measured again
-    resumed: int  # measured requests and complete parity outputs kept
+    resumed: int  # measured requests, complete parity and calibration outputs kept
     kept: int  # measured requests kept
     started_at: str | None  # the plan's first run_start in the file
 
@@ -644,13 +683,45 @@ class _Steps:
         _check_conversations(plan, prepared)
         return counter, prepared
 
-    def schedule(self, prepared: PreparedWorkload) -> list[tuple[Block, tuple[WorkItem, ...]]]:
-        """Step 4: the schedule, less what the file already holds; sizes the progress."""
+    async def outputs(
+        self, prepared: PreparedWorkload, counter: TokenCounter | None
+    ) -> tuple[PreparedWorkload, list[Block]]:
+        """Step 3b (issue 23): draw each item's output cap; the calibration blocks
+        still to send on ``off`` (none for ``natural`` or when the file has them all)."""
+        prepared = await draw_outputs(self.plan, prepared, counter)
+        return prepared, calibration_blocks(self.plan, prepared, self.store.state.calibration)
+
+    async def calibrate(
+        self, prepared: PreparedWorkload, blocks: list[Block], counter: TokenCounter | None
+    ) -> PreparedWorkload:
+        """Step 3c (issue 23): the calibration pass (each output recorded as it
+        arrives, resumable); ``pinned`` items then carry their natural lengths.
+
+        Raises:
+            CalibrationError: an item got no natural length (records kept).
+        """
+        if not needs_calibration(self.plan):
+            return prepared
+        if blocks:
+            self.prog.set_phase("calibrate")
+            timeouts = Timeouts(total_s=self.plan.timeout_s)
+            executor = Executor(self.run.routes, self.gate, self.http, timeouts, counter)
+            for block in blocks:
+                await executor.run_block(block, block.items, self._on_sent)
+        natural = calibrated_items(self.plan, prepared, self.store.state.calibration)
+        return pin(self.plan, prepared, natural)
+
+    def schedule(
+        self, prepared: PreparedWorkload, calibration: int = 0
+    ) -> list[tuple[Block, tuple[WorkItem, ...]]]:
+        """Step 4: the schedule, less what the file already holds; sizes the progress
+        (``calibration``: requests of the calibration pass still to send)."""
         parity = parity_prompts(self.plan, self.run.sources.tasks)
         schedule = build_schedule(self.plan, self.run.sources.prompts, parity, items=prepared.cells)
         self.blocks = list(schedule)  # issue 21: what each request was, for the forensics step
         work = pending(schedule, self.store.state)
-        self.prog.total = sum(_to_send(items) + len(b.warmup) for b, items in work)
+        done = self.prog.done + calibration  # issue 23: the calibration pass
+        self.prog.total = done + sum(_to_send(items) + len(b.warmup) for b, items in work)
         self.prog.remaining = sum(_to_send(items) for b, items in work if b.phase is Phase.measure)
         self.prog.kept = self.previous.kept
         return work
@@ -926,8 +997,11 @@ async def _run(
     steps = _Steps(plan, gate, http, run, store, previous, _Progress(progress, 0))
     try:
         counter, prepared = await steps.prepare()
-        work = steps.schedule(prepared)
+        prepared, calibration = await steps.outputs(prepared, counter)  # issue 23
+        steps.schedule(prepared, sum(_to_send(b.items) for b in calibration))  # sizes progress
         steps.record_start(prepared)
+        prepared = await steps.calibrate(prepared, calibration, counter)
+        work = steps.schedule(prepared)  # with the pinned lengths
         await steps.execute(work, counter, prepared)
         await steps.forensics()  # issue 21
         return steps.finish()
@@ -1006,7 +1080,10 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         for r in plan.routes
     )
     n = sum(_to_send(b.items) + len(b.warmup) for b in schedule)
+    if plan.workload.output_length != "natural":  # issue 23: the calibration pass
+        n += _calibration_requests(plan, items, sources.coverage)
     ray_address, ray_refusal = _dry_ray_address(plan, gate)
+    cov = sources.coverage
     return DryRunResult(
         plan_hash=plan.plan_hash(),
         rows=rows,
@@ -1015,6 +1092,32 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         grid=grid_text(plan),
         ray_address=ray_address,
         ray_refusal=ray_refusal,
+        warnings=(cov.message(),) if cov is not None and not cov.complete else (),
+    )
+
+
+def _calibration_requests(
+    plan: BenchmarkPlan,
+    items: Mapping[str, Sequence[WorkloadItem]] | None,
+    coverage: WorkloadCoverage | None,
+) -> int:
+    """Requests of the calibration pass: per cell, every turn of each item sent
+    (measured or warmed up) once."""
+
+    def used(n: int) -> int:
+        return items_used(
+            n,
+            requests_per_cell=plan.requests_per_cell,
+            rounds=plan.rounds,
+            warmup=plan.warmup_per_cell,
+        )
+
+    if items is None:  # synthetic: single-turn items, generated at run time
+        return len(plan.cells) * used(coverage.n_items if coverage is not None else 1)
+    return sum(
+        len(i.turns)
+        for c in plan.cells
+        for i in list(items[c.cell_id])[: used(len(items[c.cell_id]))]
     )
 
 

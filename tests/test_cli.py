@@ -267,7 +267,7 @@ def test_run_with_request_errors_exits_1_and_interrupt_exits_130(tmp_path: Path)
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if results.exists() and b'"measurement"' in results.read_bytes():
+            if results.exists() and b'"record":"measurement"' in results.read_bytes():
                 break
             time.sleep(0.05)
         proc2.send_signal(signal.SIGINT)

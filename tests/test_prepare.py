@@ -195,7 +195,7 @@ def test_every_workload_example_in_docs_plan_md_is_a_valid_plan() -> None:
         sources.add(p.workload.source)
         p.validate_sources()
     assert sources == {"default", "sharegpt", "spec_bench", "synthetic"}
-    assert len(blocks) == 5
+    assert len(blocks) == 6  # the five sources and the output-length example (issue 23)
 
 
 def test_no_route_is_forced_past_eos_when_one_route_cannot_be() -> None:
@@ -205,5 +205,5 @@ def test_no_route_is_forced_past_eos_when_one_route_cannot_be() -> None:
     routes[1]["dialect"] = "openai"
     mixed = BenchmarkPlan.model_validate({**p.model_dump(), "routes": routes})
     assert not mixed.reach_max_tokens
-    off = BenchmarkPlan.model_validate({**p.model_dump(), "workload": {"reach_max_tokens": False}})
+    off = BenchmarkPlan.model_validate({**p.model_dump(), "workload": {"output_length": "natural"}})
     assert not off.reach_max_tokens

@@ -92,23 +92,30 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
             defaults = {"parity_basis": "bit_exact", "divergence_note": None}
             for name in ISSUE_21_ROW_FIELDS:
                 assert out["row"].pop(name) == defaults.get(name), name
+        if out["record"] == "row":  # the row fields added since (issue 23)
+            assert out["row"].pop("output_length") is None
+            assert out["row"].pop("tokens_past_eos") is None
         assert out == raw, raw["record"]
 
 
 def test_an_old_results_file_reports_the_rows_its_run_wrote(tmp_path: Path) -> None:
     path = _old_file(tmp_path)
     written = [Row.model_validate(r["row"]) for r in read_records(path) if r["record"] == "row"]
-    result = load_results(path)
+    with pytest.warns(FutureWarning, match="reach_max_tokens is deprecated"):
+        result = load_results(path)
     assert len(written) == 3
     # the same rows, plus what issue 22 derives from the same measurements (the engine's
-    # TPOT, the client-clock counts) and issue 24's route identity check, which applies
-    # to old files too
-    new = {*ISSUE_22_FIELDS["row"], "route_identity", "route_identity_detail"}
+    # TPOT, the client-clock counts), issue 24's route identity check, which applies
+    # to old files too, and issue 23's output_length: the old plan's reach_max_tokens =
+    # true reads as "forced"; with no calibration pass in the file, nothing says how
+    # much was past EOS
+    new = {*ISSUE_22_FIELDS["row"], "route_identity", "route_identity_detail", "output_length"}
     assert [r.model_dump(exclude=new) for r in result.rows] == [
         r.model_dump(exclude=new) for r in written
     ]
     assert any(r.server_tpot_ms is not None for r in result.rows)  # vLLM metrics.mean_itl_ms
     assert all(r.route_identity is not None for r in result.rows)
+    assert all(r.output_length == "forced" and r.tokens_past_eos is None for r in result.rows)
     assert len(result.measurements) == 18 and result.complete
     # an old file has no parity set of its own: it needs its plan's task file
     (tmp_path / "tasks.jsonl").unlink()

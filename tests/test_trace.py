@@ -93,7 +93,7 @@ def test_items_share_exactly_their_common_blocks_and_are_token_true(tmp_path: Pa
     records = load_mooncake(_write(tmp_path / "t.jsonl", _lines()))
     items = anyio.run(trace_items, CharCounter(), records, plan)
     for item, rec in zip(items, records, strict=True):
-        assert item.arrival_ms == rec.timestamp_ms and item.output_tokens == 24
+        assert item.arrival_ms == rec.timestamp_ms and item.output_tokens == (24,)
         assert item.prompt_tokens == len(item.turns[0])
         assert rec.input_length - SLACK <= len(item.turns[0]) <= rec.input_length
     _check_shared_blocks({k: item.turns[0] for k, item in enumerate(items)})

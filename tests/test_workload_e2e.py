@@ -50,6 +50,8 @@ def test_a_32k_synthetic_cell_runs_within_its_bucket_and_reaches_the_target(
                 mtp.base_url,
                 cells=[{"context_bucket": "32k", "output_target": "256", "max_tokens": 48}],
                 workload={
+                    # decoding to the 48-token target (past EOS) is what this test measures
+                    "output_length": "forced",
                     "source": "synthetic",
                     "tokenizer": "endpoint",
                     "n_prompts": 2,
@@ -85,7 +87,7 @@ def test_natural_eos_outputs_are_flagged_short(tmp_path: Path) -> None:
             plan = _plan(
                 off.base_url,
                 mtp.base_url,
-                workload={"prompts": ["What is 3 × 4?"], "reach_max_tokens": False},
+                workload={"prompts": ["What is 3 × 4?"], "output_length": "natural"},
             )
             return await run_plan(plan, gate=LiveGate())
 
@@ -219,10 +221,12 @@ def test_outputs_without_usage_are_counted_by_the_tokenizer_and_never_credited()
         m = req.measurement
         assert m.completion_tokens is None and m.tokens_estimated
         assert m.tokens_estimated_by is not None and m.tokens_estimated_by.startswith("endpoint:")
-        # the engine's tokenizer is one token per character
-        assert m.estimated_completion_tokens == len(m.text) == 40
+        # the engine's tokenizer is one token per character; every route decodes
+        # off's natural answer (output_length "pinned", the default), not the cap
+        assert m.text == "1 2 3 4 5 6 7 8 9"
+        assert m.estimated_completion_tokens == len(m.text) == 17
         if req.route == "mtp":  # several tokens per chunk: chunks would under-count
-            assert len(m.chunk_arrival_ms) < 40
+            assert len(m.chunk_arrival_ms) < 17
     assert all(r.tokens_estimated for r in result.rows)
     (line,) = Scorecard.from_run(result).refused
     assert line.verdict is not None and RefusalReason.tokens_estimated in line.verdict.reasons

@@ -34,6 +34,7 @@ from deepseekbench._analysis._noise_rows import (
     judge_speculative,
     noise_floor,
 )
+from deepseekbench._analysis._output_length import short_of_natural, tokens_past_eos
 from deepseekbench._analysis._route_identity import judge_route_identity, route_evidence
 from deepseekbench._analysis._rowstats import (
     WINDOW_METRICS,
@@ -237,7 +238,8 @@ class RunResult:
         measurements: every measured request, in completion order.
         parity: :class:`RouteParity` (the parity set) per ``(route label, reasoning mode)``.
         results_path: the JSONL file, when one was written.
-        resumed: measured requests and parity outputs taken from an earlier run's file.
+        resumed: measured requests, parity outputs and calibration outputs (issue 23)
+            taken from an earlier run's file.
         complete: False when the run stopped before every request was made.
         retried: errored measurements of an earlier run measured again on resume.
         kept_measurements: measured requests (turns) kept from the results file when
@@ -685,7 +687,9 @@ def _build_row(
             speculative=route.speculative is not Speculative.off,
             declared_spec_tokens=route.spec_tokens,
         ),
-        **_workload_breakdown(mine, cell.request_max_tokens),
+        **_output_length_fields(  # issue 23
+            plan, inp.state, cell.cell_id, mine, _workload_breakdown(mine, cell.request_max_tokens)
+        ),
         **_cache_fields(inp.state, route.label, cell.cell_id, load),  # issue 23
         **_trace_fields(plan),
         **noise,
@@ -717,6 +721,38 @@ def _within_noise(
     tasks = rp.tasks.parity if rp is not None and rp.tasks is not None else None
     exact = rp.exact if rp is not None else None
     return judge_speculative(plan, inp.state, where, parity, exact, traffic, tasks, floor)
+
+
+def _output_length_fields(
+    plan: BenchmarkPlan, state: ResultsState, cell: str, mine: Indexed, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """issue 23: ``fields`` (:func:`_workload_breakdown`) with the run's
+    ``output_length`` and the row's ``tokens_past_eos``; a pinned row judges
+    "short" against each prompt's pinned (natural) length, not the cell's cap."""
+    natural = {(item, t): m for (c, item, t), m in state.calibration.items() if c == cell}
+    measured = [(info.item, turn, m) for (_, turn), (m, info) in sorted(mine.items())]
+    out = dict(fields)
+    out["output_length"] = plan.workload.output_length
+    out["tokens_past_eos"] = tokens_past_eos(measured, natural)
+    if plan.workload.output_length != "pinned" or not natural:
+        return out
+    n_short = short_of_natural(measured, natural)
+    out |= {"output_short": n_short > 0, "n_output_short": n_short}
+    category = [info.category for _, (_, info) in sorted(mine.items())]
+
+    def slice_short(name: str) -> bool:
+        picked = [
+            x
+            for x, cat in zip(measured, category, strict=True)
+            if cat == name or f"turn {x[1] + 1}" == name
+        ]
+        return short_of_natural(picked, natural) > 0
+
+    for key in ("categories", "turns"):
+        out[key] = tuple(
+            s.model_copy(update={"output_short": slice_short(s.name)}) for s in out.get(key, ())
+        )
+    return out
 
 
 def _workload_breakdown(mine: Indexed, max_tokens: int) -> dict[str, Any]:

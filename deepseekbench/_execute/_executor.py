@@ -121,7 +121,11 @@ class Executor:
             return m
 
         def request_for(messages: tuple[dict[str, Any], ...]) -> ChatRequest:
-            return item.request.model_copy(update={"messages": messages})
+            update: dict[str, Any] = {"messages": messages}
+            target = conv.output_target(len(messages) // 2)  # issue 23: per-turn target
+            if target is not None:
+                update["max_tokens"] = target
+            return item.request.model_copy(update=update)
 
         await converse(conv, request_for, turn, done=item.done)
 

@@ -23,6 +23,7 @@ import os
 import re
 import tomllib
 import types
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,13 @@ from deepseekbench._plan._capability import (
     ModelCapabilityError,
     probe_model_capability,
 )
+from deepseekbench._plan._coverage import (
+    WorkloadCoverage,
+    WorkloadCoverageWarning,
+    workload_coverage,
+)
 from deepseekbench._plan._datasets import dataset_sample_path, load_mt_bench, load_speed_bench
+from deepseekbench._plan._output_length import OutputLength, OutputLengthMode
 from deepseekbench._plan._prefix import SharedPrefix
 from deepseekbench._plan._search import SearchPlan
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
@@ -679,14 +686,23 @@ class WorkloadPlan(BaseModel):
     cell's prompts are counted and must fall in the bucket's token range, and
     outputs without usage are counted with it. Without it only the byte bound is
     checked (a prompt of fewer UTF-8 bytes than the bucket's lower bound is
-    refused). ``reach_max_tokens``: ask the engine to generate ``max_tokens``
-    (ignore EOS, per dialect); parity requests never do.
+    refused).
+
+    ``output_length`` (issue 23): ``pinned`` (default: a calibration pass on
+    ``off`` finds each prompt's natural length, every route decodes exactly
+    that), ``natural`` (stop at EOS under the cap) or ``forced`` (decode to the
+    cap past EOS; rows carry ``tokens_past_eos``); parity requests always stop
+    at EOS. ``output_tokens``: an :class:`OutputLength` distribution of per-item
+    caps (tokens). The deprecated ``reach_max_tokens`` reads as ``forced``
+    (true) or ``natural`` (false). See ``deepseekbench._plan._output_length``.
 
     Raises:
         pydantic.ValidationError: an unknown field or source, a non-string
             prompt, a file source without ``path``, ``input_length`` or
             ``n_prompts`` on a non-synthetic source, a synthetic source without
-            ``tokenizer``, or ``prompts``/``prompts_file`` with another source.
+            ``tokenizer``, ``prompts``/``prompts_file`` with another source, an
+            ``output_tokens`` ``dataset`` distribution without reference answers
+            or a tokenizer, or ``reach_max_tokens`` contradicting ``output_length``.
     """
 
     model_config = _CONFIG
@@ -701,7 +717,6 @@ class WorkloadPlan(BaseModel):
     input_length: InputLength | None = None
     n_prompts: int | None = Field(default=None, ge=1, le=10_000)
     tokenizer: str | None = Field(default=None, min_length=1)
-    reach_max_tokens: bool = True
     # issue 23: shared-prefix workloads (groups x prefix x suffixes, multi-turn)
     shared_prefix: SharedPrefix | None = Field(
         default=None,
@@ -732,6 +747,59 @@ class WorkloadPlan(BaseModel):
                 )
         if self.shared_prefix is not None and self.trace is not None:
             raise ValueError("give one of shared_prefix or trace (a trace has its own prefixes)")
+        return self
+
+    # issue 23 (length23): output length (replaces reach_max_tokens; see _output_length)
+    output_length: OutputLengthMode = Field(
+        default="pinned",
+        description="pinned: decode each prompt's natural length (calibrated on off) on "
+        "every route; natural: stop at EOS under the cap; forced: decode to the cap past EOS",
+    )
+    output_tokens: OutputLength | None = Field(
+        default=None, description="per-item output cap distribution (tokens); None: the cell's"
+    )
+    require_all_items: bool = Field(
+        default=False,
+        description="refuse a plan whose requests_per_cell leaves workload items unsent "
+        "(default: a WorkloadCoverageWarning)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_reach_max_tokens(cls, data: Any) -> Any:
+        """Plans written before issue 23: ``reach_max_tokens`` true → ``forced``,
+        false → ``natural`` (deprecated; a FutureWarning says so)."""
+        if not isinstance(data, dict) or "reach_max_tokens" not in data:
+            return data
+        data = dict(data)
+        old = data.pop("reach_max_tokens")
+        if not isinstance(old, bool):
+            raise ValueError("reach_max_tokens (deprecated) must be true or false")
+        mapped = "forced" if old else "natural"
+        if data.get("output_length", mapped) != mapped:
+            raise ValueError(
+                f"reach_max_tokens = {str(old).lower()} contradicts output_length = "
+                f"{data['output_length']!r}: give output_length only"
+            )
+        warnings.warn(
+            f"workload.reach_max_tokens is deprecated: read as output_length = {mapped!r}",
+            FutureWarning,
+            stacklevel=2,
+        )
+        data["output_length"] = mapped
+        return data
+
+    @model_validator(mode="after")
+    def _output_fields(self) -> WorkloadPlan:
+        ol = self.output_tokens
+        if ol is not None and ol.distribution == "dataset":
+            if self.source not in ("sharegpt", "jsonl"):
+                raise ValueError(
+                    "output_tokens distribution 'dataset' needs reference answers: "
+                    "source 'sharegpt' or 'jsonl'"
+                )
+            if self.tokenizer is None:
+                raise ValueError("output_tokens distribution 'dataset' needs a tokenizer")
         return self
 
     @model_validator(mode="after")
@@ -819,12 +887,14 @@ class PlanSources:
         capability: the probed model capability, ``None`` without ``model_source``.
         items: the workload's items (:meth:`BenchmarkPlan.workload_items`);
             ``None`` for a synthetic source (generated at run time).
+        coverage: how many of them each cell sends (:meth:`BenchmarkPlan.coverage`).
     """
 
     tasks: tuple[Task, ...]
     prompts: tuple[str, ...]
     capability: ModelCapability | None
     items: tuple[WorkloadItem, ...] | None = None
+    coverage: WorkloadCoverage | None = None  # issue 23: items sent per cell
 
 
 class BenchmarkPlan(BaseModel):
@@ -1014,11 +1084,13 @@ class BenchmarkPlan(BaseModel):
 
     @property
     def reach_max_tokens(self) -> bool:
-        """Whether measured requests ask the engines to generate past EOS: the
-        workload asks for it and every route's dialect can (a route that cannot —
-        ``openai``, ``deepseek`` — would decode different work than the others, so
-        then no route is asked and short outputs are flagged instead)."""
-        return self.workload.reach_max_tokens and all(
+        """Whether measured requests ask the engines to generate their whole
+        ``max_tokens`` (ignore EOS, per dialect): ``output_length`` is ``pinned``
+        (``max_tokens`` is then the natural length) or ``forced``, and every
+        route's dialect can (a route that cannot — ``openai``, ``deepseek`` — would
+        decode different work than the others, so then no route is asked and short
+        outputs are flagged instead)."""
+        return self.workload.output_length != "natural" and all(
             can_ignore_eos(r.dialect) for r in self.routes
         )
 
@@ -1156,7 +1228,11 @@ class BenchmarkPlan(BaseModel):
         Raises:
             PlanError: a referenced file is missing or invalid, an ``mtp`` route is
                 planned on a model whose MTP depth is 0 (see :meth:`check_capability`),
-                or every cell's parity set would be empty.
+                every cell's parity set would be empty, or workload items would go
+                unsent under ``workload.require_all_items`` (:meth:`coverage`).
+
+        Warns:
+            WorkloadCoverageWarning: workload items would go unsent (:meth:`coverage`).
         """
         tasks = self.tasks()
         prompts = self.workload_prompts()
@@ -1166,7 +1242,30 @@ class BenchmarkPlan(BaseModel):
             raise PlanError(
                 "the plan has no parity prompts and no tasks: parity could never be verified"
             )
-        return PlanSources(tasks=tasks, prompts=prompts, capability=capability, items=items)
+        coverage = self.coverage(items)
+        return PlanSources(
+            tasks=tasks, prompts=prompts, capability=capability, items=items, coverage=coverage
+        )
+
+    # issue 23 (length23): nothing dropped silently
+    def coverage(self, items: Sequence[WorkloadItem] | None) -> WorkloadCoverage:
+        """How many workload items each cell sends (``items``: the source's, ``None``
+        for synthetic: ``n_prompts``, default 8); warns when some are never sent.
+
+        Raises:
+            PlanError: items would go unsent and ``workload.require_all_items`` is set.
+
+        Warns:
+            WorkloadCoverageWarning: items would go unsent (the counts and the
+                ``requests_per_cell`` that sends them all).
+        """
+        n = len(items) if items is not None else (self.workload.n_prompts or 8)
+        cov = workload_coverage(n, requests_per_cell=self.requests_per_cell, rounds=self.rounds)
+        if not cov.complete:
+            if self.workload.require_all_items:
+                raise PlanError(f"workload.require_all_items: {cov.message()}")
+            warnings.warn(cov.message(), WorkloadCoverageWarning, stacklevel=3)
+        return cov
 
     def model_capability(self) -> ModelCapability | None:
         """The probed capability of ``model_source`` (``None`` when it is unset).

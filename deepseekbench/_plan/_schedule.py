@@ -73,11 +73,13 @@ def parity_conversations(plan: BenchmarkPlan) -> tuple[WorkloadItem, ...]:
 
 
 class Phase(StrEnum):
-    """What a block is for: the ``parity`` set, a ``measure`` round, the ``control`` pass."""
+    """What a block is for: the ``parity`` set, a ``measure`` round, the ``control``
+    pass, or the ``calibrate`` pass (``off``'s natural output lengths, issue 23)."""
 
     parity = "parity"
     measure = "measure"
     control = "control"
+    calibrate = "calibrate"  # issue 23: off's natural output lengths
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,10 +222,11 @@ def _parity_request(plan: BenchmarkPlan, p: ParityPrompt, mode: ReasoningMode) -
     )
 
 
-def _measure_request(plan: BenchmarkPlan, cell: CellPlan, prompt: str) -> ChatRequest:
+def _measure_request(plan: BenchmarkPlan, cell: CellPlan, item: WorkloadItem) -> ChatRequest:
+    # issue 23: the item's own output target (drawn, or pinned by calibration)
     return ChatRequest(
-        messages=({"role": "user", "content": prompt},),
-        max_tokens=cell.request_max_tokens,
+        messages=({"role": "user", "content": item.turns[0]},),
+        max_tokens=item.output_target(0) or cell.request_max_tokens,
         temperature=plan.temperature,
         seed=plan.seed,
         reasoning_mode=cell.reasoning_mode,
@@ -265,7 +268,7 @@ def _measure_blocks(
         indices = range(r, n, rounds)
         items = tuple(
             WorkItem(
-                _measure_request(plan, cell, (w := prompts[(i // rounds) % len(prompts)]).turns[0]),
+                _measure_request(plan, cell, (w := prompts[(i // rounds) % len(prompts)])),
                 i,
                 workload=w,
             )
@@ -294,8 +297,7 @@ def _measure_blocks(
                     round=r,
                     offsets_s=tuple(offsets) if offsets is not None else None,
                     warmup=tuple(
-                        _measure_request(plan, cell, prompts[i % len(prompts)].turns[0])
-                        for i in range(warm)
+                        _measure_request(plan, cell, prompts[i % len(prompts)]) for i in range(warm)
                     ),
                     # issue 23: off is scraped too (its prefix cache, KV and queue)
                     scrape=plan.hosting.value != "managed_api",

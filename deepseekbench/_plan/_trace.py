@@ -199,7 +199,7 @@ async def trace_items(
                 source=f"{plan.path}:{rec.line}",
                 prompt_tokens=tokens,
                 arrival_ms=rec.timestamp_ms,
-                output_tokens=rec.output_length,
+                output_tokens=(rec.output_length,),
             )
         )
     return tuple(items)

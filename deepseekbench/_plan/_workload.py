@@ -63,8 +63,11 @@ class WorkloadItem(BaseModel):
         source: where it came from (``<file>:<line>`` or ``synthetic``).
         prompt_tokens: the first turn's length in tokens when it was counted
             (synthetic items always; loaded ones after a check), else ``None``.
-        arrival_ms / output_tokens: a trace item's arrival (ms from the trace's
-            start) and output length (tokens); ``None`` otherwise (issue 23).
+        arrival_ms: a trace item's arrival (ms from the trace's start), ``None``
+            otherwise (issue 23).
+        output_tokens: the output target per turn (tokens), ``()`` = the cell's (a
+            trace item: its ``output_length``).
+        references: the dataset's reference answers (not sent).
 
     Raises:
         pydantic.ValidationError: no turns, an empty id, or an unknown field.
@@ -77,9 +80,25 @@ class WorkloadItem(BaseModel):
     category: str | None = None
     source: str = "inline"
     prompt_tokens: int | None = Field(default=None, ge=0)
-    # issue 23 (trace replay): the item's own arrival and output length
+    # issue 23 (trace replay): the item's own arrival
     arrival_ms: float | None = Field(default=None, ge=0, description="trace arrival, ms")
-    output_tokens: int | None = Field(default=None, ge=1, description="trace output, tokens")
+    # issue 23 (length23): output length
+    output_tokens: tuple[int, ...] = Field(
+        default=(),
+        description="output target per turn (tokens; the last repeats for later turns); "
+        "empty = the cell's max_tokens. Set by the output-length draw or the calibration pass",
+    )
+    references: tuple[str, ...] = Field(
+        default=(),
+        description="the dataset's reference answers, per turn (ShareGPT 'gpt' turns, a "
+        "JSONL 'reference'); never sent, used by output_tokens distribution 'dataset'",
+    )
+
+    def output_target(self, turn: int) -> int | None:
+        """The output target of turn ``turn`` (0-based; tokens), ``None`` = the cell's cap."""
+        if not self.output_tokens:
+            return None
+        return self.output_tokens[min(turn, len(self.output_tokens) - 1)]
 
 
 # ------------------------------------------------------------------ loaders ---
@@ -194,12 +213,14 @@ def load_spec_bench(path: str | Path) -> tuple[WorkloadItem, ...]:
 
 def load_jsonl(path: str | Path) -> tuple[WorkloadItem, ...]:
     """Read a generic JSONL workload: per line ``{"prompt": str}`` or ``{"turns":
-    [str, ...]}``, with optional ``"category"`` and ``"id"`` (default ``line-<n>``).
+    [str, ...]}``, with optional ``"category"``, ``"id"`` (default ``line-<n>``) and
+    ``"reference"`` (a reference answer, never sent; output lengths may follow it).
 
     Raises:
         WorkloadFormatError: unreadable or empty file, a line that is not a JSON
             object, neither (or both) ``prompt`` and ``turns``, an empty prompt, a
-            non-string ``category`` or ``id``, or a repeated id (file and line named).
+            non-string ``category``, ``id`` or ``reference``, or a repeated id (file
+            and line named).
     """
     p = Path(path)
     items: list[WorkloadItem] = []
@@ -224,9 +245,18 @@ def load_jsonl(path: str | Path) -> tuple[WorkloadItem, ...]:
             raise WorkloadFormatError(
                 f"{where}: 'id' must be a non-empty string", path=p, line_number=number
             )
+        ref = obj.get("reference")  # issue 23: optional reference answer (not sent)
+        if ref is not None and (not isinstance(ref, str) or not ref.strip()):
+            raise WorkloadFormatError(
+                f"{where}: 'reference' must be a non-empty string", path=p, line_number=number
+            )
         items.append(
             WorkloadItem(
-                id=item_id, turns=turns, category=_category(obj, where, p, number), source=where
+                id=item_id,
+                turns=turns,
+                category=_category(obj, where, p, number),
+                source=where,
+                references=(ref,) if ref is not None else (),
             )
         )
         lines.append(number)
@@ -303,6 +333,7 @@ def load_sharegpt(path: str | Path) -> tuple[WorkloadItem, ...]:
 
 
 _SHAREGPT_ROLES = frozenset({"human", "user", "gpt", "assistant", "chatgpt", "bard", "system"})
+_ANSWER_ROLES = frozenset({"gpt", "assistant", "chatgpt", "bard"})
 
 
 def _sharegpt_item(
@@ -314,6 +345,7 @@ def _sharegpt_item(
             f"{where}: 'conversations' must be a non-empty list", path=p, line_number=number
         )
     human: list[str] = []
+    answers: list[str] = []
     for k, turn in enumerate(conv):
         if (
             not isinstance(turn, dict)
@@ -334,6 +366,8 @@ def _sharegpt_item(
             )
         if turn["from"] in ("human", "user") and turn["value"].strip():
             human.append(turn["value"])
+        elif turn["from"] in _ANSWER_ROLES and human and len(answers) < len(human):
+            answers.append(turn["value"])  # issue 23: the reference answer of that turn
     if not human:
         raise WorkloadFormatError(f"{where}: no human turn", path=p, line_number=number)
     item_id = entry.get("id", f"sharegpt-{index}")
@@ -342,7 +376,13 @@ def _sharegpt_item(
             f"{where}: 'id' must be a non-empty string", path=p, line_number=number
         )
     category = _category(entry, where, p, number)
-    return WorkloadItem(id=item_id, turns=tuple(human), category=category, source=where)
+    return WorkloadItem(
+        id=item_id,
+        turns=tuple(human),
+        category=category,
+        source=where,
+        references=tuple(answers),
+    )
 
 
 _SAMPLES: dict[str, str] = {

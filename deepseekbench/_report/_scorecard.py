@@ -45,6 +45,7 @@ from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
 from deepseekbench._report._client_diagnosis import client_flag, run_diagnosis
 from deepseekbench._report._grid import grid_choices, grid_json, grid_text
+from deepseekbench._report._past_eos import past_eos_notes
 from deepseekbench._report._server_side import server_side_notes
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._types._clock import Clock
@@ -194,6 +195,7 @@ class ScorecardLine(BaseModel):
     parity_basis: str = "bit_exact"
     first_divergence_margin_nats: float | None = None
     divergence_note: str | None = None
+    tokens_past_eos: float | None = None  # issue 23: share past off's natural EOS
 
     @property
     def credited(self) -> bool:
@@ -518,6 +520,7 @@ def _line(
         queue_depth_peak=r.queue_depth_peak,
         route_identity=r.route_identity,
         route_identity_detail=r.route_identity_detail,
+        tokens_past_eos=r.tokens_past_eos,  # issue 23
     )
 
 
@@ -877,6 +880,16 @@ class Scorecard:
         notes.extend(server_side_notes(self.lines))  # issue 23
         notes.extend(_identity_notes(self.lines))  # issue 24
         notes.extend(_divergence_notes(self.lines))  # issue 21
+        notes.extend(  # issue 23
+            past_eos_notes(
+                (
+                    f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else ""),
+                    ln.tokens_past_eos,
+                )
+                for ln in self.lines
+                if ln.speculative is not Speculative.off
+            )
+        )
         for ln in self.lines:
             if ln.output_short:
                 where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")

@@ -33,6 +33,7 @@ from deepseekbench._types._row import Row
 
 __all__ = [
     "RECORD_ADAPTER",
+    "CalibrationRecord",
     "DivergenceMarginRecord",
     "MeasurementRecord",
     "ParityEntry",
@@ -265,8 +266,26 @@ class SearchProbeRecord(_Base):
     passed: bool = False
 
 
+# issue 23 (length23): the calibration pass
+class CalibrationRecord(_Base):
+    """One calibration request on the ``off`` route (issue 23): turn ``turn`` of
+    workload item ``item`` of ``cell``, decoded to its natural end (EOS) under
+    ``max_tokens``; its output length pins what every route decodes
+    (``workload.output_length = "pinned"``), or measures what lies past EOS
+    (``"forced"``)."""
+
+    record: Literal["calibration"] = "calibration"
+    route: str
+    cell: str
+    item: str
+    turn: _Count = 0
+    max_tokens: int = Field(ge=1, description="the cap it was decoded under, tokens")
+    measurement: StreamMeasurement
+
+
 Record = Annotated[
-    RunStartRecord
+    CalibrationRecord
+    | RunStartRecord
     | MeasurementRecord
     | ParityOutputRecord
     | ServerMetricsRecord

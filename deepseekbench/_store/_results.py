@@ -46,6 +46,7 @@ from deepseekbench._errors import (
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
 from deepseekbench._store._records import (
+    CalibrationRecord,
     DivergenceMarginRecord,
     MeasurementRecord,
     ParityEntry,
@@ -103,6 +104,7 @@ RECORD_KINDS = frozenset(
         "server_cache",  # issue 23
         "divergence_margin",  # issue 21
         "search_probe",  # issue 24
+        "calibration",  # issue 23
     }
 )
 """Every record kind a results file may hold."""
@@ -346,6 +348,7 @@ class ResultsState:
     Keys: a measurement is ``(route, cell, load key, index, turn)`` (load key
     :attr:`~deepseekbench.LoadPoint.key`, ``None`` in files written before load
     sweeps); a parity output ``(route, reasoning mode, pass, prompt id)``; a
+    calibration output ``(cell, item id, turn)`` (issue 23); a
     ``/metrics`` window ``(route, cell, load key, round)``.
     """
 
@@ -361,6 +364,8 @@ class ResultsState:
     margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
     # issue 24: the [search] levels probed, by load key, in the order first recorded
     search_loads: dict[str, LoadPoint] = field(default_factory=dict)
+    # issue 23: calibration outputs by (cell, item id, turn); the latest wins
+    calibration: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
 
     def _check_route(self, label: str) -> None:
         if self.plan is not None and label not in {r.label for r in self.plan.routes}:
@@ -428,6 +433,10 @@ class ResultsState:
             self._check_load(rec.load)
             load = LoadPoint(Arrival(rec.arrival), rec.concurrency, rec.rate_per_s)
             self.search_loads.setdefault(rec.load, load)
+        elif isinstance(rec, CalibrationRecord):
+            self._check_route(rec.route)
+            self._check_cell(rec.cell)
+            self.calibration[(rec.cell, rec.item, rec.turn)] = rec.measurement
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries

@@ -452,6 +452,19 @@ class Row(BaseModel):
         default=None,
         description="one line: the divergences explained, or what would make the row verifiable",
     )
+    # --- output length (issue 23) -----------------------------------------
+    output_length: str | None = Field(
+        default=None,
+        description="workload.output_length of the run: 'pinned' (every route decodes off's "
+        "natural length), 'natural' (EOS under the cap) or 'forced' (past EOS); None before",
+    )
+    tokens_past_eos: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="share of the row's measured output tokens past the off route's natural "
+        "end (EOS) of the same prompt, from the calibration pass (ratio); None without one",
+    )
 
     if TYPE_CHECKING:
         # The signature type checkers see: axis fields also take their documented
@@ -536,6 +549,8 @@ class Row(BaseModel):
             tau_source: Literal["plan", "off_self_flips", "default"] | None = None,
             first_divergence_margin_nats: float | None = None,
             divergence_note: str | None = None,
+            output_length: str | None = None,
+            tokens_past_eos: float | None = None,
         ) -> None: ...
 
     @model_validator(mode="after")

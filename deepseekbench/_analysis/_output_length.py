@@ -1,0 +1,68 @@
+"""Output-length figures of a row (issue 23): how much was decoded past EOS.
+
+The calibration pass (``deepseekbench._execute._calibrate``) records the
+``off`` route's natural output length of every (cell, item, turn). A measured
+request of that item decoded ``n`` tokens; the tokens past the natural end are
+``max(0, n − natural)``. A row's :func:`tokens_past_eos` is their sum over the
+sum of its measured output tokens: 0 when every route decoded its natural
+length (``pinned``), large when decoding was forced past EOS (``forced``),
+where acceptance is measured on text the model would not have written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from deepseekbench._measure._figures import output_tokens
+from deepseekbench._measure._measure import StreamMeasurement
+
+__all__ = ["short_of_natural", "tokens_past_eos"]
+
+
+def tokens_past_eos(
+    measured: Iterable[tuple[str | None, int, StreamMeasurement]],
+    natural: Mapping[tuple[str, int], StreamMeasurement],
+) -> float | None:
+    """Share of output tokens past the natural end (ratio in [0, 1]).
+
+    Args:
+        measured: ``(item id, turn, measurement)`` of a row's requests; errored
+            ones and those with an unknown item or count are skipped.
+        natural: the calibration outputs of the row's cell by ``(item id, turn)``.
+
+    Returns:
+        ``sum(max(0, n − natural)) / sum(n)`` over the requests with a
+        calibration; ``None`` when none has one (or none decoded a token).
+    """
+    past = total = 0
+    for item, turn, m in measured:
+        cal = natural.get((item, turn)) if item is not None else None
+        n = output_tokens(m) if m.error is None else None
+        base = output_tokens(cal) if cal is not None and cal.error is None else None
+        if n is None or base is None:
+            continue
+        past += max(0, n - base)
+        total += n
+    return past / total if total else None
+
+
+def short_of_natural(
+    measured: Iterable[tuple[str | None, int, StreamMeasurement]],
+    natural: Mapping[tuple[str, int], StreamMeasurement],
+) -> int:
+    """Successful requests that decoded fewer tokens than their pinned (natural)
+    length, or an unknown count: a pinned route that stopped early (requests).
+
+    A request without a calibration (unknown item) is judged short when its count
+    is unknown only.
+    """
+    short = 0
+    for item, turn, m in measured:
+        if m.error is not None:
+            continue
+        n = output_tokens(m)
+        cal = natural.get((item, turn)) if item is not None else None
+        base = output_tokens(cal) if cal is not None else None
+        if n is None or (base is not None and n < max(1, base)):
+            short += 1
+    return short
