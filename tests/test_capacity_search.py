@@ -175,10 +175,13 @@ def test_search_needs_an_slo_and_leaves_old_plan_hashes_alone() -> None:
         BenchmarkPlan.from_mapping(
             {**base, "slo": {"tpot_ms": 50}, "search": {"start": 9, "max_level": 4}}
         )
-    plain = BenchmarkPlan.from_mapping(base)
-    # a plan without [search] hashes as it did before the key existed (the hash at
-    # commit 692ed0b, computed with that commit's code)
+    # a plan without [search] that sends what it sent before hashes as it did then (the
+    # hash at commit 692ed0b, computed with that commit's code, where the default
+    # decoded past EOS: today's output_length "forced"); the new default "pinned" sends
+    # other requests and hashes anew
+    plain = BenchmarkPlan.from_mapping({**base, "workload": {"output_length": "forced"}})
     assert plain.plan_hash() == "049214edc458a092"
+    assert BenchmarkPlan.from_mapping(base).plan_hash() != "049214edc458a092"
     searched = BenchmarkPlan.from_mapping({**base, "slo": {"tpot_ms": 50}, "search": {}})
     assert (
         searched.plan_hash()

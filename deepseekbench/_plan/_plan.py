@@ -121,6 +121,36 @@ _NOT_HASHED = {
 }
 
 
+_ADDED_AT_DEFAULT: dict[tuple[str, ...], Any] = {
+    ("search",): None,  # issue 24
+    ("workload", "shared_prefix"): None,  # issue 23
+    ("workload", "trace"): None,
+    ("workload", "speed_bench_by"): "category",
+    ("workload", "output_tokens"): None,
+    ("workload", "require_all_items"): False,  # validation only, never a request
+}
+"""Keys added since 0.1 whose default sends the same requests as before they existed:
+left out of the plan hash at that default, so older results files still resume."""
+
+
+def _as_before(data: dict[str, Any]) -> None:
+    """Edit a plan dump in place so a plan that measures what it measured before the
+    keys of :data:`_ADDED_AT_DEFAULT` and ``workload.output_length`` existed hashes as it
+    did then: keys at their default are dropped, and ``forced`` / ``natural`` output
+    lengths hash as the ``reach_max_tokens`` true / false they replace (``pinned`` sends
+    other requests, so its plans hash anew)."""
+    for path, default in _ADDED_AT_DEFAULT.items():
+        *parents, key = path
+        node: Any = data
+        for name in parents:
+            node = node.get(name) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node and node[key] == default:
+            del node[key]
+    workload = data.get("workload")
+    if isinstance(workload, dict) and workload.get("output_length") in ("forced", "natural"):
+        workload["reach_max_tokens"] = workload.pop("output_length") == "forced"
+
+
 def _loc_text(loc: Sequence[int | str]) -> str:
     out = ""
     for part in loc:
@@ -1213,9 +1243,8 @@ class BenchmarkPlan(BaseModel):
         file resumes only records with the same hash."""
         exclude: dict[str, Any] = {k: True for k in _NOT_HASHED}
         exclude["parity"] = _PARITY_NOT_HASHED  # issue 21
-        if self.search is None:  # issue 24: a plan without [search] keeps its old hash
-            exclude["search"] = True
         data = self.model_dump(mode="json", exclude=exclude)
+        _as_before(data)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
     def validate_sources(self) -> PlanSources:
