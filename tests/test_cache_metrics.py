@@ -276,6 +276,8 @@ def _run(disable: bool) -> tuple[dict[str, float | None], str]:
                     "warmup_per_cell": 0,
                     "arrival": {"mode": "concurrency", "concurrency": 2},
                     "parity": {"tasks": "none", "prompts": ["Count from 5 to 12."]},
+                    # no calibration pass: it would warm off's cache alone (docs/plan.md)
+                    "workload": {"output_length": "natural"},
                 },
                 {},
             )

@@ -23,8 +23,13 @@ def test_demo_numerics_prints_both_verdicts_with_margins(tmp_path: Path) -> None
     assert re.search(r"mtp @ \S+ \(c=4\): \d+ divergences, all near-ties \(largest margin", bit)
     assert "parity.exact = 'within_noise', or the engine's deterministic mode" in bit
     assert re.search(r"\[off's margin 0\.0\d\d nats\]", bit)
-    # within_noise: credited; the mis-tuned route refused under both, decisively
-    assert re.search(r"\d\.\d\d× by tpot_ms", _line(noise, "mtp"))
+    # within_noise: verified, so the speed is judged: credited, or (one load point, 8
+    # requests, on a machine busy enough to starve the client) "no significant
+    # difference" by issue 22's rule, never refused for parity; the mis-tuned route is
+    # refused under both, decisively
+    mtp = _line(noise, "mtp")
+    assert " verified " in mtp and "refused" not in mtp, mtp
+    assert re.search(r"\d\.\d\d× by tpot_ms|no significant difference \(", mtp), mtp
     for part in (bit, noise):
         bad = _line(part, "mtp-mistuned")
         assert "refused: candidate_parity_not_verified" in bad and "×" not in bad

@@ -194,8 +194,9 @@ def test_every_workload_example_in_docs_plan_md_is_a_valid_plan() -> None:
         p = plan([{}], **workload)
         sources.add(p.workload.source)
         p.validate_sources()
-    assert sources == {"default", "sharegpt", "spec_bench", "synthetic"}
-    assert len(blocks) == 6  # the five sources and the output-length example (issue 23)
+    assert sources == {"default", "sharegpt", "spec_bench", "synthetic", "speed_bench"}
+    # the six sources, the output-length example, shared prefixes and a trace (issue 23)
+    assert len(blocks) == 9
 
 
 def test_no_route_is_forced_past_eos_when_one_route_cannot_be() -> None:

@@ -90,7 +90,13 @@ def _hit_rates(workload: dict[str, Any]) -> dict[str, Any]:
                     "warmup_per_cell": 0,
                     "arrival": {"mode": "concurrency", "concurrency": 2},
                     "parity": {"tasks": "none", "prompts": ["Count from 5 to 12."]},
-                    "workload": {"source": "synthetic", "tokenizer": "endpoint", **workload},
+                    "workload": {
+                        "source": "synthetic",
+                        "tokenizer": "endpoint",
+                        # no calibration pass: it would warm off's cache alone (docs/plan.md)
+                        "output_length": "natural",
+                        **workload,
+                    },
                 },
                 {},
             )

@@ -132,6 +132,9 @@ def test_a_20_line_trace_replays_with_its_timestamps_and_its_shared_blocks(
                         "source": "synthetic",
                         "tokenizer": "endpoint",
                         "trace": {"path": str(trace), "speedup": 2, "block_tokens": B},
+                        # the trace's output lengths as caps, with no calibration pass
+                        # on off (its requests would add each prompt a third time)
+                        "output_length": "natural",
                     },
                 },
                 {},

@@ -70,13 +70,13 @@ def _traffic_follow_ups(
 ) -> list[FollowUp]:
     off = plan.off_route.label
     spec = {r.label for r in plan.speculative_routes}
-    requests = _traffic_requests(blocks, off)
+    sent = _traffic_requests(blocks, off)
     out: list[FollowUp] = []
     for (label, cell, load, index, turn), m in state.measurements.items():
         if label not in spec or turn != 0 or m.error is not None or load is None:
             continue
         base = state.measurements.get((off, cell, load, index, 0))
-        request = requests.get((cell, load, index))
+        request = sent.get((cell, load, index))
         if base is None or base.error is not None or request is None or base.text == m.text:
             continue
         pid = f"request-{index}"

@@ -5,7 +5,7 @@ AIPerf's and GuideLLM's trace replay read it):
 
 * ``timestamp``: the request's arrival, ms from the trace's start (non-decreasing);
 * ``input_length``: prompt tokens;
-* ``output_length``: output tokens (kept on the item; see below);
+* ``output_length``: output tokens (the item's output cap; see below);
 * ``hash_ids``: the prompt's blocks of ``block_tokens`` tokens (Mooncake: 512), each
   named by an integer; two requests whose lists open with the same ids share
   that many leading blocks, i.e. a prefix of that many tokens.
@@ -22,10 +22,10 @@ in flight); a cell with more requests than lines replays the trace again after
 its last arrival plus one mean gap. Rows name the trace file and factor
 (``Row.trace``, ``Row.trace_speedup``).
 
-``output_length`` is read, checked and kept on each item (``WorkloadItem.
-output_tokens``) but requests are still capped by the cell's output target
-(``max_tokens``): per-item output lengths belong to the plan's output-length
-settings (issue 23, items 1 and 2).
+``output_length`` becomes each item's output cap (``WorkloadItem.output_tokens``,
+one turn): ``workload.output_length`` then decides whether a request stops at EOS
+under it (``natural``), decodes all of it (``forced``) or decodes ``off``'s natural
+length under it (``pinned``, the default).
 """
 
 from __future__ import annotations
