@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from deepseekbench._analysis._analysis import load_results
 from deepseekbench._analysis._capacity import capacity_report, wilson_interval
 from deepseekbench._cli import main as cli_main
+from deepseekbench._engine import CostModel
 from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
@@ -238,6 +239,9 @@ def test_open_loop_levels_keep_the_arrival_and_its_in_flight_cap() -> None:
 
 # ------------------------------------------------------ end to end, embedded --
 
+SLOW = CostModel(
+    target_step_ms=16.0, verify_token_ms=0.8, draft_step_ms=1.2, compute_ms_per_token=3.0
+)
 PLAN: dict[str, Any] = {
     "requests_per_cell": 8,
     "warmup_per_cell": 0,
@@ -245,11 +249,15 @@ PLAN: dict[str, Any] = {
     "cells": [{"max_tokens": 16}],
     "arrival": {"mode": "concurrency", "concurrency": 2},
     "parity": {"concurrency": 8, "max_tokens": 32},
-    # modelled TPOT (docs/engine.md, default costs): off ≈ 8·B^0.35 ms, mtp ≈ 5 ms
-    # up to B ≈ 4, both plus the loop's own overhead; 14 ms lets off pass at 1-2
-    # streams and mtp at 4-6 (its verify pass turns compute-bound past that)
-    "slo": {"tpot_ms": 14.0},
+    # modelled TPOT (docs/engine.md, SLOW: every step twice the default cost): off ≈
+    # 16·B^0.35 ms, mtp ≈ 10 ms up to B ≈ 4, both plus the client loop's own overhead
+    # (a few ms on a busy 2-core machine, which the doubled costs dwarf); 28 ms lets
+    # off pass at 1-2 streams and mtp at 4-6 (its verify pass turns compute-bound)
+    "slo": {"tpot_ms": 28.0},
     "search": {"target": 0.9, "start": 2, "max_level": 8, "max_probes": 8},
+    # 16 tokens each, past EOS as when the costs above were measured (a pinned run
+    # decodes each prompt's natural length: a few tokens, whose TPOT is mostly noise)
+    "workload": {"output_length": "forced"},
 }
 
 
@@ -259,7 +267,7 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
     results = tmp_path / "run.jsonl"
 
     async def main() -> Any:
-        async with off_mtp_and_mistuned() as (off, mtp, bad):
+        async with off_mtp_and_mistuned(cost=SLOW) as (off, mtp, bad):
             routes = [
                 ("off", "off", off.base_url),
                 ("mtp", "mtp", mtp.base_url),

@@ -48,6 +48,8 @@ requests_per_cell = 9
 warmup_per_cell = 0
 repeats = 3
 {extra}
+[workload]
+output_length = "forced"  # decode to the cap: the prompts' natural answers are a few tokens
 [parity]
 max_tokens = 32
 concurrency = 8
