@@ -524,7 +524,8 @@ def demo_capacity_plan(*, results: str | None = None) -> BenchmarkPlan:
     prompts = {t.id: t.prompt for t in smoke_tasks()}
 
     def route(label: str, speculative: str, depth: object = None, **args: object) -> object:
-        launch = {"engine": "embedded", "engine_args": {**DEMO_CAPACITY_COSTS, **args}}
+        engine_args = {**DEMO_CAPACITY_COSTS, **args}
+        launch: dict[str, object] = {"engine": "embedded", "engine_args": engine_args}
         if depth is not None:
             launch["spec_tokens"] = depth
         return {"label": label, "speculative": speculative, "dialect": "vllm", "launch": launch}
