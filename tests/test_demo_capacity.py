@@ -6,12 +6,14 @@ load, each route's capacity with its bracket and the credited capacity ratios, a
 refuses the mis-tuned route throughout; the results file re-renders byte for byte,
 writes the per-load choice as JSON and draws the capacity panel.
 
-The speed verdicts asserted have wide margins on a shared 2-core machine: depth 4 is
-about 1.3× faster than depth 2 alone (acceptance length 3.5 against 2.4 on a cheap
-draft head), ``off`` holds the 14 ms TPOT SLO at 1 stream (about 11 ms) and misses it at
-3 (about 16 ms), where the depths meet it (7 to 10 ms). Which shallower depth wins at 5
+The speed verdicts asserted have wide margins on a shared 2-core machine: alone, depth 4
+is about 1.3× faster than depth 2 (acceptance length 3.5 against 2.4 on a cheap draft
+head); ``off`` holds the 20 ms TPOT SLO at 1 stream (about 14 ms) and misses it at 3
+(about 23 ms), where the depths meet it (10 to 12 ms). Which shallower depth wins at 5
 streams, and whether depth 4 saturates at 3, sit near their thresholds and are not
-asserted.
+asserted. A verdict the library withholds because this machine's client could not time
+well (``client_starved``, ``clock_disagreement``: issue 22) is the library working, and
+is accepted in place of the figure.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ from deepseekbench._report._scorecard import Scorecard
 from tests.test_cli import _cli
 
 DEPTHS = [f"mtp-k{k}" for k in DEMO_CAPACITY_DEPTHS]
+CLIENT_HEALTH = {"client_starved", "clock_disagreement"}
+
+
+def _client_health_only(reasons: str) -> bool:
+    """True when every refusal reason named in ``reasons`` is about the client's timing."""
+    named = set(re.findall(r"[a-z_]+_[a-z_]+", reasons))
+    return bool(named) and named <= CLIENT_HEALTH
 
 
 def test_the_plan_launches_a_depth_grid_under_an_slo_search() -> None:
@@ -81,10 +90,14 @@ def test_demo_capacity_prints_best_depth_capacity_and_refuses_the_mistuned(
     # accepts the smallest share of its drafts (ranked by speed, never by acceptance)
     choices = {c["concurrency"]: c for c in data["best_configs"]}
     assert sorted(choices) == loads
-    assert choices[lo]["best"] == "mtp-k4"
+    alone = next(ln for ln in data["lines"] if ln["route"] == "mtp-k4" and ln["load_level"] == lo)
+    if alone["verdict"]["printed"]:
+        assert choices[lo]["best"] == "mtp-k4"
+    else:  # withheld on this machine's client timing, not a wrong verdict
+        assert _client_health_only(" ".join(alone["verdict"]["reasons"])), alone["verdict"]
     accept = {r.route_label: r.accepted_token_ratio or 0.0 for r in rows if r.concurrency == lo}
     assert accept["mtp-k4"] < accept["mtp-k2"] < accept["mtp-k1"]
-    assert re.search(r"^  mtp @ \S+ c=1: mtp-k4 \(score \d\.\d\d, ", out, re.MULTILINE)
+    assert re.search(r"^  mtp @ \S+ c=1: mtp-k\d \(score \d\.\d\d, ", out, re.MULTILINE)
     assert all("mtp-mistuned" not in json.dumps(c) for c in choices.values())
 
     # the capacity per route with its bracket, and the credited ratios to off
@@ -96,9 +109,12 @@ def test_demo_capacity_prints_best_depth_capacity_and_refuses_the_mistuned(
         assert caps[k]["capacity"] is not None and caps[k]["low"] == caps[k]["capacity"]
         assert caps[k]["high"] is None or caps[k]["high"] > caps[k]["capacity"]
     ratios = {r["route"]: r for r in capacity["ratios"]}
-    for k in DEPTHS:
+    credited = [k for k in DEPTHS if ratios[k]["ratio"] is not None]
+    for k in credited:
         assert ratios[k]["ratio"] == caps[k]["capacity"] / off["capacity"], ratios[k]
-    assert max(ratios[k]["ratio"] for k in DEPTHS) > 1  # a depth holds the SLO at more load
+    for k in set(DEPTHS) - set(credited):
+        assert _client_health_only(ratios[k]["refusal"]), ratios[k]
+    assert max(ratios[k]["ratio"] for k in credited) > 1  # a depth holds the SLO at more load
     assert re.search(r"^  off: capacity 1 \[1, \d\) at \d+% \(95% CI ", out, re.MULTILINE)
     assert re.search(r"^  mtp-k\d/off capacity \d\.\d\d× \(bracket ", out, re.MULTILINE)
 
