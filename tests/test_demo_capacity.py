@@ -7,7 +7,7 @@ refuses the mis-tuned route throughout; the results file re-renders byte for byt
 writes the per-load choice as JSON and draws the capacity panel.
 
 The speed verdicts asserted have wide margins on a shared 2-core machine: alone, depth 4
-is about 1.3× faster than depth 2 (acceptance length 3.5 against 2.4 on a cheap draft
+is about 1.2× faster than depth 2 (acceptance length 3.4 against 2.4 on a cheap draft
 head); ``off`` holds the 20 ms TPOT SLO at 1 stream (about 14 ms) and misses it at 3
 (about 23 ms), where the depths meet it (10 to 12 ms). Which shallower depth wins at 5
 streams, and whether depth 4 saturates at 3, sit near their thresholds and are not
