@@ -30,6 +30,7 @@ from deepseekbench._cli import (
     DEMO_CAPACITY_CONCURRENCY,
     DEMO_CAPACITY_DEPTHS,
     EXIT_OK,
+    EXIT_USAGE,
     demo_capacity_plan,
     main,
 )
@@ -150,3 +151,10 @@ def test_demo_capacity_prints_best_depth_capacity_and_refuses_the_mistuned(
         bars = [b.get_height() for b in cap.patches if isinstance(b, Rectangle)]
         assert bars == [c["capacity"] or 0.0 for c in capacity["routes"]]  # one per route
         assert "mtp-mistuned/off refused" in cap.get_title()
+
+
+def test_the_two_scenarios_are_one_at_a_time(tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["demo", "--numerics", "--capacity", "--results", str(tmp_path / "r.jsonl")]
+    assert main(argv, stdout=out, stderr=err) == EXIT_USAGE
+    assert "two scenarios" in err.getvalue() and not (tmp_path / "r.jsonl").exists()
