@@ -4,6 +4,7 @@ Subcommands::
 
     demo                 three embedded engines on loopback (off, mtp, mis-tuned mtp),
                          a concurrency sweep run through run_plan, the scorecard printed
+                         [--numerics] [--capacity: launched depth grid, capacity under SLO]
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
     report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
     serve                the embedded reference engine as a server
@@ -60,6 +61,10 @@ if TYPE_CHECKING:
     from deepseekbench._runner import DryRunResult, ProgressEvent, RunResult
 
 __all__ = [
+    "DEMO_CAPACITY_CONCURRENCY",
+    "DEMO_CAPACITY_COSTS",
+    "DEMO_CAPACITY_DEPTHS",
+    "DEMO_CAPACITY_SLO_TPOT_MS",
     "DEMO_COMPUTE_MS_PER_TOKEN",
     "DEMO_CONCURRENCY",
     "DEMO_DRAFT_DEPTH",
@@ -73,6 +78,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "build_parser",
+    "demo_capacity_plan",
     "demo_plan",
     "main",
     "package_version",
@@ -202,6 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the numerics scenario: off and mtp engines whose verify passes flip near-ties, "
         "and the mis-tuned mtp; one run judged under parity.exact = bit_exact, then "
         "within_noise (the same results file, nothing measured twice)",
+    )
+    demo.add_argument(  # issue 24
+        "--capacity",
+        action="store_true",
+        help="the capacity scenario: off, mtp at depths 1, 2 and 4 and the mis-tuned mtp, "
+        "each launched from the plan; concurrency 1 and 5 and a [search] for the capacity "
+        "under a TPOT SLO; prints the best depth per load and each route's capacity "
+        "(--requests applies to the main scenario only)",
     )
 
     run = sub.add_parser("run", help="run a benchmark plan (TOML or JSON)")
@@ -452,6 +466,129 @@ async def _demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
             out.write(Scorecard.from_run(result).render(args.format))
     out.flush()
     err.write(f"\nresults: {args.results}\ndemo wall time: {time.perf_counter() - t0:.1f} s\n")
+    return _exit_for(result)
+
+
+# issue 24: `demo --capacity`, engines launched from the plan, the depth grid, [search]
+DEMO_CAPACITY_DEPTHS: tuple[int, ...] = (1, 2, 4)
+"""The capacity scenario's mtp depth grid (draft tokens per verify step): one launched
+route per depth, ``mtp-k1``, ``mtp-k2``, ``mtp-k4``."""
+DEMO_CAPACITY_CONCURRENCY: tuple[int, ...] = (1, 5)
+"""The capacity scenario's sweep (closed-loop streams); the ``[search]`` adds the level
+between them (3): with ``resolution = 2`` every route's bracket is then resolved."""
+DEMO_CAPACITY_REQUESTS = 15
+"""Measured requests per route and load: 3 rounds of 5, the fewest a speedup is credited
+on (5 per row), which also caps the search's levels at 5 streams (one round)."""
+DEMO_CAPACITY_SLO_TPOT_MS = 20.0
+"""The capacity scenario's SLO (ms/token, TPOT): ``off`` (about 14 ms alone, 23 at 3
+streams) meets it at 1 stream only, the mtp depths (10 to 12 ms at 3 streams) at 3."""
+DEMO_CAPACITY_COSTS: dict[str, float] = {
+    "target_step_ms": 12.0,
+    "compute_ms_per_token": 2.7,
+    "draft_step_ms": 0.3,
+    "verify_token_ms": 0.0,
+    "batch_exponent": 0.5,
+}
+"""The capacity scenario's engine costs (``CostModel`` fields, ms; docs/engine.md), the
+same for every route: a 12 ms pass (the client's own per-token cost is a small share of
+it), a cheap draft head, so depth 4 (5 positions scored a step: 13.5 ms of compute)
+pays most alone, and a compute cost under which the deeper a depth, the sooner its
+verify pass turns compute-bound as streams are added, where the shallower depths win;
+a steep batch cost (exponent 0.5) puts ``off``'s TPOT at 1 and 3 streams well apart."""
+_DEMO_CAPACITY_PROMPT_IDS: tuple[str, ...] = (
+    "arith-add-17-25",
+    "arith-mul-12-12",
+    "count-5-12",
+    "count-41-48",
+    "reverse-zizur",
+)
+"""Five smoke prompts with short answers (12 to 18 tokens), one a request of each round:
+no workload item left unsent."""
+
+
+def demo_capacity_plan(*, results: str | None = None) -> BenchmarkPlan:
+    """The capacity scenario's plan (``python -m deepseekbench demo --capacity``).
+
+    Routes launched from the plan on the embedded engine (``[routes.launch]``, each
+    with ``DEMO_CAPACITY_COSTS``): ``off``; ``mtp`` with ``spec_tokens =
+    DEMO_CAPACITY_DEPTHS`` (the depth grid: routes ``mtp-k1``, ``mtp-k2``,
+    ``mtp-k4``); ``mtp-mistuned`` (depth 2, ``mistuned_draft``: fast and wrong).
+    One cell (output capped at ``DEMO_MAX_TOKENS`` tokens, answers at their natural
+    length) swept over closed-loop concurrency ``DEMO_CAPACITY_CONCURRENCY``,
+    ``DEMO_CAPACITY_REQUESTS`` measured requests per route and load in 3 rounds, no
+    warm-up (the parity pass runs first); ``[slo] tpot_ms =
+    DEMO_CAPACITY_SLO_TPOT_MS`` (ms/token) and ``[search]`` (``target`` 0.9,
+    ``resolution`` 2 streams, ``max_level`` 5 streams); the smoke tasks as the
+    parity set (16 in flight). The scorecard then names the best depth per load,
+    each route's capacity with its bracket, and the ratio of each depth's
+    capacity to ``off``'s (docs/plan.md).
+
+    Raises:
+        PlanError: the plan fails validation (never with the built-in values).
+    """
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._plan._tasks import smoke_tasks
+
+    prompts = {t.id: t.prompt for t in smoke_tasks()}
+
+    def route(label: str, speculative: str, depth: object = None, **args: object) -> object:
+        engine_args = {**DEMO_CAPACITY_COSTS, **args}
+        launch: dict[str, object] = {"engine": "embedded", "engine_args": engine_args}
+        if depth is not None:
+            launch["spec_tokens"] = depth
+        return {"label": label, "speculative": speculative, "dialect": "vllm", "launch": launch}
+
+    return BenchmarkPlan.from_mapping(
+        {
+            "model": "deepseekbench-ref",
+            "provider_route": "local",
+            "engine_route": "embedded",
+            "hosting": "embedded",
+            "routes": [
+                route("off", "off"),
+                route("mtp", "mtp", list(DEMO_CAPACITY_DEPTHS)),
+                route("mtp-mistuned", "mtp", 2, mistuned_draft=True),
+            ],
+            "workload": {"prompts": [prompts[i] for i in _DEMO_CAPACITY_PROMPT_IDS]},
+            "requests_per_cell": DEMO_CAPACITY_REQUESTS,
+            "warmup_per_cell": 0,
+            "repeats": 3,
+            "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
+            "arrival": {"mode": "concurrency", "concurrency": list(DEMO_CAPACITY_CONCURRENCY)},
+            "parity": {"concurrency": 16, "max_tokens": DEMO_MAX_TOKENS},
+            "slo": {"tpot_ms": DEMO_CAPACITY_SLO_TPOT_MS},
+            "search": {"target": 0.9, "resolution": 2, "max_level": 5},
+            "results": results,
+        }
+    )
+
+
+async def _demo_capacity(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Issue 24's demo scenario: :func:`demo_capacity_plan` run through ``run_plan``
+    (which launches and stops the engines), its scorecard printed."""
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner import run_plan
+
+    t0 = time.perf_counter()
+    path: Path = args.results
+    prog = _StderrProgress(err)
+    try:
+        result = await run_plan(
+            demo_capacity_plan(), gate=LiveGate(), results_path=path, progress=prog
+        )
+    finally:
+        prog.close()
+    out.write(Scorecard.from_run(result).render(args.format))
+    out.flush()
+    err.write("\n")
+    _write_error_summary(result, err, [])
+    err.write(
+        f"results: {path}\n"
+        f"re-render: python -m deepseekbench report {path} --best-config best.json "
+        "--plot capacity.png\n"
+        f"demo wall time: {time.perf_counter() - t0:.1f} s\n"
+    )
     return _exit_for(result)
 
 
@@ -719,14 +856,21 @@ def main(
             if args.requests < 1:
                 err.write("deepseekbench: --requests must be >= 1\n")
                 return EXIT_USAGE
+            if args.numerics and args.capacity:  # issue 24
+                err.write("deepseekbench: demo: --numerics and --capacity are two scenarios\n")
+                return EXIT_USAGE
             args.latest = None
             if args.results is None:
                 stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+                if args.capacity:  # issue 24: its own file; the latest-demo copy is the main one's
+                    stamp = f"capacity-{stamp}"
                 args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
-                args.latest = (Path.cwd() / DEMO_LATEST).resolve()
+                args.latest = None if args.capacity else (Path.cwd() / DEMO_LATEST).resolve()
             args.results = args.results.resolve()
             if args.numerics:  # issue 21
                 return anyio.run(_demo_numerics, args, out, err)
+            if args.capacity:  # issue 24
+                return anyio.run(_demo_capacity, args, out, err)
             return anyio.run(_demo, args, out, err)
         if args.command == "run":
             plan = _with_client_flags(BenchmarkPlan.load(args.plan), args)
