@@ -213,12 +213,22 @@ def _without_client_flag(text: str) -> str:
     return "\n".join(out)
 
 
+_VERDICT = re.compile(
+    r"\d+(\.\d+)?× by \w+( — slower)? \(95% CI [^)]*\)|no significant difference \([^)]*\) by \w+"
+)
+_CROSSOVER = re.compile(r"^crossover: (\S+ @ \S+):.*")
+
+
 def _shape(text: str) -> list[str]:
     """Lines with quoted texts, numbers, rule lines and spacing made uniform (and the
     "within noise" mark, which a busy machine's noise can add, dropped)."""
     out: list[str] = []
     for line in text.strip("\n").splitlines():
         line = line.replace(" within noise", "")
+        # a speed verdict's figure or "no significant difference" (issue 22), and the
+        # crossover's wording, follow the machine's noise: their place is checked
+        line = _VERDICT.sub("SPEED", line)
+        line = _CROSSOVER.sub(r"crossover: \1", line)
         line = re.sub(r"'[^']*'", "Q", line)
         line = re.sub(r"plan [0-9a-f]{16}", "plan H", line)  # the hash of the run's ports
         line = re.sub(r"-{3,}", "-", line)
