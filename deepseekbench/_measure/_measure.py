@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from deepseekbench._dialects import SERVER_TIME_FIELDS, dialect_for
 from deepseekbench._errors import LiveGateError
 from deepseekbench._measure._figures import counted_output_tokens, output_toks_per_s, tpot_ms
-from deepseekbench._measure._selfcheck import current_selfcheck, host_load, sched_sample
+from deepseekbench._measure._selfcheck import current_selfcheck, host_load
 from deepseekbench._measure._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -1039,19 +1039,19 @@ async def measure_streamed(
         _check_gated(client, gate, url)
     body = orjson.dumps(route.build_body(req))
     check = current_selfcheck()
-    begin = sched_sample() if check is not None else None
-    begin_ns = begin.wall_ns if begin is not None else time.perf_counter_ns()
+    begin = check.sched_now() if check is not None else None  # shared: no read per request
+    begin_ns = time.perf_counter_ns()
     if client is None:
         async with gate.client() as own:
             result = await _measure(own, url, headers, body, route, timeouts, limits)
     else:
         result = await _measure(client, url, headers, body, route, timeouts, limits)
     if check is not None and begin is not None:
-        end = sched_sample()
-        cpu, wait = begin.shares_until(end)
+        end_ns = time.perf_counter_ns()
+        cpu, wait = begin.shares_until(check.sched_now(after=begin))
         update = {
-            "client_lag_ms": check.max_lag_ms(begin_ns, end.wall_ns),
-            "client_stall_ms": check.max_stall_ms(begin_ns, end.wall_ns),
+            "client_lag_ms": check.max_lag_ms(begin_ns, end_ns),
+            "client_stall_ms": check.max_stall_ms(begin_ns, end_ns),
             "client_cpu_share": cpu,
             "client_core_wait_share": wait,
         }
