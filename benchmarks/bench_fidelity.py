@@ -227,7 +227,7 @@ def _start_engine(log: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 async def _level(
-    c: int, base_url: str, args: argparse.Namespace, gate: LiveGate, ours_first: bool
+    c: int, base_url: str, args: argparse.Namespace, gate: LiveGate, ours_first: bool, rep: int = 0
 ) -> dict[str, tuple[Figures, str]]:
     import aiohttp
 
@@ -235,6 +235,7 @@ async def _level(
     results: dict[str, tuple[list[Observed], str]] = {}
 
     async def measured(name: str, read: Reader, prefix: str) -> None:
+        prefix = f"r{rep}-{prefix}"
         await _phase(read, f"warm-{prefix}", c, c)
         async with SelfCheck() as check:  # the same ticker watches both readers
             observed = await _phase(read, prefix, n, c)
@@ -287,15 +288,20 @@ def _print_table(
 
 async def _run(base_url: str, args: argparse.Namespace) -> None:
     gate = LiveGate()
-    rows: list[tuple[int, str, Figures, str]] = []
-    loads: list[tuple[float, float, float]] = []
-    for i, c in enumerate(args.levels):
-        figures = await _level(c, base_url, args, gate, ours_first=i % 2 == 1)
-        loads.append(os.getloadavg())
-        for name, (f, note) in sorted(figures.items(), reverse=True):
-            rows.append((c, name, f, note))
-            print(f"C={c} {name}: done ({f.ok}/{f.n} usable)", file=sys.stderr)
-    _print_table(rows, loads[-1])
+    repeats: list[list[tuple[int, str, Figures, str]]] = []
+    for r in range(args.repeats):
+        rows: list[tuple[int, str, Figures, str]] = []
+        for i, c in enumerate(args.levels):
+            figures = await _level(c, base_url, args, gate, ours_first=(i + r) % 2 == 1, rep=r)
+            for name, (f, note) in sorted(figures.items(), reverse=True):
+                rows.append((c, name, f, note))
+                print(f"C={c} {name}: done ({f.ok}/{f.n} usable)", file=sys.stderr)
+        print(f"\nrepeat {r + 1} of {args.repeats}")
+        _print_table(rows, os.getloadavg())
+        repeats.append(rows)
+    if args.repeats > 1:
+        _print_repeats(repeats)
+    rows = repeats[-1]
     misses = [f"C={c}: the engine saw {f.peak} in flight" for c, _, f, _ in rows if f.peak != c]
     by = {(c, name): f for c, name, f, _ in rows}
     for c in args.levels:
@@ -310,6 +316,24 @@ async def _run(base_url: str, args: argparse.Namespace) -> None:
     print("targets: " + ("all met" if not misses else "MISSED: " + "; ".join(misses)))
 
 
+def _print_repeats(repeats: list[list[tuple[int, str, Figures, str]]]) -> None:
+    """Per C and reader over the repeats: TTFT excess p50 (ms) min / median / max, and
+    measure_streamed's over the raw loop's, repeat by repeat."""
+    print("\nTTFT − engine TTFT p50 over the repeats (ms): min / median / max")
+    by: dict[tuple[int, str], list[float]] = {}
+    for rows in repeats:
+        for c, name, f, _ in rows:
+            by.setdefault((c, name), []).append(f.excess_p50)
+    for (c, name), values in sorted(by.items()):
+        s = sorted(values)
+        print(f"  C={c} {name}: {s[0]:.1f} / {s[len(s) // 2]:.1f} / {s[-1]:.1f}")
+    for c in sorted({c for c, _ in by}):
+        ours, raw = by.get((c, "measure_streamed")), by.get((c, "raw aiohttp loop"))
+        if ours and raw:
+            ratios = " ".join(f"{o / r:.2f}" for o, r in zip(ours, raw, strict=True) if r > 0)
+            print(f"  C={c} measure_streamed / raw loop, per repeat: {ratios}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -318,6 +342,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
     parser.add_argument("--waves", type=int, default=2, help="requests per level = waves x C")
     parser.add_argument("--min-requests", type=int, default=16, help="at least this many per level")
+    parser.add_argument("--repeats", type=int, default=1, help="run every level this many times")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         proc, base_url = _start_engine(Path(tmp) / "engine.log")

@@ -11,10 +11,12 @@ row ``client_saturated`` when a measured request saw a lag above the plan's
 Reading a CPU clock (``thread_time_ns``, ``process_time_ns``, ``/proc/thread-self/schedstat``)
 makes the kernel settle the thread's run time, and on a busy host that is where it
 takes the core away: under load such a read took 2-4 ms at p99 (15 ms at worst) where
-``getppid`` took 6 µs. So the clocks are read at most once per ``interval_s``, shared by
-every request that starts or ends in that period (:meth:`SelfCheck.sched_now`), never
-once per request: at 256 streams per-request reads put 512 such yields per wave on
-the event loop (issue 22, item 6; ``benchmarks/check_request_path.py`` holds it).
+``getppid`` took 6 µs. So the loop thread's clocks are read at most once per five ticker
+periods (50 ms by default), one reading shared by every request that starts or ends in
+that time (:meth:`SelfCheck.sched_now`), and the ticker reads the process CPU time once
+per ten periods; never once per request: at 256 streams, per-request reads put 512
+such yields per wave on the event loop (issue 22, item 6;
+``benchmarks/check_request_path.py`` holds it).
 
 Usage::
 
@@ -118,6 +120,10 @@ _CPU_EVERY = 10
 """The ticker reads the process CPU time every this many periods (100 ms by default)."""
 
 
+_SCHED_EVERY = 5
+"""A shared reading of the loop thread's clocks serves this many periods (50 ms by default)."""
+
+
 def current_selfcheck() -> SelfCheck | None:
     """The :class:`SelfCheck` running around the caller, if any."""
     return _CURRENT.get()
@@ -209,14 +215,15 @@ class SelfCheck:
 
     def sched_now(self, after: SchedSample | None = None) -> SchedSample:
         """The event-loop thread's clocks (:class:`SchedSample`), read afresh only when
-        the last reading is ``interval_s`` old or more, or is ``after`` itself (a window
-        needs two readings), else that reading: the requests that start or end within
-        one period share it, so a request's CPU share and core wait cover its window to
-        within ``interval_s`` at each end. Never raises.
+        the last reading is five ticker periods old or more (50 ms by default), or is
+        ``after`` itself (a window needs two readings), else that reading: the requests
+        that start or end within those periods share it, so a request's CPU share and
+        core wait cover its window to within five periods at each end. Never raises.
         """
         now = time.perf_counter_ns()
         last = self._sched
-        if last is None or last is after or now - last.wall_ns >= int(self.interval_s * 1e9):
+        max_age = int(_SCHED_EVERY * self.interval_s * 1e9)
+        if last is None or last is after or now - last.wall_ns >= max_age:
             last = self._sched = sched_sample()
             self.sched_reads += 1
         return last
