@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,6 +131,55 @@ async def _phase(read: Reader, prefix: str, n: int, concurrency: int) -> list[Ob
         for i in range(n):
             tg.start_soon(one, i)
     return out
+
+
+def _run_aiperf(aiperf: str, base_url: str, c: int, n: int, max_tokens: int, out: Path) -> str:
+    """Run AIPerf (``aiperf profile``) at concurrency ``c`` for ``n`` streamed chat
+    requests (``c`` warm-up requests first) against the engine; its per-request records
+    land in ``out``. Returns ``""`` or why it failed. AIPerf sends an ``X-Request-ID``
+    per request, which the engine's timelines keep."""
+    cmd = [
+        aiperf, "profile", "--model", "deepseekbench-ref", "--url", base_url.removesuffix("/v1"),
+        "--endpoint-type", "chat", "--streaming", "--concurrency", str(c),
+        "--request-count", str(n), "--warmup-request-count", str(c),
+        "--tokenizer", "builtin", "--prompt-input-tokens-mean", "12",
+        "--prompt-input-tokens-stddev", "0", "--output-tokens-mean", str(max_tokens),
+        "--output-tokens-stddev", "0", "--use-legacy-max-tokens", "--extra-inputs",
+        "temperature:0", "--artifact-dir", str(out), "--ui-type", "none",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        return f"aiperf exited {done.returncode}: {(done.stderr or done.stdout)[-400:]}"
+    return ""
+
+
+def _aiperf_figures(out: Path, truths: dict[str, Truth]) -> Figures | None:
+    """AIPerf's TTFT − engine TTFT per request (matched by X-Request-ID), from its
+    ``profile_export.jsonl``; only the excess and peak are filled (NaN elsewhere)."""
+    files = list(out.rglob("profile_export.jsonl"))
+    if not files:
+        return None
+    excess: list[float] = []
+    seen: list[Truth] = []
+    n = 0
+    for line in files[0].read_text().splitlines():
+        record = orjson.loads(line)
+        meta, metrics = record.get("metadata", {}), record.get("metrics", {})
+        if meta.get("benchmark_phase") not in (None, "profiling"):
+            continue
+        n += 1
+        ttft, truth = metrics.get("time_to_first_token"), truths.get(meta.get("x_request_id"))
+        if not ttft or truth is None or not truth.token_sends_s:
+            continue
+        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[ttft.get("unit", "ms")]
+        excess.append(ttft["value"] * scale - (truth.token_sends_s[0] - truth.arrival_s) * 1e3)
+        seen.append(truth)
+    nan = float("nan")
+    return Figures(
+        n=n, ok=len(excess), recv_p50=nan, recv_p99=nan, excess_p50=_pct(excess, 0.5),
+        excess_p99=_pct(excess, 0.99), itl_p99=nan, tpot_p99=nan,
+        peak=_peak((t.arrival_s, t.end_s) for t in seen),
+    )  # fmt: skip
 
 
 # -- ground truth and figures --------------------------------------------------------
@@ -259,6 +309,12 @@ async def _level(
 
     for run in (run_ours, run_raw) if ours_first else (run_raw, run_ours):
         await run()
+    aiperf_dir = Path(args.tmp) / f"aiperf-{c}-{rep}"
+    aiperf_error = None
+    if args.aiperf:
+        aiperf_error = await anyio.to_thread.run_sync(
+            _run_aiperf, args.aiperf, base_url, c, n, args.max_tokens, aiperf_dir
+        )
     async with httpx.AsyncClient(timeout=120) as plain:
         timelines = orjson.loads(
             (await plain.get(base_url.removesuffix("/v1") + "/v1/timelines")).content
@@ -271,6 +327,12 @@ async def _level(
         for o in ours
     ]  # the same requests, timed from the hand-over as before issue 22 item 6
     out["measure_streamed from hand-over"] = (_figures(from_handover, truths), note)
+    if aiperf_error:
+        print(f"C={c} AIPerf: {aiperf_error}", file=sys.stderr)
+    elif args.aiperf:
+        figures = _aiperf_figures(aiperf_dir, truths)
+        if figures is not None:
+            out["AIPerf"] = (figures, "")
     return out
 
 
@@ -319,6 +381,14 @@ async def _run(base_url: str, args: argparse.Namespace) -> None:
             misses.append(
                 f"C={c}: TTFT excess p50 {ours.excess_p50:.2f} > raw {raw.excess_p50:.2f} ms"
             )
+    for c in args.levels:  # issue 22 item 6: within 1.5x of AIPerf's in the same run
+        if (c, "AIPerf") in by:
+            ours, theirs = by[(c, "measure_streamed")], by[(c, "AIPerf")]
+            if ours.excess_p50 > 1.5 * theirs.excess_p50:
+                misses.append(
+                    f"C={c}: TTFT excess p50 {ours.excess_p50:.2f} > 1.5 x AIPerf's "
+                    f"{theirs.excess_p50:.2f} ms"
+                )
     for c, limit in ((64, 1.0), (256, 5.0)):
         if (c, "measure_streamed") in by and by[(c, "measure_streamed")].recv_p99 >= limit:
             misses.append(f"C={c}: receive-side TTFT error p99 >= {limit} ms")
@@ -337,10 +407,12 @@ def _print_repeats(repeats: list[list[tuple[int, str, Figures, str]]]) -> None:
         s = sorted(values)
         print(f"  C={c} {name}: {s[0]:.1f} / {s[len(s) // 2]:.1f} / {s[-1]:.1f}")
     for c in sorted({c for c, _ in by}):
-        ours, raw = by.get((c, "measure_streamed")), by.get((c, "raw aiohttp loop"))
-        if ours and raw:
-            ratios = " ".join(f"{o / r:.2f}" for o, r in zip(ours, raw, strict=True) if r > 0)
-            print(f"  C={c} measure_streamed / raw loop, per repeat: {ratios}")
+        ours = by.get((c, "measure_streamed"))
+        for other in ("raw aiohttp loop", "AIPerf"):
+            theirs = by.get((c, other))
+            if ours and theirs and len(theirs) == len(ours):
+                ratios = " ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs, strict=True))
+                print(f"  C={c} measure_streamed / {other}, per repeat: {ratios}")
 
 
 def main() -> None:
@@ -352,8 +424,14 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=2, help="requests per level = waves x C")
     parser.add_argument("--min-requests", type=int, default=16, help="at least this many per level")
     parser.add_argument("--repeats", type=int, default=1, help="run every level this many times")
+    parser.add_argument(
+        "--aiperf",
+        default=shutil.which("aiperf"),
+        help="the aiperf command to compare with (default: aiperf on PATH; '' = none)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        args.tmp = tmp
         proc, base_url = _start_engine(Path(tmp) / "engine.log")
         try:
             anyio.run(_run, base_url, args)
