@@ -133,16 +133,20 @@ async def _phase(read: Reader, prefix: str, n: int, concurrency: int) -> list[Ob
     return out
 
 
-def _run_aiperf(aiperf: str, base_url: str, c: int, n: int, max_tokens: int, out: Path) -> str:
+def _run_aiperf(
+    aiperf: str, tokenizer: str, base_url: str, c: int, n: int, max_tokens: int, out: Path
+) -> str:
     """Run AIPerf (``aiperf profile``) at concurrency ``c`` for ``n`` streamed chat
     requests (``c`` warm-up requests first) against the engine; its per-request records
     land in ``out``. Returns ``""`` or why it failed. AIPerf sends an ``X-Request-ID``
-    per request, which the engine's timelines keep."""
+    per request, which the engine's timelines keep. ``tokenizer``: AIPerf's
+    ``--tokenizer`` (it builds its synthetic prompts with one; ``builtin`` downloads
+    tiktoken's encoding, so offline give a local Hugging Face tokenizer folder)."""
     cmd = [
         aiperf, "profile", "--model", "deepseekbench-ref", "--url", base_url.removesuffix("/v1"),
         "--endpoint-type", "chat", "--streaming", "--concurrency", str(c),
         "--request-count", str(n), "--warmup-request-count", str(c),
-        "--tokenizer", "builtin", "--prompt-input-tokens-mean", "12",
+        "--tokenizer", tokenizer, "--prompt-input-tokens-mean", "12",
         "--prompt-input-tokens-stddev", "0", "--output-tokens-mean", str(max_tokens),
         "--output-tokens-stddev", "0", "--use-legacy-max-tokens", "--extra-inputs",
         "temperature:0", "--artifact-dir", str(out), "--ui-type", "none",
@@ -313,7 +317,8 @@ async def _level(
     aiperf_error = None
     if args.aiperf:
         aiperf_error = await anyio.to_thread.run_sync(
-            _run_aiperf, args.aiperf, base_url, c, n, args.max_tokens, aiperf_dir
+            _run_aiperf, args.aiperf, args.aiperf_tokenizer, base_url, c, n, args.max_tokens,
+            aiperf_dir,
         )
     async with httpx.AsyncClient(timeout=120) as plain:
         timelines = orjson.loads(
@@ -428,6 +433,11 @@ def main() -> None:
         "--aiperf",
         default=shutil.which("aiperf"),
         help="the aiperf command to compare with (default: aiperf on PATH; '' = none)",
+    )
+    parser.add_argument(
+        "--aiperf-tokenizer",
+        default="builtin",
+        help="AIPerf's --tokenizer (a local Hugging Face tokenizer folder when offline)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
