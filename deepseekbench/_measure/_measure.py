@@ -400,9 +400,9 @@ class StreamMeasurement(BaseModel):
         default=None,
         ge=0,
         description="Wait from the connection hand-over until the request's body was written "
-        "(ms): the client's own event loop getting to the write (aiohttp on Python < 3.12 "
-        "writes it in a task of its own). The times above start after it. None when the "
-        "transport does not report the write.",
+        "(ms): the client's own event loop getting to the write (the asyncio transport on "
+        "Python < 3.12 writes it in a task of its own). The times above start after it. "
+        "None when the transport does not report the write.",
     )
 
 
