@@ -22,8 +22,16 @@ Per level and reader it prints (ms):
   share) — the same ticker runs for both readers.
 
 The two readers take turns going first (raw first at the 1st, 3rd, ... level).
+A third row, ``measure_streamed from hand-over``, times the same requests from the
+connection hand-over (the clock before issue 22 item 6; the difference is
+``send_wait_ms``). With AIPerf installed (``--aiperf``, default ``aiperf`` on PATH)
+it runs after them at each level as a fourth reader, its per-request TTFT
+(``profile_export.jsonl``) matched to the engine's by its ``X-Request-ID``; the
+target is ``measure_streamed``'s TTFT excess p50 within 1.5x of AIPerf's.
+``--repeats N`` runs everything N times and prints min / median / max per reader.
 
-Run: ``python benchmarks/bench_fidelity.py [--levels 1,16,64,256 --max-tokens 32]``
+Run: ``python benchmarks/bench_fidelity.py [--levels 1,16,64,256 --max-tokens 32
+--repeats 3 --aiperf PATH --aiperf-tokenizer DIR]``
 """
 
 from __future__ import annotations
