@@ -22,8 +22,16 @@ Per level and reader it prints (ms):
   share) — the same ticker runs for both readers.
 
 The two readers take turns going first (raw first at the 1st, 3rd, ... level).
+A third row, ``measure_streamed from hand-over``, times the same requests from the
+connection hand-over (the clock before issue 22 item 6; the difference is
+``send_wait_ms``). With AIPerf installed (``--aiperf``, default ``aiperf`` on PATH)
+it runs after them at each level as a fourth reader, its per-request TTFT
+(``profile_export.jsonl``) matched to the engine's by its ``X-Request-ID``; the
+target is ``measure_streamed``'s TTFT excess p50 within 1.5x of AIPerf's.
+``--repeats N`` runs everything N times and prints min / median / max per reader.
 
-Run: ``python benchmarks/bench_fidelity.py [--levels 1,16,64,256 --max-tokens 32]``
+Run: ``python benchmarks/bench_fidelity.py [--levels 1,16,64,256 --max-tokens 32
+--repeats 3 --aiperf PATH --aiperf-tokenizer DIR]``
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,6 +71,7 @@ class Observed:
     chunk_ns: list[int] = field(default_factory=list)
     tokens: int | None = None
     ok: bool = True
+    handover_ns: int | None = None  # measure_streamed: the connection hand-over
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,7 @@ def _ours(gate: LiveGate, client: httpx.AsyncClient, base_url: str, max_tokens: 
         start = m.start_perf_ns or 0
         obs = Observed(rid, start, [start + int(ms * 1e6) for ms in m.chunk_arrival_ms])
         obs.tokens, obs.ok = m.completion_tokens, m.error is None
+        obs.handover_ns = start - int((getattr(m, "send_wait_ms", None) or 0.0) * 1e6)
         return obs
 
     return read
@@ -128,6 +139,59 @@ async def _phase(read: Reader, prefix: str, n: int, concurrency: int) -> list[Ob
         for i in range(n):
             tg.start_soon(one, i)
     return out
+
+
+def _run_aiperf(
+    aiperf: str, tokenizer: str, base_url: str, c: int, n: int, max_tokens: int, out: Path
+) -> str:
+    """Run AIPerf (``aiperf profile``) at concurrency ``c`` for ``n`` streamed chat
+    requests (``c`` warm-up requests first) against the engine; its per-request records
+    land in ``out``. Returns ``""`` or why it failed. AIPerf sends an ``X-Request-ID``
+    per request, which the engine's timelines keep. ``tokenizer``: AIPerf's
+    ``--tokenizer`` (it builds its synthetic prompts with one; ``builtin`` downloads
+    tiktoken's encoding, so offline give a local Hugging Face tokenizer folder)."""
+    cmd = [
+        aiperf, "profile", "--model", "deepseekbench-ref", "--url", base_url.removesuffix("/v1"),
+        "--endpoint-type", "chat", "--streaming", "--concurrency", str(c),
+        "--request-count", str(n), "--warmup-request-count", str(c),
+        "--tokenizer", tokenizer, "--prompt-input-tokens-mean", "12",
+        "--prompt-input-tokens-stddev", "0", "--output-tokens-mean", str(max_tokens),
+        "--output-tokens-stddev", "0", "--use-legacy-max-tokens", "--extra-inputs",
+        "temperature:0", "--artifact-dir", str(out), "--ui-type", "none",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        return f"aiperf exited {done.returncode}: {(done.stderr or done.stdout)[-400:]}"
+    return ""
+
+
+def _aiperf_figures(out: Path, truths: dict[str, Truth]) -> Figures | None:
+    """AIPerf's TTFT − engine TTFT per request (matched by X-Request-ID), from its
+    ``profile_export.jsonl``; only the excess and peak are filled (NaN elsewhere)."""
+    files = list(out.rglob("profile_export.jsonl"))
+    if not files:
+        return None
+    excess: list[float] = []
+    seen: list[Truth] = []
+    n = 0
+    for line in files[0].read_text().splitlines():
+        record = orjson.loads(line)
+        meta, metrics = record.get("metadata", {}), record.get("metrics", {})
+        if meta.get("benchmark_phase") not in (None, "profiling"):
+            continue
+        n += 1
+        ttft, truth = metrics.get("time_to_first_token"), truths.get(meta.get("x_request_id"))
+        if not ttft or truth is None or not truth.token_sends_s:
+            continue
+        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[ttft.get("unit", "ms")]
+        excess.append(ttft["value"] * scale - (truth.token_sends_s[0] - truth.arrival_s) * 1e3)
+        seen.append(truth)
+    nan = float("nan")
+    return Figures(
+        n=n, ok=len(excess), recv_p50=nan, recv_p99=nan, excess_p50=_pct(excess, 0.5),
+        excess_p99=_pct(excess, 0.99), itl_p99=nan, tpot_p99=nan,
+        peak=_peak((t.arrival_s, t.end_s) for t in seen),
+    )  # fmt: skip
 
 
 # -- ground truth and figures --------------------------------------------------------
@@ -227,7 +291,7 @@ def _start_engine(log: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 async def _level(
-    c: int, base_url: str, args: argparse.Namespace, gate: LiveGate, ours_first: bool
+    c: int, base_url: str, args: argparse.Namespace, gate: LiveGate, ours_first: bool, rep: int = 0
 ) -> dict[str, tuple[Figures, str]]:
     import aiohttp
 
@@ -235,6 +299,7 @@ async def _level(
     results: dict[str, tuple[list[Observed], str]] = {}
 
     async def measured(name: str, read: Reader, prefix: str) -> None:
+        prefix = f"r{rep}-{prefix}"
         await _phase(read, f"warm-{prefix}", c, c)
         async with SelfCheck() as check:  # the same ticker watches both readers
             observed = await _phase(read, prefix, n, c)
@@ -256,12 +321,32 @@ async def _level(
 
     for run in (run_ours, run_raw) if ours_first else (run_raw, run_ours):
         await run()
+    aiperf_dir = Path(args.tmp) / f"aiperf-{c}-{rep}"
+    aiperf_error = None
+    if args.aiperf:
+        aiperf_error = await anyio.to_thread.run_sync(
+            _run_aiperf, args.aiperf, args.aiperf_tokenizer, base_url, c, n, args.max_tokens,
+            aiperf_dir,
+        )
     async with httpx.AsyncClient(timeout=120) as plain:
         timelines = orjson.loads(
             (await plain.get(base_url.removesuffix("/v1") + "/v1/timelines")).content
         )
     truths = _truths(timelines)
-    return {name: (_figures(obs, truths), note) for name, (obs, note) in results.items()}
+    out = {name: (_figures(obs, truths), note) for name, (obs, note) in results.items()}
+    ours, note = results["measure_streamed"]
+    from_handover = [
+        Observed(o.request_id, o.handover_ns or o.sent_ns, o.chunk_ns, o.tokens, o.ok)
+        for o in ours
+    ]  # the same requests, timed from the hand-over as before issue 22 item 6
+    out["measure_streamed from hand-over"] = (_figures(from_handover, truths), note)
+    if aiperf_error:
+        print(f"C={c} AIPerf: {aiperf_error}", file=sys.stderr)
+    elif args.aiperf:
+        figures = _aiperf_figures(aiperf_dir, truths)
+        if figures is not None:
+            out["AIPerf"] = (figures, "")
+    return out
 
 
 def _print_table(
@@ -287,15 +372,20 @@ def _print_table(
 
 async def _run(base_url: str, args: argparse.Namespace) -> None:
     gate = LiveGate()
-    rows: list[tuple[int, str, Figures, str]] = []
-    loads: list[tuple[float, float, float]] = []
-    for i, c in enumerate(args.levels):
-        figures = await _level(c, base_url, args, gate, ours_first=i % 2 == 1)
-        loads.append(os.getloadavg())
-        for name, (f, note) in sorted(figures.items(), reverse=True):
-            rows.append((c, name, f, note))
-            print(f"C={c} {name}: done ({f.ok}/{f.n} usable)", file=sys.stderr)
-    _print_table(rows, loads[-1])
+    repeats: list[list[tuple[int, str, Figures, str]]] = []
+    for r in range(args.repeats):
+        rows: list[tuple[int, str, Figures, str]] = []
+        for i, c in enumerate(args.levels):
+            figures = await _level(c, base_url, args, gate, ours_first=(i + r) % 2 == 1, rep=r)
+            for name, (f, note) in sorted(figures.items(), reverse=True):
+                rows.append((c, name, f, note))
+                print(f"C={c} {name}: done ({f.ok}/{f.n} usable)", file=sys.stderr)
+        print(f"\nrepeat {r + 1} of {args.repeats}")
+        _print_table(rows, os.getloadavg())
+        repeats.append(rows)
+    if args.repeats > 1:
+        _print_repeats(repeats)
+    rows = repeats[-1]
     misses = [f"C={c}: the engine saw {f.peak} in flight" for c, _, f, _ in rows if f.peak != c]
     by = {(c, name): f for c, name, f, _ in rows}
     for c in args.levels:
@@ -304,10 +394,38 @@ async def _run(base_url: str, args: argparse.Namespace) -> None:
             misses.append(
                 f"C={c}: TTFT excess p50 {ours.excess_p50:.2f} > raw {raw.excess_p50:.2f} ms"
             )
+    for c in args.levels:  # issue 22 item 6: within 1.5x of AIPerf's in the same run
+        if (c, "AIPerf") in by:
+            ours, theirs = by[(c, "measure_streamed")], by[(c, "AIPerf")]
+            if ours.excess_p50 > 1.5 * theirs.excess_p50:
+                misses.append(
+                    f"C={c}: TTFT excess p50 {ours.excess_p50:.2f} > 1.5 x AIPerf's "
+                    f"{theirs.excess_p50:.2f} ms"
+                )
     for c, limit in ((64, 1.0), (256, 5.0)):
         if (c, "measure_streamed") in by and by[(c, "measure_streamed")].recv_p99 >= limit:
             misses.append(f"C={c}: receive-side TTFT error p99 >= {limit} ms")
     print("targets: " + ("all met" if not misses else "MISSED: " + "; ".join(misses)))
+
+
+def _print_repeats(repeats: list[list[tuple[int, str, Figures, str]]]) -> None:
+    """Per C and reader over the repeats: TTFT excess p50 (ms) min / median / max, and
+    measure_streamed's over the raw loop's, repeat by repeat."""
+    print("\nTTFT − engine TTFT p50 over the repeats (ms): min / median / max")
+    by: dict[tuple[int, str], list[float]] = {}
+    for rows in repeats:
+        for c, name, f, _ in rows:
+            by.setdefault((c, name), []).append(f.excess_p50)
+    for (c, name), values in sorted(by.items()):
+        s = sorted(values)
+        print(f"  C={c} {name}: {s[0]:.1f} / {s[len(s) // 2]:.1f} / {s[-1]:.1f}")
+    for c in sorted({c for c, _ in by}):
+        ours = by.get((c, "measure_streamed"))
+        for other in ("raw aiohttp loop", "AIPerf"):
+            theirs = by.get((c, other))
+            if ours and theirs and len(theirs) == len(ours):
+                ratios = " ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs, strict=True))
+                print(f"  C={c} measure_streamed / {other}, per repeat: {ratios}")
 
 
 def main() -> None:
@@ -318,8 +436,20 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
     parser.add_argument("--waves", type=int, default=2, help="requests per level = waves x C")
     parser.add_argument("--min-requests", type=int, default=16, help="at least this many per level")
+    parser.add_argument("--repeats", type=int, default=1, help="run every level this many times")
+    parser.add_argument(
+        "--aiperf",
+        default=shutil.which("aiperf"),
+        help="the aiperf command to compare with (default: aiperf on PATH; '' = none)",
+    )
+    parser.add_argument(
+        "--aiperf-tokenizer",
+        default="builtin",
+        help="AIPerf's --tokenizer (a local Hugging Face tokenizer folder when offline)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        args.tmp = tmp
         proc, base_url = _start_engine(Path(tmp) / "engine.log")
         try:
             anyio.run(_run, base_url, args)

@@ -47,7 +47,7 @@ def _old_file(tmp_path: Path) -> Path:
 # issue 22: measurement and row fields added since the fixture was written
 _CLIENT_CLOCK = ("client_stall_ms", "client_cpu_share", "client_core_wait_share")
 ISSUE_22_FIELDS: dict[str, tuple[str, ...]] = {
-    "measurement": (*_CLIENT_CLOCK, "client_cores", "client_load_1m"),
+    "measurement": (*_CLIENT_CLOCK, "client_cores", "client_load_1m", "send_wait_ms"),
     "row": (*_CLIENT_CLOCK, "client_cores", "client_load_1m", "n_client_starved",
             "server_tpot_ms", "client_starved"),
 }  # fmt: skip

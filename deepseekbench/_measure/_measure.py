@@ -4,9 +4,10 @@ Layers, kept apart: bytes (httpx ``aiter_bytes``, each read stamped with
 ``time.perf_counter_ns()`` before any parsing) -> events (:class:`SSEDecoder`)
 -> timed deltas (:class:`_Accumulator`) -> :class:`StreamMeasurement`.
 
-Timing (all in ms from ``start``: the moment the request is handed its own
-connection, or just before it is sent where the transport does not say; a wait
-for a pooled connection is kept apart in ``pool_wait_ms``):
+Timing (all in ms from ``start``: the moment the request's body is written to
+its own connection, else the moment it is handed that connection, or just before
+it is sent where the transport says neither; a wait for a pooled connection is
+kept apart in ``pool_wait_ms``, the client's wait to write in ``send_wait_ms``):
 
 * TTFT: arrival of the first chunk carrying a token (non-empty ``content``,
   ``reasoning_content``/``reasoning`` or ``tool_calls``); role-only and empty
@@ -49,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from deepseekbench._dialects import SERVER_TIME_FIELDS, dialect_for
 from deepseekbench._errors import LiveGateError
 from deepseekbench._measure._figures import counted_output_tokens, output_toks_per_s, tpot_ms
-from deepseekbench._measure._selfcheck import current_selfcheck, host_load, sched_sample
+from deepseekbench._measure._selfcheck import current_selfcheck, host_load
 from deepseekbench._measure._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -180,8 +181,8 @@ class StreamLimits(BaseModel):
 class StreamMeasurement(BaseModel):
     """What one streamed chat completion produced and how fast.
 
-    Times are ms from the moment the request got its own connection (see
-    ``pool_wait_ms``; just before sending where unknown); token counts
+    Times are ms from the moment the request was written to its own connection
+    (see ``pool_wait_ms`` and ``send_wait_ms``; just before sending where unknown); token counts
     in tokens; ``None`` = unknown (never 0 for unknown). Definitions and
     sources: ``docs/measurement.md``.
     """
@@ -272,8 +273,9 @@ class StreamMeasurement(BaseModel):
     )
     start_perf_ns: int | None = Field(
         default=None,
-        description="time.perf_counter_ns() when the request got its connection: the zero of "
-        "every *_ms time here, to align them with other perf_counter records (ns).",
+        description="time.perf_counter_ns() when the request was written to its connection "
+        "(else got it): the zero of every *_ms time here, to align them with other "
+        "perf_counter records (ns).",
     )
     events: int = Field(default=0, description="Data events received (incl. [DONE]).")
     done: bool = Field(default=False, description="Whether data: [DONE] was received.")
@@ -392,6 +394,15 @@ class StreamMeasurement(BaseModel):
         ge=0,
         description="The client host's 1-minute load average at this request's end "
         "(runnable tasks); None without a running SelfCheck or where the OS has none.",
+    )
+    # issue 22 (item 6): the client's wait to write the request, kept out of TTFT
+    send_wait_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="Wait from the connection hand-over until the request's body was written "
+        "(ms): the client's own event loop getting to the write (the asyncio transport on "
+        "Python < 3.12 writes it in a task of its own). The times above start after it. "
+        "None when the transport does not report the write.",
     )
 
 
@@ -592,6 +603,7 @@ class _Accumulator:
         self.choice_indexes: set[int] = set()
         self.surrogates = False  # a chunk needed the lenient parser: pair halves at the end
         self.pool_wait_ns: int | None = None
+        self.send_wait_ns: int | None = None  # issue 22 (item 6)
         self.stale_retries = 0
         self.content_encoding: str | None = None
         self.unexpected_content_type: str | None = None
@@ -899,6 +911,7 @@ class _Accumulator:
             choice_tokens_estimated=choice_estimated,
             **self._server_times(),
             pool_wait_ms=self.pool_wait_ns / 1e6 if self.pool_wait_ns is not None else None,
+            send_wait_ms=self.send_wait_ns / 1e6 if self.send_wait_ns is not None else None,
             stale_connection_retries=self.stale_retries,
         )
 
@@ -1012,8 +1025,9 @@ async def measure_streamed(
 
     Returns:
         A :class:`StreamMeasurement`. Times are milliseconds from the moment the
-        request was handed its own connection (any wait for a pooled connection is
-        ``pool_wait_ms``, not part of TTFT): ``ttft_ms``, ``e2e_ms``, ``tpot_ms`` (ms per output
+        request was written to its own connection (any wait for a pooled connection is
+        ``pool_wait_ms``, the client's wait to write it ``send_wait_ms``; neither is
+        part of TTFT): ``ttft_ms``, ``e2e_ms``, ``tpot_ms`` (ms per output
         token after the first) and ``itl_ms`` (one gap per pair of token-bearing
         chunks, ms); ``output_toks_per_s`` is tokens/s; token counts are tokens.
         Definitions and sources: ``docs/measurement.md``. Server faults (HTTP
@@ -1039,19 +1053,19 @@ async def measure_streamed(
         _check_gated(client, gate, url)
     body = orjson.dumps(route.build_body(req))
     check = current_selfcheck()
-    begin = sched_sample() if check is not None else None
-    begin_ns = begin.wall_ns if begin is not None else time.perf_counter_ns()
+    begin = check.sched_now() if check is not None else None  # shared: no read per request
+    begin_ns = time.perf_counter_ns()
     if client is None:
         async with gate.client() as own:
             result = await _measure(own, url, headers, body, route, timeouts, limits)
     else:
         result = await _measure(client, url, headers, body, route, timeouts, limits)
     if check is not None and begin is not None:
-        end = sched_sample()
-        cpu, wait = begin.shares_until(end)
+        end_ns = time.perf_counter_ns()
+        cpu, wait = begin.shares_until(check.sched_now(after=begin))
         update = {
-            "client_lag_ms": check.max_lag_ms(begin_ns, end.wall_ns),
-            "client_stall_ms": check.max_stall_ms(begin_ns, end.wall_ns),
+            "client_lag_ms": check.max_lag_ms(begin_ns, end_ns),
+            "client_stall_ms": check.max_stall_ms(begin_ns, end_ns),
             "client_cpu_share": cpu,
             "client_core_wait_share": wait,
         }
@@ -1234,11 +1248,16 @@ def _direct_transport(client: httpx.AsyncClient, url: httpx.URL) -> httpx.AsyncB
 
 
 def _start_at_handover(acc: _Accumulator, clock: PoolClock) -> None:
-    """Move the clock's zero to the connection hand-over; keep the wait apart."""
+    """Move the clock's zero to the connection hand-over, and on to the body's write
+    where the transport stamps it; keep both waits apart."""
     if clock.acquired_ns is None or clock.acquired_ns < acc.start_ns:
         return  # a transport that does not stamp (a test's MockTransport, a caller's own)
     acc.pool_wait_ns = clock.acquired_ns - acc.start_ns
     acc.start_ns = clock.acquired_ns
+    # issue 22 (item 6): the client's own wait to write the request is not server time
+    if clock.written_ns is not None and clock.written_ns >= clock.acquired_ns:
+        acc.send_wait_ns = clock.written_ns - clock.acquired_ns
+        acc.start_ns = clock.written_ns
 
 
 async def _drain(parts: AsyncIterator[bytes], decoder: SSEDecoder) -> None:

@@ -8,6 +8,16 @@ its own request (``StreamMeasurement.client_lag_ms``), and the analysis flags a
 row ``client_saturated`` when a measured request saw a lag above the plan's
 ``client_lag_threshold_ms``. Works on asyncio and trio.
 
+Reading a CPU clock (``thread_time_ns``, ``process_time_ns``, ``/proc/thread-self/schedstat``)
+makes the kernel settle the thread's run time, and on a busy host that is where it
+takes the core away: under load such a read took 2-4 ms at p99 (15 ms at worst) where
+``getppid`` took 6 µs. So the loop thread's clocks are read at most once per five ticker
+periods (50 ms by default), one reading shared by every request that starts or ends in
+that time (:meth:`SelfCheck.sched_now`), and the ticker reads the process CPU time once
+per ten periods; never once per request: at 256 streams, per-request reads put 512
+such yields per wave on the event loop (issue 22, item 6;
+``benchmarks/check_request_path.py`` holds it).
+
 Usage::
 
     async with SelfCheck() as check:
@@ -106,6 +116,14 @@ def host_load() -> tuple[int | None, float | None]:
     return cores, load
 
 
+_CPU_EVERY = 10
+"""The ticker reads the process CPU time every this many periods (100 ms by default)."""
+
+
+_SCHED_EVERY = 5
+"""A shared reading of the loop thread's clocks serves this many periods (50 ms by default)."""
+
+
 def current_selfcheck() -> SelfCheck | None:
     """The :class:`SelfCheck` running around the caller, if any."""
     return _CURRENT.get()
@@ -117,7 +135,7 @@ class SelfCheckSummary:
 
     ``ticks``: ticker wake-ups; ``max_lag_ms`` / ``p99_lag_ms``: how late the
     ticker woke (ms); ``cpu_share``: process CPU seconds per wall second (1.0 =
-    one core busy; the event loop runs on one core).
+    one core busy; the event loop runs on one core), read every ten ticker periods.
     """
 
     ticks: int
@@ -142,7 +160,10 @@ class SelfCheck:
         self.interval_s = interval_s
         self._t = array("q")  # wake time of each tick, perf_counter ns
         self._lag = array("q")  # how late it woke, ns
-        self._cpu = array("q")  # process CPU time at the tick, ns
+        self._cpu_t = array("q")  # when the process CPU time was read, perf_counter ns
+        self._cpu = array("q")  # process CPU time then, ns (every _CPU_EVERY periods)
+        self._sched: SchedSample | None = None  # the shared sample (sched_now)
+        self.sched_reads = 0  # how many times the thread's clocks were read
         self._tg: TaskGroup | None = None
         self._token: contextvars.Token[SelfCheck | None] | None = None
         self._started_ns: int | None = None  # perf_counter ns at start()
@@ -187,8 +208,25 @@ class SelfCheck:
             now = time.perf_counter_ns()
             self._t.append(now)
             self._lag.append(max(0, now - due))
-            self._cpu.append(time.process_time_ns())
+            if not self._cpu_t or now - self._cpu_t[-1] >= _CPU_EVERY * period:
+                self._cpu_t.append(now)
+                self._cpu.append(time.process_time_ns())
             due = now + period
+
+    def sched_now(self, after: SchedSample | None = None) -> SchedSample:
+        """The event-loop thread's clocks (:class:`SchedSample`), read afresh only when
+        the last reading is five ticker periods old or more (50 ms by default), or is
+        ``after`` itself (a window needs two readings), else that reading: the requests
+        that start or end within those periods share it, so a request's CPU share and
+        core wait cover its window to within five periods at each end. Never raises.
+        """
+        now = time.perf_counter_ns()
+        last = self._sched
+        max_age = int(_SCHED_EVERY * self.interval_s * 1e9)
+        if last is None or last is after or now - last.wall_ns >= max_age:
+            last = self._sched = sched_sample()
+            self.sched_reads += 1
+        return last
 
     def max_lag_ms(self, start_ns: int, end_ns: int) -> float | None:
         """Largest lag of a tick that woke within ``[start_ns, end_ns]`` (perf_counter
@@ -243,8 +281,10 @@ class SelfCheck:
         if not lags:
             return SelfCheckSummary(ticks=0, max_lag_ms=0.0, p99_lag_ms=0.0, cpu_share=0.0)
         p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))]
-        wall = self._t[hi - 1] - self._t[lo]
-        cpu = self._cpu[hi - 1] - self._cpu[lo]
+        c_lo = 0 if start_ns is None else bisect_left(self._cpu_t, start_ns)
+        c_hi = len(self._cpu_t) if end_ns is None else bisect_right(self._cpu_t, end_ns)
+        wall = self._cpu_t[c_hi - 1] - self._cpu_t[c_lo] if c_hi > c_lo else 0
+        cpu = self._cpu[c_hi - 1] - self._cpu[c_lo] if c_hi > c_lo else 0
         return SelfCheckSummary(
             ticks=len(lags),
             max_lag_ms=lags[-1] / 1e6,

@@ -18,7 +18,12 @@ extensions (key :data:`POOL_CLOCK`) gets it stamped with
 ``time.perf_counter_ns()`` when it is handed its own connection — aiohttp's
 connection-queue / reuse / create trace events, httpcore's first connection
 trace event — so a measurement can start its clock there and record any wait
-for a pooled connection apart.
+for a pooled connection apart. It is stamped again as its body is written
+(``written_ns``; aiohttp's first request-chunk-sent event, httpcore's
+``http11.send_request_body.started``): aiohttp on Python < 3.12 writes the body
+in a task of its own, which the event loop runs only after every callback
+already ready — at 256 streams started together, after the other 255 requests
+were built (issue 22, item 6).
 """
 
 from __future__ import annotations
@@ -42,24 +47,32 @@ POOL_CLOCK = "deepseekbench.pool_clock"
 _HTTPCORE_ACQUIRED = frozenset(
     {"connection.connect_tcp.started", "http11.send_request_headers.started"}
 )
+_HTTPCORE_WRITTEN = "http11.send_request_body.started"
 _CURRENT: contextvars.ContextVar[PoolClock | None] = contextvars.ContextVar(
     "deepseekbench_pool_clock", default=None
 )
 
 
 class PoolClock:
-    """When a request got its own connection (``acquired_ns``, perf_counter ns)."""
+    """When a request got its own connection (``acquired_ns``) and when its body was
+    written to it (``written_ns``; perf_counter ns, ``None`` until stamped)."""
 
-    __slots__ = ("acquired_ns", "queued")
+    __slots__ = ("acquired_ns", "queued", "written_ns")
 
     def __init__(self) -> None:
         self.acquired_ns: int | None = None
         self.queued = False
+        self.written_ns: int | None = None
 
     def mark(self) -> None:
         """Stamp the hand-over (first call wins)."""
         if self.acquired_ns is None:
             self.acquired_ns = time.perf_counter_ns()
+
+    def mark_written(self) -> None:
+        """Stamp the body's write (first call wins; only after the hand-over)."""
+        if self.written_ns is None and self.acquired_ns is not None:
+            self.written_ns = time.perf_counter_ns()
 
 
 KEEPALIVE_S = 15.0
@@ -251,6 +264,8 @@ def _httpcore_trace(clock: PoolClock) -> Callable[[str, Mapping[str, Any]], Awai
     async def trace(event: str, info: Mapping[str, Any]) -> None:
         if event in _HTTPCORE_ACQUIRED:
             clock.mark()
+        elif event == _HTTPCORE_WRITTEN:
+            clock.mark_written()
 
     return trace
 
@@ -284,6 +299,7 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
         trace.on_connection_queued_end.append(_on_acquired)
         trace.on_connection_reuseconn.append(_on_acquired)
         trace.on_connection_create_start.append(_on_acquired)
+        trace.on_request_chunk_sent.append(_on_written)
         expiry = self._limits.keepalive_expiry
         connector = aiohttp.TCPConnector(
             limit=self._limits.max_connections or 0,  # 0 = no limit
@@ -331,6 +347,12 @@ async def _on_acquired(session: object, ctx: SimpleNamespace, params: object) ->
     clock = _CURRENT.get()
     if clock is not None:
         clock.mark()
+
+
+async def _on_written(session: object, ctx: SimpleNamespace, params: object) -> None:
+    clock = _CURRENT.get()
+    if clock is not None:
+        clock.mark_written()
 
 
 class _RemappedStream(httpx.AsyncByteStream):
