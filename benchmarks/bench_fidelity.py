@@ -325,7 +325,13 @@ async def _level(
     aiperf_error = None
     if args.aiperf:
         aiperf_error = await anyio.to_thread.run_sync(
-            _run_aiperf, args.aiperf, args.aiperf_tokenizer, base_url, c, n, args.max_tokens,
+            _run_aiperf,
+            args.aiperf,
+            args.aiperf_tokenizer,
+            base_url,
+            c,
+            n,
+            args.max_tokens,
             aiperf_dir,
         )
     async with httpx.AsyncClient(timeout=120) as plain:
@@ -336,8 +342,7 @@ async def _level(
     out = {name: (_figures(obs, truths), note) for name, (obs, note) in results.items()}
     ours, note = results["measure_streamed"]
     from_handover = [
-        Observed(o.request_id, o.handover_ns or o.sent_ns, o.chunk_ns, o.tokens, o.ok)
-        for o in ours
+        Observed(o.request_id, o.handover_ns or o.sent_ns, o.chunk_ns, o.tokens, o.ok) for o in ours
     ]  # the same requests, timed from the hand-over as before issue 22 item 6
     out["measure_streamed from hand-over"] = (_figures(from_handover, truths), note)
     if aiperf_error:
