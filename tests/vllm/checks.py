@@ -22,6 +22,7 @@ from tests.vllm.plans import (
     PARITY_PROMPTS,
     REQUESTS_PER_CELL,
     WARMUP_PER_CELL,
+    WORKLOAD_PROMPTS,
     PairRun,
     append_report,
 )
@@ -33,9 +34,11 @@ def check_requests(run: PairRun, label: str) -> None:
     assert list(rows) == ["off", label]
     for row in rows.values():
         assert (row.n_requests, row.n_errors) == (REQUESTS_PER_CELL, 0), row.route_label
+    assert calibration_requests(run, label) == 0  # the calibration pass asks off only
     for name, server in run.servers.items():
         seen = run.recorder.completions[server.port]
         expected = N_PARITY * (2 if name == "off" else 1) + WARMUP_PER_CELL + REQUESTS_PER_CELL
+        expected += calibration_requests(run, name)
         assert len(seen) == expected, name
         assert all(c.finished for c in seen), name  # every stream reached [DONE]
 
@@ -98,8 +101,25 @@ def check_verdict(run: PairRun, label: str) -> list[bool]:
 
 
 def _measured(seen: list[Completion]) -> list[Completion]:
-    # concurrency 1: the warm-up requests come first among the max_tokens=MAX_TOKENS ones
-    return [c for c in seen if c.max_tokens == MAX_TOKENS][WARMUP_PER_CELL:]
+    # concurrency 1: a workload prompt goes first to off's calibration pass (issue 23's
+    # default output_length = "pinned"), then to the warm-up, then to the measured
+    # requests, each at max_tokens <= MAX_TOKENS (pinned: the natural length); parity
+    # prompts, or the margin test's 256-token parity, and forensics follow-ups (issue 21:
+    # logprobs) are left out
+    work = [
+        c
+        for c in seen
+        if c.prompt in WORKLOAD_PROMPTS
+        and not c.logprobs
+        and c.max_tokens is not None
+        and c.max_tokens <= MAX_TOKENS
+    ]
+    return work[-REQUESTS_PER_CELL:]
+
+
+def calibration_requests(run: PairRun, route: str) -> int:
+    """Requests of ``route``'s calibration pass (issue 23; ``off`` only)."""
+    return sum(1 for r in run.records("calibration") if r["route"] == route)
 
 
 def check_counts(run: PairRun, label: str) -> dict[str, Any]:
