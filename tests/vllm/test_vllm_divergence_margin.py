@@ -11,10 +11,10 @@ margin within 0.005 nats of that figure; the bit-exact comparison still counts i
 (1 of 16 prompts), while ``within_noise`` verifies the row. The speed verdict is held
 against vLLM's own clock as in every vLLM test (``checks.check_clocks``).
 
-Cost (run on the 2-core CI machine shared with other work, load 11-15): 530 s, of which
-264 s for the two server start-ups and 254 s for ``run_plan`` (16 greedy 256-token
-parity prompts per route, ``off`` twice, plus 2 x 9 measured requests); part of
-``.ci/vllm.sh`` (see its header for the step's total).
+Cost (the 2-core CI machine shared with other work, load 9-15): 400-530 s, of which
+181-264 s for the two server start-ups and 216-254 s for ``run_plan`` (16 greedy
+256-token parity prompts per route, ``off`` twice, a calibration pass, plus 2 x 9
+measured requests); part of ``.ci/vllm.sh``, whose warm total was then 1348 s.
 """
 
 from __future__ import annotations
