@@ -75,10 +75,13 @@ for gone in ("torchvision", "torchaudio", "torchcodec"):
 export DEEPSEEKBENCH_VLLM_PYTHON="$VENV/bin/python"
 export DEEPSEEKBENCH_VLLM_CACHE="${DEEPSEEKBENCH_VLLM_CACHE:-$VLLM_HOME}"
 
+# The 30-step DeepSeek model is the divergence probe's (issue 21's margin test,
+# tests/vllm/test_vllm_divergence_margin.py); ~40 s to generate, cached like the others.
 step "generate models" "${NICE[@]}" "$PY" -c '
 from tests.vllm.conftest import ensure_models, vllm_cache_dir
-m = ensure_models(vllm_cache_dir())
-print("models in", m.root, m.manifest)
+for steps in (300, 30):
+    m = ensure_models(vllm_cache_dir(), steps=steps)
+    print("models in", m.root, m.manifest)
 '
 
 work="$(mktemp -d)"

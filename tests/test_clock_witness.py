@@ -56,6 +56,20 @@ def test_a_client_figure_the_server_contradicts_is_withheld() -> None:
     assert compare_speedup(*plain)
 
 
+def test_a_paired_rounds_figure_the_server_contradicts_is_withheld() -> None:
+    # row medians agree (client 2.0x, server 1.82x), but the printed figure would be the
+    # rounds' geometric mean, 3.0x: 65 % from the server's ratio
+    base, cand = _pair(5.0, 5.5)
+    rounds = ({1: 10.0, 2: 10.0, 3: 10.0}, {1: 3.3, 2: 3.4, 3: 3.3})
+    verdict = compare_speedup(base, cand, rounds=rounds)
+    assert not verdict and verdict.reasons == (RefusalReason.clock_disagreement,)
+    # rounds that agree with the server keep their figure and interval
+    rounds = ({1: 10.0, 2: 10.0, 3: 10.0}, {1: 5.2, 2: 5.4, 3: 5.3})
+    verdict = compare_speedup(base, cand, rounds=rounds)
+    assert verdict and verdict.rounds == 3
+    assert verdict.speedup == pytest.approx(10.0 / 5.3, rel=0.01)
+
+
 def test_the_server_clock_judges_on_the_engines_figures_and_says_so() -> None:
     base, cand = _pair(0.66, 3.8)
     verdict = compare_speedup(base, cand, clock="server")

@@ -479,7 +479,9 @@ def compare_speedup(
         clock_tolerance: on the client clock, when both rows carry the engine's own
             figure too, a client speedup further than this ratio (default
             :data:`~deepseekbench._types._clock.CLOCK_TOLERANCE`, 25 %) from the
-            server-clock speedup is withheld (``clock_disagreement``).
+            server-clock speedup is withheld (``clock_disagreement``): the ratio of
+            the row medians, and the figure printed (the paired rounds' geometric
+            mean) alike.
 
     Returns:
         A :class:`SpeedupVerdict`; ``speedup`` is dimensionless ("times faster");
@@ -504,7 +506,30 @@ def compare_speedup(
         cs, cr = result.speedup_evidence(candidate, name)
         samples, rounds = (bs, cs), (br, cr)
     verdict = _judge(baseline, candidate, metric, min_requests, clock, clock_tolerance)
-    return _with_interval(verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed)
+    verdict = _with_interval(
+        verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed
+    )
+    return _witnessed(verdict, baseline, candidate, clock_tolerance)
+
+
+def _witnessed(
+    verdict: SpeedupVerdict, baseline: Row, candidate: Row, tolerance: float
+) -> SpeedupVerdict:
+    """Issue 22: the figure finally printed is held against the engine's clock too.
+
+    With paired rounds the printed figure is the rounds' geometric mean, not the ratio
+    of the row medians :func:`_judge` checked; a client-clock figure further than
+    ``tolerance`` from the server-clock ratio is withheld (``clock_disagreement``)."""
+    if not (verdict.printed and verdict.clock is Clock.client and verdict.speedup is not None):
+        return verdict
+    if not clock_disagrees(baseline, candidate, verdict.metric.value, verdict.speedup, tolerance):
+        return verdict
+    return SpeedupVerdict(
+        metric=verdict.metric,
+        clock=verdict.clock,
+        printed=False,
+        reasons=(RefusalReason.clock_disagreement,),
+    )
 
 
 def evidence_field(metric: SpeedupMetric | str, clock: Clock | str) -> str:

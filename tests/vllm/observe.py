@@ -33,6 +33,7 @@ class Completion:
     spec: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
     finished: bool = False
+    logprobs: bool = False  # the body asked for logprobs (issue 21's forensics follow-ups)
 
 
 @dataclass
@@ -97,7 +98,9 @@ class StreamRecorder(httpx.AsyncBaseTransport):
             return response
         body = json.loads(request.content)
         prompt = body["messages"][-1]["content"]
-        completion = Completion(prompt=prompt, max_tokens=body.get("max_tokens"))
+        completion = Completion(
+            prompt=prompt, max_tokens=body.get("max_tokens"), logprobs=bool(body.get("logprobs"))
+        )
         self.completions[request.url.port or 0].append(completion)
         assert isinstance(response.stream, httpx.AsyncByteStream)
         return httpx.Response(
