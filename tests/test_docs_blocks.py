@@ -195,6 +195,9 @@ def test_shell_block_commands_exist(block: Block) -> None:
 
 
 _CLIENT_NOTE = re.compile(r"client (starved|saturated|lagged)\b")
+# a verified route whose speed a busy machine left uncredited (issue 22) gets a note
+# that the README's run, on a quieter machine, did not print
+_NOISE_NOTE = re.compile(r"\S+ @ \S+ \([^)]*\): no speedup credited; parity verified")
 
 
 def _without_client_flag(text: str) -> str:
@@ -250,7 +253,11 @@ def test_plain_block_matches_the_cli(block: Block, demo: tuple[Path, str]) -> No
         return  # an excerpt of another run (a load sweep), not the demo's output
     # the client flag (a column and one note) shows only when this machine was too
     # busy to time well (issue 22)
-    printed = [ln for ln in _shape(_without_client_flag(demo[1])) if not _CLIENT_NOTE.match(ln)]
+    printed = [
+        ln
+        for ln in _shape(_without_client_flag(demo[1]))
+        if not _CLIENT_NOTE.match(ln) and not _NOISE_NOTE.match(ln)
+    ]
     shown = _shape(block.body)
     assert shown == printed[: len(shown)], "\n".join(shown)
     if block.path == "README.md":
