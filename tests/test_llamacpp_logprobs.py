@@ -25,10 +25,9 @@ TAU = 0.05
 LOWEST = -3.4028234663852886e38  # float's lowest, llama.cpp's log(0)
 
 
-def entry(token: str, logprob: float, raw: bytes | None = None, **top: float) -> dict[str, Any]:
-    """One llama.cpp content entry; ``top`` maps alternatives to logprobs (the keys
-    are token strings; ``raw`` gives the entry's bytes when its string is truncated)."""
-    piece = raw if raw is not None else token.encode()
+def entry(token: str, logprob: float, top: dict[str, float]) -> dict[str, Any]:
+    """One llama.cpp content entry; ``top`` maps alternatives (token strings) to logprobs."""
+    piece = token.encode()
     alts = [
         {"id": 100 + i, "token": t, "bytes": list(t.encode()), "logprob": lp}
         for i, (t, lp) in enumerate(top.items())
@@ -72,9 +71,9 @@ def partial(piece: bytes, logprob: float) -> dict[str, Any]:
 def test_captured_llamacpp_body_gives_the_margin_at_the_divergence() -> None:
     # off said " moon world black", the mis-tuned draft " moon world whit..."
     b = body(
-        entry(" moon", -1.29, **{" moon": -1.29, " we": -1.72, "h": -2.12}),
-        entry(" world", -0.51, **{" world": -0.51, " milk": -2.64, " bird": -3.06}),
-        entry(" black", -1.52, **{" black": -1.52, " whit": -2.21, "y": -2.67}),
+        entry(" moon", -1.29, {" moon": -1.29, " we": -1.72, "h": -2.12}),
+        entry(" world", -0.51, {" world": -0.51, " milk": -2.64, " bird": -3.06}),
+        entry(" black", -1.52, {" black": -1.52, " whit": -2.21, "y": -2.67}),
     )
     pos = parse_chat_logprobs(b)
     assert pos is not None and pos[2].token_bytes == b" black"
@@ -87,10 +86,10 @@ def test_captured_llamacpp_body_gives_the_margin_at_the_divergence() -> None:
 def test_a_character_split_over_byte_tokens_is_not_a_divergence() -> None:
     # "é" (C3 A9) arrives as two byte tokens whose strings llama.cpp truncates to ""
     b = body(
-        entry("caf", -0.1, **{"caf": -0.1, "cab": -3.0}),
+        entry("caf", -0.1, {"caf": -0.1, "cab": -3.0}),
         partial(b"\xc3", -0.2),
         partial(b"\xa9", -0.01),
-        entry(" noir", -0.40, **{" noir": -0.40, " blanc": -0.42}),
+        entry(" noir", -0.40, {" noir": -0.40, " blanc": -0.42}),
     )
     pos = parse_chat_logprobs(b)
     assert pos is not None
@@ -102,7 +101,7 @@ def test_a_character_split_over_byte_tokens_is_not_a_divergence() -> None:
 
 def test_a_divergence_inside_a_character_shows_its_bytes() -> None:
     b = body(
-        entry("caf", -0.1, **{"caf": -0.1, "cab": -3.0}),
+        entry("caf", -0.1, {"caf": -0.1, "cab": -3.0}),
         partial(b"\xc3", -0.2),
         partial(b"\xa9", -0.01),
     )
@@ -114,7 +113,7 @@ def test_a_divergence_inside_a_character_shows_its_bytes() -> None:
 
 
 def test_log_of_zero_is_the_lowest_float_and_reads_as_decisive() -> None:
-    b = body(entry("a", 0.0, **{"a": 0.0, "b": LOWEST}))
+    b = body(entry("a", 0.0, {"a": 0.0, "b": LOWEST}))
     pos = parse_chat_logprobs(b)
     assert pos is not None
     m = align_divergence(pos, "b", prompt_id="p", candidate="mtp", tau_nats=TAU)
@@ -133,7 +132,7 @@ def test_a_draft_accepted_token_has_no_alternatives_and_no_margin() -> None:
 
 def test_off_ending_where_the_candidate_ends_is_not_a_divergence() -> None:
     eos = {"id": 2, "token": "", "bytes": [], "logprob": -0.1, "top_logprobs": []}
-    pos = parse_chat_logprobs(body(entry("ab", -0.1, **{"ab": -0.1, "a": -4.0}), eos))
+    pos = parse_chat_logprobs(body(entry("ab", -0.1, {"ab": -0.1, "a": -4.0}), eos))
     assert pos is not None
     m = align_divergence(pos, "ab", prompt_id="p", candidate="mtp", tau_nats=TAU)
     assert m.kind is DivergenceKind.unexplained and "reproduced" in m.note
