@@ -8,7 +8,9 @@ run with :func:`run_plan` through ``LiveGate()``, and judged by the :class:`Scor
 
 * ``off`` is ``verified`` (the determinism control ran ``off`` twice, bit-identical);
 * ``draft`` matches ``off`` on every parity prompt, is ``verified`` and gets a speedup;
-* ``draft-mistuned`` is ``differs`` and refused, its first divergence shown;
+* ``draft-mistuned`` is ``differs`` and refused, its first divergence shown; each of
+  its divergences carries a real margin from llama-server's logprobs (issue 21: the
+  forensics ask ``off`` only, never a speculative route), at least one ``decisive``;
 * per-request ``timings.draft_n`` / ``draft_n_accepted`` sum to the server's
   ``llamacpp:spec_decode_*`` Prometheus counter deltas, both for the runner's own
   measured-request window and for the whole run (parity and warm-up requests included,
