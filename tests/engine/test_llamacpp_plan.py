@@ -250,10 +250,13 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
     n_parity = len(PARITY_PROMPTS)
     per_route = n_parity + WARMUP_PER_CELL + REQUESTS_PER_CELL
     margins = _results_records(results, "divergence_margin")  # issue 21: one per follow-up
+    # issue 23: off also runs the calibration pass (each item's natural output length)
+    n_calibration = len(_results_records(results, "calibration"))
     for label, s in servers.items():
         seen = recorder.timings[s.port]
         # parity set, warm-up and measured requests; off runs the parity set twice
-        assert len(seen) == per_route + (n_parity if label == "off" else 0), label
+        off_only = n_parity + n_calibration if label == "off" else 0
+        assert len(seen) == per_route + off_only, label
         assert all(t.get("predicted_n") for t in seen), label  # every stream ended in timings
         # issue 21: logprobs are asked of off only, in one follow-up per divergence; the
         # speculative routes' requests never ask for them (vLLM #34497 turns speculation off)
