@@ -20,7 +20,8 @@ the records at the end.
 between execute and finish: ``off``'s logprobs at every divergence), each one short function:
 ``_preflight`` (read the plan's files, build the routes, ask the gate),
 ``_open_store`` (lock the results file, index what it holds), then
-``_Steps.prepare`` (probe, served depth, count the workload), ``.outputs`` and
+``_Steps.prepare`` (probe, served depth, issue 21's engine deterministic mode, count
+the workload), ``.outputs`` and
 ``.calibrate`` (issue 23: output-length draws and the calibration pass on
 ``off``, recorded and resumable; :mod:`deepseekbench._execute._calibrate`),
 ``.schedule``,
@@ -99,6 +100,7 @@ from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
 from deepseekbench._plan._coverage import WorkloadCoverage, items_used
+from deepseekbench._plan._determinism import engine_determinism
 from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint, PlanSources
 from deepseekbench._plan._schedule import (
     Block,
@@ -114,6 +116,7 @@ from deepseekbench._plan._workload import WorkloadItem, check_bucket_bytes
 from deepseekbench._store._records import (
     CalibrationRecord,
     DivergenceMarginRecord,
+    EngineDeterminismRecord,
     MeasurementRecord,
     ParityEntry,
     ParityOutputRecord,
@@ -140,6 +143,7 @@ from deepseekbench._store._results import (
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._cache import CacheWindow
+from deepseekbench._types._determinism import EngineDeterminism
 from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
@@ -496,6 +500,11 @@ class _Recorder:
             )
         )
 
+    def determinism(self, modes: Mapping[str, EngineDeterminism]) -> None:
+        """Issue 21: each route's engine deterministic mode, as read before measuring."""
+        for route, mode in modes.items():
+            self.store.append(EngineDeterminismRecord(**self.base, route=route, determinism=mode))
+
     def margin(self, f: FollowUp, margin: DivergenceMargin) -> None:
         """Issue 21: one divergence explained by ``off``'s logprobs."""
         self.store.append(
@@ -662,11 +671,13 @@ class _Steps:
         self.store, self.previous, self.prog = store, previous, prog
         self.started_at = previous.started_at  # the plan's first start; set when recorded
         self.blocks: list[Block] = []
+        self.determinism: dict[str, EngineDeterminism] = {}  # issue 21: read in prepare
         speculative = {r.label: r.speculative.value for r in plan.routes}
         self.recorder = _Recorder(store, run.plan_hash, uuid.uuid4().hex[:12], speculative)
 
     async def prepare(self) -> tuple[TokenCounter | None, PreparedWorkload]:
-        """Step 3: probe the routes, check served depths, count each cell's items.
+        """Step 3: probe the routes, check served depths, read each engine's
+        deterministic mode (issue 21), count each cell's items.
 
         Raises:
             RouteUnreachableError, PlanError, WorkloadLengthError, TokenizeError.
@@ -676,6 +687,9 @@ class _Steps:
             probe_timeout = min(plan.timeout_s, PROBE_TIMEOUT_S)
             await probe_routes(routes, gate=self.gate, client=self.http, timeout_s=probe_timeout)
         await check_spec_config(plan.routes, routes, gate=self.gate, client=self.http)
+        self.determinism = await engine_determinism(  # issue 21
+            plan.routes, routes, gate=self.gate, client=self.http
+        )
         counter = make_counter(
             plan, off_route=routes[plan.off_route.label], gate=self.gate, client=self.http
         )
@@ -734,6 +748,7 @@ class _Steps:
             self.plan, now, self.previous.resumed, self.run.sources, prepared, self.run.parity_set,
             dict(self.run.launched),
         )  # fmt: skip
+        self.recorder.determinism(self.determinism)  # issue 21
         if self.previous.resumed:
             self.prog.set_phase("resume")  # the first event says what was kept and what is left
         else:

@@ -67,6 +67,8 @@ ISSUE_21_ROW_FIELDS = (
     "tau_source",
     "first_divergence_margin_nats",
     "divergence_note",
+    "engine_deterministic",  # issue 21 item 6 (llama2)
+    "engine_deterministic_source",
 )
 
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._breakdown import slice_stats, workload_fields
 from deepseekbench._analysis._clock_witness import server_clock_fields
+from deepseekbench._analysis._determinism_rows import determinism_fields
 from deepseekbench._analysis._noise_rows import (
     RowDivergences,
     judge_off,
@@ -673,6 +674,7 @@ def _build_row(
         traffic = traffic_parity(plan, off, mine) if plan.temperature == 0 else None
         parity, reason = _join_parity(plan, rp, traffic)
     parity, reason, noise = _within_noise(inp, route, cell, load, (parity, reason), traffic, off)
+    noise = determinism_fields(inp.state.determinism, route.label, plan.off_route.label, noise)
     server = _server_window(inp.state, route.label, cell.cell_id, load)
     row = Row(
         **row_identity(plan, cell, route, load),

@@ -16,7 +16,8 @@ name themselves:
   :attr:`~EngineDialect.gauge_sets`, :attr:`~EngineDialect.cache_sets`;
 * ``_measure/_tokens.py``: :meth:`~EngineDialect.tokenize_body`;
 * ``_plan/_spec_config.py``: :attr:`~EngineDialect.depth_paths`,
-  :meth:`~EngineDialect.spec_tokens_from_info`.
+  :meth:`~EngineDialect.spec_tokens_from_info`;
+* ``_plan/_determinism.py``: :meth:`~EngineDialect.deterministic_from_info` (issue 21).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ class EngineDialect:
     gauge_sets: ClassVar[tuple[GaugeSet, ...]] = ()
     cache_sets: ClassVar[tuple[CacheSet, ...]] = ()  # issue 23
     depth_paths: ClassVar[tuple[str, ...]] = ()
+    reports_determinism: ClassVar[bool] = False  # issue 21: deterministic_from_info says
 
     @property
     def engine(self) -> Dialect:
@@ -208,6 +210,11 @@ class EngineDialect:
     # --- side endpoints ------------------------------------------------------
     def spec_tokens_from_info(self, info: Any) -> int | None:
         """Draft tokens per verify step in one parsed :attr:`depth_paths` body."""
+        return None
+
+    def deterministic_from_info(self, info: Any) -> bool | None:
+        """Issue 21: whether the engine's deterministic mode is on, from one parsed
+        :attr:`depth_paths` body; ``None`` when the engine does not say."""
         return None
 
     def tokenize_body(self, model: str, text: str) -> dict[str, Any]:

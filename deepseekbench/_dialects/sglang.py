@@ -12,6 +12,7 @@
   ``srt/metrics/collector.py``; docs "Production Metrics").
 * Served depth: ``GET /get_server_info`` (``/server_info`` on newer releases):
   ``speculative_num_steps`` unless ``speculative_algorithm`` is unset.
+* Deterministic mode (issue 21): the same body's ``enable_deterministic_inference``.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ class SglangDialect(EngineDialect):
         ),
     )
     depth_paths: ClassVar[tuple[str, ...]] = ("/get_server_info", "/server_info")
+    reports_determinism: ClassVar[bool] = True  # issue 21
 
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
@@ -200,6 +202,15 @@ class SglangDialect(EngineDialect):
         if info.get("speculative_algorithm") in (None, "", "NONE"):
             return None
         return depth(info.get("speculative_num_steps"))
+
+    def deterministic_from_info(self, info: Any) -> bool | None:
+        """Issue 21: ``enable_deterministic_inference`` of a ``/get_server_info`` body
+        (a ``ServerArgs`` field, ``--enable-deterministic-inference``); ``None`` when
+        absent or not a boolean (releases before the flag)."""
+        if not isinstance(info, Mapping):
+            return None
+        value = info.get("enable_deterministic_inference")
+        return value if isinstance(value, bool) else None
 
 
 DIALECT = SglangDialect()

@@ -34,6 +34,9 @@ class EngineConfig(BaseModel):
     ``kv_cache_tokens``: KV-cache capacity (tokens) behind ``vllm:kv_cache_usage_perc``.
     ``numerics``: issue 21's numerics mode (:mod:`deepseekbench._engine._numerics`):
     hashed near-ties in the target, and verify passes that flip exactly them.
+    ``deterministic_inference``: what the SGLang dialect's ``/get_server_info``
+    reports as ``enable_deterministic_inference`` (``None``: the field is absent, as
+    on SGLang releases before the flag); it changes no decoding (issue 21).
 
     Raises:
         pydantic.ValidationError: an unknown field, a dialect the engine cannot
@@ -62,6 +65,7 @@ class EngineConfig(BaseModel):
     kv_cache_tokens: int = Field(default=65536, ge=1, description="KV-cache capacity (tokens).")
     # issue 21: numerics mode (verify rounds differently from one-token decode)
     numerics: bool = False
+    deterministic_inference: bool | None = None
 
     @property
     def prefix_cache_hits_allowed(self) -> bool:

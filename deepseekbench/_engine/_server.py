@@ -323,7 +323,8 @@ class EngineState:
     def _server_info(self) -> dict[str, Any]:
         """The draft depth where the dialect's engine says it: llama.cpp ``/props``
         (``speculative.n_max``, ``speculative.types`` ``"none"`` when off), SGLang
-        ``/get_server_info`` (``speculative_algorithm``, ``speculative_num_steps``)."""
+        ``/get_server_info`` (``speculative_algorithm``, ``speculative_num_steps``, and
+        ``enable_deterministic_inference`` when configured)."""
         cfg = self.config
         depth = cfg.effective_draft_depth
         spec = cfg.speculative.value
@@ -337,11 +338,14 @@ class EngineState:
             return {"model_alias": cfg.model_name, "default_generation_settings": settings}
         names = {"off": None, "mtp": "EAGLE", "eagle3": "EAGLE3", "draft": "STANDALONE"}
         algorithm = names.get(spec, spec.upper())
-        return {
+        info: dict[str, Any] = {
             "model_path": cfg.model_name,
             "speculative_algorithm": algorithm,
             "speculative_num_steps": depth or None,
         }
+        if cfg.deterministic_inference is not None:  # issue 21: a ServerArgs field
+            info["enable_deterministic_inference"] = cfg.deterministic_inference
+        return info
 
     def _timelines(self) -> bytes:
         """Every recorded completion's timeline as JSON (see docs/engine.md)."""

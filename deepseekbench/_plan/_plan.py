@@ -317,6 +317,12 @@ class RoutePlan(BaseModel):
             depth. A list of depths, draft models or methods is a grid, expanded by
             :class:`BenchmarkPlan` into one route per configuration.
         grid_of: set on a route expanded from a grid: the grid route's label.
+        deterministic: issue 21: the engine's deterministic mode as declared by the
+            plan (``true``/``false``; unset: unknown), for an engine that does not
+            report it (vLLM ``VLLM_BATCH_INVARIANT=1``); a server that reports it
+            (SGLang ``enable_deterministic_inference``) is believed instead.
+            Recorded in the results and shown in the parity note; not hashed (it
+            changes no request), and left out of the plan's content when unset.
 
     Raises:
         pydantic.ValidationError: a label that is empty, over 64 characters or not
@@ -341,6 +347,8 @@ class RoutePlan(BaseModel):
     grid_of: str | None = Field(
         default=None, description="the label of the grid route this one was expanded from"
     )
+    # issue 21: the engine's deterministic mode, declared (deepseekbench._plan._determinism)
+    deterministic: bool | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -376,7 +384,7 @@ class RoutePlan(BaseModel):
         if isinstance(data, dict) and data.get("spec_tokens") is None:
             data.pop("spec_tokens", None)  # plans written before the field keep their hash
         if isinstance(data, dict):  # issue 24: likewise for plans without launches
-            for key in ("launch", "grid_of"):
+            for key in ("launch", "grid_of", "deterministic"):  # issue 21: deterministic
                 if data.get(key) is None:
                     data.pop(key, None)
         return data
@@ -1243,6 +1251,7 @@ class BenchmarkPlan(BaseModel):
         file resumes only records with the same hash."""
         exclude: dict[str, Any] = {k: True for k in _NOT_HASHED}
         exclude["parity"] = _PARITY_NOT_HASHED  # issue 21
+        exclude["routes"] = {"__all__": {"deterministic"}}  # issue 21: changes no request
         data = self.model_dump(mode="json", exclude=exclude)
         _as_before(data)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]

@@ -26,6 +26,7 @@ from deepseekbench._plan._schedule import parity_ids, parity_prompts
 from deepseekbench._plan._tasks import Task
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow
+from deepseekbench._types._determinism import EngineDeterminism
 from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
@@ -35,6 +36,7 @@ __all__ = [
     "RECORD_ADAPTER",
     "CalibrationRecord",
     "DivergenceMarginRecord",
+    "EngineDeterminismRecord",
     "MeasurementRecord",
     "ParityEntry",
     "ParityOutputRecord",
@@ -247,6 +249,15 @@ class DivergenceMarginRecord(_Base):
     margin: DivergenceMargin
 
 
+class EngineDeterminismRecord(_Base):
+    """Issue 21: a route's engine deterministic mode, as read before measuring (the
+    server's word, the plan's declaration, or unknown); the latest per route wins."""
+
+    record: Literal["engine_determinism"] = "engine_determinism"
+    route: str
+    determinism: EngineDeterminism = EngineDeterminism()
+
+
 # issue 24: capacity under SLO
 class SearchProbeRecord(_Base):
     """One route measured at one ``[search]`` level, as the run judged it (the
@@ -296,6 +307,7 @@ Record = Annotated[
     | WorkloadRecord
     | ServerCacheRecord  # issue 23
     | DivergenceMarginRecord  # issue 21
+    | EngineDeterminismRecord  # issue 21
     | SearchProbeRecord,  # issue 24
     Field(discriminator="record"),
 ]

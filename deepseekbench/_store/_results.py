@@ -48,6 +48,7 @@ from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
 from deepseekbench._store._records import (
     CalibrationRecord,
     DivergenceMarginRecord,
+    EngineDeterminismRecord,
     MeasurementRecord,
     ParityEntry,
     ParityOutputRecord,
@@ -62,6 +63,7 @@ from deepseekbench._store._records import (
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Arrival
 from deepseekbench._types._cache import CacheWindow
+from deepseekbench._types._determinism import EngineDeterminism
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 
@@ -103,6 +105,7 @@ RECORD_KINDS = frozenset(
         "workload",
         "server_cache",  # issue 23
         "divergence_margin",  # issue 21
+        "engine_determinism",  # issue 21
         "search_probe",  # issue 24
         "calibration",  # issue 23
     }
@@ -362,6 +365,8 @@ class ResultsState:
     cache: dict[tuple[str, str, str | None, int], CacheWindow] = field(default_factory=dict)
     # issue 21: forensics margins by (route, source, reasoning mode, cell, load, prompt id)
     margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
+    # issue 21: each route's engine deterministic mode (the latest record wins)
+    determinism: dict[str, EngineDeterminism] = field(default_factory=dict)
     # issue 24: the [search] levels probed, by load key, in the order first recorded
     search_loads: dict[str, LoadPoint] = field(default_factory=dict)
     # issue 23: calibration outputs by (cell, item id, turn); the latest wins
@@ -428,6 +433,9 @@ class ResultsState:
             self._check_route(rec.route)
             mkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
             self.margins[mkey] = rec.margin
+        elif isinstance(rec, EngineDeterminismRecord):  # issue 21
+            self._check_route(rec.route)
+            self.determinism[rec.route] = rec.determinism
         elif isinstance(rec, SearchProbeRecord):  # issue 24
             self._check_route(rec.route)
             self._check_load(rec.load)

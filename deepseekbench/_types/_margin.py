@@ -21,10 +21,18 @@ Definitions (all log-probabilities natural-log, so differences are in **nats**):
   the other side, still bounded by the margin.
 
 Alignment is by tokens, not characters: the follow-up's ``logprobs.content[]``
-token strings are walked along the candidate's text (:func:`align_divergence`).
+tokens are walked along the candidate's text (:func:`align_divergence`), over the
+UTF-8 bytes of each token when the engine sends them (``bytes``), else its string.
 The wire format read is OpenAI chat completions' ``choices[].logprobs.content[]``
-(``token``, ``logprob``, ``top_logprobs[]``), which vLLM, SGLang and llama.cpp's
-``/v1/chat/completions`` all serve.
+(``token``, ``logprob``, ``top_logprobs[]``, optional ``bytes``), which vLLM, SGLang
+and llama.cpp's ``/v1/chat/completions`` all serve. llama.cpp's server (tools/server,
+``completion_token_output``) adds ``id`` and ``bytes`` to every entry and truncates
+``token`` at the last complete UTF-8 character, so a token holding part of a
+multi-byte character has ``token == ""`` and only its ``bytes`` place it: the walk by
+bytes is what keeps such a token from looking like a divergence. llama.cpp writes a
+probability of 0 as the lowest float (about -3.4e38 nats) rather than ``-inf``, and
+gives a token its speculative route accepted from a draft ``logprob`` 0 with no
+``top_logprobs``; ``off`` is the only route asked, so that never reaches a margin.
 """
 
 from __future__ import annotations
@@ -82,12 +90,19 @@ class TauSource(_ClosedEnum):
 
 
 class TopLogprob(BaseModel):
-    """One alternative at a position: ``token`` (string) and its ``logprob`` (nats, <= 0)."""
+    """One alternative at a position: ``token`` (string), its ``logprob`` (nats, <= 0),
+    and its UTF-8 ``token_bytes`` when the engine sent them (OpenAI's ``bytes``)."""
 
     model_config = _CONFIG
 
     token: str
     logprob: float
+    token_bytes: bytes | None = None
+
+    @property
+    def piece(self) -> bytes:
+        """The token's UTF-8 bytes: ``token_bytes`` when sent, else ``token`` encoded."""
+        return self.token_bytes if self.token_bytes is not None else self.token.encode()
 
 
 class PositionLogprobs(BaseModel):
@@ -100,6 +115,12 @@ class PositionLogprobs(BaseModel):
     token: str
     logprob: float
     top: tuple[TopLogprob, ...] = ()
+    token_bytes: bytes | None = None
+
+    @property
+    def piece(self) -> bytes:
+        """The token's UTF-8 bytes: ``token_bytes`` when sent, else ``token`` encoded."""
+        return self.token_bytes if self.token_bytes is not None else self.token.encode()
 
     @property
     def margin_nats(self) -> float | None:
@@ -188,12 +209,25 @@ def classify_divergence(
     return DivergenceKind.decisive
 
 
+def _token_bytes(entry: Mapping[str, Any]) -> bytes | None:
+    """An entry's ``bytes`` (a list of 0-255 ints) as :class:`bytes`; ``None`` when absent
+    (an engine may send ``null``, OpenAI's spec allows it)."""
+    raw = entry.get("bytes")
+    if raw is None:
+        return None
+    if not isinstance(raw, list):  # bytes(5) would be five zero bytes
+        raise TypeError("bytes is not a list")
+    return bytes(raw)  # ValueError/TypeError for a non-int or an int outside 0-255
+
+
 def parse_chat_logprobs(body: Mapping[str, Any]) -> tuple[PositionLogprobs, ...] | None:
     """``choices[0].logprobs.content[]`` of an OpenAI chat completion (non-streamed),
     as :class:`PositionLogprobs`; ``None`` when the response carries no logprobs.
 
-    Entries without a ``top_logprobs`` list fall back to the emitted token alone (then
-    the margin is ``None``). Malformed entries give ``None`` (never a guess)."""
+    Reads ``token``, ``logprob``, ``top_logprobs[]`` and, where sent (OpenAI, vLLM,
+    llama.cpp), each token's UTF-8 ``bytes``; other keys (llama.cpp's ``id``) are
+    ignored. Entries without a ``top_logprobs`` list fall back to the emitted token
+    alone (then the margin is ``None``). Malformed entries give ``None`` (never a guess)."""
     try:
         content = body["choices"][0]["logprobs"]["content"]
         if not isinstance(content, list):
@@ -201,12 +235,19 @@ def parse_chat_logprobs(body: Mapping[str, Any]) -> tuple[PositionLogprobs, ...]
         out = []
         for e in content:
             top = tuple(
-                TopLogprob(token=str(t["token"]), logprob=float(t["logprob"]))
+                TopLogprob(
+                    token=str(t["token"]), logprob=float(t["logprob"]), token_bytes=_token_bytes(t)
+                )
                 for t in (e.get("top_logprobs") or ())
             )
             top = tuple(sorted(top, key=lambda t: -t.logprob))
             out.append(
-                PositionLogprobs(token=str(e["token"]), logprob=float(e["logprob"]), top=top)
+                PositionLogprobs(
+                    token=str(e["token"]),
+                    logprob=float(e["logprob"]),
+                    top=top,
+                    token_bytes=_token_bytes(e),
+                )
             )
         return tuple(out)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
@@ -218,17 +259,25 @@ _END_TOKEN = re.compile(r"^(|<\|?[^<>\s]{1,40}\|?>)$")
 as ``<|end▁of▁sentence|>`` or ``</s>``."""
 
 
-def _rank(top: Sequence[TopLogprob], rest: str) -> tuple[int | None, TopLogprob | None]:
+def _rank(top: Sequence[TopLogprob], rest: bytes) -> tuple[int | None, TopLogprob | None]:
     """The alternative that continues ``rest`` (longest token wins), with its rank; when
     ``rest`` is empty (the candidate ended there), the end-of-sequence alternative."""
     best: tuple[int | None, TopLogprob | None] = (None, None)
     if not rest:
         return next(((i + 1, t) for i, t in enumerate(top) if _END_TOKEN.match(t.token)), best)
     for i, t in enumerate(top):
-        longer = best[1] is None or len(t.token) > len(best[1].token)
-        if t.token and rest.startswith(t.token) and longer:
+        longer = best[1] is None or len(t.piece) > len(best[1].piece)
+        if t.piece and rest.startswith(t.piece) and longer:
             best = (i + 1, t)
     return best
+
+
+def _shown(piece: bytes, token: str) -> str:
+    """A token as shown in a record: its string, or its bytes decoded (``\\xNN`` for a
+    partial character) when the string was truncated (llama.cpp) or is missing."""
+    if token and token.encode() == piece:
+        return token
+    return piece.decode("utf-8", errors="backslashreplace")
 
 
 def align_divergence(
@@ -242,11 +291,13 @@ def align_divergence(
 ) -> DivergenceMargin:
     """Explain where ``candidate_text`` leaves ``off``'s follow-up, token by token.
 
-    Walks the follow-up's tokens while each continues ``candidate_text``; the first one
-    that does not is the divergence: its margin, and the rank of the alternative in
-    ``off``'s top-k that does continue the candidate's text. When the follow-up
-    reproduces ``candidate_text`` entirely (``off`` flipped between its measured run
-    and the follow-up), the divergence cannot be located here: ``unexplained``.
+    Walks the follow-up's tokens, as UTF-8 bytes (each token's ``bytes`` when the engine
+    sent them, else its string encoded), while each continues ``candidate_text``'s
+    bytes; the first one that does not is the divergence: its margin, and the rank of
+    the alternative in ``off``'s top-k that does continue the candidate's text. When
+    the follow-up reproduces ``candidate_text`` entirely (``off`` flipped between its
+    measured run and the follow-up), the divergence cannot be located here:
+    ``unexplained``.
 
     Returns:
         A classified :class:`DivergenceMargin` (``unexplained`` with a ``note`` when
@@ -261,19 +312,27 @@ def align_divergence(
         "tau_nats": tau_nats,
         "source": source,
     }
+    text = candidate_text.encode()
     at = 0
     for i, pos in enumerate(positions):
-        rest = candidate_text[at:]
-        if pos.token and rest.startswith(pos.token):
-            at += len(pos.token)
+        rest = text[at:]
+        if not rest and not pos.piece:
+            break  # off ended (an end token shown empty) where the candidate ended
+        if pos.piece and rest.startswith(pos.piece):
+            at += len(pos.piece)
             continue
         rank, alt = _rank(pos.top, rest)
         margin = pos.margin_nats
+        off_top = pos.top[0] if pos.top else pos
         return DivergenceMargin(
             **base,
             token_index=i,
-            off_token=pos.top[0].token if pos.top else pos.token,
-            candidate_token=(alt.token or "<end>") if alt is not None else (rest[:8] or "<end>"),
+            off_token=_shown(off_top.piece, off_top.token),
+            candidate_token=(
+                (_shown(alt.piece, alt.token) or "<end>")
+                if alt is not None
+                else (rest[:8].decode("utf-8", errors="backslashreplace") or "<end>")
+            ),
             margin_nats=margin,
             candidate_rank=rank,
             candidate_logprob=alt.logprob if alt is not None else None,
@@ -283,7 +342,7 @@ def align_divergence(
         )
     note = (
         "off's follow-up reproduced the candidate"
-        if at == len(candidate_text)
+        if at == len(text)
         else ("off's follow-up ended before the divergence")
     )
     return DivergenceMargin(**base, note=note)

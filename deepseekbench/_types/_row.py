@@ -452,6 +452,15 @@ class Row(BaseModel):
         default=None,
         description="one line: the divergences explained, or what would make the row verifiable",
     )
+    engine_deterministic: bool | None = Field(
+        default=None,
+        description="the route's engine deterministic mode: True on, False off, None unknown "
+        "(SGLang /get_server_info enable_deterministic_inference, else the plan's "
+        "routes.deterministic)",
+    )
+    engine_deterministic_source: Literal["server", "plan"] | None = Field(
+        default=None, description="where engine_deterministic came from (None: unknown)"
+    )
     # --- output length (issue 23) -----------------------------------------
     output_length: str | None = Field(
         default=None,
@@ -549,6 +558,8 @@ class Row(BaseModel):
             tau_source: Literal["plan", "off_self_flips", "default"] | None = None,
             first_divergence_margin_nats: float | None = None,
             divergence_note: str | None = None,
+            engine_deterministic: bool | None = None,
+            engine_deterministic_source: Literal["server", "plan"] | None = None,
             output_length: str | None = None,
             tokens_past_eos: float | None = None,
         ) -> None: ...

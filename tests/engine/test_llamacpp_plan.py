@@ -8,7 +8,9 @@ run with :func:`run_plan` through ``LiveGate()``, and judged by the :class:`Scor
 
 * ``off`` is ``verified`` (the determinism control ran ``off`` twice, bit-identical);
 * ``draft`` matches ``off`` on every parity prompt, is ``verified`` and gets a speedup;
-* ``draft-mistuned`` is ``differs`` and refused, its first divergence shown;
+* ``draft-mistuned`` is ``differs`` and refused, its first divergence shown; each of
+  its divergences carries a real margin from llama-server's logprobs (issue 21: the
+  forensics ask ``off`` only, never a speculative route), at least one ``decisive``;
 * per-request ``timings.draft_n`` / ``draft_n_accepted`` sum to the server's
   ``llamacpp:spec_decode_*`` Prometheus counter deltas, both for the runner's own
   measured-request window and for the whole run (parity and warm-up requests included,
@@ -35,6 +37,7 @@ import orjson
 import pytest
 
 from deepseekbench._analysis._speedup import MIN_REQUESTS_FOR_SPEEDUP, RefusalReason
+from deepseekbench._execute._forensics import TOP_LOGPROBS
 from deepseekbench._launch._llamacpp import RunningLlamaServer
 from deepseekbench._measure._sse import SSEDecoder
 from deepseekbench._net._gate import LiveGate
@@ -131,12 +134,18 @@ class TimingsRecorder(httpx.AsyncBaseTransport):
     def __init__(self) -> None:
         self._inner = httpx.AsyncHTTPTransport()
         self.timings: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        # issue 21: every chat request body per port (the forensics' follow-ups included)
+        self.bodies: dict[int, list[dict[str, Any]]] = defaultdict(list)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self._inner.handle_async_request(request)
         if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
             return response
         port = request.url.port or 0
+        body = orjson.loads(request.content)
+        self.bodies[port].append(body)
+        if not body.get("stream"):  # a forensics follow-up (non-streamed, no timings tee)
+            return response
         assert isinstance(response.stream, httpx.AsyncByteStream)
         return httpx.Response(
             status_code=response.status_code,
@@ -240,11 +249,20 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
         assert (row.n_requests, row.n_errors) == (REQUESTS_PER_CELL, 0), row.route_label
     n_parity = len(PARITY_PROMPTS)
     per_route = n_parity + WARMUP_PER_CELL + REQUESTS_PER_CELL
+    margins = _results_records(results, "divergence_margin")  # issue 21: one per follow-up
+    # issue 23: off also runs the calibration pass (each item's natural output length)
+    n_calibration = len(_results_records(results, "calibration"))
     for label, s in servers.items():
         seen = recorder.timings[s.port]
         # parity set, warm-up and measured requests; off runs the parity set twice
-        assert len(seen) == per_route + (n_parity if label == "off" else 0), label
+        off_only = n_parity + n_calibration if label == "off" else 0
+        assert len(seen) == per_route + off_only, label
         assert all(t.get("predicted_n") for t in seen), label  # every stream ended in timings
+        # issue 21: logprobs are asked of off only, in one follow-up per divergence; the
+        # speculative routes' requests never ask for them (vLLM #34497 turns speculation off)
+        asked = [b for b in recorder.bodies[s.port] if "logprobs" in b or "top_logprobs" in b]
+        assert len(asked) == (len(margins) if label == "off" else 0), label
+        assert all(b["stream"] is False and b["temperature"] == 0 for b in asked), label
     # the recorder sits under the gate: every chat request it saw was admitted first
     assert set(recorder.timings) == {s.port for s in servers.values()}
     assert gate.requests_admitted >= sum(len(v) for v in recorder.timings.values())
@@ -300,6 +318,31 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
     assert "draft-mistuned @ 1k/256/non_think (c=1): no speedup credited; parity differs" in text
     assert f"  first divergence: {bad.first_divergence}" in text
     assert texts["draft-mistuned"] != texts["off"]
+    # issue 21: every divergence of the mis-tuned draft is explained by llama.cpp's own
+    # logprobs (off's top-1 minus top-2, nats): a real margin, never None, and at least
+    # one decisive (its unverified draft token was not a near-tie of off's)
+    bad_margins = [
+        rec["margin"]
+        for rec in margins
+        if rec["route"] == "draft-mistuned" and rec["source"] == "parity"
+    ]
+    assert len(bad_margins) == bad.exact.n_diverged
+    for m in bad_margins:
+        assert m["margin_nats"] is not None and m["margin_nats"] >= 0, m
+        assert m["top_k"] == TOP_LOGPROBS, m
+        assert m["kind"] in {"near_tie", "decisive"}, m
+    assert any(m["kind"] == "decisive" for m in bad_margins), bad_margins
+    bad_row = rows["draft-mistuned"]
+    assert bad_row.divergences_unexplained == 0
+    assert bad_row.divergences_decisive is not None and bad_row.divergences_decisive >= 1
+    assert bad_row.first_divergence_margin_nats is not None
+    assert "nats" in text
+    # the lossless routes have nothing to explain on the parity set
+    assert not [r for r in margins if r["route"] in {"draft", "ngram"} and r["source"] == "parity"]
+    with capsys.disabled():
+        for m in bad_margins:
+            print(f"[llama.cpp plan] margin {m['prompt_id']} token {m['token_index']}: "
+                  f"{m['margin_nats']:.3f} nats, rank {m['candidate_rank']} ({m['kind']})")
     # The harness measured its (invalid) higher speed and still refused it.
     off_tpot, bad_tpot = rows["off"].tpot_ms, rows["draft-mistuned"].tpot_ms
     assert off_tpot is not None and bad_tpot is not None
