@@ -341,8 +341,10 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
     assert not [r for r in margins if r["route"] in {"draft", "ngram"} and r["source"] == "parity"]
     with capsys.disabled():
         for m in bad_margins:
-            print(f"[llama.cpp plan] margin {m['prompt_id']} token {m['token_index']}: "
-                  f"{m['margin_nats']:.3f} nats, rank {m['candidate_rank']} ({m['kind']})")
+            print(
+                f"[llama.cpp plan] margin {m['prompt_id']} token {m['token_index']}: "
+                f"{m['margin_nats']:.3f} nats, rank {m['candidate_rank']} ({m['kind']})"
+            )
     # The harness measured its (invalid) higher speed and still refused it.
     off_tpot, bad_tpot = rows["off"].tpot_ms, rows["draft-mistuned"].tpot_ms
     assert off_tpot is not None and bad_tpot is not None
