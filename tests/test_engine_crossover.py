@@ -33,6 +33,15 @@ pytestmark = pytest.mark.anyio
 
 TASKS = reference_tasks(32, seed=11)
 LOW, HIGH = 1, 32
+_D = CostModel()
+SLOW = CostModel(  # every modelled cost twice the default: the same shape, and the
+    # client's own overhead on a shared 2-core machine (3 test workers) small beside it
+    target_step_ms=2 * _D.target_step_ms,
+    verify_token_ms=2 * _D.verify_token_ms,
+    draft_step_ms=2 * _D.draft_step_ms,
+    compute_ms_per_token=2 * _D.compute_ms_per_token,
+    prefill_ms_per_token=2 * _D.prefill_ms_per_token,
+)
 
 
 @pytest.fixture
@@ -72,7 +81,7 @@ async def _measure(
 async def _median_tpot_ms(speculative: Speculative, concurrency: int) -> float:
     """Median TPOT (ms/token) of ``TASKS`` (the first 4 at concurrency 1) on a fresh engine."""
     tasks = TASKS if concurrency > 1 else TASKS[:4]
-    done = await _measure(EngineConfig(speculative=speculative), tasks, concurrency)
+    done = await _measure(EngineConfig(speculative=speculative, cost=SLOW), tasks, concurrency)
     return statistics.median(m.tpot_ms for m in done if m.tpot_ms is not None)
 
 
