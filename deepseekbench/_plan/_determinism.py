@@ -12,7 +12,6 @@ stops a run: a server that does not answer leaves the mode to the plan. Definiti
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import httpx
 
@@ -20,39 +19,10 @@ from deepseekbench._dialects import dialect_for
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import RoutePlan
+from deepseekbench._plan._spec_config import server_info
 from deepseekbench._types._determinism import DeterminismSource, EngineDeterminism
 
 __all__ = ["engine_determinism", "served_determinism"]
-
-
-def _origin(route: EngineRoute) -> str:
-    base = route.base_url
-    return base[: -len("/v1")] if base.endswith("/v1") else base
-
-
-async def _info(
-    route: EngineRoute, gate: LiveGate, client: httpx.AsyncClient, timeout_s: float
-) -> tuple[str, Any] | None:
-    """``(path, parsed body)`` of the first configuration endpoint that answers."""
-    headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
-    for path in dialect_for(route.dialect).depth_paths:
-        url = _origin(route) + path
-        refusal = gate.refusal(url, has_auth_header=route.has_api_key)
-        if refusal is not None:
-            raise refusal
-        try:
-            response = await client.get(url, headers=headers, timeout=timeout_s)
-        except httpx.HTTPError:
-            return None
-        if response.status_code == 404:
-            continue  # the older or newer name of the same endpoint may follow
-        if not response.is_success:
-            return None
-        try:
-            return path, response.json()
-        except ValueError:
-            return None
-    return None
 
 
 async def served_determinism(
@@ -70,7 +40,7 @@ async def served_determinism(
     if not dialect.reports_determinism:
         return None
     gate.check_client(client)
-    found = await _info(route, gate, client, timeout_s)
+    found = await server_info(route, gate, client, timeout_s)
     if found is None:
         return None
     value = dialect.deterministic_from_info(found[1])

@@ -66,6 +66,23 @@ async def served_spec_tokens(
             (default or mount) the gate does not wrap (nothing is sent).
     """
     gate.check_client(client)
+    found = await server_info(route, gate, client, timeout_s)
+    return None if found is None else spec_tokens_from_info(route.dialect, found[1])
+
+
+async def server_info(
+    route: EngineRoute, gate: LiveGate, client: httpx.AsyncClient, timeout_s: float
+) -> tuple[str, Any] | None:
+    """``(path, parsed JSON body)`` of the first of the dialect's configuration
+    endpoints (``depth_paths``: SGLang ``/get_server_info`` then ``/server_info``,
+    llama.cpp ``/props``) that answers through ``gate``; a 404 tries the next name,
+    any other server fault (connection, HTTP error, not JSON) gives ``None``.
+    Shared by the served depth above and the deterministic mode
+    (:mod:`deepseekbench._plan._determinism`).
+
+    Raises:
+        LiveGateError: the gate refuses a URL (nothing is sent to it).
+    """
     headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
     for path in dialect_for(route.dialect).depth_paths:
         url = _origin(route) + path
@@ -81,10 +98,9 @@ async def served_spec_tokens(
         if not response.is_success:
             return None
         try:
-            info = response.json()
+            return path, response.json()
         except ValueError:
             return None
-        return spec_tokens_from_info(route.dialect, info)
     return None
 
 
