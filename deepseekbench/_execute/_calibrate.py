@@ -26,7 +26,7 @@ from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._plan._coverage import items_used
 from deepseekbench._plan._output_length import draw_seed, with_output_tokens
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan
-from deepseekbench._plan._schedule import Block, Phase, WorkItem
+from deepseekbench._plan._schedule import Block, Phase, WorkItem, measure_request
 from deepseekbench._plan._workload import WorkloadItem
 from deepseekbench._types._request import ChatRequest
 
@@ -88,14 +88,8 @@ def _done(state: CalibrationState, cell: str, item: WorkloadItem) -> bool:
 
 
 def _request(plan: BenchmarkPlan, cell: CellPlan, item: WorkloadItem) -> ChatRequest:
-    return ChatRequest(
-        messages=({"role": "user", "content": item.turns[0]},),
-        max_tokens=item.output_target(0) or cell.request_max_tokens,
-        temperature=plan.temperature,
-        seed=plan.seed,
-        reasoning_mode=cell.reasoning_mode,
-        reach_max_tokens=False,  # to the model's own end
-    )
+    """The measured request, decoded to the model's own end (EOS) under its cap."""
+    return measure_request(plan, cell, item).model_copy(update={"reach_max_tokens": False})
 
 
 def calibration_blocks(

@@ -43,6 +43,7 @@ __all__ = [
     "WorkItem",
     "build_schedule",
     "conversation_pid",
+    "measure_request",
     "measure_slot",
     "parity_conversations",
     "parity_ids",
@@ -222,8 +223,10 @@ def _parity_request(plan: BenchmarkPlan, p: ParityPrompt, mode: ReasoningMode) -
     )
 
 
-def _measure_request(plan: BenchmarkPlan, cell: CellPlan, item: WorkloadItem) -> ChatRequest:
-    # issue 23: the item's own output target (drawn, or pinned by calibration)
+def measure_request(plan: BenchmarkPlan, cell: CellPlan, item: WorkloadItem) -> ChatRequest:
+    """The measured request for ``item``'s first turn in ``cell``: its own output target
+    (tokens; drawn, or pinned by calibration, issue 23) else the cell's cap, at the
+    plan's temperature and seed; decoded past EOS when the plan forces it."""
     return ChatRequest(
         messages=({"role": "user", "content": item.turns[0]},),
         max_tokens=item.output_target(0) or cell.request_max_tokens,
@@ -268,7 +271,7 @@ def _measure_blocks(
         indices = range(r, n, rounds)
         items = tuple(
             WorkItem(
-                _measure_request(plan, cell, (w := prompts[(i // rounds) % len(prompts)])),
+                measure_request(plan, cell, (w := prompts[(i // rounds) % len(prompts)])),
                 i,
                 workload=w,
             )
@@ -297,7 +300,7 @@ def _measure_blocks(
                     round=r,
                     offsets_s=tuple(offsets) if offsets is not None else None,
                     warmup=tuple(
-                        _measure_request(plan, cell, prompts[i % len(prompts)]) for i in range(warm)
+                        measure_request(plan, cell, prompts[i % len(prompts)]) for i in range(warm)
                     ),
                     # issue 23: off is scraped too (its prefix cache, KV and queue)
                     scrape=plan.hosting.value != "managed_api",
