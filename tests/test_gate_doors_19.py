@@ -8,6 +8,7 @@ refused before a socket opens.
 from __future__ import annotations
 
 import io
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -321,6 +322,30 @@ def test_a_ray_pool_with_auto_is_refused_before_ray_is_touched(
     with pytest.raises(LiveGateError, match=r"203\.0\.113\.1"):
         anyio.run(_start, pool, backend="asyncio")
     assert pool.resolved_address is None
+
+
+def test_the_local_ray_environment_scrubs_and_keeps_usage_statistics_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Our own guarantee, apart from Ray's: a release wheel's ``ray.init`` also turns usage
+    statistics off, a nightly one does not, so the Ray process test cannot tell them apart."""
+    from deepseekbench._execute._ray_executor import _local_ray_env
+
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://192.0.2.1:3128")
+    monkeypatch.setenv("RAY_ADDRESS", "203.0.113.1:6379")
+    monkeypatch.setenv("DEEPSEEKBENCH_API_KEY", "sk-local-env-7f3")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    with _local_ray_env(("sk-local-env-7f3",)):
+        assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"
+        assert os.environ["NO_PROXY"] == "*"
+        for gone in ("HTTPS_PROXY", "RAY_ADDRESS", "DEEPSEEKBENCH_API_KEY"):
+            assert gone not in os.environ, gone
+    assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"  # stays off for the driver
+    assert os.environ["HTTPS_PROXY"] == "http://192.0.2.1:3128"
+    assert os.environ["RAY_ADDRESS"] == "203.0.113.1:6379"
+    assert os.environ["DEEPSEEKBENCH_API_KEY"] == "sk-local-env-7f3"
+    assert "NO_PROXY" not in os.environ
 
 
 def _ray_plan(tmp_path: Path, address: str | None) -> Path:

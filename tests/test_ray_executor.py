@@ -241,7 +241,7 @@ async def test_a_local_instance_binds_loopback_and_inherits_no_proxy(
         assert procs, "no Ray process found"
         listening = _listening(procs)
         assert listening and set(listening) <= LOOPBACK_HEX, listening
-        checked = whole = 0
+        checked = stats_off = 0
         for pid in procs:
             with contextlib.suppress(OSError):
                 env = [v for v in _environ(pid) if v]
@@ -253,13 +253,15 @@ async def test_a_local_instance_binds_loopback_and_inherits_no_proxy(
                 ), pid
                 assert not any(v.startswith(b"RAY_ADDRESS=") for v in env), pid
                 assert SECRET.encode() not in b"\0".join(env), pid
-                # A long process title may overwrite the head of the block (setproctitle
-                # reuses argv+environ): only a block that still holds PATH is whole.
-                if any(v.startswith(b"PATH=") for v in env):
-                    whole += 1
-                    assert b"RAY_USAGE_STATS_ENABLED=0" in env, pid
-        assert checked and whole, "no whole Ray process environment could be read"
+                # A long process title may overwrite any stretch of the block (setproctitle
+                # reuses argv+environ), so absence proves nothing: the driver's "1" must reach
+                # no process, and at least one intact block must carry the "0".
+                usage = [v for v in env if v.startswith(b"RAY_USAGE_STATS_ENABLED=")]
+                assert usage in ([], [b"RAY_USAGE_STATS_ENABLED=0"]), (pid, usage)
+                stats_off += bool(usage)
+        assert checked and stats_off, "no Ray process environment showed usage statistics off"
     # the driver's own environment is back (but usage statistics stay off)
     assert os.environ["HTTP_PROXY"] == "http://192.0.2.1:3128"
     assert os.environ["RAY_ADDRESS"] == "203.0.113.1:6379"
+    assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"
     assert off_loopback == []
