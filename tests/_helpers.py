@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,13 @@ def make_row(**kw: Any) -> Row:
     }
     base.update(kw)
     return Row.model_validate(base)
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """What one ``python -m deepseekbench demo`` printed and left in ``folder``."""
+
+    folder: Path
+    returncode: int
+    stdout: str
+    stderr: str

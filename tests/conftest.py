@@ -12,12 +12,18 @@ raylets) are outside an in-process hook: their tests check their sockets themsel
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from tests._helpers import DemoRun
 
 refused: list[str] = []
 """Destinations the guard refused since the current test started."""
@@ -71,3 +77,39 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (cores or 1) + 1
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """The README's first command's job, ``python -m deepseekbench demo``, run as a
+    subprocess in a fresh folder (no key, no spend in its environment), once for the
+    whole session: xdist workers share a base folder, and the first worker to ask runs
+    it under an exclusive lock while the others wait and read what it printed."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the base all workers' folders sit in
+    folder = shared / "demo-run"
+    done = shared / "demo-run.json"
+    with (shared / "demo-run.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            folder.mkdir()
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            env.pop("DEEPSEEKBENCH_API_KEY", None)
+            env.pop("DEEPSEEKBENCH_SPEND", None)
+            proc = subprocess.run(
+                [sys.executable, "-m", "deepseekbench", "demo"],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            printed = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+            done.write_text(json.dumps(printed), encoding="utf-8")
+    printed = json.loads(done.read_text(encoding="utf-8"))
+    return DemoRun(folder, printed["returncode"], printed["stdout"], printed["stderr"])

@@ -30,6 +30,7 @@ from deepseekbench._cli import (
     main,
 )
 from deepseekbench._types._row import Row
+from tests._helpers import DemoRun
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,17 +50,18 @@ def _cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedPro
     )
 
 
-def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(tmp_path: Path) -> None:
-    proc = _cli("demo", cwd=tmp_path)
-    assert proc.returncode == EXIT_OK, proc.stderr
-    out = proc.stdout
+def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(
+    demo_run: DemoRun, tmp_path: Path
+) -> None:
+    assert demo_run.returncode == EXIT_OK, demo_run.stderr
+    out = demo_run.stdout
     mtp = next(ln for ln in out.splitlines() if re.search(r"\smtp\s+mtp\s", ln))
     bad = next(ln for ln in out.splitlines() if re.search(r"\smtp-mistuned\s+mtp\s", ln))
     assert re.search(r"\d\.\d\d× by tpot_ms \(95% CI", mtp)
     assert "refused: candidate_parity_not_verified" in bad and "×" not in bad
     assert "first divergence:" in out and "task flips (" in out
-    written = list(tmp_path.glob("deepseekbench-demo-*.jsonl"))
-    assert len(written) == 1 and f"results: {written[0]}" in proc.stderr
+    written = list(demo_run.folder.glob("deepseekbench-demo-*.jsonl"))
+    assert len(written) == 1 and f"results: {written[0]}" in demo_run.stderr
     assert "results:" not in out and not out.endswith("\n\n")
     report = _cli("report", str(written[0]), cwd=tmp_path)
     assert report.returncode == EXIT_OK

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import io
-import os
 import re
 import shlex
 import shutil
@@ -38,8 +36,9 @@ import orjson
 import pytest
 
 from deepseekbench import BenchmarkPlan
-from deepseekbench._cli import build_parser, main
+from deepseekbench._cli import build_parser
 from deepseekbench._plan._tasks import parse_tasks
+from tests._helpers import DemoRun
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -85,22 +84,17 @@ def _of(*langs: str) -> list[Block]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One ``python -m deepseekbench demo`` run, as the README's first command, in a
-    fresh folder: the results the README's snippet reads are there under ``DEMO_FILE``."""
-    folder = tmp_path_factory.mktemp("demo")
-    out, err = io.StringIO(), io.StringIO()
-    cwd = Path.cwd()
-    os.chdir(folder)
-    try:
-        assert main(["demo"], stdout=out, stderr=err) == 0
-    finally:
-        os.chdir(cwd)
+def demo(demo_run: DemoRun) -> tuple[Path, str]:
+    """The shared ``python -m deepseekbench demo`` run (tests/conftest.py), the README's
+    first command in a fresh folder: the results the README's snippet reads are there
+    under ``DEMO_FILE``."""
+    assert demo_run.returncode == 0, demo_run.stderr
+    folder = demo_run.folder
     stamped = list(folder.glob("deepseekbench-demo-*.jsonl"))
     assert len(stamped) == 1 and (folder / DEMO_FILE).read_bytes() == stamped[0].read_bytes()
-    assert f"results: {stamped[0]}" in err.getvalue()
-    assert f"(a copy): {folder / DEMO_FILE}" in err.getvalue()
-    return folder / DEMO_FILE, out.getvalue()
+    assert f"results: {stamped[0]}" in demo_run.stderr
+    assert f"(a copy): {folder / DEMO_FILE}" in demo_run.stderr
+    return folder / DEMO_FILE, demo_run.stdout
 
 
 def test_every_block_has_a_known_kind() -> None:
