@@ -18,7 +18,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from deepseekbench._analysis._analysis import load_results
-from deepseekbench._analysis._capacity import capacity_report, wilson_interval
+from deepseekbench._analysis._capacity import (
+    RouteCapacity,
+    capacity_report,
+    overlap_refusal,
+    wilson_interval,
+)
 from deepseekbench._cli import main as cli_main
 from deepseekbench._engine import CostModel
 from deepseekbench._errors import PlanError
@@ -34,7 +39,7 @@ from deepseekbench._plan._search import (
 )
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import ProgressEvent, run_plan
-from deepseekbench._types._axes import Arrival
+from deepseekbench._types._axes import Arrival, Speculative
 from tests._helpers import off_mtp_and_mistuned, plan_of, read_records
 
 Curve = Callable[[float], tuple[float, float]]
@@ -160,6 +165,42 @@ def test_wilson_interval_brackets_the_fraction() -> None:
 
 
 # ------------------------------------------------------------ the plan keys --
+
+
+def _capacity(route: str, low: int, width: int | None) -> RouteCapacity:
+    """A route whose capacity lies in ``[low, low + width)`` (``width`` None: open)."""
+    return RouteCapacity(
+        route, Speculative.off if route == "off" else Speculative.mtp, float(low),
+        float(low), None if width is None else float(low + width),
+        1.0, 0.9, 1.0, 20, None, (), (),
+    )  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    off=st.tuples(st.integers(1, 12), st.none() | st.integers(1, 6)),
+    cap=st.tuples(st.integers(1, 12), st.none() | st.integers(1, 6)),
+)
+@example(off=(1, 2), cap=(3, 2))  # the demo's shape: off [1, 3), a depth [3, 5): credited
+@example(off=(1, 2), cap=(1, 2))  # both [1, 3): refused
+def test_a_capacity_ratio_is_credited_only_when_every_ratio_the_brackets_allow_agrees(
+    off: tuple[int, int | None], cap: tuple[int, int | None]
+) -> None:
+    """Every pair of true capacities the brackets allow (``x`` in the route's, ``y`` in
+    off's, half-open) puts ``x / y`` on one side of 1 exactly when the ratio is credited."""
+    o, c = _capacity("off", *off), _capacity("mtp", *cap)
+    assert o.low is not None and c.low is not None
+
+    def ends(r: RouteCapacity) -> list[float]:  # the bracket's ends, the open end just inside
+        assert r.low is not None
+        return [r.low, (r.high - 1e-9) if r.high is not None else 1e9]
+
+    ratios = [x / y for x in ends(c) for y in ends(o)]
+    surely_more, surely_less = min(ratios) > 1, max(ratios) < 1
+    refusal = overlap_refusal(o, c)
+    assert (refusal is None) == (surely_more or surely_less), (o, c, ratios, refusal)
+    if refusal is not None:
+        assert refusal.startswith("no significant difference: the brackets overlap")
 
 
 def test_search_needs_an_slo_and_leaves_old_plan_hashes_alone() -> None:

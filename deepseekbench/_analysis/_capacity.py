@@ -17,7 +17,10 @@ score interval (Wilson 1927, via ``scipy.stats.binomtest(...).proportion_ci``).
 load and cell both were measured at: the same gate as every other speedup
 (parity verified on both rows, same load, complete rows, enough requests), not
 a path of its own. Otherwise the ratio is refused with the first refusal's
-load and reasons.
+load and reasons. It must also be significant: the two brackets may not overlap
+(the route passed a level ``off`` failed, or failed one ``off`` passed), since
+overlapping brackets allow a ratio on either side of 1; otherwise it is refused
+with "no significant difference" and the range the brackets allow.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ __all__ = [
     "CapacityReport",
     "RouteCapacity",
     "capacity_report",
+    "overlap_refusal",
     "route_probes",
     "wilson_interval",
 ]
@@ -185,7 +189,8 @@ class CapacityRatio:
     """A speculative route's capacity over ``off``'s (dimensionless, "times more load").
 
     ``ratio`` is ``None`` unless credited; ``low``/``high``: the range the two
-    brackets allow (``None`` where a bracket is open); ``refusal``: why not credited.
+    brackets allow (``None`` where a bracket is open); ``refusal``: why not credited
+    (a gate refusal at some load, a missing capacity, or brackets that overlap).
     """
 
     route: str
@@ -292,7 +297,30 @@ def _ratio(
         return CapacityRatio(cap.route, None, None, None, refusal)
     low = cap.capacity / off.high if off.high is not None else None
     high = cap.high / off.capacity if cap.high is not None else None
+    overlap = overlap_refusal(off, cap)
+    if overlap is not None:
+        return CapacityRatio(cap.route, None, low, high, overlap)
     return CapacityRatio(cap.route, cap.capacity / off.capacity, low, high, None)
+
+
+def overlap_refusal(off: RouteCapacity, cap: RouteCapacity) -> str | None:
+    """Why ``cap``'s capacity cannot be said to differ from ``off``'s, or ``None``.
+
+    Each capacity lies in its half-open bracket ``[low, high)``, so the ratio is surely
+    above 1 only when the route passed a level ``off`` failed (``cap.low >= off.high``)
+    and surely below 1 only when it failed a level ``off`` passed
+    (``cap.high <= off.low``). Overlapping brackets allow a ratio on either side of 1:
+    refused, as an interval that includes 1 credits nothing (issue 22). A route with no
+    capacity (no level passed) is for the caller to refuse."""
+    if cap.low is None or off.low is None:
+        return None
+    if off.high is not None and cap.low >= off.high:
+        return None
+    if cap.high is not None and cap.high <= off.low:
+        return None
+    lo = f"{cap.low / off.high:.2f}" if off.high is not None else "?"
+    hi = f"{cap.high / off.low:.2f}" if cap.high is not None else "∞"
+    return f"no significant difference: the brackets overlap (ratio {lo}–{hi}×)"
 
 
 def capacity_report(
