@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from deepseekbench._analysis._analysis import load_results
 from deepseekbench._analysis._capacity import (
+    CapacityRatio,
     RouteCapacity,
     capacity_report,
     overlap_refusal,
@@ -203,6 +204,14 @@ def test_a_capacity_ratio_is_credited_only_when_every_ratio_the_brackets_allow_a
         assert refusal.startswith("no significant difference: the brackets overlap")
 
 
+def test_an_open_bracket_ratio_reads_as_a_lower_bound() -> None:
+    closed = CapacityRatio("mtp", 3.0, 1.0, 5.0, None)
+    assert closed.text == "mtp/off capacity 3.00× (bracket 1.00–5.00×)"
+    opened = CapacityRatio("mtp", 5.0, 5 / 3, None, None)  # never failed up to 5; off [1, 3)
+    assert opened.text.startswith("mtp/off capacity ≥ 1.67× (mtp met the SLO at every level")
+    assert "5.00" not in opened.text  # the ceiling of the search is not a figure
+
+
 def test_search_needs_an_slo_and_leaves_old_plan_hashes_alone() -> None:
     base = {
         "model": "m",
@@ -358,7 +367,8 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
     # the scorecard prints it; the file alone rebuilds it; a rerun sends nothing new
     card = Scorecard.from_run(result)
     text = card.to_text()
-    assert "Capacity under SLO" in text and "mtp/off capacity" in text
+    assert "Capacity under SLO (tpot_ms <= 28; slo_attainment >= 0.9;" in text
+    assert "mtp/off capacity" in text
     assert "mtp-mistuned/off capacity: refused" in text
     assert "mtp-mistuned (parity not verified at " in text
     assert card.to_dict()["capacity"]["ratios"][0]["ratio"] == ratios["mtp"].ratio

@@ -122,7 +122,8 @@ def test_demo_capacity_prints_best_depth_capacity_and_refuses_the_mistuned(
             assert _client_health_only(refusal), ratios[k]
     assert max(ratios[k]["ratio"] for k in credited) > 1  # a depth holds the SLO at more load
     assert re.search(r"^  off: capacity 1 \[1, \d\) at \d+% \(95% CI ", out, re.MULTILINE)
-    assert re.search(r"^  mtp-k\d/off capacity \d\.\d\d× \(bracket ", out, re.MULTILINE)
+    assert re.search(r"^  mtp-k\d/off capacity (≥ )?\d\.\d\d× \(", out, re.MULTILINE)
+    assert re.search(r"^Capacity under SLO \(tpot_ms <= \d+; ", out, re.MULTILINE)
 
     # the mis-tuned route: refused at every load, its capacity never credited
     bad = [ln for ln in data["lines"] if ln["route"] == "mtp-mistuned"]

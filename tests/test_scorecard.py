@@ -223,12 +223,15 @@ def test_crossover_sentence_names_the_last_paying_load() -> None:
         "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.20×); "
         "at concurrency 64 it is 0.91×"
     )
-    assert "pays at every load measured (1.60× at c1 → 1.20× at c2)" in crossover_text(
+    assert "pays at every credited load (1.60× at c1 → 1.20× at c2)" in crossover_text(
         "mtp", "x", [("c1", 1.6), ("c2", 1.2)]
     )
-    assert "does not pay at any load measured (0.90× at c1, 0.80× at c2)" in crossover_text(
+    assert "does not pay at any credited load (0.90× at c1, 0.80× at c2)" in crossover_text(
         "mtp", "x", [("c1", 0.9), ("c2", 0.8)]
     )
+    # one credited load: no range from a load to itself
+    assert crossover_text("m", "x", [("c1", 2.18)]) == "m @ x: pays at c1 (2.18×)"
+    assert crossover_text("m", "x", [("c1", 0.8)]) == "m @ x: does not pay at c1 (0.80×)"
     assert crossover_text("m", "x", [("a", 1.1), ("b", 0.9), ("c", 1.2)]).endswith(
         "at b it is 0.90× (then 1.20× at c)"
     )

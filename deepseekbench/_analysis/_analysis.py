@@ -408,7 +408,11 @@ class RunResult:
         if index is None:
             index = next((i for i, r in enumerate(self.rows) if r == row), None)
         if index is None:
-            raise ValueError("the row is not one of this run's rows")
+            raise ValueError(
+                "the row is not one of this run's rows (matched by identity, then "
+                "equality: a copy with any field changed is another row); judge it "
+                "without result=, or pass its samples/rounds"
+            )
         route, cell, load = self.row_keys[index]
         samples = None if metric in WINDOW_METRICS else self.samples(route, cell, metric, load)
         return samples, self.round_values(route, cell, metric, load)

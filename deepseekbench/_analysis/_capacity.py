@@ -206,9 +206,17 @@ class CapacityRatio:
 
     @property
     def text(self) -> str:
-        """One scorecard line, e.g. ``mtp/off capacity 1.50× (bracket 1.20–2.00×)``."""
+        """One scorecard line, e.g. ``mtp/off capacity 1.50× (bracket 1.20–2.00×)``; a
+        route that never failed a level has an open bracket, so only its lower end is a
+        claim: ``mtp/off capacity ≥ 1.67× (...)``."""
         if self.ratio is None:
             return f"{self.route}/off capacity: refused ({self.refusal})"
+        if self.high is None and self.low is not None:
+            return (
+                f"{self.route}/off capacity ≥ {self.low:.2f}× ({self.route} met the SLO at "
+                "every level measured, so its capacity has no upper end: raise [search] "
+                "max_level to bound it)"
+            )
         hi = f"{self.high:.2f}" if self.high is not None else "∞"
         lo = f"{self.low:.2f}" if self.low is not None else "?"
         return f"{self.route}/off capacity {self.ratio:.2f}× (bracket {lo}–{hi}×)"
@@ -219,12 +227,14 @@ class CapacityReport:
     """Every route's capacity and each speculative route's ratio to ``off``.
 
     ``target``: the ``slo_attainment`` a level had to reach (fraction); ``unit``:
-    ``streams`` (closed loop) or ``req/s`` (open loop)."""
+    ``streams`` (closed loop) or ``req/s`` (open loop); ``slo``: the plan's ``[slo]``
+    limits a request had to meet, by metric (``ttft_ms``, ``tpot_ms``, ``e2e_ms``; ms)."""
 
     target: float
     unit: str
     routes: tuple[RouteCapacity, ...]
     ratios: tuple[CapacityRatio, ...]
+    slo: tuple[tuple[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``target``, ``unit``, per route its capacity, bracket, attainment
@@ -233,6 +243,7 @@ class CapacityReport:
         return {
             "target": self.target,
             "unit": self.unit,
+            "slo": dict(self.slo),
             "routes": [
                 {
                     "route": c.route,
@@ -260,7 +271,10 @@ class CapacityReport:
 
     def lines(self) -> list[str]:
         """The scorecard's capacity section, one line per route and per ratio."""
-        out = [f"Capacity under SLO (slo_attainment >= {self.target:g}; load in {self.unit})"]
+        limits = "".join(f"{k} <= {v:g}; " for k, v in self.slo)
+        out = [
+            f"Capacity under SLO ({limits}slo_attainment >= {self.target:g}; load in {self.unit})"
+        ]
         out += [f"  {c.text}" for c in self.routes]
         out += [f"  {r.text}" for r in self.ratios]
         return out
@@ -363,4 +377,5 @@ def capacity_report(
         unit="streams" if closed else "req/s",
         routes=tuple(caps.values()),
         ratios=ratios,
+        slo=tuple(plan.slo.limits.items()),
     )

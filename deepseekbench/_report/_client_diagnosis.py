@@ -98,7 +98,9 @@ def _sentence(kind: str, these: Sequence[ClientHealth], total: int, workers: int
         busy = f" at {cpu:.0%} CPU" if cpu is not None else ""
         return (
             f"client lagged{busy}{stalled} ({rows}), neither busy nor waiting for a core: "
-            "look for blocking code in the client's event loop"
+            "look for blocking code in the client's event loop (or in anything else "
+            "the process runs: an engine embedded in it, as in the demo, shares the loop's "
+            "process)"
         )
     wait = _most([ln.client_core_wait_share for ln in these])
     cores = _most([ln.client_cores for ln in these])

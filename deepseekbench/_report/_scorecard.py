@@ -535,22 +535,26 @@ def crossover_text(route: str, cell: str, points: Sequence[tuple[str, float]]) -
     ``points``: ``(load phrase, credited speedup)`` in ascending load, e.g.
     ``[("concurrency 1", 1.6), ("concurrency 16", 1.2), ("concurrency 64", 0.91)]``
     gives "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.20×); at
-    concurrency 64 it is 0.91×".
+    concurrency 64 it is 0.91×". Only credited loads are points, so the sentence
+    speaks of credited loads (:meth:`Scorecard.crossovers` names the others).
     """
     head = f"{route} @ {cell}: "
     paying = 0
     while paying < len(points) and points[paying][1] > 1.0:
         paying += 1
+    if len(points) == 1:
+        load, v = points[0]
+        return head + ("pays" if paying else "does not pay") + f" at {load} ({_x(v)})"
     if paying == len(points):
         first, last = points[0], points[-1]
         return (
             head
-            + f"pays at every load measured ({_x(first[1])} at {first[0]} → "
+            + f"pays at every credited load ({_x(first[1])} at {first[0]} → "
             + (f"{_x(last[1])} at {last[0]})")
         )
     if paying == 0:
         listing = ", ".join(f"{_x(v)} at {p}" for p, v in points)
-        return head + f"does not pay at any load measured ({listing})"
+        return head + f"does not pay at any credited load ({listing})"
     text = (
         head + f"pays up to {points[paying - 1][0]} ({_x(points[0][1])} → "
         f"{_x(points[paying - 1][1])}); at {points[paying][0]} it is {_x(points[paying][1])}"
