@@ -37,6 +37,7 @@ from deepseekbench._plan._search import (
     bracket_of,
     next_joint_level,
     next_level,
+    saturation_reason,
 )
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import ProgressEvent, run_plan
@@ -138,6 +139,15 @@ def test_saturation_fails_a_level_that_meets_the_slo() -> None:
     lagged = Probe(level=4.0, attainment=1.0, n=10, good=10, throughput=4.0, lagged=True)
     ok = Probe(level=2.0, attainment=1.0, n=10, good=10, throughput=2.0)
     assert bracket_of(search, [ok, lagged], closed=False).high == lagged
+    # each saturated level says why, on the capacity line too
+    at16 = next(p for p in probes if p.level == 16)
+    assert saturation_reason(at16, probes, search) == (
+        "request throughput +0% over 8 for +100% load (needs +10%)"
+    )
+    assert saturation_reason(ok, [ok, lagged], search) is None
+    assert saturation_reason(lagged, [ok, lagged], search) == "schedule lagged (the queue grew)"
+    cap = RouteCapacity.of("off", Speculative.off, b, probes, (), search)
+    assert "saturated at 16 (request throughput +0% over 8 for +100% load" in cap.text
 
 
 def test_noisy_pass_above_a_failure_does_not_move_the_bracket_up() -> None:

@@ -31,7 +31,14 @@ from typing import Any
 
 from deepseekbench._analysis._analysis import RunResult
 from deepseekbench._analysis._speedup import SpeedupMetric, compare_speedup
-from deepseekbench._plan._search import Bracket, Probe, SearchStop, bracket_of
+from deepseekbench._plan._search import (
+    Bracket,
+    Probe,
+    SearchPlan,
+    SearchStop,
+    bracket_of,
+    saturation_reason,
+)
 from deepseekbench._types._axes import Arrival, QualityParity, Speculative
 from deepseekbench._types._row import Row
 
@@ -107,6 +114,8 @@ class RouteCapacity:
         unverified: the loads (ascending) where the route's row does not have
             quality parity ``verified``; a route with any is marked "parity not
             verified" on its line (its capacity is measured, never credited).
+        saturation: per saturated level, why (``saturation_reason``: the request
+            throughput's growth against the rule's, or a lagged schedule).
     """
 
     route: str
@@ -122,6 +131,7 @@ class RouteCapacity:
     saturated: tuple[float, ...]
     probes: tuple[Probe, ...]
     unverified: tuple[float, ...] = ()
+    saturation: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -131,10 +141,19 @@ class RouteCapacity:
         bracket: Bracket,
         probes: Sequence[Probe],
         unverified: Sequence[float] = (),
+        search: SearchPlan | None = None,
     ) -> RouteCapacity:
-        """From a route's bracket, probes and unverified loads."""
+        """From a route's bracket, probes and unverified loads (``search``: the plan's
+        ``[search]``, to say why each saturated level was)."""
         lo = bracket.low
         ci = wilson_interval(lo.good, lo.n) if lo is not None else None
+        why: list[str] = []
+        if search is not None:
+            for level in bracket.saturated:
+                probe = next((p for p in probes if p.level == level), None)
+                reason = saturation_reason(probe, probes, search) if probe else None
+                if reason is not None:
+                    why.append(reason)
         return cls(
             route=route,
             speculative=speculative,
@@ -149,6 +168,7 @@ class RouteCapacity:
             saturated=bracket.saturated,
             probes=tuple(sorted(probes, key=lambda p: p.level)),
             unverified=tuple(sorted(unverified)),
+            saturation=tuple(why) if len(why) == len(bracket.saturated) else (),
         )
 
     @property
@@ -175,11 +195,13 @@ class RouteCapacity:
 
     @property
     def _tail(self) -> str:
-        sat = (
-            f", saturated at {', '.join(f'{x:g}' for x in self.saturated)}"
-            if self.saturated
-            else ""
-        )
+        sat = ""
+        if self.saturated and len(self.saturation) == len(self.saturated):
+            sat = ", saturated at " + ", ".join(
+                f"{x:g} ({why})" for x, why in zip(self.saturated, self.saturation, strict=True)
+            )
+        elif self.saturated:
+            sat = f", saturated at {', '.join(f'{x:g}' for x in self.saturated)}"
         levels = ", ".join(f"{p.level:g}" for p in self.probes)
         return f"stop: {self.stop.value if self.stop else 'not ended'}{sat}; levels {levels}"
 
@@ -257,6 +279,7 @@ class CapacityReport:
                     "n_requests": c.n,
                     "stop": c.stop.value if c.stop is not None else None,
                     "saturated": list(c.saturated),
+                    "saturation": list(c.saturation),
                     "levels": [p.level for p in c.probes],
                     "unverified": list(c.unverified),
                 }
@@ -367,6 +390,7 @@ def capacity_report(
             bracket_of(search, probes.get(r.label, []), closed=closed),
             probes.get(r.label, []),
             tuple(unverified.get(r.label, ())),
+            search,
         )
         for r in plan.routes
     }

@@ -44,6 +44,7 @@ __all__ = [
     "next_joint_level",
     "next_level",
     "passed",
+    "saturation_reason",
 ]
 
 
@@ -134,20 +135,32 @@ class Bracket:
 
 
 def _saturated(probe: Probe, probes: Sequence[Probe], search: SearchPlan) -> bool:
-    """Throughput no longer grows, or the queue does.
+    """Throughput no longer grows, or the queue does."""
+    return saturation_reason(probe, probes, search) is not None
+
+
+def saturation_reason(probe: Probe, probes: Sequence[Probe], search: SearchPlan) -> str | None:
+    """Why ``probe``'s level counts as saturated, in words, or ``None`` when it does not.
 
     Throughput is compared with the highest level at or below ``level / growth``
     (a bracketing step down): between close levels a small round's throughput is
-    set by how many waves of requests it takes, not by the server."""
+    set by how many waves of requests it takes, not by the server. E.g. "request
+    throughput +14% over 1 for +200% load (needs +20%)" or "schedule lagged"."""
     if probe.lagged:
-        return True
+        return "schedule lagged (the queue grew)"
     below = [p for p in probes if p.level <= probe.level / search.growth * (1 + 1e-9)]
     base = max(below, key=lambda p: p.level) if below else None
     if base is None or probe.throughput is None or not base.throughput:
-        return False
+        return None
     load_gain = probe.level / base.level - 1
     gain = probe.throughput / base.throughput - 1
-    return gain < search.min_throughput_gain * load_gain
+    need = search.min_throughput_gain * load_gain
+    if gain >= need:
+        return None
+    return (
+        f"request throughput {gain:+.0%} over {base.level:g} for {load_gain:+.0%} load "
+        f"(needs {need:+.0%})"
+    )
 
 
 def passed(probe: Probe, probes: Sequence[Probe], search: SearchPlan) -> bool:

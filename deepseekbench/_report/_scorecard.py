@@ -453,14 +453,20 @@ def _with_margin(first: str | None, r: Row) -> str | None:
 
 def _divergence_notes(lines: Sequence[ScorecardLine]) -> list[str]:
     """Issue 21: one line per route and cell (and load points) explaining its divergences."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    groups: dict[tuple[str, str, str], list[ScorecardLine]] = {}
     for ln in lines:
         if ln.divergence_note and ln.speculative is not Speculative.off:
-            groups.setdefault((ln.route, ln.cell, ln.divergence_note), []).append(ln.load)
+            groups.setdefault((ln.route, ln.cell, ln.divergence_note), []).append(ln)
     return [
-        f"{route} @ {cell}" + (f" ({', '.join(loads)})" if loads != ["—"] else "")
-        + f": {note}" for (route, cell, note), loads in groups.items()
-    ]  # fmt: skip
+        f"{route} @ {cell}{_loads_of(lns)}: {note}" for (route, cell, note), lns in groups.items()
+    ]
+
+
+def _loads_of(lines: Sequence[ScorecardLine]) -> str:
+    """`` (c=1, c=3, c=5)``: the lines' load points in ascending load (a ``[search]``
+    level is measured after the sweep's), or nothing for a run without load points."""
+    loads = [ln.load for ln in sorted(lines, key=lambda x: x.load_level or 0.0)]
+    return f" ({', '.join(loads)})" if loads != ["—"] else ""
 
 
 def _line(
@@ -855,7 +861,7 @@ class Scorecard:
     def _notes(self) -> list[str]:
         notes: list[str] = [f"crossover: {c}" for c in self.crossovers()]
         # One note per route, cell and explanation; the load points it holds at are listed.
-        groups: dict[tuple[Any, ...], list[str]] = {}
+        groups: dict[tuple[Any, ...], list[ScorecardLine]] = {}
         for ln in self.lines:
             if ln.credited or (
                 ln.speculative is Speculative.off and ln.quality_parity is QualityParity.verified
@@ -863,9 +869,9 @@ class Scorecard:
                 continue
             key = (ln.route, ln.cell, ln.speculative is Speculative.off, ln.quality_parity,
                    ln.parity_detail, ln.first_divergence, ln.task_flips)  # fmt: skip
-            groups.setdefault(key, []).append(ln.load)
-        for (route, cell, is_off, parity, detail, first, flips), loads in groups.items():
-            where = f"{route} @ {cell}" + (f" ({', '.join(loads)})" if loads != ["—"] else "")
+            groups.setdefault(key, []).append(ln)
+        for (route, cell, is_off, parity, detail, first, flips), lns in groups.items():
+            where = f"{route} @ {cell}{_loads_of(lns)}"
             if is_off:
                 notes.append(f"{where}: baseline parity {parity.value} — {detail or 'no detail'}")
                 continue
