@@ -38,8 +38,9 @@ def test_a_starved_run_gets_one_line_and_a_flag_per_line() -> None:
     card = _card(**STARVED)
     text = card.to_text()
     line = (
-        "client starved: waited for a CPU core 42% of the time (2 cores, load 5.1), its loop "
-        "stalled up to 534 ms (4 of 4 rows); run the client on another host or pin it"
+        "client starved: read token chunks in bursts, waited for a CPU core 42% of the time "
+        "(2 cores, load 5.1), its loop stalled up to 534 ms (4 of 4 rows); run the client "
+        "on another host or pin it"
     )
     assert text.count("client starved") == 1 and line in text
     assert "add workers" not in text  # more workers would add contention
@@ -82,6 +83,15 @@ def test_the_flag_names_the_cause() -> None:
     assert client_flag(make_row(**BUSY)) == "saturated"
     lagged = make_row(client_saturated=True, client_cpu_share=0.1, client_core_wait_share=0.0)
     assert client_flag(lagged) == "lagged"
+    # waiting for a core without bursts: its own word, never the refusal's
+    waited = make_row(client_saturated=True, client_cpu_share=0.1, client_core_wait_share=0.4)
+    assert client_flag(waited) == "waited" and not waited.client_starved
+    note = run_diagnosis([waited])
+    assert note is not None and note.startswith("client waited: waited for a CPU core 40%")
+    assert "TPOT stands" in note
+    # "starved" is the refusal's word: any row read in bursts, even a busy one
+    busy_bursts = make_row(**{**BUSY, "client_starved": True})
+    assert client_flag(busy_bursts) == "starved"
     assert client_flag(make_row()) == ""
     # the worst cause wins the run's one line
     lines = [make_row(**BUSY), make_row(**STARVED)]

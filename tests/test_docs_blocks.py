@@ -188,7 +188,7 @@ def test_shell_block_commands_exist(block: Block) -> None:
             assert any(command.startswith(p) for p in EXTERNAL), command
 
 
-_CLIENT_NOTE = re.compile(r"client (starved|saturated|lagged)\b")
+_CLIENT_NOTE = re.compile(r"client (starved|saturated|waited|lagged)\b")
 # a verified route whose speed a busy machine left uncredited (issue 22) gets a note
 # that the README's run, on a quieter machine, did not print
 _NOISE_NOTE = re.compile(r"\S+ @ \S+ \([^)]*\): no speedup credited; parity verified")

@@ -4,11 +4,15 @@ A row is flagged when its client's event loop lagged past the plan's threshold
 (``Row.client_saturated``) or read token chunks in bursts (``Row.client_starved``).
 The flag names the cause, since the remedies are opposite:
 
+- ``starved``: the row read token chunks in bursts (``Row.client_starved``): the
+  one flag that costs the row its TPOT speedup (refusal ``client_starved``, the same
+  word); run the client on another host or pin it.
 - ``saturated``: the client's event-loop thread was busy (CPU share >=
   :data:`SATURATED_CPU_SHARE`): more client workers spread the work.
-- ``starved``: the thread was runnable but waited for a core (or the row read
-  chunks in bursts) while using little CPU: more workers would only add
-  contention; run the client on another host or pin it.
+- ``waited``: the thread was runnable but waited for a core (share >=
+  :data:`STARVED_WAIT_SHARE`) while using little CPU, yet its chunks did not bunch,
+  so its TPOT stands: more workers would only add contention; run the client on
+  another host or pin it.
 - ``lagged``: late, yet neither busy nor waiting for a core (blocking code in the
   client's own loop, or no scheduler statistics on this OS).
 """
@@ -25,8 +29,8 @@ SATURATED_CPU_SHARE = 0.8
 client is ``saturated``."""
 
 STARVED_WAIT_SHARE = 0.1
-"""Share of wall time waiting for a core (0..1) at or above which a flagged client is
-``starved``."""
+"""Share of wall time waiting for a core (0..1) at or above which a lagging client
+that did not read in bursts is flagged ``waited``."""
 
 
 class ClientHealth(Protocol):
@@ -49,14 +53,18 @@ class ClientHealth(Protocol):
 
 
 def client_flag(ln: ClientHealth) -> str:
-    """``"saturated"``, ``"starved"``, ``"lagged"`` or ``""`` (healthy) for one line."""
-    if not (ln.client_saturated or ln.client_starved):
+    """``"starved"``, ``"saturated"``, ``"waited"``, ``"lagged"`` or ``""`` (healthy)
+    for one line; ``"starved"`` exactly when the line's TPOT speedup is refused
+    ``client_starved``."""
+    if ln.client_starved:
+        return "starved"
+    if not ln.client_saturated:
         return ""
     if ln.client_cpu_share is not None and ln.client_cpu_share >= SATURATED_CPU_SHARE:
         return "saturated"
     wait = ln.client_core_wait_share
-    if ln.client_starved or (wait is not None and wait >= STARVED_WAIT_SHARE):
-        return "starved"
+    if wait is not None and wait >= STARVED_WAIT_SHARE:
+        return "waited"
     return "lagged"
 
 
@@ -73,13 +81,13 @@ def _workers_advice(workers: int | None) -> str:
 
 def run_diagnosis(lines: Sequence[ClientHealth], workers: int | None = None) -> str | None:
     """One line on the client over all ``lines`` (``None`` when none is flagged); the
-    most severe cause wins (starved, then saturated, then lagged), with the worst
-    figures of the lines that have it, e.g. "client starved: waited for a CPU core
-    42% of the time (2 cores, load 5.1); run the client on another host or pin it"
-    or "client saturated: 97% CPU; add workers (...)". ``workers``: the run's plan
-    key, when known."""
+    most severe cause wins (starved, then saturated, waited, lagged), with the worst
+    figures of the lines that have it, e.g. "client starved: read token chunks in
+    bursts, waited for a CPU core 42% of the time (2 cores, load 5.1); run the client
+    on another host or pin it" or "client saturated: 97% CPU; add workers (...)".
+    ``workers``: the run's plan key, when known."""
     flagged = [(client_flag(ln), ln) for ln in lines]
-    for kind in ("starved", "saturated", "lagged"):
+    for kind in ("starved", "saturated", "waited", "lagged"):
         these = [ln for flag, ln in flagged if flag == kind]
         if these:
             return _sentence(kind, these, len(lines), workers)
@@ -113,12 +121,14 @@ def _sentence(kind: str, these: Sequence[ClientHealth], total: int, workers: int
         )
         if part
     )
-    waited = (
-        f"waited for a CPU core {wait:.0%} of the time"
-        if wait is not None
-        else "read token chunks in bursts"
-    )
+    waited = f"waited for a CPU core {wait:.0%} of the time" if wait is not None else ""
+    where = f"{f' ({host})' if host else ''}{stalled} ({rows})"
+    if kind == "waited":
+        return (
+            f"client waited: {waited}{where}, its chunks not bunched (TPOT stands); "
+            "run the client on another host or pin it"
+        )
     return (
-        f"client starved: {waited}{f' ({host})' if host else ''}{stalled} ({rows}); "
-        "run the client on another host or pin it"
+        f"client starved: read token chunks in bursts{', ' + waited if waited else ''}"
+        f"{where}; run the client on another host or pin it"
     )
