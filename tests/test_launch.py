@@ -433,3 +433,53 @@ def test_the_version_comes_from_the_server_where_it_tells() -> None:
     else:
         assert str(anyio.run(ask, "sglang")).endswith("(package)")
     assert anyio.run(lambda: ask(None, command=("srv",))) is None
+
+
+# A vLLM server that does not stop on SIGTERM (a real vLLM 0.32 server whose parent
+# died during its start-up outlived it), with a worker of its own that ignores it too.
+_STUBBORN_SERVER = """\
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(os.getpid(), worker.pid, flush=True)
+time.sleep(120)
+"""
+
+# Starts the stubborn server through the vLLM launcher, waits for its pids, prints
+# them and exits without stopping it (as a run killed by SIGKILL would).
+_ORPHANING_PARENT = """\
+import os, sys, time
+from pathlib import Path
+from deepseekbench._launch._servers import spawn
+from deepseekbench._launch._vllm import _LAUNCHER, VllmServerSpec, _server_env
+folder = Path(sys.argv[1])
+env = {"PYTHONPATH": os.fspath(folder), "DEEPSEEKBENCH_ORPHAN_GRACE_S": "1"}
+env = _server_env(VllmServerSpec(name="stubborn", model=folder), env)
+log = folder / "server.log"
+spawn([sys.executable, "-c", _LAUNCHER, "stubborn_server"], log.open("wb"), env)
+deadline = time.monotonic() + 30
+while not log.read_text().strip() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(log.read_text().strip(), flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups, /proc")
+def test_a_vllm_server_that_ignores_sigterm_dies_with_its_parent(tmp_path: Path) -> None:
+    """The vLLM launcher stops its server's whole group once the process that started
+    it is gone, even when the server ignores SIGTERM: SIGKILL after the grace period."""
+    (tmp_path / "stubborn_server.py").write_text(_STUBBORN_SERVER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", _ORPHANING_PARENT, str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    )  # fmt: skip
+    pids = [int(p) for p in out.stdout.split()]
+    try:
+        assert len(pids) == 2, (out.stdout, out.stderr)
+        assert wait_gone(pids, 15) == [], f"server and worker {pids} outlived their parent"
+    finally:
+        for p in pids:
+            if running(p):
+                os.kill(p, signal.SIGKILL)

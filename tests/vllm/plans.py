@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -22,10 +23,16 @@ from deepseekbench._launch._vllm import RunningVllmServer
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import RunResult, run_plan
+from deepseekbench._runner import ProgressFn, RunResult, run_plan
 from deepseekbench._types._axes import Dialect, ReasoningMode
 from tests.vllm import hf_models
-from tests.vllm.observe import StreamRecorder, counter_delta, read_spec_counters
+from tests.vllm.observe import (
+    ZERO_COUNTERS,
+    StreamRecorder,
+    counter_delta,
+    parse_spec_counters,
+    read_spec_counters,
+)
 
 SCORECARD_ENV = "DEEPSEEKBENCH_VLLM_SCORECARD"
 MODE = ReasoningMode.non_think
@@ -42,6 +49,13 @@ PARITY_PROMPTS = tuple(_ALL_PROMPTS[:N_PARITY])
 WORKLOAD_PROMPTS = tuple(_ALL_PROMPTS[N_PARITY:])
 
 
+class Served(Protocol):
+    """What the checks need of a route's server: the loopback port it served on."""
+
+    @property
+    def port(self) -> int: ...
+
+
 @dataclass
 class PairRun:
     """One plan run over ``off`` and one candidate: what the library and observers saw."""
@@ -51,7 +65,7 @@ class PairRun:
     text: str
     recorder: StreamRecorder
     delta: dict[str, dict[str, Any]]  # route label -> /metrics counter delta
-    servers: dict[str, RunningVllmServer]  # route label -> server
+    servers: Mapping[str, Served]  # route label -> server
     results_path: Path
     run_s: float
 
@@ -74,6 +88,25 @@ def build_plan(
     model_source: Path | None = None,
 ) -> BenchmarkPlan:
     """The plan: routes ``off`` and ``label``; exact parity on fixed prompts, greedy."""
+    off_route = {"base_url": off.base_url, "model": off.spec.model_name}
+    candidate_route = {"base_url": candidate.base_url, "model": candidate.spec.model_name}
+    return pair_plan(
+        model,
+        {"label": "off", "speculative": "off", **off_route},
+        {"label": label, "speculative": speculative, **candidate_route},
+        model_source=model_source,
+    )
+
+
+def pair_plan(
+    model: str,
+    off: dict[str, Any],
+    candidate: dict[str, Any],
+    *,
+    model_source: Path | None = None,
+) -> BenchmarkPlan:
+    """:func:`build_plan` from two route tables (``label``, ``speculative`` and
+    either ``base_url`` or a ``launch`` table; the vLLM dialect is added)."""
     return BenchmarkPlan.model_validate(
         {
             "model": model,
@@ -81,20 +114,8 @@ def build_plan(
             "hosting": "self_hosted",
             "model_source": None if model_source is None else os.fspath(model_source),
             "routes": [
-                {
-                    "label": "off",
-                    "speculative": "off",
-                    "base_url": off.base_url,
-                    "model": off.spec.model_name,
-                    "dialect": Dialect.vllm.value,
-                },
-                {
-                    "label": label,
-                    "speculative": speculative,
-                    "base_url": candidate.base_url,
-                    "model": candidate.spec.model_name,
-                    "dialect": Dialect.vllm.value,
-                },
+                {**off, "dialect": Dialect.vllm.value},
+                {**candidate, "dialect": Dialect.vllm.value},
             ],
             "cells": [
                 {
@@ -141,6 +162,75 @@ def run_pair(
     result = anyio.run(main)
     run_s = time.perf_counter() - t0
     after = {label: read_spec_counters(s.origin) for label, s in servers.items()}
+    delta = {k: counter_delta(before[k], after[k]) for k in servers}
+    return _pair_run(result, recorder, delta, servers, results, run_s, title)
+
+
+@dataclass(frozen=True)
+class LaunchedServer:
+    """A server the plan launched (``[routes.launch]``): the port its row's
+    ``engine_command`` gave it."""
+
+    port: int
+
+
+def command_port(argv: tuple[str, ...]) -> int:
+    """The ``--port`` of a launched engine's argv."""
+    return int(argv[argv.index("--port") + 1])
+
+
+def run_launched(
+    plan: BenchmarkPlan,
+    tmp_path: Path,
+    title: str,
+    *,
+    progress: ProgressFn | None = None,
+) -> PairRun:
+    """Run ``plan``, whose routes launch their own servers, and collect every
+    observation. The servers are gone when ``run_plan`` returns, so each route's
+    ``/metrics`` delta is vLLM's own last account seen on its port (the runner's
+    closing window scrape, read through the recorder and parsed here) against the
+    zero counters of a freshly started server; no completion that reported
+    speculative decoding may follow that account."""
+    results = tmp_path / "results.jsonl"
+    recorder = StreamRecorder()
+    gate = LiveGate()
+
+    async def main() -> RunResult:
+        async with gate.client(transport=recorder, timeout=httpx.Timeout(300.0)) as client:
+            return await run_plan(
+                plan, gate=gate, results_path=results, client=client, progress=progress
+            )
+
+    t0 = time.perf_counter()
+    result = anyio.run(main)
+    run_s = time.perf_counter() - t0
+    servers: dict[str, LaunchedServer] = {}
+    delta: dict[str, dict[str, Any]] = {}
+    for row in result.rows:
+        label = row.route_label
+        assert label is not None and row.engine_command is not None, label
+        server = LaunchedServer(command_port(row.engine_command))
+        servers.setdefault(label, server)
+        seen = recorder.metrics[server.port]
+        assert seen, f"no /metrics answer seen for {label}"
+        # vLLM's last account came after the port's last speculative completion (off's
+        # determinism control follows its last window: no drafts, no counter moves)
+        after_last = recorder.completions[server.port][seen[-1].completions_before :]
+        assert all(c.spec is None for c in after_last), label
+        delta[label] = counter_delta(ZERO_COUNTERS, parse_spec_counters(seen[-1].text))
+    return _pair_run(result, recorder, delta, servers, results, run_s, title)
+
+
+def _pair_run(
+    result: RunResult,
+    recorder: StreamRecorder,
+    delta: dict[str, dict[str, Any]],
+    servers: Mapping[str, Served],
+    results: Path,
+    run_s: float,
+    title: str,
+) -> PairRun:
     card = Scorecard.from_run(result)
     text = card.to_text()
     block = f"== {title} (run_plan {run_s:.1f} s)\n{text}"
@@ -154,7 +244,7 @@ def run_pair(
         card=card,
         text=text,
         recorder=recorder,
-        delta={k: counter_delta(before[k], after[k]) for k in servers},
+        delta=delta,
         servers=servers,
         results_path=results,
         run_s=run_s,

@@ -1,5 +1,6 @@
-"""Real vLLM on the generated Llama pair: ``off`` beside ``ngram``, ``draft`` and a
-mis-tuned ``draft`` route, each run as a ``BenchmarkPlan`` through the library.
+"""Real vLLM on the generated Llama pair: ``off`` beside ``draft`` and a mis-tuned
+``draft`` route, each run as a ``BenchmarkPlan`` through the library (``off`` beside
+``ngram`` is ``tests/vllm/test_vllm_launch.py``, where the plan launches both servers).
 
 One ``off`` server lives for the module; each test starts its candidate beside it (two
 servers at most). Every plan's verdict is checked against the raw streamed texts, and
@@ -50,26 +51,6 @@ def llama_off(
     spec = server_spec("off", "llama-off", vllm_models.llama_target, served_model_name=MODEL)
     with serving([spec], log_dir) as running:
         yield running["llama-off"]
-
-
-def test_ngram_matches_off_and_is_credited(
-    llama_off: RunningVllmServer, vllm_models: VllmModels, tmp_path: Path
-) -> None:
-    spec = server_spec(
-        "ngram", "llama-ngram", vllm_models.llama_target, served_model_name=MODEL,
-        num_speculative_tokens=NUM_SPEC, prompt_lookup_max=3, prompt_lookup_min=1,
-    )  # fmt: skip
-    with serving([spec], tmp_path / "logs") as running:
-        servers = {"off": llama_off, "ngram": running["llama-ngram"]}
-        plan = build_plan(MODEL, llama_off, servers["ngram"], "ngram", "ngram")
-        run = run_pair(plan, servers, tmp_path, "Llama pair: off vs ngram (vLLM)")
-    check_requests(run, "ngram")
-    matches = check_verdict(run, "ngram")
-    check_counts(run, "ngram")
-    # n-gram speculation verifies every draft against the target: lossless
-    assert matches == [True] * len(matches)
-    texts = measured_texts(run)
-    assert texts["ngram"] == texts["off"]
 
 
 def test_draft_model_matches_off_and_is_credited(
