@@ -217,6 +217,24 @@ def test_spec_rejects_bad_fields(model_dir: Path, kw: dict[str, object]) -> None
         VllmServerSpec.model_validate(base | kw)
 
 
+def test_server_environment_keeps_vllm_on_loopback_and_quiet(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deepseekbench._launch._vllm import _server_env
+
+    monkeypatch.delenv("VLLM_HOST_IP", raising=False)
+    env = _server_env(VllmServerSpec(name="off", model=model_dir), None)
+    # without it vLLM's engine core connects to the host's outward address
+    assert env["VLLM_HOST_IP"] == "127.0.0.1"
+    assert env["VLLM_NO_USAGE_STATS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert (
+        _server_env(VllmServerSpec(name="off", model=model_dir), {"VLLM_HOST_IP": "::1"})[
+            "VLLM_HOST_IP"
+        ]
+        == "::1"
+    )  # a caller's choice wins
+
+
 def test_find_vllm_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("DEEPSEEKBENCH_VLLM_PYTHON", raising=False)
     assert find_vllm_python() == Path(sys.executable)

@@ -353,6 +353,10 @@ def _server_env(spec: VllmServerSpec, env: Mapping[str, str] | None) -> dict[str
     base["DEEPSEEKBENCH_PARENT_PID"] = str(os.getpid())
     if spec.threads is not None:
         base["OMP_NUM_THREADS"] = str(spec.threads)
+    # vLLM's own processes (engine core, workers) find each other at VLLM_HOST_IP, else
+    # at the host's outward address (found by a UDP connect towards a public DNS server):
+    # keep them on loopback like the server itself.
+    base.setdefault("VLLM_HOST_IP", "127.0.0.1")
     base.setdefault("VLLM_NO_USAGE_STATS", "1")
     base.setdefault("DO_NOT_TRACK", "1")
     base.setdefault("HF_HUB_OFFLINE", "1")
