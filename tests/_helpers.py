@@ -8,6 +8,9 @@ routes) and :func:`make_row` (a verified speculation-off row of 8 requests).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -119,3 +122,23 @@ class DemoRun:
     returncode: int
     stdout: str
     stderr: str
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m deepseekbench ARGS`` as a subprocess in ``cwd``, importing this checkout,
+    with no key and no spend consent in its environment (text output captured)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DEEPSEEKBENCH_API_KEY", None)
+    env.pop("DEEPSEEKBENCH_SPEND", None)
+    return subprocess.run(
+        [sys.executable, "-m", "deepseekbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -16,14 +16,12 @@ import fcntl
 import ipaddress
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests._helpers import DemoRun
+from tests._helpers import DemoRun, run_cli
 
 refused: list[str] = []
 """Destinations the guard refused since the current test started."""
@@ -79,9 +77,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return (cores or 1) + 1
 
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """The README's first command's job, ``python -m deepseekbench demo``, run as a
@@ -97,18 +92,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not done.exists():
             folder.mkdir()
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
-            env.pop("DEEPSEEKBENCH_API_KEY", None)
-            env.pop("DEEPSEEKBENCH_SPEND", None)
-            proc = subprocess.run(
-                [sys.executable, "-m", "deepseekbench", "demo"],
-                cwd=folder,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
+            proc = run_cli("demo", cwd=folder, timeout=300)
             printed = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
             done.write_text(json.dumps(printed), encoding="utf-8")
     printed = json.loads(done.read_text(encoding="utf-8"))

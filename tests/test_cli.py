@@ -30,24 +30,7 @@ from deepseekbench._cli import (
     main,
 )
 from deepseekbench._types._row import Row
-from tests._helpers import DemoRun
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("DEEPSEEKBENCH_API_KEY", None)
-    env.pop("DEEPSEEKBENCH_SPEND", None)
-    return subprocess.run(
-        [sys.executable, "-m", "deepseekbench", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from tests._helpers import ROOT, DemoRun, run_cli
 
 
 def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(
@@ -63,7 +46,7 @@ def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(
     written = list(demo_run.folder.glob("deepseekbench-demo-*.jsonl"))
     assert len(written) == 1 and f"results: {written[0]}" in demo_run.stderr
     assert "results:" not in out and not out.endswith("\n\n")
-    report = _cli("report", str(written[0]), cwd=tmp_path)
+    report = run_cli("report", str(written[0]), cwd=tmp_path)
     assert report.returncode == EXIT_OK
     assert report.stdout == out  # byte for byte, trailing newlines included
     assert "runs;" not in report.stderr  # one run: no notice
@@ -73,9 +56,9 @@ def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(
     cut.write_text(
         "".join(r for r in records if json.loads(r)["record"] != "run_end"), encoding="utf-8"
     )
-    partial = _cli("report", str(cut), cwd=tmp_path)
+    partial = run_cli("report", str(cut), cwd=tmp_path)
     assert partial.returncode == EXIT_OK and "did not finish" in partial.stderr
-    as_json = _cli("report", str(written[0]), "--format", "json", cwd=tmp_path)
+    as_json = run_cli("report", str(written[0]), "--format", "json", cwd=tmp_path)
     lines = {ln["route"]: ln for ln in json.loads(as_json.stdout)["lines"]}
     assert lines["mtp"]["speedup"] > 0 and lines["mtp-mistuned"]["speedup"] is None
     # the sweep: every route at every load; mtp's gain shrinks with load, the mis-tuned
@@ -87,12 +70,16 @@ def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(
     assert all(ln["speedup"] is None for ln in swept if ln["route"] == "mtp-mistuned")
     assert re.search(r"^crossover: mtp @ 1k/256/non_think: ", out, re.MULTILINE)
     png = tmp_path / "demo.png"
-    plotted = _cli("report", str(written[0]), "--plot", str(png), "--format", "html", cwd=tmp_path)
+    plotted = run_cli(
+        "report", str(written[0]), "--plot", str(png), "--format", "html", cwd=tmp_path
+    )
     assert plotted.returncode == EXIT_OK and f"plot: {png}" in plotted.stderr
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert plotted.stdout.startswith("<!DOCTYPE html>")
     assert "data:image/png;base64," in plotted.stdout
-    unwritable = _cli("report", str(written[0]), "--plot", str(tmp_path / "x.bogus"), cwd=tmp_path)
+    unwritable = run_cli(
+        "report", str(written[0]), "--plot", str(tmp_path / "x.bogus"), cwd=tmp_path
+    )
     assert unwritable.returncode == EXIT_USAGE and "cannot write" in unwritable.stderr
 
 
@@ -244,7 +231,7 @@ def test_run_with_request_errors_exits_1_and_interrupt_exits_130(tmp_path: Path)
             warmup_per_cell=0,
             parity={"tasks": "none", "prompts": ["What is 7 × 8?"]},
         )
-        proc = _cli("run", str(plan), "--results", str(tmp_path / "e.jsonl"), cwd=tmp_path)
+        proc = run_cli("run", str(plan), "--results", str(tmp_path / "e.jsonl"), cwd=tmp_path)
         assert proc.returncode == EXIT_ERRORS, proc.stderr
         assert "5 (5)" in proc.stdout  # five requests, five errors on the faulty route
         assert "r1" in proc.stdout and "refused" in proc.stdout

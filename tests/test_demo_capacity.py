@@ -35,7 +35,7 @@ from deepseekbench._cli import (
     main,
 )
 from deepseekbench._report._scorecard import Scorecard
-from tests.test_cli import _cli
+from tests._helpers import run_cli
 
 DEPTHS = [f"mtp-k{k}" for k in DEMO_CAPACITY_DEPTHS]
 CLIENT_HEALTH = {"client_starved", "clock_disagreement"}
@@ -68,7 +68,7 @@ def test_demo_capacity_prints_best_depth_capacity_and_refuses_the_mistuned(
     tmp_path: Path,
 ) -> None:
     results = tmp_path / "capacity.jsonl"
-    proc = _cli("demo", "--capacity", "--results", str(results), cwd=tmp_path, timeout=300)
+    proc = run_cli("demo", "--capacity", "--results", str(results), cwd=tmp_path, timeout=300)
     assert proc.returncode == EXIT_OK, proc.stderr
     out = proc.stdout
     assert re.search(r"demo wall time: [\d.]+ s", proc.stderr)
@@ -141,7 +141,7 @@ def test_demo_capacity_prints_best_depth_capacity_and_refuses_the_mistuned(
     args = ["report", str(results), "--best-config", str(best)]
     png = tmp_path / "capacity.png"
     plot = importlib.util.find_spec("matplotlib") is not None
-    report = _cli(*args, *(["--plot", str(png)] if plot else []), cwd=tmp_path)
+    report = run_cli(*args, *(["--plot", str(png)] if plot else []), cwd=tmp_path)
     assert report.returncode == EXIT_OK, report.stderr
     assert report.stdout == out
     written = json.loads(best.read_text(encoding="utf-8"))

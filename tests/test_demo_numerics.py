@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from deepseekbench._cli import EXIT_OK
-from tests.test_cli import _cli
+from tests._helpers import run_cli
 
 
 def _line(part: str, route: str) -> str:
@@ -14,7 +14,7 @@ def _line(part: str, route: str) -> str:
 
 
 def test_demo_numerics_prints_both_verdicts_with_margins(tmp_path: Path) -> None:
-    proc = _cli("demo", "--numerics", "--results", str(tmp_path / "r.jsonl"), cwd=tmp_path)
+    proc = run_cli("demo", "--numerics", "--results", str(tmp_path / "r.jsonl"), cwd=tmp_path)
     assert proc.returncode == EXIT_OK, proc.stderr
     bit, noise = proc.stdout.split("== parity.exact = 'within_noise' ==")
     assert "== parity.exact = 'bit_exact' ==" in bit
