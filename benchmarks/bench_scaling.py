@@ -97,9 +97,10 @@ def _wait_up(url: str, timeout_s: float = 60.0) -> None:
 
 
 @contextmanager
-def engine_server() -> Iterator[str]:
+def engine_server(speculative: str = "off") -> Iterator[str]:
     port = _free_port()
     cmd = [sys.executable, "-m", "deepseekbench", "serve", "--port", str(port)]
+    cmd += ["--speculative", speculative]
     cmd += ["--target-step-ms", "0.2", "--prefill-ms-per-token", "0", "--batch-exponent", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

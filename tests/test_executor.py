@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
+import pytest
 
 from deepseekbench import (
     Arrival,
@@ -82,6 +84,31 @@ def test_an_open_block_records_each_requests_schedule_lag() -> None:
     assert sorted(s.item.index for s in sent if s.item) == [1, 2, 3]
     lags = sorted(s.queue_ms for s in sent if s.queue_ms is not None)
     assert len(lags) == 3 and lags[0] >= 0 and lags[-1] > lags[0]  # one slot: they queue
+
+
+def test_the_schedule_lag_counts_the_clients_own_preparation_of_a_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """queue_ms runs to the hand-over to the HTTP client, not to the free slot: time the
+    client spends building a request (here 60 ms, before its clock starts at the body
+    write) is its lateness, and was recorded nowhere when the lag stopped at the slot."""
+    from deepseekbench._measure import _measure
+
+    coerce = _measure.coerce_request  # type: ignore[attr-defined]  # its own import
+
+    def slow(request: Any) -> Any:
+        time.sleep(0.06)  # s; blocks the loop, as a busy machine's client does
+        return coerce(request)
+
+    monkeypatch.setattr(_measure, "coerce_request", slow)
+    block = _block(offsets_s=(0.0, 0.2, 0.4, 0.6), concurrency=4, warmup=(), scrape=False)
+    sent, _ = _run(block, block.items)
+    lags = [s.queue_ms for s in sent if s.item is not None]
+    assert len(lags) == 4 and all(x is not None and 60 <= x < 190 for x in lags), lags
+    # and the measurement's clock still starts at the body write, after it
+    assert all(
+        s.measurement.start_perf_ns is not None and s.measurement.ttft_ms is not None for s in sent
+    )
 
 
 def test_measured_requests_carry_the_clients_event_loop_lag_and_others_do_not() -> None:

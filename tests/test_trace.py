@@ -148,21 +148,29 @@ def test_a_20_line_trace_replays_with_its_timestamps_and_its_shared_blocks(
         assert [m.item for m in mine] == [f"trace-{k + 1}" for k in range(20)]
         starts = [m.measurement.start_perf_ns or 0 for m in mine]
         assert all(starts)
-        # when the runner handed each request to the client: the clock starts at the
-        # body write (issue 22), after the waits for a connection and for the client's
-        # own loop to write, both recorded apart (a busy machine delays the write, not
-        # the schedule)
+        # when the runner handed each request to the HTTP client: the clock starts at
+        # the body write (issue 22), after the waits for a connection and for the
+        # client's own loop to write, both recorded apart
         handed = [
             s - 1e6 * ((m.measurement.pool_wait_ms or 0.0) + (m.measurement.send_wait_ms or 0.0))
             for s, m in zip(starts, mine, strict=True)
         ]
         sent_s = [(h - handed[0]) / 1e9 for h in handed]
-        # relative to the first send, which may itself have been a few ms late
-        lag0 = (mine[0].queue_ms or 0.0) / 1000.0
+        # each request went out at its due time plus the schedule lag the runner recorded
+        # for it (queue_ms: the client's own delay up to that hand-over, which a busy
+        # machine makes large; a CI run saw 330 ms): late is allowed, unrecorded is not,
+        # and the due times are the trace's
+        assert all(m.queue_ms is not None for m in mine), label
+        lag = [(m.queue_ms or 0.0) / 1000.0 for m in mine]  # s
         for k, (got, due) in enumerate(zip(sent_s, expected, strict=True)):
-            assert due - lag0 - 0.02 <= got <= due + 0.15, (label, k, got, due)
-            assert mine[k].queue_ms is not None and mine[k].queue_ms < 150, (label, k)
+            assert abs(got - (due + lag[k] - lag[0])) <= 0.02, (label, k, got, due, lag[k])
         row = next(r for r in result.rows if r.route_label == label)
+        # the row says when the schedule was not kept (p90 lag past arrival.max_lag_ms,
+        # 100 ms), and only a client short of CPU (its own event-loop self-check) may
+        # explain it: on an idle machine a replay that sends late fails here
+        late = sum(x > 0.1 for x in lag)  # of 20: p90 is past 100 ms with 3 or more
+        assert row.schedule_lagged if late >= 3 else (late > 0 or not row.schedule_lagged), lag
+        assert not row.schedule_lagged or row.client_saturated, (label, lag)
         assert (row.trace, row.trace_speedup) == (str(trace), 2.0)
     # the prompts the engine received are exactly the trace's items, on both routes,
     # and records with k leading hash ids in common got k shared blocks of text

@@ -8,8 +8,9 @@ back from :meth:`Executor.run_block`.
 Sending: a closed loop keeps ``concurrency`` requests in flight (a capacity
 limiter); an open loop starts request ``j`` at ``block start + offsets_s[j]``
 and waits for a free slot when ``concurrency`` are already in flight. The wait
-from the scheduled to the actual send is the request's ``queue_ms`` (the
-schedule lag: an overloaded client, not a slow server).
+from the scheduled to the actual send (the hand-over to the HTTP client, the
+request's preparation included; :mod:`~deepseekbench._execute._lag`) is the
+request's ``queue_ms`` (the schedule lag: an overloaded client, not a slow server).
 
 Conversations: an item whose workload has several turns sends them in order
 in its slot (it keeps the slot, as one user would), each later turn with the
@@ -26,6 +27,7 @@ sent without one (their ``client_lag_ms`` is ``None``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,7 @@ from typing import Any
 import anyio
 import httpx
 
+from deepseekbench._execute._lag import schedule_lag_ms
 from deepseekbench._execute._prepare import converse
 from deepseekbench._measure._cache_metrics import cache_window, while_sampling
 from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
@@ -56,8 +59,9 @@ class Sent:
     Attributes:
         item: the work item, or ``None`` for a warm-up request.
         measurement: what was measured.
-        queue_ms: open loop: actual send − scheduled send (ms, ≥ 0); ``None`` closed
-            (and for a conversation's later turns).
+        queue_ms: open loop: actual send (the hand-over to the HTTP client) −
+            scheduled send (ms, ≥ 0; :func:`~deepseekbench._execute._lag.schedule_lag_ms`);
+            ``None`` closed (and for a conversation's later turns).
         turn: the conversation turn (0-based; 0 for a single-turn item).
     """
 
@@ -105,19 +109,31 @@ class Executor:
         return m
 
     async def _item(
-        self, block: Block, route: EngineRoute, item: WorkItem, lag: float | None, on_sent: SentFn
+        self,
+        block: Block,
+        route: EngineRoute,
+        item: WorkItem,
+        due_ns: int | None,
+        on_sent: SentFn,
     ) -> None:
         """Send one item: a single request, or every remaining turn of its conversation
-        (each turn with this route's own earlier answers; :func:`converse`)."""
+        (each turn with this route's own earlier answers; :func:`converse`). ``due_ns``:
+        its scheduled send (``time.perf_counter_ns()``), ``None`` in a closed loop."""
+        acquired_ns = time.perf_counter_ns()
+
+        def lag(m: StreamMeasurement) -> float | None:
+            return None if due_ns is None else schedule_lag_ms(m, due_ns, acquired_ns)
+
         conv = item.workload
         if conv is None or (len(conv.turns) == 1 and not item.done):
-            on_sent(block, Sent(item, await self._one(route, item.request), lag))
+            m = await self._one(route, item.request)
+            on_sent(block, Sent(item, m, lag(m)))
             return
 
         async def turn(request: ChatRequest) -> StreamMeasurement:
             m = await self._one(route, request)
             k = len(request.messages) // 2  # user/assistant pairs before this turn
-            on_sent(block, Sent(item, m, lag if k == 0 else None, turn=k))
+            on_sent(block, Sent(item, m, lag(m) if k == 0 else None, turn=k))
             return m
 
         def request_for(messages: tuple[dict[str, Any], ...]) -> ChatRequest:
@@ -189,20 +205,20 @@ class Executor:
     ) -> None:
         offsets = _item_offsets(block, items)
 
-        async def send(item: WorkItem, due: float | None) -> None:
+        async def send(item: WorkItem, due_ns: int | None) -> None:
             async with limiter:
-                lag = None if due is None else max(0.0, anyio.current_time() - due) * 1000.0
-                await self._item(block, route, item, lag, on_sent)
+                await self._item(block, route, item, due_ns, on_sent)
 
         async with anyio.create_task_group() as tg:
-            t0 = anyio.current_time()
+            t0, t0_ns = anyio.current_time(), time.perf_counter_ns()
             for item, offset in zip(items, offsets, strict=True):
-                due = None if offset is None else t0 + offset
-                if due is not None:
-                    delay = due - anyio.current_time()
+                due_ns = None
+                if offset is not None:
+                    due_ns = t0_ns + round(offset * 1e9)
+                    delay = t0 + offset - anyio.current_time()
                     if delay > 0:
                         await anyio.sleep(delay)
-                tg.start_soon(send, item, due)
+                tg.start_soon(send, item, due_ns)
 
 
 def _item_offsets(block: Block, items: tuple[WorkItem, ...]) -> list[float | None]:

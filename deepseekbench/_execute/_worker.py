@@ -28,6 +28,7 @@ import anyio
 import httpx
 from pydantic import SecretStr
 
+from deepseekbench._execute._lag import schedule_lag_ms
 from deepseekbench._execute._workshare import PoolItem, WorkerShare
 from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
 from deepseekbench._measure._selfcheck import SelfCheck
@@ -89,8 +90,10 @@ class Finished:
     Attributes:
         key: the item's key (``-1`` for a warm-up request).
         measurement: what was measured.
-        queue_ms: open loop: actual send − scheduled send (ms, ≥ 0, the ledger's
-            answer included); ``None`` for a closed loop or a warm-up.
+        queue_ms: open loop: actual send (the hand-over to the HTTP client) −
+            scheduled send (ms, ≥ 0, the ledger's answer included;
+            :func:`~deepseekbench._execute._lag.schedule_lag_ms`); ``None`` for a
+            closed loop or a warm-up.
         sent_ns: send time, ``time.monotonic_ns()`` of the worker (ns).
         end_ns: finish time, ``time.monotonic_ns()`` of the worker (ns).
     """
@@ -196,8 +199,11 @@ class WorkerCore:
             async with limiter:
                 await self._ask(item)
                 sent = time.monotonic_ns()
-                lag = None if due_ns is None else max(0, sent - due_ns) / 1e6
                 m = await self._measure(item)
+                # the hand-over to the HTTP client (perf_counter_ns: the same
+                # CLOCK_MONOTONIC as monotonic_ns on Linux), the ledger's answer and the
+                # request's preparation included (_lag)
+                lag = None if due_ns is None else schedule_lag_ms(m, due_ns, sent)
             self.post(Finished(item.key, m, lag, sent, time.monotonic_ns()))
 
         await sleep_until(start_ns)
