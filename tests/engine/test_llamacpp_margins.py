@@ -13,7 +13,6 @@ to explain and stays verified.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -26,7 +25,8 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import RunResult, run_plan
-from deepseekbench._types._axes import Dialect, QualityParity
+from deepseekbench._types._axes import QualityParity
+from tests.engine.plans import TimingsRecorder, llamacpp_plan
 
 pytestmark = pytest.mark.engine
 
@@ -39,61 +39,18 @@ PARITY_PROMPTS = (
 )
 
 
-class BodyRecorder(httpx.AsyncBaseTransport):
-    """Keeps every chat request's (port, JSON body), then sends it on (under the gate)."""
-
-    def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
-        self.sent: list[tuple[int, dict[str, Any]]] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "POST" and request.url.path.endswith("/chat/completions"):
-            self.sent.append((request.url.port or 0, orjson.loads(await request.aread())))
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 def build_plan(routes: dict[str, RunningLlamaServer]) -> BenchmarkPlan:
-    return BenchmarkPlan.model_validate(
-        {
-            "model": "deepseekbench-llama-generated",
-            "engine_route": "llamacpp",
-            "hosting": "self_hosted",
-            "routes": [
-                {
-                    "label": label,
-                    "speculative": spec,
-                    "base_url": routes[name].base_url,
-                    "dialect": Dialect.llamacpp.value,
-                }
-                for label, name, spec in ROUTES
-            ],
-            "cells": [
-                {
-                    "context_bucket": "1k",
-                    "output_target": "256",
-                    "reasoning_mode": "non_think",
-                    "max_tokens": 16,
-                }
-            ],
-            "requests_per_cell": 1,
-            "warmup_per_cell": 0,
-            "repeats": 1,
-            "arrival": {"mode": "concurrency", "concurrency": 1},
-            "timeout_s": 120.0,
-            "workload": {"prompts": ["Write a story about a green tree in the garden."]},
-            "parity": {
-                "prompts": list(PARITY_PROMPTS),
-                "tasks": "none",
-                "max_tokens": 32,
-                "seed": 1234,
-                "determinism_control": True,
-                "concurrency": 1,
-                "exact": "within_noise",
-            },
-        }
+    return llamacpp_plan(
+        routes,
+        ROUTES,
+        max_tokens=16,
+        requests_per_cell=1,
+        warmup_per_cell=0,
+        workload_prompts=["Write a story about a green tree in the garden."],
+        parity_prompts=PARITY_PROMPTS,
+        parity_max_tokens=32,
+        repeats=1,
+        exact="within_noise",
     )
 
 
@@ -104,7 +61,7 @@ def test_llamacpp_logprobs_give_real_margins_and_the_mistuned_draft_is_decisive(
 ) -> None:
     plan = build_plan(engine_routes)
     results = tmp_path / "results.jsonl"
-    recorder = BodyRecorder()
+    recorder = TimingsRecorder()
     gate = LiveGate()
 
     async def main() -> RunResult:
@@ -128,7 +85,8 @@ def test_llamacpp_logprobs_give_real_margins_and_the_mistuned_draft_is_decisive(
 
     # logprobs asked of off only, never of a speculative route
     port = {label: engine_routes[name].port for label, name, _ in ROUTES}
-    asked = [(p, b) for p, b in recorder.sent if "logprobs" in b or "top_logprobs" in b]
+    sent = [(p, b) for p, bodies in recorder.bodies.items() for b in bodies]
+    asked = [(p, b) for p, b in sent if "logprobs" in b or "top_logprobs" in b]
     assert asked and {p for p, _ in asked} == {port["off"]}
     assert len(asked) == len(margins)
     assert all(b["stream"] is False and b["top_logprobs"] == TOP_LOGPROBS for _, b in asked)

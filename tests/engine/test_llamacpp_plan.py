@@ -27,7 +27,6 @@ import os
 import re
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +38,12 @@ import pytest
 from deepseekbench._analysis._speedup import MIN_REQUESTS_FOR_SPEEDUP, RefusalReason
 from deepseekbench._execute._forensics import TOP_LOGPROBS
 from deepseekbench._launch._llamacpp import RunningLlamaServer
-from deepseekbench._measure._sse import SSEDecoder
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import RunResult, run_plan
-from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity, ReasoningMode
+from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity
+from tests.engine.plans import MODE, TimingsRecorder, llamacpp_plan
 
 pytestmark = pytest.mark.engine
 
@@ -54,7 +53,6 @@ WARMUP_PER_CELL = 1
 MAX_TOKENS = 96  # measured requests: long enough for a steady TPOT, short enough for CI
 PARITY_MAX_TOKENS = 48
 CELL = "1k/256/non_think"
-MODE = ReasoningMode.non_think
 
 # (plan label, fixture route name, speculative value)
 ROUTES: tuple[tuple[str, str, str], ...] = (
@@ -97,111 +95,22 @@ def read_counters(server: RunningLlamaServer) -> dict[str, int]:
     return out
 
 
-class _TeeStream(httpx.AsyncByteStream):
-    """Passes a response body through unchanged, decoding its SSE events on the way."""
-
-    def __init__(self, inner: httpx.AsyncByteStream, on_close: Callable[[dict[str, Any]], None]):
-        self._inner = inner
-        self._on_close = on_close
-        self._decoder = SSEDecoder()
-        self._timings: dict[str, Any] = {}
-        self._closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            for event in self._decoder.feed(chunk, time.perf_counter_ns()):
-                if event.data == "[DONE]":
-                    continue
-                try:
-                    obj = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(obj, dict) and isinstance(obj.get("timings"), dict):
-                    self._timings = obj["timings"]
-            yield chunk
-
-    async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._on_close(self._timings)
-        await self._inner.aclose()
-
-
-class TimingsRecorder(httpx.AsyncBaseTransport):
-    """A transport (wrapped by the gate) that records every chat completion's last
-    ``timings`` object per server port: an observer independent of the measurement code."""
-
-    def __init__(self) -> None:
-        self._inner = httpx.AsyncHTTPTransport()
-        self.timings: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        # issue 21: every chat request body per port (the forensics' follow-ups included)
-        self.bodies: dict[int, list[dict[str, Any]]] = defaultdict(list)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._inner.handle_async_request(request)
-        if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
-            return response
-        port = request.url.port or 0
-        body = orjson.loads(request.content)
-        self.bodies[port].append(body)
-        if not body.get("stream"):  # a forensics follow-up (non-streamed, no timings tee)
-            return response
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(
-            status_code=response.status_code,
-            headers=response.headers,
-            stream=_TeeStream(response.stream, self.timings[port].append),
-            extensions=response.extensions,
-            request=request,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
 def build_plan(routes: dict[str, RunningLlamaServer]) -> BenchmarkPlan:
     """The plan over the four running routes (ports are random, so built per session)."""
-    return BenchmarkPlan.model_validate(
-        {
-            "model": "deepseekbench-llama-generated",
-            "engine_route": "llamacpp",
-            "hosting": "self_hosted",
-            "routes": [
-                {
-                    "label": label,
-                    "speculative": spec,
-                    "base_url": routes[name].base_url,
-                    "dialect": Dialect.llamacpp.value,
-                }
-                for label, name, spec in ROUTES
-            ],
-            "cells": [
-                {
-                    "context_bucket": "1k",
-                    "output_target": "256",
-                    "reasoning_mode": MODE.value,
-                    "max_tokens": MAX_TOKENS,
-                }
-            ],
-            "requests_per_cell": REQUESTS_PER_CELL,
-            "warmup_per_cell": WARMUP_PER_CELL,
-            "arrival": {"mode": "concurrency", "concurrency": 1},  # servers run --parallel 1
-            "timeout_s": 120.0,
-            "workload": {"prompts": list(WORKLOAD_PROMPTS)},
-            # Parity: exact acceptance on fixed prompts only. The models have random
-            # weights, so every smoke task fails on every route: task parity would
-            # compare fail against fail and prove nothing, at 16 more requests per route
-            # and pass. Lossless speculation must instead return off's text bit for bit
-            # (greedy, fixed seed), which random weights do not weaken.
-            "parity": {
-                "prompts": list(PARITY_PROMPTS),
-                "tasks": "none",
-                "max_tokens": PARITY_MAX_TOKENS,
-                "seed": 1234,
-                "determinism_control": True,
-                "concurrency": 1,
-            },
-        }
+    # Parity: exact acceptance on fixed prompts only. The models have random weights,
+    # so every smoke task fails on every route: task parity would compare fail against
+    # fail and prove nothing, at 16 more requests per route and pass. Lossless
+    # speculation must instead return off's text bit for bit (greedy, fixed seed),
+    # which random weights do not weaken.
+    return llamacpp_plan(
+        routes,
+        ROUTES,
+        max_tokens=MAX_TOKENS,
+        requests_per_cell=REQUESTS_PER_CELL,
+        warmup_per_cell=WARMUP_PER_CELL,
+        workload_prompts=WORKLOAD_PROMPTS,
+        parity_prompts=PARITY_PROMPTS,
+        parity_max_tokens=PARITY_MAX_TOKENS,
     )
 
 
