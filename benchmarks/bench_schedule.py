@@ -2,7 +2,7 @@
 
 An open loop (``arrival.mode = "rate"``) offers request ``j`` at its scheduled
 time; the client's own delay in sending it is the request's ``queue_ms``
-(scheduled send → hand-over to the HTTP client, ms), and a row whose p90
+(scheduled send → the send's start, when the client asks for a connection; ms), and a row whose p90
 exceeds ``arrival.max_lag_ms`` is flagged ``schedule_lagged`` (the client, not
 the server, may have limited the load). This is the speed target behind that
 flag, kept out of the unit tests (a busy CI machine delays sends by itself; the
@@ -15,8 +15,13 @@ of two routes (speculation off and MTP, one server each), ``--repeats`` times
 (seeds 0, 1, ...). Per rate it prints min / median / max over the repeats of:
 ``queue_ms`` p50, p90 and max over both routes' requests (ms); the runs with a
 row flagged ``schedule_lagged`` or ``client_saturated``; the largest event-loop
-lag any request saw (``client_lag_ms``, ms); the achieved request rate
-(the rows' mean ``request_throughput_per_s``, requests/s).
+lag any request saw (``client_lag_ms``, ms); the completed request rate (the
+rows' mean ``request_throughput_per_s``, requests/s: successful requests over the
+row's window, first send to last finish). The completed rate falls below the
+offered one when the engine cannot keep up (the reference engine, a Python
+process, completes about 30 requests/s on 2 cores) and, in a short run, because
+the window includes the drain after the last send. That is the server's queue,
+which ``queue_ms`` rightly leaves out: the client still sent on time.
 
 Target: ``queue_ms`` p90 below the default ``arrival.max_lag_ms`` (100 ms) at
 every default rate on an idle 2-core machine; the script exits 1 when a median
@@ -53,7 +58,7 @@ class Once:
     lagged: bool
     saturated: bool
     loop_lag_ms: float
-    achieved_per_s: float
+    completed_per_s: float
 
 
 def _plan(
@@ -95,11 +100,13 @@ async def _once(urls: tuple[str, str], rate: float, args: argparse.Namespace, se
         lagged=any(r.schedule_lagged for r in rows),
         saturated=any(r.client_saturated for r in rows),
         loop_lag_ms=max(m.measurement.client_lag_ms or 0.0 for m in measured),
-        achieved_per_s=statistics.mean(r.request_throughput_per_s or 0.0 for r in rows),
+        completed_per_s=statistics.mean(r.request_throughput_per_s or 0.0 for r in rows),
     )
 
 
 def _mmm(xs: list[float], digits: int = 1) -> str:
+    if len(xs) == 1:
+        return f"{xs[0]:.{digits}f}"
     return " / ".join(f"{x:.{digits}f}" for x in (min(xs), statistics.median(xs), max(xs)))
 
 
@@ -107,10 +114,11 @@ async def _bench(urls: tuple[str, str], args: argparse.Namespace) -> int:
     rates = [float(x) for x in args.rates.split(",")]
     print(
         f"open loop, Poisson arrivals, {args.requests} requests per run, max_tokens "
-        f"{args.max_tokens}, {args.repeats} repeats; min / median / max over the repeats"
+        f"{args.max_tokens}, {args.repeats} repeats"
+        + ("; min / median / max over the repeats" if args.repeats > 1 else "")
     )
     print(
-        "| rate (req/s) | queue_ms p50 | queue_ms p90 | queue_ms max | achieved (req/s) "
+        "| rate (req/s) | queue_ms p50 | queue_ms p90 | queue_ms max | completed (req/s) "
         "| loop lag max (ms) | schedule_lagged | client_saturated |"
     )
     print("|---|---|---|---|---|---|---|---|")
@@ -119,7 +127,7 @@ async def _bench(urls: tuple[str, str], args: argparse.Namespace) -> int:
         runs = [await _once(urls, rate, args, seed) for seed in range(args.repeats)]
         print(
             f"| {rate:g} | {_mmm([r.q50 for r in runs])} | {_mmm([r.q90 for r in runs])} "
-            f"| {_mmm([r.qmax for r in runs])} | {_mmm([r.achieved_per_s for r in runs])} "
+            f"| {_mmm([r.qmax for r in runs])} | {_mmm([r.completed_per_s for r in runs])} "
             f"| {_mmm([r.loop_lag_ms for r in runs])} "
             f"| {sum(r.lagged for r in runs)} of {len(runs)} "
             f"| {sum(r.saturated for r in runs)} of {len(runs)} |"

@@ -89,7 +89,7 @@ def test_an_open_block_records_each_requests_schedule_lag() -> None:
 def test_the_schedule_lag_counts_the_clients_own_preparation_of_a_request(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """queue_ms runs to the hand-over to the HTTP client, not to the free slot: time the
+    """queue_ms runs to the send's start, not to the free slot: time the
     client spends building a request (here 60 ms, before its clock starts at the body
     write) is its lateness, and was recorded nowhere when the lag stopped at the slot."""
     from deepseekbench._measure import _measure

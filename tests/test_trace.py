@@ -148,16 +148,16 @@ def test_a_20_line_trace_replays_with_its_timestamps_and_its_shared_blocks(
         assert [m.item for m in mine] == [f"trace-{k + 1}" for k in range(20)]
         starts = [m.measurement.start_perf_ns or 0 for m in mine]
         assert all(starts)
-        # when the runner handed each request to the HTTP client: the clock starts at
-        # the body write (issue 22), after the waits for a connection and for the
-        # client's own loop to write, both recorded apart
+        # each request's send start (the client asks the pool for a connection): the
+        # clock starts at the body write (issue 22), after the waits for a connection
+        # and for the client's own loop to write, both recorded apart
         handed = [
             s - 1e6 * ((m.measurement.pool_wait_ms or 0.0) + (m.measurement.send_wait_ms or 0.0))
             for s, m in zip(starts, mine, strict=True)
         ]
         sent_s = [(h - handed[0]) / 1e9 for h in handed]
         # each request went out at its due time plus the schedule lag the runner recorded
-        # for it (queue_ms: the client's own delay up to that hand-over, which a busy
+        # for it (queue_ms: the client's own delay up to that send start, which a busy
         # machine makes large; a CI run saw 330 ms): late is allowed, unrecorded is not,
         # and the due times are the trace's
         assert all(m.queue_ms is not None for m in mine), label

@@ -8,9 +8,9 @@ back from :meth:`Executor.run_block`.
 Sending: a closed loop keeps ``concurrency`` requests in flight (a capacity
 limiter); an open loop starts request ``j`` at ``block start + offsets_s[j]``
 and waits for a free slot when ``concurrency`` are already in flight. The wait
-from the scheduled to the actual send (the hand-over to the HTTP client, the
-request's preparation included; :mod:`~deepseekbench._execute._lag`) is the
-request's ``queue_ms`` (the schedule lag: an overloaded client, not a slow server).
+from the scheduled send to the send's start (the request's preparation included;
+:mod:`~deepseekbench._execute._lag`) is the request's ``queue_ms`` (the schedule
+lag: an overloaded client, not a slow server).
 
 Conversations: an item whose workload has several turns sends them in order
 in its slot (it keeps the slot, as one user would), each later turn with the
@@ -59,9 +59,10 @@ class Sent:
     Attributes:
         item: the work item, or ``None`` for a warm-up request.
         measurement: what was measured.
-        queue_ms: open loop: actual send (the hand-over to the HTTP client) −
-            scheduled send (ms, ≥ 0; :func:`~deepseekbench._execute._lag.schedule_lag_ms`);
-            ``None`` closed (and for a conversation's later turns).
+        queue_ms: open loop: the send's start (the client asks the pool for a
+            connection) − scheduled send (ms, ≥ 0;
+            :func:`~deepseekbench._execute._lag.schedule_lag_ms`); ``None`` closed (and
+            for a conversation's later turns).
         turn: the conversation turn (0-based; 0 for a single-turn item).
     """
 

@@ -90,8 +90,8 @@ class Finished:
     Attributes:
         key: the item's key (``-1`` for a warm-up request).
         measurement: what was measured.
-        queue_ms: open loop: actual send (the hand-over to the HTTP client) −
-            scheduled send (ms, ≥ 0, the ledger's answer included;
+        queue_ms: open loop: the send's start (the client asks the pool for a
+            connection) − scheduled send (ms, ≥ 0, the ledger's answer included;
             :func:`~deepseekbench._execute._lag.schedule_lag_ms`); ``None`` for a
             closed loop or a warm-up.
         sent_ns: send time, ``time.monotonic_ns()`` of the worker (ns).
@@ -200,7 +200,7 @@ class WorkerCore:
                 await self._ask(item)
                 sent = time.monotonic_ns()
                 m = await self._measure(item)
-                # the hand-over to the HTTP client (perf_counter_ns: the same
+                # from the send's start (perf_counter_ns: the same
                 # CLOCK_MONOTONIC as monotonic_ns on Linux), the ledger's answer and the
                 # request's preparation included (_lag)
                 lag = None if due_ns is None else schedule_lag_ms(m, due_ns, sent)
