@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scaling import engine_server
 
 from deepseekbench import BenchmarkPlan, LiveGate, run_plan
+from deepseekbench._analysis._stats import percentiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,22 +82,20 @@ def _plan(
     )
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    return statistics.quantiles(xs, n=100, method="inclusive")[round(q * 100) - 1]
-
-
 async def _once(urls: tuple[str, str], rate: float, args: argparse.Namespace, seed: int) -> Once:
     plan = _plan(urls, rate, args.requests, args.max_tokens, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # workload coverage: the prompts repeat on purpose
         result = await run_plan(plan, gate=LiveGate(), results_path=None)
     measured = [m for m in result.measurements if m.queue_ms is not None]
-    queue = sorted(m.queue_ms or 0.0 for m in measured)
+    queue = [m.queue_ms or 0.0 for m in measured]
+    p = percentiles(queue)  # the p90 the rows' schedule_lagged flag is judged by
+    assert p is not None and p.p50 is not None and p.p90 is not None, "no queue_ms recorded"
     rows = [r for r in result.rows if r.route_label in ("off", "mtp")]
     return Once(
-        q50=statistics.median(queue),
-        q90=_quantile(queue, 0.9),
-        qmax=queue[-1],
+        q50=p.p50,
+        q90=p.p90,
+        qmax=max(queue),
         lagged=any(r.schedule_lagged for r in rows),
         saturated=any(r.client_saturated for r in rows),
         loop_lag_ms=max(m.measurement.client_lag_ms or 0.0 for m in measured),

@@ -211,14 +211,14 @@ class Executor:
                 await self._item(block, route, item, due_ns, on_sent)
 
         async with anyio.create_task_group() as tg:
-            t0, t0_ns = anyio.current_time(), time.perf_counter_ns()
+            t0_ns = time.perf_counter_ns()  # the measurements' clock: lags compare to it
             for item, offset in zip(items, offsets, strict=True):
                 due_ns = None
                 if offset is not None:
                     due_ns = t0_ns + round(offset * 1e9)
-                    delay = t0 + offset - anyio.current_time()
-                    if delay > 0:
-                        await anyio.sleep(delay)
+                    delay_ns = due_ns - time.perf_counter_ns()
+                    if delay_ns > 0:
+                        await anyio.sleep(delay_ns / 1e9)
                 tg.start_soon(send, item, due_ns)
 
 
