@@ -12,7 +12,8 @@ Every class is exported from :mod:`deepseekbench`. The tree::
     │   ├── RouteUnreachableError   a route failed the reachability probe
     │   ├── WorkloadFormatError     a workload file is malformed
     │   ├── WorkloadLengthError     prompts fall outside their context bucket
-    │   └── TaskFormatError         a task file or record is invalid
+    │   ├── TaskFormatError         a task file or record is invalid
+    │   └── RayAddressError         a Ray cluster address outside the forms the gate judges
     ├── ModelCapabilityError     a model file cannot be read for its capabilities
     ├── TokenizeError            tokens could not be counted
     ├── ResultsFormatError       a results JSONL file cannot be read back
@@ -176,6 +177,13 @@ class WorkerError(DeepseekBenchError):
     def __init__(self, message: str, *, worker: int) -> None:
         super().__init__(message)
         self.worker = worker
+
+
+class RayAddressError(PlanError, ValueError):
+    """A Ray cluster address (a plan's ``ray_address``, ``--ray-address``, or what
+    ``"auto"`` resolves to) outside the grammar the gate judges: ``host:port`` or
+    ``ray://host:port`` with an IP literal or ``localhost`` as host
+    (``deepseekbench._net._ray_address``). Raised before Ray is imported."""
 
 
 class RayUnavailableError(DeepseekBenchError):

@@ -46,6 +46,7 @@ from pydantic import (
 from deepseekbench._errors import PlanError
 from deepseekbench._launch._plan_launch import LaunchSpec, check_launch
 from deepseekbench._measure._selfcheck import DEFAULT_LAG_THRESHOLD_MS
+from deepseekbench._net._ray_address import check_ray_address_setting
 from deepseekbench._net._route import (
     EngineRoute,
     can_ignore_eos,
@@ -966,7 +967,10 @@ class BenchmarkPlan(BaseModel):
         executor: ``"process"`` (worker processes on this host) or ``"ray"`` (Ray
             actors; needs the ``ray`` extra).
         ray_address: an existing Ray cluster's address (``None``: a local
-            instance on 127.0.0.1); a non-loopback host passes the gate.
+            instance on 127.0.0.1): ``host:port`` or ``ray://host:port`` with an IP
+            literal or ``localhost`` as host, or ``"auto"``/``"local"``
+            (``deepseekbench._net._ray_address``; anything else is refused at
+            validation); a non-loopback host passes the gate.
         model_source: optional path to the model's GGUF file or Hugging Face
             ``config.json`` (or checkpoint folder), relative to the plan file. When
             set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
@@ -1016,7 +1020,11 @@ class BenchmarkPlan(BaseModel):
     )
     workers: int = Field(default=1, ge=1, le=256, description="client workers (processes/actors)")
     executor: Literal["process", "ray"] = "process"
-    ray_address: str | None = Field(default=None, description="Ray cluster address; None=local")
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster address: host:port or ray://host:port (host an IP literal "
+        "or localhost), 'auto' or 'local'; None=local",
+    )
     model_source: str | None = Field(
         default=None,
         description="GGUF file or HF config.json/checkpoint folder to probe for MTP depth",
@@ -1048,6 +1056,12 @@ class BenchmarkPlan(BaseModel):
         if not v:
             raise ValueError("a plan needs at least 1 cell, got 0")
         return v
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address(cls, v: str | None) -> str | None:
+        # the grammar the gate judges: a host Ray reads the same way (_net._ray_address)
+        return check_ray_address_setting(v)
 
     @field_validator("routes")
     @classmethod
