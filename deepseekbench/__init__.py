@@ -105,6 +105,7 @@ if TYPE_CHECKING:
     from deepseekbench._errors import (
         CalibrationError,
         DeepseekBenchError,
+        KeyFormatError,
         LiveGateError,
         LlamaServerError,
         MissingExtraError,
@@ -411,6 +412,7 @@ _IMPORTS: dict[str, str] = {
     "QualityParityName": "deepseekbench._types._axes",
     "REQUIRED_FIELDS": "deepseekbench._types._row",
     "RayPool": "deepseekbench._execute._ray_executor",
+    "KeyFormatError": "deepseekbench._errors",
     "RayAddressError": "deepseekbench._errors",
     "RayUnavailableError": "deepseekbench._errors",
     "ReasoningMode": "deepseekbench._types._axes",
@@ -592,6 +594,7 @@ __all__ = [
     "Hosting",
     "HostingName",
     "InputLength",
+    "KeyFormatError",
     "LaunchRecord",  # issue 24
     "LaunchSpec",
     "LiveGate",

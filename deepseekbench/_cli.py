@@ -46,10 +46,12 @@ from typing import TYPE_CHECKING, TextIO
 
 from deepseekbench._errors import (
     CalibrationError,
+    KeyFormatError,
     LiveGateError,
     MissingExtraError,
     PlanError,
     ResultsFormatError,
+    ResultsWriteError,
     RowFormatError,
     TokenizeError,
 )
@@ -831,6 +833,19 @@ def _with_client_flags(plan: BenchmarkPlan, args: argparse.Namespace) -> Benchma
     return BenchmarkPlan.from_mapping({**plan.model_dump(mode="json"), **update})
 
 
+def _results_path(path: Path) -> Path:
+    """``path`` made absolute with its symlinks resolved: the results file's path.
+
+    Raises:
+        ResultsWriteError: the path cannot be resolved, e.g. a symlink loop (Python
+            3.11 raises ``RuntimeError`` for one, later versions ``OSError``).
+    """
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise ResultsWriteError(f"results path {path}: cannot be resolved ({exc})") from None
+
+
 def main(
     argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
@@ -865,8 +880,8 @@ def main(
                 if args.capacity:  # issue 24: its own file; the latest-demo copy is the main one's
                     stamp = f"capacity-{stamp}"
                 args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
-                args.latest = None if args.capacity else (Path.cwd() / DEMO_LATEST).resolve()
-            args.results = args.results.resolve()
+                args.latest = None if args.capacity else _results_path(Path.cwd() / DEMO_LATEST)
+            args.results = _results_path(args.results)
             if args.numerics:  # issue 21
                 return anyio.run(_demo_numerics, args, out, err)
             if args.capacity:  # issue 24
@@ -880,7 +895,7 @@ def main(
                 args.results = plan.results_path() or (
                     Path.cwd() / f"deepseekbench-results-{plan.plan_hash()}.jsonl"
                 )
-            args.results = args.results.resolve()
+            args.results = _results_path(args.results)
             return anyio.run(_run, args, plan, out, err)
         if args.command == "report":
             return _report(args, out, err)
@@ -920,7 +935,7 @@ def main(
         err.write(f"deepseekbench: invalid {exc.title}:\n")
         err.writelines(f"  {line}\n" for line in validation_error_lines(exc))
         return EXIT_USAGE
-    except (PlanError, ResultsFormatError, TokenizeError) as exc:
+    except (PlanError, ResultsFormatError, TokenizeError, KeyFormatError) as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_USAGE
     except OSError as exc:

@@ -6,6 +6,7 @@ Every class is exported from :mod:`deepseekbench`. The tree::
 
     DeepseekBenchError
     ├── LiveGateError            the gate refused a request before any socket opened
+    ├── KeyFormatError           an API key that cannot go into an HTTP header
     ├── RowFormatError           a rows JSONL line cannot be read back
     ├── MissingExtraError        an optional extra is not installed (also an ImportError)
     ├── PlanError                a plan is invalid (raised before any request)
@@ -184,6 +185,17 @@ class RayAddressError(PlanError, ValueError):
     ``"auto"`` resolves to) outside the grammar the gate judges: ``host:port`` or
     ``ray://host:port`` with an IP literal or ``localhost`` as host
     (``deepseekbench._net._ray_address``). Raised before Ray is imported."""
+
+
+class KeyFormatError(DeepseekBenchError, ValueError):
+    """An API key with a character that cannot go into an HTTP header unchanged:
+    a control character (CR, LF, NUL, …), a space, or a non-ASCII character.
+
+    Raised where a key enters (a :class:`~deepseekbench.LiveGate`, an
+    :class:`~deepseekbench.EngineRoute`, a route's ``api_key_env``), before any
+    request; the message names where the key came from and the kind of
+    character, never the key.
+    """
 
 
 class RayUnavailableError(DeepseekBenchError):

@@ -88,6 +88,7 @@ from deepseekbench._types._axes import (
     Speculative,
 )
 from deepseekbench._types._clock import Clock
+from deepseekbench._types._secrets import checked_key
 from deepseekbench._userfile import SMALL_FILE_MAX_BYTES, read_user_text
 
 __all__ = [
@@ -408,18 +409,20 @@ class RoutePlan(BaseModel):
 
         Raises:
             PlanError: ``api_key_env`` names an unset variable.
+            KeyFormatError: the variable's key has a character an HTTP header
+                cannot carry (CR/LF, another control character, non-ASCII).
         """
         key: SecretStr | None = None
         if self.api_key_env is not None:
             env = os.environ if environ is None else environ
             value = env.get(self.api_key_env)
+            # a key pasted here instead of a variable name must not be echoed
+            name = self.api_key_env if self.api_key_env.isupper() else "(name not shown)"
             if not value or not value.strip():  # a blank key is no key
-                # a key pasted here instead of a variable name must not be echoed
-                name = self.api_key_env if self.api_key_env.isupper() else "(name not shown)"
                 raise PlanError(
                     f"route {self.label!r}: api_key_env: environment variable {name} is not set"
                 )
-            key = SecretStr(value.strip())
+            key = checked_key(value, f"route {self.label!r}: api_key_env {name}")
         return EngineRoute(
             base_url=self.base_url,
             model=self.model or default_model,
