@@ -156,7 +156,13 @@ async def test_ray_actors_measure_keep_budgets_and_report_deaths(tmp_path: Path)
     assert all(r.sent_ns is not None and r.sent_ns >= report.start_ns for r in closed)
     assert report.window_s > 0 and len(report.clock_offsets_ns) == 2
     assert all(abs(off) < 1_000_000_000 for off in report.clock_offsets_ns)  # one host
-    assert len(spent) == 3 and bgate.requests_admitted == 3
+    # the budget's refusal keeps what was admitted: 3 sent, the rest recorded unsent
+    sent = [r for r in spent if r.measurement.error is None]
+    assert len(sent) == 3 and bgate.requests_admitted == 3
+    assert sorted(r.item.key for r in spent if r.item) == list(range(8))
+    assert {r.measurement.error.kind for r in spent if r.measurement.error} == {
+        ErrorKind.budget_refused
+    }
     assert sorted(r.item.key for r in died if r.item) == list(range(12))
     lost = [r for r in died if r.measurement.error is not None]
     assert lost and {r.measurement.error.kind for r in lost if r.measurement.error} == {
