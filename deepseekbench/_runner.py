@@ -1065,7 +1065,10 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
     Raises:
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
-            layers, no parity set), or a task id collides with a parity prompt id.
+            layers, no parity set), or a task id collides with a parity prompt id;
+            :class:`~deepseekbench.RayAddressError` (a ``PlanError``): executor
+            ``ray`` with ``ray_address = "auto"`` resolving to an address outside
+            the grammar the gate judges.
     """
     sources = plan.validate_sources()
     items = None

@@ -14,7 +14,6 @@ import importlib
 import io
 from pathlib import Path
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -29,6 +28,7 @@ from deepseekbench._execute._ray_executor import (
 from deepseekbench._net._gate import is_loopback_host
 from deepseekbench._net._ray_address import parse_ray_address
 from deepseekbench._plan._plan import BenchmarkPlan
+from tests._helpers import ray_plan_file
 
 TRICKY = (
     "127.0.0.1/@evil.example.com:6379",
@@ -107,23 +107,6 @@ def test_auto_is_judged_by_what_it_resolves_to_as_ray_reads_it(tmp_path: Path) -
     assert resolve_ray_address("auto", {"RAY_TMPDIR": str(tmp_path)}) == "127.0.0.1:6379"
 
 
-def _plan(tmp_path: Path, address: str | None) -> Path:
-    plan: dict[str, object] = {
-        "model": "m",
-        "routes": [
-            {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:9/v1"},
-            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:9/v1"},
-        ],
-        "workers": 2,
-        "executor": "ray",
-    }
-    if address is not None:
-        plan["ray_address"] = address
-    path = tmp_path / "plan.json"
-    path.write_bytes(orjson.dumps(plan))
-    return path
-
-
 EVIL = "127.0.0.1/@evil.example.com:6379"
 
 
@@ -134,7 +117,7 @@ def test_every_door_refuses_the_address_before_a_dry_run_admits_it(
     """The plan key, ``--ray-address`` and ``RAY_ADDRESS`` with ``"auto"``: exit 2 with
     one line naming the address, never "admitted" (the old gate's verdict, exit 0)."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    args = ["run", str(_plan(tmp_path, EVIL if door == "plan" else "auto")), "--dry-run"]
+    args = ["run", str(ray_plan_file(tmp_path, EVIL if door == "plan" else "auto")), "--dry-run"]
     if door == "flag":
         args += ["--ray-address", EVIL]
     if door == "env":
