@@ -246,6 +246,7 @@ if TYPE_CHECKING:
         dry_run,
         run_plan,
     )
+    from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
     from deepseekbench._store._results import (
         ResultsRun,
         list_runs,
@@ -416,6 +417,8 @@ _IMPORTS: dict[str, str] = {
     "RefusalReason": "deepseekbench._analysis._speedup",
     "ResultsFormatError": "deepseekbench._errors",
     "ResultsInUseError": "deepseekbench._errors",
+    "ResultsIntegrity": "deepseekbench._store._chain",
+    "ResultsIntegrityWarning": "deepseekbench._store._chain",
     "ResultsRun": "deepseekbench._store._results",
     "ResultsWriteError": "deepseekbench._errors",
     "RouteParity": "deepseekbench._analysis._analysis",
@@ -629,6 +632,8 @@ __all__ = [
     "RefusalReason",
     "ResultsFormatError",
     "ResultsInUseError",
+    "ResultsIntegrity",
+    "ResultsIntegrityWarning",
     "ResultsRun",
     "ResultsWriteError",
     "RouteCapacity",
