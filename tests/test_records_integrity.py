@@ -27,7 +27,8 @@ from deepseekbench import (
     compare_speedup,
     load_results,
 )
-from deepseekbench._analysis._speedup import RefusalReason
+from deepseekbench._analysis._capacity import _refusal
+from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric
 from deepseekbench._cli import main as cli_main
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._report._scorecard import Scorecard
@@ -144,10 +145,16 @@ def test_an_edit_is_named_by_line_and_credits_no_speedup(
         ln.verdict is not None and ln.verdict.reasons == (RefusalReason.results_tampered,)
         for ln in spec
     )
+    categories = [c for ln in spec for c in ln.categories if c.verdict is not None]
+    assert categories and all(
+        c.verdict is not None and c.verdict.reasons == (RefusalReason.results_tampered,)
+        for c in categories
+    )  # the per-category table (the smoke tasks' categories) credits nothing either
     off_row = next(r for r in result.rows if r.speculative is Speculative.off)
     mtp_row = next(r for r in result.rows if r.speculative is not Speculative.off)
     verdict = compare_speedup(off_row, mtp_row, result=result)
     assert not verdict and verdict.reasons == (RefusalReason.results_tampered,)
+    assert "results_tampered" in (_refusal(result, "off", "mtp", SpeedupMetric.tpot_ms) or "")
     said = f"line {line}: "
     for fmt in ("text", "markdown", "html", "json", "csv"):
         out = card.render(fmt)

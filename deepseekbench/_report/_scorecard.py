@@ -223,13 +223,18 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def _category_lines(base: Row | None, row: Row, metric: SpeedupMetric) -> tuple[CategoryLine, ...]:
-    """Per-category lines of ``row``; verdicts against ``base``'s categories."""
+def _category_lines(
+    base: Row | None, row: Row, metric: SpeedupMetric, tampered: bool = False
+) -> tuple[CategoryLine, ...]:
+    """Per-category lines of ``row``; verdicts against ``base``'s categories (all
+    refused with ``results_tampered`` when ``tampered``)."""
     if not row.categories:
         return ()
     from deepseekbench._analysis._breakdown import category_speedups
 
     verdicts = category_speedups(base, row, metric=metric) if base is not None else {}
+    if tampered:  # an edited results file credits no category either
+        verdicts = {name: tampered_verdict(metric, Clock.client) for name in verdicts}
     return tuple(
         CategoryLine(
             name=c.name,
@@ -513,7 +518,12 @@ def _line(
         sse_ignored_lines=r.sse_ignored_lines,
         output_short=r.output_short,
         n_output_short=r.n_output_short,
-        categories=_category_lines(base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms),
+        categories=_category_lines(
+            base,
+            r,
+            verdict.metric if verdict else SpeedupMetric.tpot_ms,
+            verdict is not None and RefusalReason.results_tampered in verdict.reasons,
+        ),
         turns=r.turns,
         dispersion=r.dispersion,
         server_ttft_ms=r.server_ttft_ms,
