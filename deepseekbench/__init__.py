@@ -15,7 +15,7 @@ holds the rule, for every import in every module (inside functions and
     _runner              wires the stages into one run (run_plan, dry_run)
     _report/             scorecard and plots: renders rows
     _analysis/           rows, statistics, speed-ups, parity verdicts (pure)
-    _store/              the results file: append-only JSONL, resume, lock
+    _store/              the results file: append-only JSONL, digest chain, resume, lock
     _execute/            prepare the workload; send and measure each block
                          (in-process, worker pool, Ray)
     _plan/               the validated plan, workload, tasks, and its schedule (pure)
