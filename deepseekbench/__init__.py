@@ -15,7 +15,7 @@ holds the rule, for every import in every module (inside functions and
     _runner              wires the stages into one run (run_plan, dry_run)
     _report/             scorecard and plots: renders rows
     _analysis/           rows, statistics, speed-ups, parity verdicts (pure)
-    _store/              the results file: append-only JSONL, resume, lock
+    _store/              the results file: append-only JSONL, digest chain, resume, lock
     _execute/            prepare the workload; send and measure each block
                          (in-process, worker pool, Ray)
     _plan/               the validated plan, workload, tasks, and its schedule (pure)
@@ -248,6 +248,7 @@ if TYPE_CHECKING:
         dry_run,
         run_plan,
     )
+    from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
     from deepseekbench._store._results import (
         ResultsRun,
         list_runs,
@@ -420,6 +421,8 @@ _IMPORTS: dict[str, str] = {
     "RefusalReason": "deepseekbench._analysis._speedup",
     "ResultsFormatError": "deepseekbench._errors",
     "ResultsInUseError": "deepseekbench._errors",
+    "ResultsIntegrity": "deepseekbench._store._chain",
+    "ResultsIntegrityWarning": "deepseekbench._store._chain",
     "ResultsRun": "deepseekbench._store._results",
     "ResultsWriteError": "deepseekbench._errors",
     "RouteParity": "deepseekbench._analysis._analysis",
@@ -635,6 +638,8 @@ __all__ = [
     "RefusalReason",
     "ResultsFormatError",
     "ResultsInUseError",
+    "ResultsIntegrity",
+    "ResultsIntegrityWarning",
     "ResultsRun",
     "ResultsWriteError",
     "RouteCapacity",

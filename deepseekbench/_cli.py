@@ -761,6 +761,7 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from deepseekbench._report._plot import require_matplotlib
     from deepseekbench._report._scorecard import Scorecard
     from deepseekbench._runner import load_results_and_runs
+    from deepseekbench._store._chain import ResultsIntegrityWarning
 
     path: Path = args.results
     if args.plot is not None:
@@ -769,7 +770,11 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         except MissingExtraError as exc:
             err.write(f"deepseekbench: --plot: {exc}\n")
             return EXIT_USAGE
-    result, runs = load_results_and_runs(path, plan_hash=args.run)
+    with warnings.catch_warnings():  # said once below, without a source line
+        warnings.simplefilter("ignore", ResultsIntegrityWarning)
+        result, runs = load_results_and_runs(path, plan_hash=args.run)
+    if result.results_tampered and result.integrity is not None:
+        err.write(f"deepseekbench: {path}: {result.integrity.describe()}\n")
     if args.run is None and len(runs) > 1:
         last = runs[-1]
         err.write(

@@ -820,11 +820,13 @@ class _Steps:
                 started_at=self.started_at,
                 finished_at=finished_at,
                 library_version=_library_version(),
+                integrity=self.store.integrity,
             ),
             retried=self.previous.retried,
             kept_measurements=self.prog.kept,
             remaining_measurements=self.prog.remaining,
             launched=self.run.launched,
+            integrity=self.store.integrity,
         )
         self.recorder.finish(result, finished_at)
         return result

@@ -68,8 +68,9 @@ from deepseekbench._plan._output_length import OutputLength, OutputLengthMode
 from deepseekbench._plan._prefix import SharedPrefix
 from deepseekbench._plan._search import SearchPlan
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
-from deepseekbench._plan._trace import TracePlan
+from deepseekbench._plan._trace import TracePlan, load_mooncake
 from deepseekbench._plan._workload import (
+    MAX_CONTEXT_TOKENS,
     InputLength,
     WorkloadFormatError,
     WorkloadItem,
@@ -891,8 +892,9 @@ class ParityPlan(BaseModel):
 
     Raises:
         pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` outside
-            (0, 1), ``max_tokens`` below 1, ``task_temperature`` outside [0, 2], an
-            unknown ``task_mode``, or an unknown field.
+            (0, 1), ``max_tokens`` below 1 or above ``MAX_CONTEXT_TOKENS``,
+            ``task_temperature`` outside [0, 2], an unknown ``task_mode``, or an
+            unknown field.
     """
 
     model_config = _CONFIG
@@ -902,7 +904,7 @@ class ParityPlan(BaseModel):
     task_mode: Literal["strict", "lenient"] = "strict"
     tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0, lt=1)
     alpha: float = Field(default=0.05, gt=0, lt=1)
-    max_tokens: int = Field(default=128, ge=1)
+    max_tokens: int = Field(default=128, ge=1, le=MAX_CONTEXT_TOKENS)
     seed: _Seed = 1234
     task_temperature: float = Field(default=0.0, ge=0, le=2)
     determinism_control: bool = True
@@ -1305,22 +1307,40 @@ class BenchmarkPlan(BaseModel):
     # issue 23 (length23): nothing dropped silently
     def coverage(self, items: Sequence[WorkloadItem] | None) -> WorkloadCoverage:
         """How many workload items each cell sends (``items``: the source's, ``None``
-        for synthetic: ``n_prompts``, default 8); warns when some are never sent.
+        for synthetic: see :meth:`generated_item_count`); warns when some are never sent.
 
         Raises:
             PlanError: items would go unsent and ``workload.require_all_items`` is set.
+            WorkloadFormatError: the trace file is malformed or out of bounds.
 
         Warns:
             WorkloadCoverageWarning: items would go unsent (the counts and the
                 ``requests_per_cell`` that sends them all).
         """
-        n = len(items) if items is not None else (self.workload.n_prompts or 8)
+        n = len(items) if items is not None else self.generated_item_count()
         cov = workload_coverage(n, requests_per_cell=self.requests_per_cell, rounds=self.rounds)
         if not cov.complete:
             if self.workload.require_all_items:
                 raise PlanError(f"workload.require_all_items: {cov.message()}")
             warnings.warn(cov.message(), WorkloadCoverageWarning, stacklevel=3)
         return cov
+
+    def generated_item_count(self) -> int:
+        """Items a synthetic workload generates per cell: a trace's lines, a
+        shared-prefix spec's ``groups · suffixes``, else ``n_prompts`` (default 8).
+
+        Reads the trace file, so its bounds (``MAX_TRACE_SPAN_MS``,
+        ``MAX_CONTEXT_TOKENS``) are checked at validation and in the dry run.
+
+        Raises:
+            WorkloadFormatError: the trace file is unreadable, malformed or out of bounds.
+        """
+        w = self.workload
+        if w.trace is not None:
+            return len(load_mooncake(self.resolve(w.trace.path)))
+        if w.shared_prefix is not None:
+            return w.shared_prefix.n_items
+        return w.n_prompts or 8
 
     def model_capability(self) -> ModelCapability | None:
         """The probed capability of ``model_source`` (``None`` when it is unset).
