@@ -21,6 +21,7 @@ import anyio
 import orjson
 import pytest
 
+from deepseekbench._cli import demo_capacity_plan
 from deepseekbench._cli import main as cli_main
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._launch._exposure import bind_hosts
@@ -614,6 +615,9 @@ def test_a_secret_in_a_launch_is_refused_without_showing_it(launch: str, tmp_pat
     assert "env_from" in err.getvalue() and SECRET not in out.getvalue() + err.getvalue()
     fine = LaunchSpec(engine="embedded", env={"TOKENIZERS_PARALLELISM": "false"})
     assert fine.env == {"TOKENIZERS_PARALLELISM": "false"}
+    # units and numbers are not secrets: the capacity demo's own costs load
+    assert LaunchSpec(engine="embedded", engine_args={"compute_ms_per_token": 2.7})
+    assert len(demo_capacity_plan().routes) == 5
 
 
 def test_a_command_given_as_a_string_says_it_must_be_a_list() -> None:

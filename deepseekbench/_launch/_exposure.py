@@ -51,17 +51,21 @@ _SECRET_VALUE = re.compile(
     r"|AKIA[0-9A-Z]{16})$"
 )
 """Well-known token shapes: Hugging Face, OpenAI-style, GitHub, GitLab, Slack, AWS."""
+_PLAIN = re.compile(r"^([-+]?\d+(\.\d*)?([eE][-+]?\d+)?|true|false|True|False)$")
+"""A number or a boolean: never a credential, whatever the name (``--ms-per-token 2.7``)."""
 
 
 def looks_secret(name: str, value: str | None = None) -> bool:
-    """True when variable or flag ``name`` names a credential (its last ``_``/``-``-
+    """True when ``value`` has a well-known token shape (``hf_…``, ``sk-…``, ``ghp_…``,
+    ``AKIA…``), or variable or flag ``name`` names a credential (its last ``_``/``-``-
     separated word is ``TOKEN``, ``KEY``, ``SECRET``, ``PASSWORD``, ``AUTH`` …:
     ``HF_TOKEN``, ``--api-key``; not ``TOKENIZERS_PARALLELISM`` or ``--verify-token-ms``)
-    or ``value`` has a well-known token shape (``hf_…``, ``sk-…``, ``ghp_…``, ``AKIA…``)."""
-    words = re.split(r"[_\-.]+", name.strip("-").upper())
-    if words[-1] in _SECRET_WORDS:
+    and ``value`` is not blank, a number or a boolean (``--compute-ms-per-token 2.7``)."""
+    if value is not None and _SECRET_VALUE.match(value.strip()) is not None:
         return True
-    return value is not None and _SECRET_VALUE.match(value.strip()) is not None
+    words = re.split(r"[_\-.]+", name.strip("-").upper())
+    plain = value is not None and (not value.strip() or _PLAIN.match(value.strip()) is not None)
+    return words[-1] in _SECRET_WORDS and not plain
 
 
 def _flag(arg: str) -> tuple[str, str | None] | None:
