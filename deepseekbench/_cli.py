@@ -671,6 +671,8 @@ def _render_dry_run(result: DryRunResult, fmt: str) -> str:
             "plan_hash": result.plan_hash,
             "n_requests": result.n_requests,
             "refusals": result.refusals,
+            "launch_commands": result.launch_commands,
+            "launch_env": result.launch_env,
             "rows": [row.model_dump(mode="json") for row in result.rows],
         }
         return json.dumps(data, indent=2) + "\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import ipaddress
 import os
 import signal
 import subprocess
@@ -20,11 +21,13 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deepseekbench._cli import demo_capacity_plan
 from deepseekbench._cli import main as cli_main
 from deepseekbench._errors import LiveGateError, PlanError
-from deepseekbench._launch._exposure import bind_hosts
+from deepseekbench._launch._exposure import BIND_FLAGS, bind_hosts, check_bind
 from deepseekbench._launch._plan_launch import (
     LaunchSpec,
     LaunchTarget,
@@ -32,7 +35,7 @@ from deepseekbench._launch._plan_launch import (
     launch_argv,
     launched_routes,
 )
-from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._plan._plan import LAUNCHED_URL, BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import load_results, run_plan
@@ -591,6 +594,51 @@ def test_every_way_to_set_a_listen_address_is_checked(launch: dict[str, Any], ho
     assert spawned == []
     loopback = _target("off", command=("srv", "--host", "127.0.0.1", "--bind=localhost:9"))
     assert check_exposure(loopback, LiveGate())[:2] == ["srv", "--host"]
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    address=st.ip_addresses(),
+    flag=st.sampled_from(sorted(BIND_FLAGS)),
+    form=st.sampled_from(["split", "equals", "with port"]),
+    underscores=st.booleans(),
+)
+def test_a_listen_address_is_refused_exactly_when_it_is_not_loopback(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, flag: str, form: str, underscores: bool
+) -> None:
+    host = str(address)
+    name = "--" + (flag.replace("-", "_") if underscores else flag)
+    value = f"[{host}]:8000" if ":" in host else f"{host}:8000"
+    argv = {"split": ["srv", name, host], "equals": ["srv", f"{name}={host}"],
+            "with port": ["srv", name, value]}[form]  # fmt: skip
+    if is_loopback_host(host):
+        check_bind("r", argv, {}, LiveGate())
+        return
+    with pytest.raises(LiveGateError) as info:
+        check_bind("r", argv, {}, LiveGate())
+    assert info.value.host == host
+    check_bind("r", argv, {}, LiveGate(api_key="k", spend=True))  # the open gate admits it
+
+
+def test_the_dry_run_refuses_a_launch_beyond_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan_file = _secret_plan(tmp_path, '{engine = "embedded", engine_args = {host = "0.0.0.0"}}')
+    monkeypatch.delenv("DEEPSEEKBENCH_API_KEY", raising=False)
+    monkeypatch.delenv("DEEPSEEKBENCH_SPEND", raising=False)
+    monkeypatch.setenv("SRC_TOKEN", SECRET)
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["run", str(plan_file), "--dry-run"], stdout=out, stderr=err) == 3
+    assert "route off: gate would refuse: route 'off': launch would listen on '0.0.0.0'" in (
+        err.getvalue()
+    )
+    monkeypatch.setenv("DEEPSEEKBENCH_API_KEY", "k")
+    out, err = io.StringIO(), io.StringIO()
+    args = ["run", str(plan_file), "--dry-run", "--spend", "--format", "json"]
+    assert cli_main(args, stdout=out, stderr=err) == 0, err.getvalue()
+    shown = orjson.loads(out.getvalue())
+    assert "--host" in shown["launch_commands"]["off"]
+    assert shown["launch_env"]["mtp"] == ["HF_TOKEN=$SRC_TOKEN"]
 
 
 @pytest.mark.parametrize(
