@@ -33,6 +33,7 @@ from deepseekbench._launch._plan_launch import (
     LaunchTarget,
     check_exposure,
     launch_argv,
+    launch_secrets,
     launched_routes,
 )
 from deepseekbench._net._gate import LiveGate, is_loopback_host
@@ -666,6 +667,15 @@ def test_a_secret_in_a_launch_is_refused_without_showing_it(launch: str, tmp_pat
     # units and numbers are not secrets: the capacity demo's own costs load
     assert LaunchSpec(engine="embedded", engine_args={"compute_ms_per_token": 2.7})
     assert len(demo_capacity_plan().routes) == 5
+
+
+def test_the_secrets_a_launch_redacts() -> None:
+    """env_from values, the gate's key and this environment's credential-looking
+    variables; not a short value (it would be replaced wherever its letters occur)."""
+    t = _target("off", command=("srv",), env_from={"HF_TOKEN": "SRC"})
+    environ = {"SRC": "from-env-from", "HUB_TOKEN": SECRET, "SHORT_KEY": "x", "PATH": "/bin"}
+    found = launch_secrets([t], LiveGate(api_key="gate-key-1"), environ)
+    assert sorted(found) == sorted([SECRET, "from-env-from", "gate-key-1"])
 
 
 def test_a_command_given_as_a_string_says_it_must_be_a_list() -> None:

@@ -440,9 +440,10 @@ def launch_secrets(
     """The secrets a launch knows, to redact from what it records and raises: each
     ``env_from`` value, every variable of ``environ`` (default this process's) whose
     name or value looks like a credential (it is inherited by the engine, which may
-    print it), and the gate's key."""
+    print it) and that is long enough to be one (8 characters or more: a short value
+    would be replaced wherever its letters occur), and the gate's key."""
     source = os.environ if environ is None else environ
-    values = [v for k, v in source.items() if looks_secret(k, v)]
+    values = [v for k, v in source.items() if len(v.strip()) >= 8 and looks_secret(k, v)]
     values += [source.get(var) or "" for t in targets for var in t.launch.env_from.values()]
     key = gate.api_key.get_secret_value() if gate.api_key is not None else None
     return secret_values(*values, key)
