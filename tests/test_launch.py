@@ -102,6 +102,12 @@ def test_a_plan_without_launch_keeps_its_hash_shape() -> None:
     )
     dumped = plan.model_dump(mode="json")["routes"][0]
     assert "launch" not in dumped and "grid_of" not in dumped
+    # a launch without env_from dumps (and hashes) as before env_from existed
+    spec = LaunchSpec(engine="embedded", env={"A": "1"})
+    assert "env_from" not in spec.model_dump(mode="json")
+    assert LaunchSpec.model_validate(spec.model_dump(mode="json")) == spec
+    taken = LaunchSpec(engine="embedded", env_from={"HF_TOKEN": "MY_TOKEN"})
+    assert taken.model_dump(mode="json")["env_from"] == {"HF_TOKEN": "MY_TOKEN"}
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,15 @@ from typing import IO, Any, Literal
 
 import httpx
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from deepseekbench._errors import PlanError, ServerError
 from deepseekbench._launch._exposure import check_bind, looks_secret, secret_flags
@@ -156,6 +164,13 @@ class LaunchSpec(BaseModel):
         default_factory=dict,
         description="server variable -> name of this process's variable holding its value",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_empty_env_from(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("env_from"):
+            data.pop("env_from", None)  # launch plans written before it keep their hash
+        return data
 
     @field_validator("command", mode="before")
     @classmethod
