@@ -23,6 +23,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from deepseekbench._cli import demo_capacity_plan
 from deepseekbench._cli import main as cli_main
@@ -673,6 +674,18 @@ def test_a_secret_in_a_launch_is_refused_without_showing_it(launch: str, tmp_pat
     # units and numbers are not secrets: the capacity demo's own costs load
     assert LaunchSpec(engine="embedded", engine_args={"compute_ms_per_token": 2.7})
     assert len(demo_capacity_plan().routes) == 5
+
+
+def test_an_older_results_file_with_a_secret_in_its_launch_still_reads() -> None:
+    """The rule is for plans to run: a results file written before it stays readable
+    (its plan is only read back, never launched)."""
+    from deepseekbench._store._results import _stored_plan
+
+    data = _plan('{engine = "embedded"}').model_dump(mode="json")
+    data["routes"][0]["launch"]["env"] = {"HF_TOKEN": SECRET}
+    with pytest.raises(ValidationError):
+        BenchmarkPlan.model_validate(data)
+    assert _stored_plan(data).routes[0].launch.env == {"HF_TOKEN": SECRET}  # type: ignore[union-attr]
 
 
 def test_the_secrets_a_launch_redacts() -> None:
