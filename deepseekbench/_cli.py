@@ -15,10 +15,12 @@ Exit codes (also in ``docs/plan.md``):
 * ``0`` — finished; refused speedups are results, not failures.
 * ``1`` — finished, but some measured requests ended in an error (see ``n (err)``).
 * ``2`` — usage error: bad arguments, an invalid plan, a route that failed the
-  reachability probe (``--no-probe`` skips it), an unreadable results file,
+  reachability probe (``--no-probe`` skips it), a launched engine that did not
+  start (the end of its log is printed), an unreadable results file,
   ``report --plot`` without the ``plot`` extra.
 * ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent), or a
-  dry run found a route the gate would refuse.
+  dry run found a route the gate would refuse (a launch that would listen beyond
+  loopback included).
 * ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
   file, and rerunning the same command resumes.
 
@@ -36,6 +38,7 @@ import html
 import io
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -53,6 +56,7 @@ from deepseekbench._errors import (
     ResultsFormatError,
     ResultsWriteError,
     RowFormatError,
+    ServerError,
     TokenizeError,
 )
 
@@ -92,7 +96,8 @@ EXIT_ERRORS = 1
 """Finished with measured requests that errored, or stopped at a calibration pass
 whose requests errored (``CalibrationError``, issue 23; a rerun resumes it)."""
 EXIT_USAGE = 2
-"""Bad arguments, invalid plan or unreadable results file."""
+"""Bad arguments, invalid plan, a launched engine that did not start, or an unreadable
+results file."""
 EXIT_GATE = 3
 """The LiveGate refused (or would refuse, in a dry run)."""
 EXIT_INTERRUPTED = 130
@@ -668,6 +673,8 @@ def _render_dry_run(result: DryRunResult, fmt: str) -> str:
             "plan_hash": result.plan_hash,
             "n_requests": result.n_requests,
             "refusals": result.refusals,
+            "launch_commands": result.launch_commands,
+            "launch_env": result.launch_env,
             "rows": [row.model_dump(mode="json") for row in result.rows],
         }
         return json.dumps(data, indent=2) + "\n"
@@ -749,6 +756,9 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     for label, refusal in result.refusals.items():
         verdict = f"gate would refuse: {refusal}" if refusal else "admitted"
         err.write(f"  route {label}: {verdict}\n")
+    for label, argv in result.launch_commands.items():  # a launch runs a program
+        names = ", ".join(result.launch_env.get(label, ())) or "none"
+        err.write(f"  route {label} launches: {shlex.join(argv)}\n    env set: {names}\n")
     if result.ray_address is not None:
         verdict = f"gate would refuse: {result.ray_refusal}" if result.ray_refusal else "admitted"
         err.write(f"  ray cluster {result.ray_address}: {verdict}\n")
@@ -933,6 +943,11 @@ def main(
     except LiveGateError as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_GATE
+    except ServerError as exc:  # a launched engine did not start (secrets redacted)
+        from deepseekbench._types._secrets import printable
+
+        err.write(f"deepseekbench: {printable(str(exc), keep_newlines=True)}\n")
+        return EXIT_USAGE
     except CalibrationError as exc:  # issue 23: off gave no natural length; rerun resumes
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_ERRORS

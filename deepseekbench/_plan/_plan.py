@@ -109,7 +109,7 @@ __all__ = [
 # allow_inf_nan=False: TOML's inf/nan would be stored as null and never read back.
 _CONFIG = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 # Fields whose value may be a secret: an error names the field, never the value.
-_SECRET_FIELDS = frozenset({"api_key", "api_key_env", "headers"})
+_SECRET_FIELDS = frozenset({"api_key", "api_key_env", "headers", "env", "env_from", "command"})
 # Where results go and how the load is sent: a run resumed with more workers is
 # the same plan.
 _NOT_HASHED = {

@@ -49,6 +49,7 @@ from deepseekbench._errors import (
     ResultsInUseError,
     ResultsWriteError,
 )
+from deepseekbench._launch._plan_launch import RECORDED_PLAN
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
 from deepseekbench._store._chain import (
@@ -750,7 +751,8 @@ def _stored_plan(data: Any) -> BenchmarkPlan:
     """
     if isinstance(data, dict) and "repeats" not in data:
         data = {**data, "repeats": 1}
-    return BenchmarkPlan.model_validate(data)
+    # a launch's secret rule is for plans to run: an older file's plan is only read
+    return BenchmarkPlan.model_validate(data, context={RECORDED_PLAN: True})
 
 
 @dataclass(frozen=True, slots=True)
