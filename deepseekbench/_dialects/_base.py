@@ -13,7 +13,8 @@ name themselves:
 * ``_measure/_measure.py``: :attr:`~EngineDialect.spec_keys`,
   :meth:`~EngineDialect.read_acceptance`, :meth:`~EngineDialect.server_times`;
 * ``_measure/_server_metrics.py``: :attr:`~EngineDialect.counter_sets`,
-  :attr:`~EngineDialect.gauge_sets`, :attr:`~EngineDialect.cache_sets`;
+  :attr:`~EngineDialect.gauge_sets`, :attr:`~EngineDialect.cache_sets`,
+  :meth:`~EngineDialect.metrics_query`;
 * ``_measure/_tokens.py``: :meth:`~EngineDialect.tokenize_body`;
 * ``_plan/_spec_config.py``: :attr:`~EngineDialect.depth_paths`,
   :meth:`~EngineDialect.spec_tokens_from_info`;
@@ -221,6 +222,12 @@ class EngineDialect:
         """JSON body of ``POST /tokenize`` counting ``text`` without special
         tokens (vLLM/SGLang shape by default)."""
         return {"model": model, "prompt": text, "add_special_tokens": False}
+
+    def metrics_query(self, model: str) -> dict[str, str]:
+        """Query parameters of a ``GET /metrics`` scrape for the route's ``model``;
+        none by default (a server that needs one answers 400 and the scrape is
+        sent once more with ``?model=``; ``_measure/_server_metrics.py``)."""
+        return {}
 
     def answers_any_model(self, models: Any) -> bool:
         """Whether a server whose ``GET /v1/models`` body is ``models`` answers

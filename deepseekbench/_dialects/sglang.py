@@ -27,6 +27,7 @@ from deepseekbench._dialects._base import (
     depth,
     ignore_eos_min_tokens,
 )
+from deepseekbench._dialects._counters import CounterKind, request_names
 from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     _choice_block,
@@ -40,13 +41,8 @@ from deepseekbench._types._axes import Dialect
 
 __all__ = ["DIALECT", "SglangDialect", "acceptance_from_sglang"]
 
-_SGLANG_ACCEPTED = (
-    "spec_num_correct_drafts",
-    "spec_accepted_drafts",
-    "spec_accept_token_num",
-    "spec_accepted_tokens",
-)
-_SGLANG_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_SGLANG_ACCEPTED = request_names(Dialect.sglang, CounterKind.accepted_tokens)
+_SGLANG_PROPOSED = request_names(Dialect.sglang, CounterKind.draft_tokens)
 _SGLANG_RATE = ("spec_accept_rate", "spec_acceptance_rate")
 
 
