@@ -26,6 +26,7 @@ from deepseekbench._dialects._base import (
     GaugeSet,
     depth,
     ignore_eos_min_tokens,
+    min_tokens_before_end,
 )
 from deepseekbench._dialects._counters import CounterKind, request_names
 from deepseekbench._types._acceptance import (
@@ -181,6 +182,10 @@ class SglangDialect(EngineDialect):
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
         return ignore_eos_min_tokens(max_tokens)
+
+    def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """:func:`~deepseekbench._dialects._base.min_tokens_before_end`."""
+        return min_tokens_before_end(max_tokens)
 
     def report_extras(self) -> dict[str, Any]:
         """``return_spec_tokens_details: true``."""

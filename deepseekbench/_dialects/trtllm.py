@@ -34,7 +34,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from deepseekbench._dialects._base import CounterSet, EngineDialect, ignore_eos_min_tokens
+from deepseekbench._dialects._base import (
+    CounterSet,
+    EngineDialect,
+    ignore_eos_min_tokens,
+    min_tokens_before_end,
+)
 from deepseekbench._dialects._counters import prometheus_sets
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect
@@ -92,6 +97,10 @@ class TrtllmDialect(EngineDialect):
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
         return ignore_eos_min_tokens(max_tokens)
+
+    def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """:func:`~deepseekbench._dialects._base.min_tokens_before_end`."""
+        return min_tokens_before_end(max_tokens)
 
     def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
         """:func:`acceptance_from_trtllm`."""

@@ -28,6 +28,7 @@ from deepseekbench._dialects._base import (
     CounterSet,
     EngineDialect,
     ignore_eos_min_tokens,
+    min_tokens_before_end,
 )
 from deepseekbench._dialects._counters import CounterKind, first_count, prometheus_sets
 from deepseekbench._types._acceptance import (
@@ -135,6 +136,10 @@ class VllmDialect(EngineDialect):
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
         return ignore_eos_min_tokens(max_tokens)
+
+    def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """:func:`~deepseekbench._dialects._base.min_tokens_before_end`."""
+        return min_tokens_before_end(max_tokens)
 
     def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
         """:func:`acceptance_from_vllm`."""
