@@ -381,13 +381,19 @@ async def test_shared_metrics_case(path: Path | None) -> None:
     await check_metrics_case(_load(path))
 
 
+def _first_case_with(folder: str, harness_key: str) -> dict[str, Any]:
+    """The first ``folder`` case whose harness has ``harness_key`` (skips without one)."""
+    for path in _case_files(folder):
+        case = _load(path)
+        if harness_key in case.get("harness", {}):
+            return case
+    pytest.skip(f"no {folder}/ case with {harness_key}")
+
+
 @pytest.mark.anyio
 async def test_require_query_is_enforced_by_the_metrics_server() -> None:
     """The harness can fail: a scrape without the required query gets the refusal."""
-    needing = [p for p in _case_files("metrics") if "require_query" in _load(p).get("harness", {})]
-    if not needing:
-        pytest.skip("no metrics/ case with require_query")
-    case = _load(needing[0])
+    case = _first_case_with("metrics", "require_query")
     async with replay_server(_metrics_answer(case)) as server, httpx.AsyncClient() as client:
         response = await client.get(server.base_url.removesuffix("/v1") + "/metrics")
     assert response.status_code == case["harness"]["refusal"]["status"]
@@ -396,10 +402,7 @@ async def test_require_query_is_enforced_by_the_metrics_server() -> None:
 @pytest.mark.anyio
 async def test_refuse_when_is_enforced_by_the_replay_server() -> None:
     """The harness can fail: a body carrying the refused fields gets the engine's error."""
-    refusing = [p for p in _case_files("requests") if "refuse_when" in _load(p).get("harness", {})]
-    if not refusing:
-        pytest.skip("no requests/ case with refuse_when")
-    case = _load(refusing[0])
+    case = _first_case_with("requests", "refuse_when")
     body_has = dict(case["harness"]["refuse_when"]["body_has"])
     body_has.pop("stream", None)  # the route forces stream itself
     m, sent = await _measure(case, Script.from_case(case), extras=body_has)
