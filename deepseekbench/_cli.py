@@ -6,6 +6,7 @@ Subcommands::
                          a concurrency sweep run through run_plan, the scorecard printed
                          [--numerics] [--capacity: launched depth grid, capacity under SLO]
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
+                         [--max-requests N] [--max-output-tokens N: the run's budgets]
     report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
     serve                the embedded reference engine as a server
     --version            the installed version (package metadata)
@@ -17,8 +18,9 @@ Exit codes (also in ``docs/plan.md``):
 * ``2`` — usage error: bad arguments, an invalid plan, a route that failed the
   reachability probe (``--no-probe`` skips it), an unreadable results file,
   ``report --plot`` without the ``plot`` extra.
-* ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent), or a
-  dry run found a route the gate would refuse.
+* ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent for the
+  refused request; a budget spent mid-run first records every request it admitted),
+  or a dry run found a route the gate would refuse.
 * ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
   file, and rerunning the same command resumes.
 
@@ -59,6 +61,7 @@ from deepseekbench._errors import (
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+    from deepseekbench._net._gate import LiveGate
     from deepseekbench._plan._plan import BenchmarkPlan
     from deepseekbench._runner import DryRunResult, ProgressEvent, RunResult
 
@@ -168,6 +171,33 @@ class _StderrProgress:
             self._bar = None
 
 
+def _budget(text: str) -> int:
+    """A budget flag's value: an integer >= 0 (argparse exits 2 otherwise)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def _gate(args: argparse.Namespace) -> LiveGate:
+    """The gate of ``run``: key and spend from the environment and ``--spend``, budgets
+    from ``--max-requests`` and ``--max-output-tokens``.
+
+    Raises:
+        KeyFormatError: ``DEEPSEEKBENCH_API_KEY`` has a character a header cannot carry.
+    """
+    from deepseekbench._net._gate import LiveGate
+
+    return LiveGate.from_env(
+        spend=True if args.spend else None,
+        max_requests=args.max_requests,
+        max_output_tokens=args.max_output_tokens,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``deepseekbench`` argument parser (subcommands demo, run, report, serve)."""
     parser = argparse.ArgumentParser(
@@ -226,6 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--spend",
         action="store_true",
         help="allow non-loopback hosts (also needs DEEPSEEKBENCH_API_KEY or a route key)",
+    )
+    run.add_argument(
+        "--max-requests",
+        type=_budget,
+        default=None,
+        metavar="N",
+        help="the run's request budget: the gate admits at most N requests (probes, parity, "
+        "scrapes included); once spent the run stops with exit 3, keeping every request it "
+        "admitted and recording the refused ones as budget_refused (a rerun resumes them)",
+    )
+    run.add_argument(
+        "--max-output-tokens",
+        type=_budget,
+        default=None,
+        metavar="N",
+        help="the run's output-token budget (tokens charged after each request); spent as "
+        "--max-requests",
     )
     run.add_argument(
         "--dry-run",
@@ -595,11 +642,10 @@ async def _demo_capacity(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 
 
 async def _run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
-    from deepseekbench._net._gate import LiveGate
     from deepseekbench._report._scorecard import Scorecard
     from deepseekbench._runner import grid_text, run_plan
 
-    gate = LiveGate.from_env(spend=True if args.spend else None)
+    gate = _gate(args)
     path: Path = args.results
     err.write(f"grid: {grid_text(plan)}\n")
     prog = _StderrProgress(err)
@@ -721,12 +767,11 @@ def _holds_results(path: Path) -> bool:
 
 
 def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
-    from deepseekbench._net._gate import LiveGate
     from deepseekbench._plan._coverage import WorkloadCoverageWarning
     from deepseekbench._runner import dry_run
     from deepseekbench._types._row import write_rows
 
-    gate = LiveGate.from_env(spend=True if args.spend else None)
+    gate = _gate(args)
     with warnings.catch_warnings():  # issue 23: said once, below, with the counts
         warnings.simplefilter("ignore", WorkloadCoverageWarning)
         result = dry_run(plan, gate=gate)
