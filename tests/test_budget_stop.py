@@ -11,17 +11,25 @@ unsent request (``n_requests``, speed figures, parity).
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+import anyio
+import orjson
 import pytest
 
 from deepseekbench import LiveGate, LiveGateError, load_results, run_plan
+from deepseekbench._cli import EXIT_GATE, EXIT_OK
 from deepseekbench._engine import CostModel
+from deepseekbench._execute._budget import BudgetStop
+from deepseekbench._measure._measure import ErrorKind, is_unsent
+from deepseekbench._net._gate import is_budget_refusal
+from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._types._axes import QualityParity
-from tests._helpers import off_and_mtp, plan_of, read_records
+from tests._helpers import off_and_mtp, plan_of, read_records, run_cli
 
 pytestmark = [
     pytest.mark.anyio,
@@ -136,3 +144,60 @@ async def test_unsent_requests_enter_no_row_and_no_parity_verdict(tmp_path: Path
     by_route = {r.route_label: r for r in load_results(refused_parity).rows}
     assert by_route["mtp"].quality_parity is QualityParity.unknown
     assert "errored" in (by_route["mtp"].parity_detail or "")
+
+
+async def test_the_cli_exits_3_keeps_what_it_admitted_and_report_renders(tmp_path: Path) -> None:
+    """``python -m deepseekbench run PLAN --max-requests 5``: the 3 admitted requests of
+    ``off``'s 4 streams are recorded with their measurements, the 3 refused ones as
+    ``budget_refused``; the run exits 3 with one line (before: a task group's traceback,
+    none of them recorded), and ``report`` renders the file, its row counting only the
+    sent requests."""
+    results, plan_file = tmp_path / "b.jsonl", tmp_path / "plan.json"
+    budget = str(PARITY_REQUESTS + 3)
+    async with off_and_mtp(cost=SLOW) as (off, mtp):
+        plan = budget_plan(off.base_url, mtp.base_url)
+        plan_file.write_bytes(orjson.dumps(plan.model_dump(mode="json")))
+        args = ("run", str(plan_file), "--results", str(results), "--max-requests", budget)
+        proc = await anyio.to_thread.run_sync(lambda: run_cli(*args, cwd=tmp_path))
+    assert proc.returncode == EXIT_GATE, proc.stderr
+    assert "request budget (max_requests=5 spent)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    records = measurements(results)
+    assert sorted(r["index"] for r in records) == list(range(6))
+    assert sum(r["measurement"]["error"] is None for r in records) == 3
+    check_refused([r for r in records if r["measurement"]["error"] is not None])
+
+    report = run_cli("report", str(results), "--format", "json", cwd=tmp_path)
+    assert report.returncode == EXIT_OK, report.stderr
+    lines = {ln["route"]: ln for ln in json.loads(report.stdout)["lines"]}
+    assert lines["off"]["n_requests"] == 3 and lines["off"]["n_errors"] == 0
+    assert "budget_refused × 3" in report.stderr and "did not finish" in report.stderr
+    text = run_cli("report", str(results), cwd=tmp_path)
+    assert text.returncode == EXIT_OK and "off" in text.stdout
+
+
+def test_only_a_spent_budget_is_held_other_refusals_raise_where_they_happen() -> None:
+    """A refusal that is only a spent budget is held (the block goes on recording);
+    a refused host, with or without a spent budget beside it, raises at once."""
+    spent = LiveGate(max_requests=0).refusal("http://127.0.0.1:9/v1")
+    tokens = LiveGate(max_output_tokens=0).refusal("http://127.0.0.1:9/v1")
+    host = LiveGate().refusal("http://192.0.2.1/v1")
+    both = LiveGate(max_requests=0).refusal("http://192.0.2.1/v1")
+    assert spent is not None and tokens is not None and host is not None and both is not None
+    assert is_budget_refusal(spent) and is_budget_refusal(tokens)
+    assert not is_budget_refusal(host) and not is_budget_refusal(both)
+    stop = BudgetStop()
+    for err in (host, both):
+        with pytest.raises(LiveGateError) as raised:
+            stop.hold(err)
+        assert raised.value is err and not stop.stopped
+    stop.hold(spent)
+    stop.hold(tokens)  # the first refusal is the one kept
+    route = EngineRoute(base_url="http://127.0.0.1:9/v1", model="m", label="off")
+    m = stop.unsent(route)
+    assert m.error is not None and m.error.kind is ErrorKind.budget_refused and is_unsent(m)
+    assert "request budget" in m.error.message and m.route_label == "off"
+    with pytest.raises(LiveGateError, match="request budget"):
+        stop.raise_held()
+    assert not stop.stopped
+    stop.raise_held()  # nothing held: nothing raised

@@ -30,7 +30,7 @@ from deepseekbench._cli import (
     main,
 )
 from deepseekbench._types._row import Row
-from tests._helpers import ROOT, DemoRun, read_records, run_cli
+from tests._helpers import ROOT, DemoRun, run_cli
 
 
 def test_demo_credits_mtp_refuses_the_mistuned_one_and_report_rerenders(
@@ -217,51 +217,6 @@ def served(*args: str) -> Iterator[str]:
         match = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line)
         assert match, line
         yield match.group(1)
-
-
-def test_a_budget_spent_mid_block_exits_3_keeps_what_it_admitted_and_reports(
-    tmp_path: Path,
-) -> None:
-    """``run --max-requests 5``: one parity request per route, then 3 of the first
-    block's 4 streams. The 3 admitted requests are recorded with their measurements,
-    the 3 refused ones as ``budget_refused``, the run exits 3 with one line (before: a
-    task group's traceback and none of them recorded), and ``report`` renders the file,
-    counting only the sent requests in the row."""
-    results = tmp_path / "b.jsonl"
-    with served("--target-step-ms", "5") as off, served("--speculative", "mtp") as mtp:
-        plan = _plan_file(
-            tmp_path,
-            [off, mtp],
-            requests_per_cell=6,
-            warmup_per_cell=0,
-            repeats=1,
-            probe_routes=False,
-            hosting="managed_api",  # no /metrics scrapes: every admitted request is a chat
-            arrival={"concurrency": 4},
-            parity={"tasks": "none", "prompts": ["Count from 5 to 12."]},
-            workload={"output_length": "natural"},
-        )
-        out, err = io.StringIO(), io.StringIO()
-        args = ["run", str(plan), "--results", str(results), "--max-requests", "5"]
-        assert main(args, stdout=out, stderr=err) == EXIT_GATE
-    assert "request budget (max_requests=5 spent)" in err.getvalue()
-    assert "Traceback" not in err.getvalue()
-    records = [r for r in read_records(results) if r["record"] == "measurement"]
-    assert sorted(r["index"] for r in records) == list(range(6))
-    sent = [r["measurement"] for r in records if r["measurement"]["error"] is None]
-    refused = [r["measurement"] for r in records if r["measurement"]["error"] is not None]
-    assert len(sent) == 3 and all(m["text"] and m["tpot_ms"] for m in sent)
-    assert len(refused) == 3
-    assert all(m["error"]["kind"] == "budget_refused" and m["ttft_ms"] is None for m in refused)
-
-    out, err = io.StringIO(), io.StringIO()
-    assert main(["report", str(results), "--format", "json"], stdout=out, stderr=err) == EXIT_OK
-    lines = {ln["route"]: ln for ln in json.loads(out.getvalue())["lines"]}
-    assert lines["r0"]["n_requests"] == 3 and lines["r0"]["n_errors"] == 0
-    assert "budget_refused × 3" in err.getvalue() and "did not finish" in err.getvalue()
-    text = io.StringIO()
-    assert main(["report", str(results)], stdout=text, stderr=io.StringIO()) == EXIT_OK
-    assert "r0" in text.getvalue()
 
 
 def test_run_with_request_errors_exits_1_and_interrupt_exits_130(tmp_path: Path) -> None:
