@@ -18,11 +18,14 @@ Exit codes (also in ``docs/plan.md``):
 * ``2`` — usage error: bad arguments, an invalid plan, a route that failed the
   reachability probe (``--no-probe`` skips it), an unreadable results file,
   ``report --plot`` without the ``plot`` extra.
-* ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent for the
-  refused request; a budget spent mid-run first records every request it admitted),
-  or a dry run found a route the gate would refuse.
+* ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent), or a
+  dry run found a route the gate would refuse.
 * ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
   file, and rerunning the same command resumes.
+
+A budget (``run --max-requests N``, ``--max-output-tokens N``) spent mid-run exits 3
+too, once every request it admitted finished and was recorded; the refused ones are
+recorded unsent (``budget_refused``) and a rerun resumes them.
 
 Progress (done, errors, elapsed, rate) goes to stderr only when stderr is a
 terminal; the scorecard goes to stdout (byte for byte what ``report`` prints for
