@@ -6,6 +6,7 @@ Subcommands::
                          a concurrency sweep run through run_plan, the scorecard printed
                          [--numerics] [--capacity: launched depth grid, capacity under SLO]
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
+                         [--max-requests N] [--max-output-tokens N: the run's budgets]
     report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
     serve                the embedded reference engine as a server
     --version            the installed version (package metadata)
@@ -23,6 +24,10 @@ Exit codes (also in ``docs/plan.md``):
   loopback included).
 * ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
   file, and rerunning the same command resumes.
+
+A budget (``run --max-requests N``, ``--max-output-tokens N``) spent mid-run exits 3
+too, once every request it admitted finished and was recorded; the refused ones are
+recorded unsent (``budget_refused``) and a rerun resumes them.
 
 Progress (done, errors, elapsed, rate) goes to stderr only when stderr is a
 terminal; the scorecard goes to stdout (byte for byte what ``report`` prints for
@@ -63,6 +68,7 @@ from deepseekbench._errors import (
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+    from deepseekbench._net._gate import LiveGate
     from deepseekbench._plan._plan import BenchmarkPlan
     from deepseekbench._runner import DryRunResult, ProgressEvent, RunResult
 
@@ -173,6 +179,33 @@ class _StderrProgress:
             self._bar = None
 
 
+def _budget(text: str) -> int:
+    """A budget flag's value: an integer >= 0 (argparse exits 2 otherwise)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def _gate(args: argparse.Namespace) -> LiveGate:
+    """The gate of ``run``: key and spend from the environment and ``--spend``, budgets
+    from ``--max-requests`` and ``--max-output-tokens``.
+
+    Raises:
+        KeyFormatError: ``DEEPSEEKBENCH_API_KEY`` has a character a header cannot carry.
+    """
+    from deepseekbench._net._gate import LiveGate
+
+    return LiveGate.from_env(
+        spend=True if args.spend else None,
+        max_requests=args.max_requests,
+        max_output_tokens=args.max_output_tokens,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``deepseekbench`` argument parser (subcommands demo, run, report, serve)."""
     parser = argparse.ArgumentParser(
@@ -231,6 +264,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--spend",
         action="store_true",
         help="allow non-loopback hosts (also needs DEEPSEEKBENCH_API_KEY or a route key)",
+    )
+    run.add_argument(
+        "--max-requests",
+        type=_budget,
+        default=None,
+        metavar="N",
+        help="the run's request budget: the gate admits at most N requests (probes, parity, "
+        "scrapes included); once spent the run stops with exit 3, keeping every request it "
+        "admitted and recording the refused ones as budget_refused (a rerun resumes them)",
+    )
+    run.add_argument(
+        "--max-output-tokens",
+        type=_budget,
+        default=None,
+        metavar="N",
+        help="the run's output-token budget (tokens charged after each request); spent as "
+        "--max-requests",
     )
     run.add_argument(
         "--dry-run",
@@ -603,11 +653,10 @@ async def _demo_capacity(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 
 
 async def _run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
-    from deepseekbench._net._gate import LiveGate
     from deepseekbench._report._scorecard import Scorecard
     from deepseekbench._runner import grid_text, run_plan
 
-    gate = LiveGate.from_env(spend=True if args.spend else None)
+    gate = _gate(args)
     path: Path = args.results
     err.write(f"grid: {grid_text(plan)}\n")
     prog = _StderrProgress(err)
@@ -731,12 +780,11 @@ def _holds_results(path: Path) -> bool:
 
 
 def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: TextIO) -> int:
-    from deepseekbench._net._gate import LiveGate
     from deepseekbench._plan._coverage import WorkloadCoverageWarning
     from deepseekbench._runner import dry_run
     from deepseekbench._types._row import write_rows
 
-    gate = LiveGate.from_env(spend=True if args.spend else None)
+    gate = _gate(args)
     with warnings.catch_warnings():  # issue 23: said once, below, with the counts
         warnings.simplefilter("ignore", WorkloadCoverageWarning)
         result = dry_run(plan, gate=gate)

@@ -50,7 +50,7 @@ from deepseekbench._analysis._traffic import Indexed, traffic_control, traffic_p
 from deepseekbench._errors import PlanError
 from deepseekbench._measure._client_clock import client_clock_fields
 from deepseekbench._measure._client_health import client_saturated, max_pool_wait_ms
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._measure._measure import StreamMeasurement, is_unsent
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
 from deepseekbench._plan._schedule import reasoning_modes
 from deepseekbench._plan._tasks import TaskParityResult, task_parity
@@ -400,11 +400,13 @@ class RunResult:
         return pd.DataFrame.from_records(self.request_records(), columns=columns)
 
     def row_requests(self, route: str, cell: str, load: str | None = None) -> RowRequests:
-        """The measured requests of one row, for its window figures (see :mod:`_rowstats`)."""
+        """The measured requests of one row, for its window figures (see :mod:`_rowstats`);
+        requests never sent (``budget_refused``) are not among them."""
         return RowRequests(
             tuple(
                 (m.measurement, MeasureInfo(m.round, m.queue_ms, m.run_id))
                 for m in self._matching(route, cell, load)
+                if not is_unsent(m.measurement)
             ),
             self.plan.slo.limits,
         )
@@ -530,12 +532,17 @@ def _row_records(
     plan: BenchmarkPlan, state: ResultsState, route: str, cell: str, load: LoadPoint
 ) -> Indexed:
     """The row's measured requests by (index, turn) (``None`` load keys match a
-    one-point plan)."""
+    one-point plan); a request the run's budget refused was never sent
+    (:func:`~deepseekbench._measure._measure.is_unsent`): no row counts it."""
     keys = {load.key} | ({None} if len(plan.load_points) == 1 else set())
     return {
         (i, t): (m, state.info[(label, cid, lk, i, t)])
         for (label, cid, lk, i, t), m in state.measurements.items()
-        if label == route and cid == cell and lk in keys and i < plan.requests_per_cell
+        if label == route
+        and cid == cell
+        and lk in keys
+        and i < plan.requests_per_cell
+        and not is_unsent(m)
     }
 
 

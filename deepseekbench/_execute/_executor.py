@@ -17,6 +17,12 @@ in its slot (it keeps the slot, as one user would), each later turn with the
 route's own earlier answers in the history; each turn is its own :class:`Sent`
 (``turn``), and an errored turn ends the conversation.
 
+Budgets: a request the run's budget (``max_requests``, ``max_output_tokens`` on
+the gate) refuses does not cancel the block's requests in flight: they finish and
+are handed on, the refused request and every later one of the block are handed on
+unsent (error kind ``budget_refused``; :mod:`~deepseekbench._execute._budget`, the
+same as in a client worker), and the refusal raises once they are done.
+
 Self-check: a measure block's requests are sent inside a
 :class:`~deepseekbench._measure._selfcheck.SelfCheck` (an event-loop lag ticker), so each
 measured request's ``client_lag_ms`` holds the largest lag of the client's own
@@ -35,10 +41,17 @@ from typing import Any
 import anyio
 import httpx
 
+from deepseekbench._errors import LiveGateError
+from deepseekbench._execute._budget import BudgetStop
 from deepseekbench._execute._lag import schedule_lag_ms
 from deepseekbench._execute._prepare import converse
 from deepseekbench._measure._cache_metrics import cache_window, while_sampling
-from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._measure import (
+    StreamMeasurement,
+    Timeouts,
+    is_unsent,
+    measure_streamed,
+)
 from deepseekbench._measure._selfcheck import SelfCheck
 from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics, scrape_settled
 from deepseekbench._measure._tokens import TokenCounter, recount_output
@@ -101,12 +114,25 @@ class Executor:
     counter: TokenCounter | None = None
     on_cache: CacheFn | None = None
 
-    async def _one(self, route: EngineRoute, request: ChatRequest) -> StreamMeasurement:
-        m = await measure_streamed(
-            request, route=route, gate=self.gate, client=self.client, timeouts=self.timeouts
-        )
+    async def _one(
+        self, route: EngineRoute, request: ChatRequest, budget: BudgetStop
+    ) -> StreamMeasurement:
+        """Measure one request; once the run's budget refused one of the block (this
+        one included), the record of an unsent request instead (``budget_refused``)."""
+        if budget.stopped:
+            return budget.unsent(route)
+        try:
+            m = await measure_streamed(
+                request, route=route, gate=self.gate, client=self.client, timeouts=self.timeouts
+            )
+        except LiveGateError as exc:
+            budget.hold(exc)  # raises a refusal that is not a spent budget
+            return budget.unsent(route)
         if self.counter is not None and m.tokens_estimated and m.error is None:
-            m = await recount_output(m, self.counter)
+            try:
+                m = await recount_output(m, self.counter)
+            except LiveGateError as exc:  # the count's request refused: keep the estimate
+                budget.hold(exc)
         return m
 
     async def _item(
@@ -116,6 +142,7 @@ class Executor:
         item: WorkItem,
         due_ns: int | None,
         on_sent: SentFn,
+        budget: BudgetStop,
     ) -> None:
         """Send one item: a single request, or every remaining turn of its conversation
         (each turn with this route's own earlier answers; :func:`converse`). ``due_ns``:
@@ -123,16 +150,18 @@ class Executor:
         acquired_ns = time.perf_counter_ns()
 
         def lag(m: StreamMeasurement) -> float | None:
-            return None if due_ns is None else schedule_lag_ms(m, due_ns, acquired_ns)
+            if due_ns is None or is_unsent(m):
+                return None
+            return schedule_lag_ms(m, due_ns, acquired_ns)
 
         conv = item.workload
         if conv is None or (len(conv.turns) == 1 and not item.done):
-            m = await self._one(route, item.request)
+            m = await self._one(route, item.request, budget)
             on_sent(block, Sent(item, m, lag(m)))
             return
 
         async def turn(request: ChatRequest) -> StreamMeasurement:
-            m = await self._one(route, request)
+            m = await self._one(route, request, budget)
             k = len(request.messages) // 2  # user/assistant pairs before this turn
             on_sent(block, Sent(item, m, lag(m) if k == 0 else None, turn=k))
             return m
@@ -155,6 +184,11 @@ class Executor:
             the server-wide acceptance delta over the measured items when the
             block asks for a ``/metrics`` window and the server has counters,
             else ``None``.
+
+        Raises:
+            LiveGateError: the gate refuses a request; a spent budget once the
+                requests it admitted finished and were handed to ``on_sent`` (the
+                refused ones too, unsent: error kind ``budget_refused``).
         """
         route = self.routes[block.route]
         limiter = anyio.CapacityLimiter(block.concurrency)
@@ -187,14 +221,17 @@ class Executor:
     async def _warm(
         self, block: Block, route: EngineRoute, limiter: anyio.CapacityLimiter, on_sent: SentFn
     ) -> None:
+        budget = BudgetStop()
+
         async def warm(request: ChatRequest) -> None:
             async with limiter:
-                m = await self._one(route, request)
+                m = await self._one(route, request, budget)
             on_sent(block, Sent(None, m))
 
         async with anyio.create_task_group() as tg:
             for request in block.warmup:
                 tg.start_soon(warm, request)
+        budget.raise_held()
 
     async def _send(
         self,
@@ -204,11 +241,14 @@ class Executor:
         limiter: anyio.CapacityLimiter,
         on_sent: SentFn,
     ) -> None:
+        """Send ``items`` (their warm-ups sent); a budget refusal raises once the
+        requests admitted before it finished (the rest handed on as unsent)."""
         offsets = _item_offsets(block, items)
+        budget = BudgetStop()
 
         async def send(item: WorkItem, due_ns: int | None) -> None:
             async with limiter:
-                await self._item(block, route, item, due_ns, on_sent)
+                await self._item(block, route, item, due_ns, on_sent, budget)
 
         async with anyio.create_task_group() as tg:
             t0_ns = time.perf_counter_ns()  # the measurements' clock: lags compare to it
@@ -217,9 +257,10 @@ class Executor:
                 if offset is not None:
                     due_ns = t0_ns + round(offset * 1e9)
                     delay_ns = due_ns - time.perf_counter_ns()
-                    if delay_ns > 0:
+                    if delay_ns > 0 and not budget.stopped:  # a refused block sends no more
                         await anyio.sleep(delay_ns / 1e9)
                 tg.start_soon(send, item, due_ns)
+        budget.raise_held()
 
 
 def _item_offsets(block: Block, items: tuple[WorkItem, ...]) -> list[float | None]:

@@ -25,35 +25,21 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import httpx
 from pydantic import SecretStr
 
 from deepseekbench._errors import LiveGateError
+from deepseekbench._execute._budget import BudgetStop
 from deepseekbench._execute._lag import schedule_lag_ms
 from deepseekbench._execute._workshare import PoolItem, WorkerShare
-from deepseekbench._measure._measure import (
-    ErrorKind,
-    StreamError,
-    StreamMeasurement,
-    Timeouts,
-    measure_streamed,
-)
+from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
 from deepseekbench._measure._selfcheck import SelfCheck
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 
-__all__ = [
-    "AskFn",
-    "Finished",
-    "GateRules",
-    "PostFn",
-    "WorkerCore",
-    "WorkerSetup",
-    "client_fault_measurement",
-]
+__all__ = ["AskFn", "Finished", "GateRules", "PostFn", "WorkerCore", "WorkerSetup"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,19 +117,6 @@ PostFn = Callable[[Finished], None]
 """Hands one finished request to the parent; must not block for long."""
 
 
-def client_fault_measurement(
-    route: EngineRoute | None, kind: ErrorKind, message: str
-) -> StreamMeasurement:
-    """The record of a request the client could not finish or send (``worker_died``,
-    ``budget_refused``): the error and the route's identity, nothing measured."""
-    err = StreamError(kind=kind, message=message)
-    extra: dict[str, Any] = {}
-    if route is not None:
-        extra = {"dialect": route.dialect, "speculative": route.speculative}
-        extra["route_label"] = route.label
-    return StreamMeasurement(error=err, errors=[err], **extra)
-
-
 async def sleep_until(deadline_ns: int) -> None:
     """Sleep until ``time.monotonic_ns()`` reaches ``deadline_ns`` (ns)."""
     delay = deadline_ns - time.monotonic_ns()
@@ -170,7 +143,7 @@ class WorkerCore:
         self.gate = setup.rules.gate()
         total = setup.timeouts.total_s
         self.client = self.gate.client(timeout=httpx.Timeout(total))
-        self._refusal: LiveGateError | None = None
+        self._budget = BudgetStop()
 
     async def __aenter__(self) -> WorkerCore:
         return self
@@ -192,26 +165,19 @@ class WorkerCore:
     async def _admitted(self, item: PoolItem, key: int) -> bool:
         """Ask the run's budget for ``item``; when it refuses (now, or earlier in this
         share), post ``item`` unsent with error kind ``budget_refused`` under ``key``
-        and return False. The requests in flight are not cancelled."""
-        if self.ask is not None and self._refusal is None:
+        and return False. The requests in flight are not cancelled
+        (:class:`~deepseekbench._execute._budget.BudgetStop`)."""
+        route = self.setup.routes[item.route]
+        if self.ask is not None and not self._budget.stopped:
             try:
-                await self.ask(self.setup.routes[item.route])
+                await self.ask(route)
             except LiveGateError as exc:
-                self._refusal = exc
-        if self._refusal is None:
+                self._budget.hold(exc)
+        if not self._budget.stopped:
             return True
         now = time.monotonic_ns()
-        m = client_fault_measurement(
-            self.setup.routes[item.route], ErrorKind.budget_refused, str(self._refusal)
-        )
-        self.post(Finished(key, m, None, now, now))
+        self.post(Finished(key, self._budget.unsent(route), None, now, now))
         return False
-
-    def _raise_refusal(self) -> None:
-        """Raise the budget's refusal of this share, once every admitted request finished."""
-        refusal, self._refusal = self._refusal, None
-        if refusal is not None:
-            raise refusal
 
     async def warm(self, share: WorkerShare) -> None:
         """Send the share's warm-up requests on its streams; each is posted with key -1.
@@ -234,7 +200,7 @@ class WorkerCore:
         async with SelfCheck(), anyio.create_task_group() as tg:
             for item in share.warmup:
                 tg.start_soon(one, item)
-        self._raise_refusal()
+        self._budget.raise_held()
 
     async def run(self, share: WorkerShare, start_ns: int) -> None:
         """Send the share's items from ``start_ns`` (``time.monotonic_ns()``, ns) on.
@@ -271,7 +237,7 @@ class WorkerCore:
                 due = None
                 if share.offsets_s is not None:
                     due = start_ns + round(share.offsets_s[j] * 1e9)
-                    if self._refusal is None:  # a refused share sends nothing more
+                    if not self._budget.stopped:  # a refused share sends nothing more
                         await sleep_until(due)
                 tg.start_soon(one, item, due)
-        self._raise_refusal()
+        self._budget.raise_held()

@@ -57,13 +57,8 @@ import anyio
 import httpx
 
 from deepseekbench._errors import LiveGateError, WorkerError
-from deepseekbench._execute._worker import (
-    Finished,
-    GateRules,
-    WorkerCore,
-    WorkerSetup,
-    client_fault_measurement,
-)
+from deepseekbench._execute._budget import client_fault_measurement
+from deepseekbench._execute._worker import Finished, GateRules, WorkerCore, WorkerSetup
 from deepseekbench._execute._workshare import LoadWork, PoolItem, WorkerShare, split_work
 from deepseekbench._measure._figures import counted_output_tokens
 from deepseekbench._measure._measure import ErrorKind, StreamMeasurement, Timeouts

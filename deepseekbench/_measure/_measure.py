@@ -88,6 +88,7 @@ __all__ = [
     "StreamLimits",
     "StreamMeasurement",
     "Timeouts",
+    "is_unsent",
     "measure_streamed",
 ]
 
@@ -143,6 +144,13 @@ _SEVERITY: dict[ErrorKind, int] = {
     ErrorKind.worker_died: 7,
     ErrorKind.budget_refused: 8,
 }
+
+
+def is_unsent(m: StreamMeasurement) -> bool:
+    """Whether ``m`` records a request that was never sent (error kind
+    ``budget_refused``): no measurement, so no row counts it (``n_requests``,
+    speed and parity figures); the results file keeps it, and a resume sends it."""
+    return m.error is not None and m.error.kind is ErrorKind.budget_refused
 
 
 class StreamError(BaseModel):

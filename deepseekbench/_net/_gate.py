@@ -52,6 +52,15 @@ ENV_SPEND = "DEEPSEEKBENCH_SPEND"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
+_BUDGETS = ("request budget", "output-token budget")
+"""How a refusal's ``missing`` entries for a spent budget begin (:meth:`LiveGate.refusal`)."""
+
+
+def is_budget_refusal(err: LiveGateError) -> bool:
+    """Whether ``err`` refuses only because a budget (``max_requests``,
+    ``max_output_tokens``) is spent: the request itself would pass the gate."""
+    return bool(err.missing) and all(m.startswith(_BUDGETS) for m in err.missing)
+
 
 def is_loopback_host(host: str) -> bool:
     """Return True for ``localhost``, ``127.0.0.0/8`` and ``::1`` (no DNS lookup).
@@ -335,11 +344,9 @@ class LiveGate:
             if not self._spend:
                 missing.append("spend=True (--spend or DEEPSEEKBENCH_SPEND=1)")
         if self._max_requests is not None and self._requests >= self._max_requests:
-            missing.append(f"request budget (max_requests={self._max_requests} spent)")
+            missing.append(f"{_BUDGETS[0]} (max_requests={self._max_requests} spent)")
         if self._max_output_tokens is not None and self._output_tokens >= self._max_output_tokens:
-            missing.append(
-                f"output-token budget (max_output_tokens={self._max_output_tokens} spent)"
-            )
+            missing.append(f"{_BUDGETS[1]} (max_output_tokens={self._max_output_tokens} spent)")
         if not missing:
             return None
         return LiveGateError(
