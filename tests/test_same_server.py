@@ -7,6 +7,7 @@ after the run (``speculative_counters_missing``)."""
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from pydantic import ValidationError
 
 from deepseekbench import BenchmarkPlan, PlanError, RefusalReason, Scorecard, compare_speedup
 from deepseekbench._cli import EXIT_OK, main
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._runner import dry_run
 from tests._helpers import make_row
 
 
@@ -105,3 +108,30 @@ def test_a_speculative_route_whose_server_exports_no_counters_is_refused() -> No
     # a hand-made row (identity not judged) is not a run's row: not judged
     hand = silent.model_copy(update={"route_identity": None})
     assert compare_speedup(off, hand)
+
+
+def _dialect_warnings(plan: BenchmarkPlan) -> tuple[str, ...]:
+    with warnings.catch_warnings():  # the smoke workload's coverage warning is not ours
+        warnings.simplefilter("ignore")
+        said = dry_run(plan, gate=LiveGate()).warnings
+    return tuple(w for w in said if "dialect" in w)
+
+
+def test_the_dry_run_warns_of_a_dialect_that_reads_no_speculative_counter(
+    tmp_path: Path,
+) -> None:
+    other = "http://127.0.0.1:8001/v1"
+    warned = _plan({"base_url": URL}, {"base_url": other, "dialect": "openai"})
+    assert _dialect_warnings(warned) == (
+        "route 'mtp' (speculative=mtp) speaks dialect 'openai', which reads no speculative "
+        "counter (usage, per-request fields or /metrics): its speed verdict will be refused "
+        "(speculative_counters_missing); use the engine's own dialect",
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(warned.model_dump_json())
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["run", str(path), "--dry-run"], stdout=out, stderr=err) == EXIT_OK
+    assert "speculative_counters_missing" in err.getvalue()
+    for dialect in ("auto", "vllm", "sglang", "llamacpp", "trtllm"):
+        plan = _plan({"base_url": URL}, {"base_url": other, "dialect": dialect})
+        assert _dialect_warnings(plan) == (), dialect
