@@ -15,7 +15,7 @@ holds the rule, for every import in every module (inside functions and
     _runner              wires the stages into one run (run_plan, dry_run)
     _report/             scorecard and plots: renders rows
     _analysis/           rows, statistics, speed-ups, parity verdicts (pure)
-    _store/              the results file: append-only JSONL, resume, lock
+    _store/              the results file: append-only JSONL, digest chain, resume, lock
     _execute/            prepare the workload; send and measure each block
                          (in-process, worker pool, Ray)
     _plan/               the validated plan, workload, tasks, and its schedule (pure)
@@ -105,11 +105,13 @@ if TYPE_CHECKING:
     from deepseekbench._errors import (
         CalibrationError,
         DeepseekBenchError,
+        KeyFormatError,
         LiveGateError,
         LlamaServerError,
         MissingExtraError,
         ModelCapabilityError,
         PlanError,
+        RayAddressError,
         RayUnavailableError,
         ResultsFormatError,
         ResultsInUseError,
@@ -246,6 +248,7 @@ if TYPE_CHECKING:
         dry_run,
         run_plan,
     )
+    from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
     from deepseekbench._store._results import (
         ResultsRun,
         list_runs,
@@ -410,12 +413,16 @@ _IMPORTS: dict[str, str] = {
     "QualityParityName": "deepseekbench._types._axes",
     "REQUIRED_FIELDS": "deepseekbench._types._row",
     "RayPool": "deepseekbench._execute._ray_executor",
+    "KeyFormatError": "deepseekbench._errors",
+    "RayAddressError": "deepseekbench._errors",
     "RayUnavailableError": "deepseekbench._errors",
     "ReasoningMode": "deepseekbench._types._axes",
     "ReasoningModeName": "deepseekbench._types._axes",
     "RefusalReason": "deepseekbench._analysis._speedup",
     "ResultsFormatError": "deepseekbench._errors",
     "ResultsInUseError": "deepseekbench._errors",
+    "ResultsIntegrity": "deepseekbench._store._chain",
+    "ResultsIntegrityWarning": "deepseekbench._store._chain",
     "ResultsRun": "deepseekbench._store._results",
     "ResultsWriteError": "deepseekbench._errors",
     "RouteParity": "deepseekbench._analysis._analysis",
@@ -591,6 +598,7 @@ __all__ = [
     "Hosting",
     "HostingName",
     "InputLength",
+    "KeyFormatError",
     "LaunchRecord",  # issue 24
     "LaunchSpec",
     "LiveGate",
@@ -623,6 +631,7 @@ __all__ = [
     "PromptComparison",
     "QualityParity",
     "QualityParityName",
+    "RayAddressError",
     "RayPool",
     "RayUnavailableError",
     "ReasoningMode",
@@ -630,6 +639,8 @@ __all__ = [
     "RefusalReason",
     "ResultsFormatError",
     "ResultsInUseError",
+    "ResultsIntegrity",
+    "ResultsIntegrityWarning",
     "ResultsRun",
     "ResultsWriteError",
     "RouteCapacity",

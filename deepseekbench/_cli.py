@@ -15,10 +15,12 @@ Exit codes (also in ``docs/plan.md``):
 * ``0`` — finished; refused speedups are results, not failures.
 * ``1`` — finished, but some measured requests ended in an error (see ``n (err)``).
 * ``2`` — usage error: bad arguments, an invalid plan, a route that failed the
-  reachability probe (``--no-probe`` skips it), an unreadable results file,
+  reachability probe (``--no-probe`` skips it), a launched engine that did not
+  start (the end of its log is printed), an unreadable results file,
   ``report --plot`` without the ``plot`` extra.
 * ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent), or a
-  dry run found a route the gate would refuse.
+  dry run found a route the gate would refuse (a launch that would listen beyond
+  loopback included).
 * ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
   file, and rerunning the same command resumes.
 
@@ -36,6 +38,7 @@ import html
 import io
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -46,11 +49,14 @@ from typing import TYPE_CHECKING, TextIO
 
 from deepseekbench._errors import (
     CalibrationError,
+    KeyFormatError,
     LiveGateError,
     MissingExtraError,
     PlanError,
     ResultsFormatError,
+    ResultsWriteError,
     RowFormatError,
+    ServerError,
     TokenizeError,
 )
 
@@ -90,7 +96,8 @@ EXIT_ERRORS = 1
 """Finished with measured requests that errored, or stopped at a calibration pass
 whose requests errored (``CalibrationError``, issue 23; a rerun resumes it)."""
 EXIT_USAGE = 2
-"""Bad arguments, invalid plan or unreadable results file."""
+"""Bad arguments, invalid plan, a launched engine that did not start, or an unreadable
+results file."""
 EXIT_GATE = 3
 """The LiveGate refused (or would refuse, in a dry run)."""
 EXIT_INTERRUPTED = 130
@@ -666,6 +673,8 @@ def _render_dry_run(result: DryRunResult, fmt: str) -> str:
             "plan_hash": result.plan_hash,
             "n_requests": result.n_requests,
             "refusals": result.refusals,
+            "launch_commands": result.launch_commands,
+            "launch_env": result.launch_env,
             "rows": [row.model_dump(mode="json") for row in result.rows],
         }
         return json.dumps(data, indent=2) + "\n"
@@ -747,6 +756,9 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     for label, refusal in result.refusals.items():
         verdict = f"gate would refuse: {refusal}" if refusal else "admitted"
         err.write(f"  route {label}: {verdict}\n")
+    for label, argv in result.launch_commands.items():  # a launch runs a program
+        names = ", ".join(result.launch_env.get(label, ())) or "none"
+        err.write(f"  route {label} launches: {shlex.join(argv)}\n    env set: {names}\n")
     if result.ray_address is not None:
         verdict = f"gate would refuse: {result.ray_refusal}" if result.ray_refusal else "admitted"
         err.write(f"  ray cluster {result.ray_address}: {verdict}\n")
@@ -759,6 +771,7 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from deepseekbench._report._plot import require_matplotlib
     from deepseekbench._report._scorecard import Scorecard
     from deepseekbench._runner import load_results_and_runs
+    from deepseekbench._store._chain import ResultsIntegrityWarning
 
     path: Path = args.results
     if args.plot is not None:
@@ -767,7 +780,11 @@ def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         except MissingExtraError as exc:
             err.write(f"deepseekbench: --plot: {exc}\n")
             return EXIT_USAGE
-    result, runs = load_results_and_runs(path, plan_hash=args.run)
+    with warnings.catch_warnings():  # said once below, without a source line
+        warnings.simplefilter("ignore", ResultsIntegrityWarning)
+        result, runs = load_results_and_runs(path, plan_hash=args.run)
+    if result.results_tampered and result.integrity is not None:
+        err.write(f"deepseekbench: {path}: {result.integrity.describe()}\n")
     if args.run is None and len(runs) > 1:
         last = runs[-1]
         err.write(
@@ -831,6 +848,19 @@ def _with_client_flags(plan: BenchmarkPlan, args: argparse.Namespace) -> Benchma
     return BenchmarkPlan.from_mapping({**plan.model_dump(mode="json"), **update})
 
 
+def _results_path(path: Path) -> Path:
+    """``path`` made absolute with its symlinks resolved: the results file's path.
+
+    Raises:
+        ResultsWriteError: the path cannot be resolved, e.g. a symlink loop (Python
+            3.11 raises ``RuntimeError`` for one, later versions ``OSError``).
+    """
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise ResultsWriteError(f"results path {path}: cannot be resolved ({exc})") from None
+
+
 def main(
     argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
@@ -865,8 +895,8 @@ def main(
                 if args.capacity:  # issue 24: its own file; the latest-demo copy is the main one's
                     stamp = f"capacity-{stamp}"
                 args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
-                args.latest = None if args.capacity else (Path.cwd() / DEMO_LATEST).resolve()
-            args.results = args.results.resolve()
+                args.latest = None if args.capacity else _results_path(Path.cwd() / DEMO_LATEST)
+            args.results = _results_path(args.results)
             if args.numerics:  # issue 21
                 return anyio.run(_demo_numerics, args, out, err)
             if args.capacity:  # issue 24
@@ -880,7 +910,7 @@ def main(
                 args.results = plan.results_path() or (
                     Path.cwd() / f"deepseekbench-results-{plan.plan_hash()}.jsonl"
                 )
-            args.results = args.results.resolve()
+            args.results = _results_path(args.results)
             return anyio.run(_run, args, plan, out, err)
         if args.command == "report":
             return _report(args, out, err)
@@ -913,6 +943,11 @@ def main(
     except LiveGateError as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_GATE
+    except ServerError as exc:  # a launched engine did not start (secrets redacted)
+        from deepseekbench._types._secrets import printable
+
+        err.write(f"deepseekbench: {printable(str(exc), keep_newlines=True)}\n")
+        return EXIT_USAGE
     except CalibrationError as exc:  # issue 23: off gave no natural length; rerun resumes
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_ERRORS
@@ -920,7 +955,7 @@ def main(
         err.write(f"deepseekbench: invalid {exc.title}:\n")
         err.writelines(f"  {line}\n" for line in validation_error_lines(exc))
         return EXIT_USAGE
-    except (PlanError, ResultsFormatError, TokenizeError) as exc:
+    except (PlanError, ResultsFormatError, TokenizeError, KeyFormatError) as exc:
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_USAGE
     except OSError as exc:

@@ -6,13 +6,15 @@ Every class is exported from :mod:`deepseekbench`. The tree::
 
     DeepseekBenchError
     ├── LiveGateError            the gate refused a request before any socket opened
+    ├── KeyFormatError           an API key that cannot go into an HTTP header
     ├── RowFormatError           a rows JSONL line cannot be read back
     ├── MissingExtraError        an optional extra is not installed (also an ImportError)
     ├── PlanError                a plan is invalid (raised before any request)
     │   ├── RouteUnreachableError   a route failed the reachability probe
     │   ├── WorkloadFormatError     a workload file is malformed
     │   ├── WorkloadLengthError     prompts fall outside their context bucket
-    │   └── TaskFormatError         a task file or record is invalid
+    │   ├── TaskFormatError         a task file or record is invalid
+    │   └── RayAddressError         a Ray cluster address outside the forms the gate judges
     ├── ModelCapabilityError     a model file cannot be read for its capabilities
     ├── TokenizeError            tokens could not be counted
     ├── ResultsFormatError       a results JSONL file cannot be read back
@@ -176,6 +178,24 @@ class WorkerError(DeepseekBenchError):
     def __init__(self, message: str, *, worker: int) -> None:
         super().__init__(message)
         self.worker = worker
+
+
+class RayAddressError(PlanError, ValueError):
+    """A Ray cluster address (a plan's ``ray_address``, ``--ray-address``, or what
+    ``"auto"`` resolves to) outside the grammar the gate judges: ``host:port`` or
+    ``ray://host:port`` with an IP literal or ``localhost`` as host
+    (``deepseekbench._net._ray_address``). Raised before Ray is imported."""
+
+
+class KeyFormatError(DeepseekBenchError, ValueError):
+    """An API key with a character that cannot go into an HTTP header unchanged:
+    a control character (CR, LF, NUL, …), a space, or a non-ASCII character.
+
+    Raised where a key enters (a :class:`~deepseekbench.LiveGate`, an
+    :class:`~deepseekbench.EngineRoute`, a route's ``api_key_env``), before any
+    request; the message names where the key came from and the kind of
+    character, never the key.
+    """
 
 
 class RayUnavailableError(DeepseekBenchError):

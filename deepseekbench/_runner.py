@@ -76,7 +76,7 @@ from deepseekbench._analysis._capacity import route_probes
 from deepseekbench._analysis._follow_ups import follow_ups
 from deepseekbench._dialects import dialect_for
 from deepseekbench._dialects._base import EngineDialect
-from deepseekbench._errors import LiveGateError, PlanError
+from deepseekbench._errors import LiveGateError, PlanError, ServerError
 from deepseekbench._execute._calibrate import (
     calibrated_items,
     calibration_blocks,
@@ -94,7 +94,15 @@ from deepseekbench._execute._prepare import (
 )
 from deepseekbench._execute._search import SearchLoop
 from deepseekbench._execute._workers import PoolReport
-from deepseekbench._launch._plan_launch import Launched, LaunchTarget, launched_routes
+from deepseekbench._launch._plan_launch import (
+    PORT_PLACEHOLDER,
+    Launched,
+    LaunchTarget,
+    check_exposure,
+    launch_argv,
+    launch_secrets,
+    launched_routes,
+)
 from deepseekbench._measure._measure import StreamMeasurement, Timeouts, redact_measurement
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._net._gate import LiveGate
@@ -150,7 +158,7 @@ from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
-from deepseekbench._types._secrets import secret_values
+from deepseekbench._types._secrets import redact, secret_values
 from deepseekbench._version import __version__
 
 __all__ = [
@@ -227,6 +235,17 @@ class DryRunResult(BaseModel):
         "requests_per_cell to 24' (a WorkloadCoverageWarning at run time), and each "
         "speculative route whose dialect reads no speculative counter (its verdict would "
         "be refused: speculative_counters_missing)",
+    )
+
+    launch_commands: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="per launched route, the argv it would run (the port as '{port}', "
+        "known secrets as '***'); a launch runs a program: a plan with one is a script",
+    )
+    launch_env: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="per launched route, the names of the variables its launch sets "
+        "('HF_TOKEN=$MY_TOKEN' for one taken from this process's environment); never values",
     )
 
     @property
@@ -824,11 +843,13 @@ class _Steps:
                 started_at=self.started_at,
                 finished_at=finished_at,
                 library_version=_library_version(),
+                integrity=self.store.integrity,
             ),
             retried=self.previous.retried,
             kept_measurements=self.prog.kept,
             remaining_measurements=self.prog.remaining,
             launched=self.run.launched,
+            integrity=self.store.integrity,
         )
         self.recorder.finish(result, finished_at)
         return result
@@ -960,10 +981,12 @@ async def run_plan(
         OSError: the results file or its folder cannot be created.
         ServerError: a launched route's engine (``[routes.launch]``) could not be
             started or did not serve its model in time (before any request); every
-            engine launched is stopped however the run ends.
+            engine launched is stopped however the run ends. A launch that would
+            listen beyond loopback with the gate closed is a ``LiveGateError``, an
+            unset ``launch.env_from`` variable a ``PlanError`` (nothing started).
     """
     checked = _preflight(plan, gate, client, results_path)
-    async with launched_routes(launch_targets(plan)) as launched:  # issue 24
+    async with launched_routes(launch_targets(plan), gate=gate) as launched:  # issue 24
         run = _with_launched(checked, launched, gate)
         return await _run(plan, gate, client, run, retry_errors, progress)
 
@@ -1064,12 +1087,19 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
     (``n_requests`` 0) and parity ``unknown``; ``refusals`` says, per route,
     what the gate would refuse (from :meth:`LiveGate.refusal`, which consumes
     nothing and opens nothing); ``n_requests`` counts every request of the
-    schedule (parity, warm-ups, measured); ``grid`` is :func:`grid_text`.
+    schedule (parity, warm-ups, measured); ``grid`` is :func:`grid_text`. Each
+    launched route's argv and the names (never the values) of the variables its
+    launch sets are in ``launch_commands`` / ``launch_env``; a launch that would
+    listen beyond loopback with the gate closed is a refusal, one that cannot
+    start (no engine program, an unset ``env_from`` variable) a warning.
 
     Raises:
         PlanError: as :meth:`~deepseekbench.BenchmarkPlan.validate_sources` (task,
             prompt or model-source file invalid, ``mtp`` on a model without MTP
-            layers, no parity set), or a task id collides with a parity prompt id.
+            layers, no parity set), or a task id collides with a parity prompt id;
+            :class:`~deepseekbench.RayAddressError` (a ``PlanError``): executor
+            ``ray`` with ``ray_address = "auto"`` resolving to an address outside
+            the grammar the gate judges.
     """
     sources = plan.validate_sources()
     items = None
@@ -1087,6 +1117,7 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
             f"{r.base_url}/chat/completions", has_auth_header=r.api_key_env is not None
         )
         refusals[r.label] = str(err) if err is not None else None
+    commands, launch_env, launch_warnings = _dry_launches(plan, gate, refusals)
     rows = tuple(
         Row(
             **row_identity(plan, cell, r, load),
@@ -1113,8 +1144,11 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         ray_refusal=ray_refusal,
         warnings=(
             *((cov.message(),) if cov is not None and not cov.complete else ()),
+            *launch_warnings,
             *_counterless_routes(plan),
         ),
+        launch_commands=commands,
+        launch_env=launch_env,
     )
 
 
@@ -1138,6 +1172,31 @@ def _counterless_routes(plan: BenchmarkPlan) -> tuple[str, ...]:
         for r in plan.speculative_routes
         if not reads_speculation(dialect_for(r.dialect))
     )
+
+
+def _dry_launches(
+    plan: BenchmarkPlan, gate: LiveGate, refusals: dict[str, str | None]
+) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """Per launched route, the argv and the names of the variables its launch would set;
+    a launch that would listen beyond loopback with the gate closed goes into
+    ``refusals``; one that could not start (no engine program, an unset ``env_from``
+    variable) gives a warning. Nothing is started."""
+    targets = launch_targets(plan)
+    secrets = launch_secrets(targets, gate)
+    commands: dict[str, tuple[str, ...]] = {}
+    names: dict[str, tuple[str, ...]] = {}
+    warned: list[str] = []
+    for t in targets:
+        names[t.name] = (*t.launch.env, *(f"{k}=${v}" for k, v in t.launch.env_from.items()))
+        try:
+            argv = launch_argv(t, PORT_PLACEHOLDER)
+            commands[t.name] = tuple(redact(a, secrets) for a in argv)
+            check_exposure(t, gate)
+        except LiveGateError as exc:
+            refusals[t.name] = str(exc)
+        except (PlanError, ServerError) as exc:
+            warned.append(f"route {t.name}: cannot launch: {redact(str(exc), secrets)}")
+    return commands, names, tuple(warned)
 
 
 def _calibration_requests(

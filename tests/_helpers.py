@@ -82,6 +82,25 @@ def plan_of(
     return BenchmarkPlan.model_validate(data)
 
 
+def ray_plan_file(tmp_path: Path, address: str | None) -> Path:
+    """``tmp_path/plan.json``: two loopback routes, 2 workers, executor ``ray`` and, when
+    given, ``ray_address``."""
+    plan: dict[str, object] = {
+        "model": "m",
+        "routes": [
+            {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:9/v1"},
+            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:8/v1"},
+        ],
+        "workers": 2,
+        "executor": "ray",
+    }
+    if address is not None:
+        plan["ray_address"] = address
+    path = tmp_path / "plan.json"
+    path.write_bytes(orjson.dumps(plan))
+    return path
+
+
 def make_row(**kw: Any) -> Row:
     """A row of a speculation-off route ``off`` at 1k/256/non_think (TTFT 10 ms, TPOT
     10 ms, E2E 100 ms, 100 output tokens/s, 8 requests, parity verified, closed loop of 1); ``kw``

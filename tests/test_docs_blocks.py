@@ -28,6 +28,7 @@ import re
 import shlex
 import shutil
 import tomllib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +150,23 @@ def test_toml_block_is_a_valid_plan_or_plan_section(block: Block) -> None:
     if "routes" not in data:  # a section of a plan: valid inside a minimal one
         data = {**_BASE_PLAN, **data}
     assert BenchmarkPlan.from_mapping(data).routes
+
+
+LAUNCH_PLANS = [b for b in _of("toml") if "routes" in tomllib.loads(b.body) and "launch" in b.body]
+
+
+def test_the_docs_show_launch_plans() -> None:
+    assert len(LAUNCH_PLANS) >= 2  # docs/plan.md: the minimal launch plan and the depth grid
+
+
+@pytest.mark.parametrize("block", LAUNCH_PLANS, ids=lambda b: b.name)
+def test_a_documented_launch_plan_loads_and_validates_without_a_warning(block: Block) -> None:
+    """A newcomer's first launch plan, copied from the docs, says nothing about its
+    own defaults: no warning at load or at validation (the sources read, the
+    workload's coverage counted)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BenchmarkPlan.from_toml(block.body).validate_sources()
 
 
 @pytest.mark.parametrize("block", _of("json"), ids=lambda b: b.name)

@@ -31,6 +31,7 @@ from deepseekbench._measure._measure import (
 )
 from deepseekbench._measure._server_metrics import scrape_metrics
 from deepseekbench._types._secrets import printable, redact, safe_server_text
+from tests._helpers import ray_plan_file
 from tests._replay import Script, Write, replay_server
 
 REQ = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
@@ -348,23 +349,6 @@ def test_the_local_ray_environment_scrubs_and_keeps_usage_statistics_off(
     assert "NO_PROXY" not in os.environ
 
 
-def _ray_plan(tmp_path: Path, address: str | None) -> Path:
-    plan: dict[str, object] = {
-        "model": "m",
-        "routes": [
-            {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:9/v1"},
-            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:8/v1"},
-        ],
-        "workers": 2,
-        "executor": "ray",
-    }
-    if address is not None:
-        plan["ray_address"] = address
-    path = tmp_path / "plan.json"
-    path.write_text(orjson.dumps(plan).decode(), encoding="utf-8")
-    return path
-
-
 def test_the_dry_run_shows_the_resolved_ray_address_and_refuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -372,12 +356,12 @@ def test_the_dry_run_shows_the_resolved_ray_address_and_refuses_it(
 
     monkeypatch.setenv("RAY_ADDRESS", "203.0.113.1:6379")
     out, err = io.StringIO(), io.StringIO()
-    code = main(["run", str(_ray_plan(tmp_path, "auto")), "--dry-run"], stdout=out, stderr=err)
+    code = main(["run", str(ray_plan_file(tmp_path, "auto")), "--dry-run"], stdout=out, stderr=err)
     assert "ray cluster 203.0.113.1:6379: gate would refuse" in err.getvalue()
     assert code != 0
     # a local instance: shown as such, admitted (RAY_ADDRESS does not apply to it)
     out, err = io.StringIO(), io.StringIO()
-    code = main(["run", str(_ray_plan(tmp_path, None)), "--dry-run"], stdout=out, stderr=err)
+    code = main(["run", str(ray_plan_file(tmp_path, None)), "--dry-run"], stdout=out, stderr=err)
     assert "ray cluster local: admitted" in err.getvalue() and code == 0, err.getvalue()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deepseekbench import BenchmarkPlan, EngineRoute, PlanError
+from deepseekbench import BenchmarkPlan, EngineRoute, KeyFormatError, LiveGate, PlanError
 from deepseekbench._cli import EXIT_USAGE, main
 
 ROUTES_TOML = """
@@ -127,3 +127,69 @@ def test_bad_base_url_names_the_field(tmp_path: Path, url: str, problem: str) ->
     assert problem.split()[-1] in line
     with pytest.raises(ValueError, match="base_url"):
         EngineRoute(base_url=url, model="m")
+
+
+# -- tracebacks turned into one line and exit 2: a symlink loop, a key a header cannot
+# carry, a host that is not valid IDNA ------------------------------------------------
+@pytest.mark.parametrize("command", ["run", "demo"])
+def test_a_symlink_loop_as_results_is_one_line_exit_2(tmp_path: Path, command: str) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    results = str(tmp_path / "a" / "r.jsonl")
+    args = [command, *([str(_toml(tmp_path))] if command == "run" else [])]
+    out, err = io.StringIO(), io.StringIO()
+    code = main([*args, "--results", results], stdout=out, stderr=err)
+    assert code == EXIT_USAGE and "Traceback" not in err.getvalue(), err.getvalue()
+    assert "cannot be resolved" in err.getvalue() and "ymlink loop" in err.getvalue()
+
+
+KEYS = [
+    pytest.param("sk-crlf\r\nX-Injected: 1", "line break", id="crlf"),
+    pytest.param("sk-lf\nsecond-line", "line break", id="lf"),
+    pytest.param("sk-nul\x00tail", "control character", id="nul"),
+    pytest.param("sk-ключ-0042", "non-ASCII", id="non-ascii"),
+    pytest.param("sk-two words", "whitespace", id="space"),
+]
+
+
+@pytest.mark.parametrize(("key", "kind"), KEYS)
+def test_a_key_a_header_cannot_carry_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, kind: str
+) -> None:
+    """The gate's key (dry run: the old gate admitted it, exit 0) and a route's key
+    (a run: the old client raised UnicodeEncodeError mid-send, exit 1)."""
+    if "\x00" in key:  # an environment variable cannot hold NUL: the library's door only
+        with pytest.raises(KeyFormatError, match=kind):
+            LiveGate(api_key=key)
+        return
+    monkeypatch.setenv("DEEPSEEKBENCH_API_KEY", key)
+    code, out, err = _run(str(_toml(tmp_path)), "--dry-run")
+    assert code == EXIT_USAGE and out == "" and "Traceback" not in err, err
+    assert "DEEPSEEKBENCH_API_KEY" in err and kind in err and key not in err
+    monkeypatch.delenv("DEEPSEEKBENCH_API_KEY")
+    monkeypatch.setenv("ROUTE_KEY", key)
+    plan = _toml(tmp_path)
+    plan.write_text(
+        plan.read_text() + '\n[[routes]]\nlabel = "eagle"\nspeculative = "eagle3"\n'
+        'base_url = "http://127.0.0.1:7/v1"\napi_key_env = "ROUTE_KEY"\n',
+        encoding="utf-8",
+    )
+    code, out, err = _run(str(plan), "--no-probe", "--results", str(tmp_path / "r.jsonl"))
+    assert code == EXIT_USAGE and "Traceback" not in err, err
+    assert "route 'eagle': api_key_env ROUTE_KEY" in err and kind in err and key not in err
+    assert not (tmp_path / "r.jsonl").exists()
+    with pytest.raises(ValueError, match=kind):
+        EngineRoute(base_url="http://127.0.0.1:7/v1", model="m", api_key=key)
+
+
+def test_a_host_that_is_not_valid_idna_is_one_line_exit_2(tmp_path: Path) -> None:
+    """``http://xn--/v1`` as a base URL and ``xn--`` as a Ray address (the old gate
+    raised idna's IDNAError for both); the gate itself refuses such a URL."""
+    code, _, err = _run(str(_toml(tmp_path, off="http://xn--/v1")), "--dry-run")
+    assert code == EXIT_USAGE and "Traceback" not in err and "IDNA" in err, err
+    code, _, err = _run(
+        str(_toml(tmp_path)), "--executor", "ray", "--ray-address", "xn--:6379", "--dry-run"
+    )
+    assert code == EXIT_USAGE and "Traceback" not in err and "xn--:6379" in err, err
+    refusal = LiveGate(api_key="k", spend=True).refusal("http://xn--/v1")
+    assert refusal is not None and "valid IDNA" in str(refusal)

@@ -8,6 +8,8 @@ surviving a run killed by SIGTERM or SIGKILL.
 from __future__ import annotations
 
 import importlib.util
+import io
+import ipaddress
 import os
 import signal
 import subprocess
@@ -19,16 +21,23 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from deepseekbench._cli import demo_capacity_plan
 from deepseekbench._cli import main as cli_main
-from deepseekbench._errors import PlanError
+from deepseekbench._errors import LiveGateError, PlanError
+from deepseekbench._launch._exposure import BIND_FLAGS, bind_hosts, check_bind
 from deepseekbench._launch._plan_launch import (
     LaunchSpec,
     LaunchTarget,
+    check_exposure,
     launch_argv,
+    launch_secrets,
     launched_routes,
 )
-from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._plan._plan import LAUNCHED_URL, BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import load_results, run_plan
@@ -94,6 +103,12 @@ def test_a_plan_without_launch_keeps_its_hash_shape() -> None:
     )
     dumped = plan.model_dump(mode="json")["routes"][0]
     assert "launch" not in dumped and "grid_of" not in dumped
+    # a launch without env_from dumps (and hashes) as before env_from existed
+    spec = LaunchSpec(engine="embedded", env={"A": "1"})
+    assert "env_from" not in spec.model_dump(mode="json")
+    assert LaunchSpec.model_validate(spec.model_dump(mode="json")) == spec
+    taken = LaunchSpec(engine="embedded", env_from={"HF_TOKEN": "MY_TOKEN"})
+    assert taken.model_dump(mode="json")["env_from"] == {"HF_TOKEN": "MY_TOKEN"}
 
 
 @pytest.mark.parametrize(
@@ -483,3 +498,274 @@ def test_a_vllm_server_that_ignores_sigterm_dies_with_its_parent(tmp_path: Path)
         for p in pids:
             if running(p):
                 os.kill(p, signal.SIGKILL)
+
+
+# ----------------------------------------------------------------- a launch is code
+# A launched engine listens on loopback unless the gate is open for spending; secrets
+# reach the engine through the environment by name and never the results, the dry
+# run or an error.
+FAKE_ENGINE = (
+    """\
+import argparse, json, http.server, sys
+p = argparse.ArgumentParser()
+for flag in ("--host", "--port", "--served-model-name", "--alias"):
+    p.add_argument(flag)
+a, _ = p.parse_known_args()
+if a.host != "127.0.0.1":  # a launcher that leaves the bind address open fails here
+    sys.exit(3)
+port = int(a.port)
+name = a.served_model_name or a.alias
+
+def get(path):
+    if path == "/v1/models":
+        return 200, json.dumps({"data": [{"id": name}]}).encode()
+    return 404, b"{}"
+"""
+    + FAKE_HTTP_SERVE
+)
+SECRET = "hf_" + "Zq8" * 10  # a Hugging Face token's shape
+
+
+def _fake_engine(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LaunchSpec:
+    """A launch of ``kind`` (``vllm`` or ``llama.cpp``) whose program is FAKE_ENGINE."""
+    if kind == "llama.cpp":
+        exe = tmp_path / "llama-server"
+        exe.write_text(f"#!{sys.executable}\n{FAKE_ENGINE}")
+        exe.chmod(0o755)
+        monkeypatch.setenv("LLAMA_SERVER", str(exe))
+        return LaunchSpec(engine="llama.cpp", model="m.gguf", startup_timeout_s=30)
+    pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True)
+    for folder in (pkg, pkg.parent, pkg.parent.parent):
+        (folder / "__init__.py").write_text("")
+    (pkg / "api_server.py").write_text(FAKE_ENGINE)
+    monkeypatch.setenv("DEEPSEEKBENCH_VLLM_PYTHON", sys.executable)
+    return LaunchSpec(
+        engine="vllm", model="/m", env={"PYTHONPATH": str(tmp_path / "fake")}, startup_timeout_s=30
+    )
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama.cpp"])
+def test_a_launched_engine_is_told_to_listen_on_loopback(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's own --host default is every interface: the launcher passes 127.0.0.1
+    (the fake exits unless it gets it), and a plan's other address is refused
+    before anything starts, unless the gate is open for spending."""
+    spec = _fake_engine(kind, tmp_path, monkeypatch)
+    target = LaunchTarget("r", spec, "off", "vllm", "served")
+
+    async def launch(t: LaunchTarget, logs: Path) -> Any:
+        async with launched_routes([t], log_dir=logs) as up:
+            return up["r"]
+
+    server = anyio.run(launch, target, tmp_path / "logs")
+    argv = list(server.record.command)
+    assert bind_hosts(argv, {}) == [("--host", "127.0.0.1")]
+    assert wait_gone([server.pid], 10) == []
+
+    exposed = spec.model_copy(update={"engine_args": {"host": "0.0.0.0"}})
+    wide = LaunchTarget("r", exposed, "off", "vllm", "served")
+    with pytest.raises(LiveGateError, match=r"'0\.0\.0\.0' \(--host\).*API key.*spend"):
+        anyio.run(launch, wide, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()  # refused before any start: no log
+    open_gate = LiveGate(api_key="k", spend=True)
+    assert "0.0.0.0" in check_exposure(wide, open_gate)  # admitted: key and spend
+    with pytest.raises(LiveGateError):
+        check_exposure(wide, LiveGate(api_key="k"))  # a key without spend is not enough
+
+
+@pytest.mark.parametrize(
+    ("launch", "host"),
+    [
+        ({"engine": "embedded", "engine_args": {"host": "0.0.0.0", "allow_non_loopback": True}},
+         "0.0.0.0"),
+        ({"engine": "embedded", "extra_args": ("--host=::",)}, "::"),
+        ({"command": ("srv", "--port", "{port}", "--bind", "0.0.0.0:{port}")}, "0.0.0.0"),
+        ({"command": ("srv", "--listen_address", "[2001:db8::1]:80")}, "2001:db8::1"),
+        ({"command": ("srv",), "env": {"LLAMA_ARG_HOST": "10.0.0.5"}}, "10.0.0.5"),
+    ],
+)  # fmt: skip
+def test_every_way_to_set_a_listen_address_is_checked(launch: dict[str, Any], host: str) -> None:
+    t = _target("off", **launch)
+    with pytest.raises(LiveGateError) as info:
+        check_exposure(t, LiveGate())
+    assert info.value.host == host
+    spawned: list[str] = []
+
+    async def main() -> None:
+        async with launched_routes([t]):
+            spawned.append("started")
+
+    with pytest.raises(LiveGateError):
+        anyio.run(main)
+    assert spawned == []
+    loopback = _target("off", command=("srv", "--host", "127.0.0.1", "--bind=localhost:9"))
+    assert check_exposure(loopback, LiveGate())[:2] == ["srv", "--host"]
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    address=st.ip_addresses(),
+    flag=st.sampled_from(sorted(BIND_FLAGS)),
+    form=st.sampled_from(["split", "equals", "with port"]),
+    underscores=st.booleans(),
+)
+def test_a_listen_address_is_refused_exactly_when_it_is_not_loopback(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, flag: str, form: str, underscores: bool
+) -> None:
+    host = str(address)
+    name = "--" + (flag.replace("-", "_") if underscores else flag)
+    value = f"[{host}]:8000" if ":" in host else f"{host}:8000"
+    argv = {"split": ["srv", name, host], "equals": ["srv", f"{name}={host}"],
+            "with port": ["srv", name, value]}[form]  # fmt: skip
+    if is_loopback_host(host):
+        check_bind("r", argv, {}, LiveGate())
+        return
+    with pytest.raises(LiveGateError) as info:
+        check_bind("r", argv, {}, LiveGate())
+    assert info.value.host == host
+    check_bind("r", argv, {}, LiveGate(api_key="k", spend=True))  # the open gate admits it
+
+
+def test_the_dry_run_refuses_a_launch_beyond_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan_file = _secret_plan(tmp_path, '{engine = "embedded", engine_args = {host = "0.0.0.0"}}')
+    monkeypatch.delenv("DEEPSEEKBENCH_API_KEY", raising=False)
+    monkeypatch.delenv("DEEPSEEKBENCH_SPEND", raising=False)
+    monkeypatch.setenv("SRC_TOKEN", SECRET)
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["run", str(plan_file), "--dry-run"], stdout=out, stderr=err) == 3
+    assert "route off: gate would refuse: route 'off': launch would listen on '0.0.0.0'" in (
+        err.getvalue()
+    )
+    monkeypatch.setenv("DEEPSEEKBENCH_API_KEY", "k")
+    out, err = io.StringIO(), io.StringIO()
+    args = ["run", str(plan_file), "--dry-run", "--spend", "--format", "json"]
+    assert cli_main(args, stdout=out, stderr=err) == 0, err.getvalue()
+    shown = orjson.loads(out.getvalue())
+    assert "--host" in shown["launch_commands"]["off"]
+    assert shown["launch_env"]["mtp"] == ["HF_TOKEN=$SRC_TOKEN"]
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        f'{{engine = "embedded", env = {{HF_TOKEN = "{SECRET}"}}}}',
+        f'{{engine = "embedded", env = {{HUB = "{SECRET}"}}}}',
+        f'{{engine = "embedded", engine_args = {{hf_token = "{SECRET}"}}}}',
+        f'{{command = ["srv", "--api-key", "{SECRET}"]}}',
+        f'{{engine = "embedded", extra_args = ["--token={SECRET}"]}}',
+    ],
+)
+def test_a_secret_in_a_launch_is_refused_without_showing_it(launch: str, tmp_path: Path) -> None:
+    text = f'model = "m"\n[[routes]]\nlabel = "off"\nspeculative = "off"\nlaunch = {launch}\n'
+    with pytest.raises(PlanError, match="looks like a secret") as info:
+        BenchmarkPlan.from_toml(text)
+    assert SECRET not in str(info.value)
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(text)
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["run", str(plan_file), "--dry-run"], stdout=out, stderr=err) == 2
+    assert "env_from" in err.getvalue() and SECRET not in out.getvalue() + err.getvalue()
+    fine = LaunchSpec(engine="embedded", env={"TOKENIZERS_PARALLELISM": "false"})
+    assert fine.env == {"TOKENIZERS_PARALLELISM": "false"}
+    # units and numbers are not secrets: the capacity demo's own costs load
+    assert LaunchSpec(engine="embedded", engine_args={"compute_ms_per_token": 2.7})
+    assert len(demo_capacity_plan().routes) == 5
+
+
+def test_an_older_results_file_with_a_secret_in_its_launch_still_reads() -> None:
+    """The rule is for plans to run: a results file written before it stays readable
+    (its plan is only read back, never launched)."""
+    from deepseekbench._store._results import _stored_plan
+
+    data = _plan('{engine = "embedded"}').model_dump(mode="json")
+    data["routes"][0]["launch"]["env"] = {"HF_TOKEN": SECRET}
+    with pytest.raises(ValidationError):
+        BenchmarkPlan.model_validate(data)
+    assert _stored_plan(data).routes[0].launch.env == {"HF_TOKEN": SECRET}  # type: ignore[union-attr]
+
+
+def test_the_secrets_a_launch_redacts() -> None:
+    """env_from values, the gate's key and this environment's credential-looking
+    variables; not a short value (it would be replaced wherever its letters occur)."""
+    t = _target("off", command=("srv",), env_from={"HF_TOKEN": "SRC"})
+    environ = {"SRC": "from-env-from", "HUB_TOKEN": SECRET, "SHORT_KEY": "x", "PATH": "/bin"}
+    found = launch_secrets([t], LiveGate(api_key="gate-key-1"), environ)
+    assert sorted(found) == sorted([SECRET, "from-env-from", "gate-key-1"])
+
+
+def test_a_command_given_as_a_string_says_it_must_be_a_list() -> None:
+    with pytest.raises(PlanError, match=r"must be a list of argv strings.*no shell"):
+        BenchmarkPlan.from_toml(
+            'model = "m"\n[[routes]]\nlabel = "off"\nspeculative = "off"\n'
+            'launch = {command = "vllm serve m --port {port}"}\n'
+        )
+
+
+def _secret_plan(tmp_path: Path, off_launch: str) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(
+        f"""
+model = "deepseekbench-ref"
+requests_per_cell = 2
+repeats = 1
+warmup_per_cell = 0
+[workload]
+output_length = "forced"
+prompts = ["What is 6 times 7?"]
+[parity]
+max_tokens = 8
+tasks = "none"
+prompts = ["Count from 1 to 9."]
+[[routes]]
+label = "off"
+speculative = "off"
+launch = {off_launch}
+[[routes]]
+label = "mtp"
+speculative = "mtp"
+launch = {{engine = "embedded", spec_tokens = 2, env_from = {{HF_TOKEN = "SRC_TOKEN"}}, {COST}}}
+"""
+    )
+    return path
+
+
+def test_a_secret_from_the_environment_stays_out_of_results_dry_run_and_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SRC_TOKEN", SECRET)
+    launch = f'{{engine = "embedded", env_from = {{HF_TOKEN = "SRC_TOKEN"}}, {COST}}}'
+    plan_file = _secret_plan(tmp_path, launch)
+    # the dry run: each command line, and the variables' names only
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["run", str(plan_file), "--dry-run"], stdout=out, stderr=err) == 0
+    shown = out.getvalue() + err.getvalue()
+    assert "route off launches: " in shown and "--host 127.0.0.1" in shown
+    assert "env set: HF_TOKEN=$SRC_TOKEN" in shown and SECRET not in shown
+    # a run: the engine gets the value, the results file holds the name only
+    results = tmp_path / "run.jsonl"
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["run", str(plan_file), "--results", str(results)], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    assert SECRET.encode() not in results.read_bytes()
+    start = next(r for r in read_records(results) if r["record"] == "run_start")
+    assert start["plan"]["routes"][0]["launch"]["env_from"] == {"HF_TOKEN": "SRC_TOKEN"}
+    # an engine that prints its environment and argv and dies in start-up
+    dying = (
+        '{command = ["python3", "-c", "import os, sys; print(os.environ[\'HF_TOKEN\'], '
+        'sys.argv); sys.exit(1)", "--port", "{port}"], env_from = {HF_TOKEN = "SRC_TOKEN"}}'
+    )
+    plan_file = _secret_plan(tmp_path, dying)
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["run", str(plan_file), "--results", str(tmp_path / "x.jsonl")],
+                    stdout=out, stderr=err)  # fmt: skip
+    text = err.getvalue()
+    assert code == 2, text
+    assert "route 'off' exited with code 1" in text and "*** ['-c', '--port'" in text
+    assert SECRET not in text and "Traceback" not in text
+    monkeypatch.delenv("SRC_TOKEN")
+    with pytest.raises(PlanError, match="SRC_TOKEN is not set"):
+        anyio.run(lambda: run_plan(BenchmarkPlan.load(plan_file), gate=LiveGate()))

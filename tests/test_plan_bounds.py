@@ -14,6 +14,7 @@ import pytest
 
 from deepseekbench._errors import PlanError
 from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._workload import MAX_CONTEXT_TOKENS
 
 EXAMPLE = (Path(__file__).resolve().parent.parent / "docs" / "examples" / "plan.toml").read_text()
 
@@ -101,3 +102,12 @@ def test_values_64_levels_deep_load() -> None:
         'dialect = "vllm"\n', f'dialect = "vllm"\nrequest_extras = {{x = {nested}}}\n', 1
     )
     assert BenchmarkPlan.from_toml(text).routes[0].request_extras is not None
+
+
+@pytest.mark.parametrize("value", ["1000000000000", str(MAX_CONTEXT_TOKENS + 1)])
+def test_a_parity_max_tokens_past_the_max_context_is_one_line(tmp_path: Path, value: str) -> None:
+    assert "max_tokens = 96" in EXAMPLE
+    text = EXAMPLE.replace("max_tokens = 96", f"max_tokens = {value}", 1)
+    lines = _problem_lines(_load(tmp_path, text))
+    assert len(lines) == 1 and lines[0].strip().startswith("parity.max_tokens:"), lines
+    assert str(MAX_CONTEXT_TOKENS) in lines[0]

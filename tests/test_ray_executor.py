@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +27,7 @@ from deepseekbench._execute._ray_executor import RayPool, ray_address_host
 from deepseekbench._execute._workers import PoolResult
 from deepseekbench._execute._workshare import LoadWork, PoolItem
 from deepseekbench._measure._measure import ErrorKind, Timeouts
-from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._runner import run_plan
@@ -153,7 +156,13 @@ async def test_ray_actors_measure_keep_budgets_and_report_deaths(tmp_path: Path)
     assert all(r.sent_ns is not None and r.sent_ns >= report.start_ns for r in closed)
     assert report.window_s > 0 and len(report.clock_offsets_ns) == 2
     assert all(abs(off) < 1_000_000_000 for off in report.clock_offsets_ns)  # one host
-    assert len(spent) == 3 and bgate.requests_admitted == 3
+    # the budget's refusal keeps what was admitted: 3 sent, the rest recorded unsent
+    sent = [r for r in spent if r.measurement.error is None]
+    assert len(sent) == 3 and bgate.requests_admitted == 3
+    assert sorted(r.item.key for r in spent if r.item) == list(range(8))
+    assert {r.measurement.error.kind for r in spent if r.measurement.error} == {
+        ErrorKind.budget_refused
+    }
     assert sorted(r.item.key for r in died if r.item) == list(range(12))
     lost = [r for r in died if r.measurement.error is not None]
     assert lost and {r.measurement.error.kind for r in lost if r.measurement.error} == {
@@ -265,3 +274,54 @@ async def test_a_local_instance_binds_loopback_and_inherits_no_proxy(
     assert os.environ["RAY_ADDRESS"] == "203.0.113.1:6379"
     assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"
     assert off_loopback == []
+
+
+# A local instance under a syscall trace, until Ray's usage module (UsageStatsHead, in the
+# dashboard head that runs even with the dashboard off) has named the cloud provider: its
+# log says "Usage reporting is ..." just after. Without its own HOME's bootstrap config it
+# asks 169.254.169.254 (twice) and resolves metadata.google.internal (a DNS query).
+_TRACED_START = """
+import pathlib, time
+import anyio
+from deepseekbench._execute._ray_executor import RayPool
+from deepseekbench._net._gate import LiveGate
+
+async def main() -> None:
+    async with RayPool(1, routes={}, gate=LiveGate(), address="local", actor_cpus=0):
+        import ray
+        logs = pathlib.Path(ray._private.worker._global_node.get_logs_dir_path())
+        for _ in range(3000):  # a hang guard (10 min), not a speed bound
+            text = "".join(p.read_text(errors="replace") for p in logs.glob("dashboard*.log"))
+            if "Usage reporting is" in text:
+                print("usage module ran", flush=True)
+                return
+            await anyio.sleep(0.2)
+
+anyio.run(main, backend="asyncio")
+"""
+_PYTHON_START = (sys.executable, "-c", _TRACED_START)
+_TRACED_ADDRESS = re.compile(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6?, "([^"]+)"')
+
+
+def test_a_local_instance_connects_to_no_address_off_this_host(tmp_path: Path) -> None:
+    """Every ``connect``/``sendto`` of every process of a local instance (``strace -f``) is
+    to a loopback address or a local socket: no cloud metadata probe, no DNS query."""
+    need_ray()
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    trace = tmp_path / "trace.txt"
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=connect,sendto", "-o", str(trace), *_PYTHON_START],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0 and "usage module ran" in done.stdout, done.stderr[-2000:]
+    lines = trace.read_text(errors="replace").splitlines()
+    found = [(m[1] or m[2], line) for line in lines for m in _TRACED_ADDRESS.finditer(line)]
+    assert found, "the trace shows no connect at all: strace saw nothing"
+    off_host = [line for host, line in found if not is_loopback_host(host)]
+    assert off_host == [], "\n".join(off_host[:10])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,16 @@ import pytest
 from deepseekbench._engine import _server as engine_server
 from deepseekbench._errors import WorkloadFormatError
 from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._trace import TracePlan, load_mooncake, trace_items, trace_offsets_s
-from deepseekbench._runner import run_plan
+from deepseekbench._plan._coverage import WorkloadCoverageWarning
+from deepseekbench._plan._trace import (
+    MAX_TRACE_SPAN_MS,
+    TracePlan,
+    load_mooncake,
+    trace_items,
+    trace_offsets_s,
+)
+from deepseekbench._plan._workload import MAX_CONTEXT_TOKENS
+from deepseekbench._runner import dry_run, run_plan
 from deepseekbench._types._axes import Dialect
 from tests._fakes import CharCounter
 from tests._helpers import COSTS, off_and_mtp, plan_of
@@ -179,3 +188,87 @@ def test_a_20_line_trace_replays_with_its_timestamps_and_its_shared_blocks(
     prompts = [i.turns[0] for i in items]
     assert sorted(p for p in sent if "Count from" not in p) == sorted(prompts * 2)
     _check_shared_blocks(dict(enumerate(prompts)))
+
+
+def _trace_plan(trace: Path, **over: Any) -> Any:
+    return plan_of(
+        [("off", "off", "http://127.0.0.1:1/v1"), ("mtp", "mtp", "http://127.0.0.1:2/v1")],
+        {
+            "parity": {"tasks": "none", "prompts": ["Count from 5 to 12."]},
+            "workload": {
+                "source": "synthetic",
+                "tokenizer": "endpoint",
+                "trace": {"path": str(trace)},
+            },
+        },
+        over,
+    )
+
+
+@pytest.mark.parametrize(
+    "line,named",
+    [
+        ({"timestamp": 1e18, "input_length": 5, "output_length": 1}, "MAX_TRACE_SPAN_MS"),
+        ({"timestamp": MAX_TRACE_SPAN_MS + 1, "input_length": 5, "output_length": 1}, "24 h"),
+        ({"timestamp": 10, "input_length": 10**12, "output_length": 1}, "'input_length'"),
+        ({"timestamp": 10, "input_length": 5, "output_length": 10**12}, "'output_length'"),
+        (
+            {"timestamp": 10, "input_length": MAX_CONTEXT_TOKENS + 1, "output_length": 1},
+            "MAX_CONTEXT_TOKENS",
+        ),
+    ],
+)
+def test_the_dry_run_refuses_a_trace_past_its_bounds(
+    tmp_path: Path, line: dict[str, Any], named: str
+) -> None:
+    first = {"timestamp": 0, "input_length": 5, "output_length": 1}
+    plan = _trace_plan(_write(tmp_path / "t.jsonl", [first, line]))
+    with pytest.raises(WorkloadFormatError, match=named) as info:
+        dry_run(plan, gate=LiveGate())
+    assert info.value.line_number == 2 and "t.jsonl:2" in str(info.value)
+
+
+def test_a_trace_at_its_bounds_passes_the_dry_run(tmp_path: Path) -> None:
+    lines: list[dict[str, Any]] = [
+        {"timestamp": 5, "input_length": MAX_CONTEXT_TOKENS, "output_length": MAX_CONTEXT_TOKENS},
+        {"timestamp": 5 + MAX_TRACE_SPAN_MS, "input_length": 1, "output_length": 1},
+    ]
+    plan = _trace_plan(_write(tmp_path / "t.jsonl", lines), requests_per_cell=6, repeats=3)
+    assert dry_run(plan, gate=LiveGate()).plan_hash == plan.plan_hash()
+
+
+def test_coverage_counts_a_traces_lines_not_n_prompts(tmp_path: Path) -> None:
+    """A 20-line trace with 4 requests per cell sends 4 of its 20 items; the default
+    ``n_prompts`` (8) says nothing about it."""
+    plan = _trace_plan(_write(tmp_path / "t.jsonl", _lines()), requests_per_cell=4, repeats=1)
+    with pytest.warns(WorkloadCoverageWarning, match="20 items, 4 will be sent"):
+        dry = dry_run(plan, gate=LiveGate())
+    assert any("raise requests_per_cell to 20" in w for w in dry.warnings)
+    full = plan.model_copy(update={"requests_per_cell": 20})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WorkloadCoverageWarning)
+        assert dry_run(full, gate=LiveGate()).warnings == ()
+
+
+def test_coverage_counts_shared_prefix_items_not_n_prompts() -> None:
+    plan = plan_of(
+        [("off", "off", "http://127.0.0.1:1/v1"), ("mtp", "mtp", "http://127.0.0.1:2/v1")],
+        {
+            "requests_per_cell": 8,
+            "repeats": 1,
+            "parity": {"tasks": "none", "prompts": ["Count from 5 to 12."]},
+            "workload": {
+                "source": "synthetic",
+                "tokenizer": "endpoint",
+                "shared_prefix": {
+                    "groups": 3,
+                    "prefix_tokens": 64,
+                    "suffixes": 4,
+                    "suffix_tokens": 16,
+                },
+            },
+        },
+        {},
+    )
+    with pytest.warns(WorkloadCoverageWarning, match="12 items, 8 will be sent"):
+        plan.validate_sources()

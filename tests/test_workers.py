@@ -112,6 +112,10 @@ async def test_two_workers_give_the_same_answers_as_one_and_keep_the_key_hidden(
         assert r.worker == r.item.key % 2
 
 
+def _refused(results: list[PoolResult]) -> list[PoolResult]:
+    return [r for r in results if r.measurement.error is not None]
+
+
 async def test_budget_holds_for_the_run_not_per_worker() -> None:
     gate = LiveGate(max_requests=5)
     results: list[PoolResult] = []
@@ -119,9 +123,39 @@ async def test_budget_holds_for_the_run_not_per_worker() -> None:
         with pytest.raises(LiveGateError, match="request budget"):
             async with WorkerPool(2, routes={"off": route}, gate=gate) as pool:
                 await pool.run(work(12, 2), results.append)
-    assert len(results) == 5 and gate.requests_admitted == 5
-    assert gate.output_tokens_charged == sum(r.measurement.completion_tokens or 0 for r in results)
-    assert {r.worker for r in results} == {0, 1}
+    sent = [r for r in results if r.measurement.error is None]
+    assert len(sent) == 5 and gate.requests_admitted == 5
+    assert gate.output_tokens_charged == sum(r.measurement.completion_tokens or 0 for r in sent)
+    assert {r.worker for r in sent} == {0, 1}
+    kinds = {r.measurement.error.kind for r in _refused(results) if r.measurement.error}
+    assert kinds <= {ErrorKind.budget_refused}
+
+
+async def test_a_budget_refusal_keeps_the_requests_already_admitted() -> None:
+    """One worker, four streams, a budget of three: the fourth request is refused while
+    the first three are in flight. They finish and are recorded (the old worker cancelled
+    them: the server saw them, the gate admitted 3, 0 results); the refused ones are
+    recorded unsent with error kind ``budget_refused``, and the run still stops."""
+    slow = CostModel(target_step_ms=5.0, verify_token_ms=0.0, draft_step_ms=0.0)
+    gate = LiveGate(max_requests=3)
+    results: list[PoolResult] = []
+    async with EmbeddedEngine(EngineConfig(cost=slow)) as engine:
+        route = EngineRoute(base_url=engine.base_url, model="deepseekbench-ref", label="off")
+        with pytest.raises(LiveGateError, match="request budget"):
+            async with WorkerPool(1, routes={"off": route}, gate=gate) as pool:
+                await pool.run(work(6, 4), results.append)
+        served = engine.counters.requests
+    sent = [r for r in results if r.measurement.error is None]
+    assert gate.requests_admitted == 3 and served == 3
+    assert len(sent) == 3 and all(r.measurement.text for r in sent)
+    refused = _refused(results)
+    assert sorted(r.item.key for r in results if r.item is not None) == list(range(6))
+    assert len(refused) == 3
+    for r in refused:
+        assert r.measurement.error is not None
+        assert r.measurement.error.kind is ErrorKind.budget_refused
+        assert "request budget" in r.measurement.error.message
+        assert r.measurement.route_label == "off" and r.measurement.completion_tokens is None
 
 
 async def test_a_dead_worker_loses_nothing_it_sent_is_reported_and_replaced() -> None:

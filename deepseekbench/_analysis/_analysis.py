@@ -18,6 +18,7 @@ set's task parity, and say so.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
 from deepseekbench._plan._schedule import reasoning_modes
 from deepseekbench._plan._tasks import TaskParityResult, task_parity
+from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
 from deepseekbench._store._records import ParityEntry, parity_entries
 from deepseekbench._store._results import (
     MeasureInfo,
@@ -170,6 +172,10 @@ class RunMeta(BaseModel):
     finished_at: str | None = None
     library_version: str | None = None
     engines: dict[str, str] = {}
+    results_integrity: str | None = None
+    """What reading the results file found, in one line (``None``: a verified
+    file, or no file): "TAMPERED results file ..." or "unverified file (no digest
+    chain)" (:meth:`~deepseekbench._store._chain.ResultsIntegrity.describe`)."""
 
     @classmethod
     def of(
@@ -180,8 +186,10 @@ class RunMeta(BaseModel):
         started_at: str | None,
         finished_at: str | None = None,
         library_version: str | None = None,
+        integrity: ResultsIntegrity | None = None,
     ) -> RunMeta:
-        """The metadata of a run of ``plan`` (engines from its routes)."""
+        """The metadata of a run of ``plan`` (engines from its routes; ``integrity``:
+        what reading its results file found)."""
         engines = {r.label: f"{plan.engine_route} ({r.dialect.value})" for r in plan.routes}
         return cls(
             model=plan.model,
@@ -190,6 +198,7 @@ class RunMeta(BaseModel):
             finished_at=finished_at,
             library_version=library_version,
             engines=engines,
+            results_integrity=integrity.describe() if integrity is not None else None,
         )
 
     def describe(self) -> str:
@@ -251,6 +260,8 @@ class RunResult:
         traffic: exact comparison of each speculative row's measured outputs with
             ``off``'s, by row key (temperature 0 only).
         meta: the run's metadata (model, plan hash, dates, engines) that exports carry.
+        integrity: what reading the results file found (its digest chain, duplicated
+            measurement records, records of no run); ``None`` without a file.
     """
 
     plan: BenchmarkPlan
@@ -267,6 +278,13 @@ class RunResult:
     kept_measurements: int = 0
     remaining_measurements: int = 0
     meta: RunMeta | None = None
+    integrity: ResultsIntegrity | None = None
+
+    @property
+    def results_tampered(self) -> bool:
+        """True when the results file was edited after it was written: no speedup
+        is credited from this result (``results_tampered``)."""
+        return self.integrity is not None and self.integrity.tampered
 
     @property
     def n_errors(self) -> int:
@@ -847,11 +865,12 @@ def build_result(
     kept_measurements: int = 0,
     remaining_measurements: int = 0,
     launched: Mapping[str, LaunchRecord] | None = None,
+    integrity: ResultsIntegrity | None = None,
 ) -> RunResult:
     """The :class:`RunResult` of ``plan``'s records and the run's recorded parity set
-    (pure: same records, same result; no file is read). ``meta`` and the counts are
-    carried as given (see :class:`RunResult`); ``launched``: what was launched per
-    route label (``[routes.launch]``), copied onto that route's rows."""
+    (pure: same records, same result; no file is read). ``meta``, ``integrity`` and
+    the counts are carried as given (see :class:`RunResult`); ``launched``: what was
+    launched per route label (``[routes.launch]``), copied onto that route's rows."""
     inp = _RowInput(plan, state, _build_parity(plan, state, parity_set), launched or {})
     rows: list[Row] = []
     keys: list[RowKey] = []
@@ -898,6 +917,7 @@ def build_result(
         kept_measurements=kept_measurements,
         remaining_measurements=remaining_measurements,
         meta=meta,
+        integrity=integrity,
     )
 
 
@@ -913,9 +933,21 @@ def load_results(path: str | Path, *, plan_hash: str | None = None) -> RunResult
     dataset files changes nothing. Files written before the parity set was
     recorded read the plan's files again.
 
+    The file's integrity is checked (its digest chain, duplicated measurement
+    records, records of a plan with no ``run_start``): ``result.integrity`` holds
+    what was found, ``result.meta.results_integrity`` says it in the reports, and
+    an edited file credits no speedup (``results_tampered``). A record's ``round``
+    outside the plan's rounds is an error.
+
     Raises:
         ResultsFormatError: the file is unreadable, has no ``run_start`` record,
-            a record is malformed, or ``plan_hash`` matches no run or several.
+            a record is malformed (a field out of range: an index, round, route,
+            cell or load the plan does not have), or ``plan_hash`` matches no run
+            or several.
+
+    Warns:
+        ResultsIntegrityWarning: the file was edited after it was written (the
+            lines named); the result still loads, no speedup credited.
     """
     return load_results_and_runs(path, plan_hash=plan_hash)[0]
 
@@ -943,7 +975,10 @@ def load_results_and_runs(
         started_at=run.started_at if run.started_at != "?" else None,
         finished_at=stored.finished_at,
         library_version=stored.start.library_version,
+        integrity=stored.integrity,
     )
+    if stored.integrity.tampered:
+        warnings.warn(f"{p}: {stored.integrity.describe()}", ResultsIntegrityWarning, stacklevel=3)
     result = build_result(
         stored.plan,
         stored.state,
@@ -953,5 +988,6 @@ def load_results_and_runs(
         parity_set=parity_set,
         meta=meta,
         launched=stored.start.launched,
+        integrity=stored.integrity,
     )
     return result, stored.runs

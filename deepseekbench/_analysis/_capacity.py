@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepseekbench._analysis._analysis import RunResult
-from deepseekbench._analysis._speedup import SpeedupMetric, compare_speedup
+from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric, compare_speedup
 from deepseekbench._plan._search import (
     Bracket,
     Probe,
@@ -343,7 +343,10 @@ class CapacityReport:
 
 
 def _refusal(result: RunResult, off: str, route: str, metric: SpeedupMetric) -> str | None:
-    """The first load where ``compare_speedup`` refuses ``route`` against ``off``."""
+    """The first load where ``compare_speedup`` refuses ``route`` against ``off``; every
+    load of a result read from an edited results file (``results_tampered``)."""
+    if result.results_tampered:
+        return f"{RefusalReason.results_tampered.value} (the results file was edited)"
     by_key = {
         (r.route_label, r.context_bucket, r.output_target, r.reasoning_mode, _level(r)): r
         for r in result.rows

@@ -131,6 +131,10 @@ class RefusalReason(_ClosedEnum):
     per-request fields or ``/metrics`` — so nothing shows it speculated (an ``off``
     server behind a speculative label decodes the same way): no speed verdict. Judged
     on rows of a run (``route_identity`` set)."""
+    results_tampered = "results_tampered"
+    """The rows come from a results file edited after it was written (its digest chain
+    is broken, a measurement record is duplicated, or records name a plan with no
+    ``run_start``; see :class:`~deepseekbench.ResultsIntegrityWarning`)."""
 
 
 class SpeedupVerdict(BaseModel):
@@ -486,7 +490,9 @@ def compare_speedup(
         min_requests: the minimum ``n_requests`` per row
             (default :data:`MIN_REQUESTS_FOR_SPEEDUP`).
         result: the :class:`~deepseekbench.RunResult` holding both rows; their
-            samples and rounds are read from it.
+            samples and rounds are read from it. A result read from an edited
+            results file (``result.results_tampered``) refuses every speedup
+            (``results_tampered``).
         samples: ``(baseline, candidate)`` per-request values of ``metric`` (ms, or
             tokens/s), instead of ``result``.
         rounds: ``(baseline, candidate)`` value of ``metric`` per round number,
@@ -529,6 +535,8 @@ def compare_speedup(
         bs, br = result.speedup_evidence(baseline, name)
         cs, cr = result.speedup_evidence(candidate, name)
         samples, rounds = (bs, cs), (br, cr)
+        if getattr(result, "results_tampered", False):  # a RunResult of an edited file
+            return tampered_verdict(metric, clock)
     verdict = _judge(baseline, candidate, metric, min_requests, clock, clock_tolerance)
     verdict = _with_interval(
         verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed
@@ -553,6 +561,14 @@ def _witnessed(
         clock=verdict.clock,
         printed=False,
         reasons=(RefusalReason.clock_disagreement,),
+    )
+
+
+def tampered_verdict(metric: SpeedupMetric, clock: Clock) -> SpeedupVerdict:
+    """The verdict of any two rows of an edited results file: refused with
+    :attr:`RefusalReason.results_tampered` alone, whatever the rows say."""
+    return SpeedupVerdict(
+        metric=metric, clock=clock, printed=False, reasons=(RefusalReason.results_tampered,)
     )
 
 

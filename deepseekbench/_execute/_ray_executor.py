@@ -7,12 +7,16 @@ gate's rules, own client) and the same bookkeeping as the process pool
 (:class:`~deepseekbench._execute._workers.PhaseBook`); only the transport differs.
 
 * **Cluster.** ``address=None`` (or ``"local"``) starts a new local Ray instance
-  bound to 127.0.0.1, dashboard off, usage statistics off (their collection
-  probes the cloud metadata address), without proxy variables or
-  ``RAY_ADDRESS`` in its processes' environment. An address of an existing
+  bound to 127.0.0.1, dashboard off, usage statistics off, without proxy variables or
+  ``RAY_ADDRESS`` in its processes' environment, and with a ``HOME`` of its own
+  whose ``ray_bootstrap_config.yaml`` names the local provider (else Ray's usage
+  module asks the cloud metadata address 169.254.169.254, whatever
+  ``RAY_USAGE_STATS_ENABLED`` says). An address of an existing
   cluster (``"host:port"``, ``"ray://host:port"``, or ``"auto"``, first resolved
   as Ray would: ``RAY_ADDRESS``, else the leftover ``ray_current_cluster`` file)
-  is checked like any URL: a non-loopback host needs the gate's key and
+  must be of the strict grammar of :mod:`deepseekbench._net._ray_address` (an IP
+  literal or ``localhost`` as host: the gate and Ray read the same host) and is
+  then checked like any URL: a non-loopback host needs the gate's key and
   ``spend``; Ray is then given the resolved address. Actors are placed
   with the ``SPREAD`` strategy (one per node while nodes last).
 * **Clocks.** Actors may run on other hosts, whose monotonic clocks share no
@@ -44,8 +48,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
+import shutil
+import site
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -53,7 +61,7 @@ from typing import Any
 import anyio
 import httpx
 
-from deepseekbench._errors import LiveGateError, RayUnavailableError
+from deepseekbench._errors import LiveGateError, RayAddressError, RayUnavailableError
 from deepseekbench._execute._worker import Finished, WorkerCore, WorkerSetup
 from deepseekbench._execute._workers import (
     BudgetLedger,
@@ -69,6 +77,7 @@ from deepseekbench._execute._workers import (
 from deepseekbench._execute._workshare import LoadWork, WorkerShare, split_work
 from deepseekbench._measure._measure import Timeouts
 from deepseekbench._net._gate import LiveGate, is_loopback_host
+from deepseekbench._net._ray_address import RAY_ADDRESS_SETTINGS, parse_ray_address
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._secrets import secret_values
 
@@ -104,16 +113,20 @@ def _ray(local: bool = False) -> Any:
 
 
 def ray_address_host(address: str) -> str:
-    """The host of a concrete Ray cluster address (``"local"`` is this host).
+    """The host of a concrete Ray cluster address (``"local"`` is this host), as Ray
+    reads it (IPv6 without brackets).
 
-    Accepts ``host:port``, ``ray://host:port`` and ``[v6]:port``. ``"auto"`` is
-    not concrete: resolve it first with :func:`resolve_ray_address` (``auto``
-    means whatever ``RAY_ADDRESS`` or a leftover cluster file points at).
+    Accepts ``host:port``, ``ray://host:port`` and ``[v6]:port`` with an IP literal
+    or ``localhost`` as host (:func:`~deepseekbench._net._ray_address.parse_ray_address`).
+    ``"auto"`` is not concrete: resolve it first with :func:`resolve_ray_address`
+    (``auto`` means whatever ``RAY_ADDRESS`` or a leftover cluster file points at).
+
+    Raises:
+        RayAddressError: any other address.
     """
     if address == "local":
         return "127.0.0.1"
-    rest = address.split("://", 1)[-1]
-    return httpx.URL(f"http://{rest}").host
+    return parse_ray_address(address).host
 
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
@@ -142,29 +155,42 @@ def resolve_ray_address(
       ``get_ray_address_from_environment``.
     * anything else: itself (an explicit address; Ray does not override it).
 
+    Every concrete address, given or resolved, must be of the grammar the gate
+    judges (:func:`~deepseekbench._net._ray_address.parse_ray_address`):
+    ``RAY_ADDRESS`` is taken as Ray takes it (not stripped), the cluster file's
+    content stripped (as Ray's ``read_ray_address``).
+
     Raises:
         RayUnavailableError: ``"auto"`` with neither ``RAY_ADDRESS`` nor a
             cluster file (Ray would scan for any running cluster: give an
             explicit address instead).
+        RayAddressError: the address, or what ``"auto"`` resolves to, is outside
+            that grammar (the message names where it came from).
     """
     if address is None or address == "local":
         return None
     if address != "auto":
+        parse_ray_address(address)
         return address
     env = os.environ if environ is None else environ
-    found = (env.get(RAY_ADDRESS_ENV) or "").strip()
+    found, source = env.get(RAY_ADDRESS_ENV) or "", RAY_ADDRESS_ENV
     if not found:
+        source = ray_cluster_file(env)
         try:
-            with open(ray_cluster_file(env), encoding="utf-8") as f:
+            with open(source, encoding="utf-8") as f:
                 found = f.read(4096).strip()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             found = ""
-    if not found or found in ("auto", "local"):
+    if not found or found in RAY_ADDRESS_SETTINGS:
         raise RayUnavailableError(
             "ray_address 'auto' found no cluster address (RAY_ADDRESS is unset and there "
             f"is no {ray_cluster_file(env)}): give the cluster's host:port, or leave "
             "ray_address unset for a local instance"
         )
+    try:
+        parse_ray_address(found)
+    except RayAddressError as exc:
+        raise RayAddressError(f"ray_address 'auto' resolved from {source}: {exc}") from None
     return found
 
 
@@ -179,7 +205,7 @@ def ray_address_refusal(
     shows both).
 
     Raises:
-        RayUnavailableError: as :func:`resolve_ray_address`.
+        RayUnavailableError, RayAddressError: as :func:`resolve_ray_address`.
     """
     resolved = resolve_ray_address(address, environ)
     if resolved is None:
@@ -214,22 +240,66 @@ _RAY_SCRUBBED_ENV = (
     "grpc_proxy",
     RAY_ADDRESS_ENV,
 )
-# Set for a local instance: no usage reports (whose collection probes the cloud
-# metadata address), gRPC never through a proxy.
+# Set for a local instance: no usage reports, gRPC never through a proxy.
 _RAY_LOCAL_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "NO_PROXY": "*", "no_proxy": "*"}
+
+# Ray's dashboard head runs even with include_dashboard=False (its usage-statistics
+# module, UsageStatsHead) and, before it reads RAY_USAGE_STATS_ENABLED, names the cloud
+# provider for its report: from ~/ray_bootstrap_config.yaml (the autoscaler's config),
+# else by asking the cloud metadata services (169.254.169.254 twice, and
+# metadata.google.internal: a DNS query) — ray/_common/usage/usage_lib.py,
+# get_cluster_config_to_report. No variable turns that off, so a local instance's
+# processes get a HOME of their own holding that file, naming Ray's local provider.
+RAY_BOOTSTRAP_CONFIG = "ray_bootstrap_config.yaml"
+"""The file (in ``$HOME``) Ray's usage module reads instead of asking the metadata services."""
+_LOCAL_BOOTSTRAP_CONFIG = "# deepseekbench: a local Ray instance\nprovider:\n  type: local\n"
+_RAY_TOKEN = os.path.join(".ray", "auth_token")  # Ray's token file, relative to HOME
+
+
+@functools.cache
+def _home_folder() -> tempfile.TemporaryDirectory[str]:
+    # one per process (removed at exit): Ray's driver caches its auth token, which a
+    # later instance's GCS must find in the same HOME
+    return tempfile.TemporaryDirectory(prefix="deepseekbench-ray-home-")
+
+
+def local_ray_home() -> str:
+    """The ``HOME`` of every local Ray instance this process starts (a private temporary
+    folder, one per process, removed at exit), holding :data:`RAY_BOOTSTRAP_CONFIG`
+    (provider ``local``) and a copy of the user's Ray token (``~/.ray/auth_token``)
+    when there is one, so Ray's token authentication finds the same token.
+    Call it under the user's own ``HOME``.
+
+    Raises:
+        OSError: a file cannot be written.
+    """
+    root = _home_folder().name
+    with open(os.path.join(root, RAY_BOOTSTRAP_CONFIG), "w", encoding="utf-8") as f:
+        f.write(_LOCAL_BOOTSTRAP_CONFIG)
+    token, copy = os.path.join(os.path.expanduser("~"), _RAY_TOKEN), os.path.join(root, _RAY_TOKEN)
+    if os.path.isfile(token) and not os.path.exists(copy):
+        os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
+        shutil.copyfile(token, copy)
+        os.chmod(copy, 0o600)
+    return root
 
 
 @contextlib.contextmanager
-def _local_ray_env(secrets: tuple[str, ...] = ()) -> Iterator[None]:
+def _local_ray_env(secrets: tuple[str, ...] = (), home: str | None = None) -> Iterator[None]:
     """``os.environ`` fit for starting a local Ray instance (its processes inherit it):
     proxies, ``RAY_ADDRESS``, ``DEEPSEEKBENCH_API_KEY`` and any variable holding a
-    key removed, usage statistics off; restored afterwards, except
+    key removed, usage statistics off, and with ``home`` (see :func:`local_ray_home`)
+    ``HOME`` set to it (``PYTHONUSERBASE`` kept at this process's user base, so user
+    site-packages still load); restored afterwards, except
     ``RAY_USAGE_STATS_ENABLED=0`` which stays (the driver reads it later)."""
     scrub = (*_RAY_SCRUBBED_ENV, *key_variables(secrets))
-    saved = {k: os.environ.get(k) for k in (*scrub, *_RAY_LOCAL_ENV)}
+    local = dict(_RAY_LOCAL_ENV)
+    if home is not None:
+        local |= {"HOME": home, "PYTHONUSERBASE": site.getuserbase()}
+    saved = {k: os.environ.get(k) for k in (*scrub, *local)}
     for k in scrub:
         os.environ.pop(k, None)
-    os.environ.update(_RAY_LOCAL_ENV)
+    os.environ.update(local)
     try:
         yield
     finally:
@@ -382,7 +452,8 @@ class RayPool(ClientPool):
             return
         if resolved is None:
             keys = (self.rules.api_key, *(r.api_key for r in self.routes.values()))
-            with _local_ray_env(secret_values(*keys)):
+            home = local_ray_home()
+            with _local_ray_env(secret_values(*keys), home):
                 ray.init(
                     # "local": a new instance; None or "auto" would follow RAY_ADDRESS
                     # or a leftover cluster file
@@ -406,6 +477,8 @@ class RayPool(ClientPool):
         Raises:
             RayUnavailableError: ``ray`` is not installed, or ``"auto"`` found
                 no cluster address (:func:`resolve_ray_address`).
+            RayAddressError: the address (or what ``"auto"`` resolves to) is
+                outside the grammar the gate judges; raised before ray is imported.
             LiveGateError: a non-loopback cluster address (``"auto"`` resolved
                 first) without the gate's key and ``spend``.
         """

@@ -7,8 +7,10 @@ built from the same :class:`GateRules` as the parent's gate (same key, same
 client from that gate. Budgets (``max_requests``, ``max_output_tokens``) are
 the run's, not the worker's: when the parent's gate has one, the worker asks
 the parent's ledger (an :data:`AskFn`) before every request, before its clock
-starts, and a refusal raises :class:`~deepseekbench.LiveGateError` as it would
-in one process.
+starts. A refusal stops the worker's share without dropping what it admitted: the
+requests already in flight finish and are posted, the refused one and every one
+after it are posted unsent with error kind ``budget_refused``, and then the
+refusal raises :class:`~deepseekbench.LiveGateError` as it would in one process.
 
 Times: every measurement's own times are on this worker's monotonic clock
 (``time.perf_counter_ns``, CLOCK_MONOTONIC on Linux); the shared start of a
@@ -23,19 +25,35 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import httpx
 from pydantic import SecretStr
 
+from deepseekbench._errors import LiveGateError
 from deepseekbench._execute._lag import schedule_lag_ms
 from deepseekbench._execute._workshare import PoolItem, WorkerShare
-from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._measure import (
+    ErrorKind,
+    StreamError,
+    StreamMeasurement,
+    Timeouts,
+    measure_streamed,
+)
 from deepseekbench._measure._selfcheck import SelfCheck
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 
-__all__ = ["AskFn", "Finished", "GateRules", "PostFn", "WorkerCore", "WorkerSetup"]
+__all__ = [
+    "AskFn",
+    "Finished",
+    "GateRules",
+    "PostFn",
+    "WorkerCore",
+    "WorkerSetup",
+    "client_fault_measurement",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +131,19 @@ PostFn = Callable[[Finished], None]
 """Hands one finished request to the parent; must not block for long."""
 
 
+def client_fault_measurement(
+    route: EngineRoute | None, kind: ErrorKind, message: str
+) -> StreamMeasurement:
+    """The record of a request the client could not finish or send (``worker_died``,
+    ``budget_refused``): the error and the route's identity, nothing measured."""
+    err = StreamError(kind=kind, message=message)
+    extra: dict[str, Any] = {}
+    if route is not None:
+        extra = {"dialect": route.dialect, "speculative": route.speculative}
+        extra["route_label"] = route.label
+    return StreamMeasurement(error=err, errors=[err], **extra)
+
+
 async def sleep_until(deadline_ns: int) -> None:
     """Sleep until ``time.monotonic_ns()`` reaches ``deadline_ns`` (ns)."""
     delay = deadline_ns - time.monotonic_ns()
@@ -139,6 +170,7 @@ class WorkerCore:
         self.gate = setup.rules.gate()
         total = setup.timeouts.total_s
         self.client = self.gate.client(timeout=httpx.Timeout(total))
+        self._refusal: LiveGateError | None = None
 
     async def __aenter__(self) -> WorkerCore:
         return self
@@ -157,21 +189,44 @@ class WorkerCore:
             timeouts=self.setup.timeouts,
         )
 
-    async def _ask(self, item: PoolItem) -> None:
-        if self.ask is not None:
-            await self.ask(self.setup.routes[item.route])
+    async def _admitted(self, item: PoolItem, key: int) -> bool:
+        """Ask the run's budget for ``item``; when it refuses (now, or earlier in this
+        share), post ``item`` unsent with error kind ``budget_refused`` under ``key``
+        and return False. The requests in flight are not cancelled."""
+        if self.ask is not None and self._refusal is None:
+            try:
+                await self.ask(self.setup.routes[item.route])
+            except LiveGateError as exc:
+                self._refusal = exc
+        if self._refusal is None:
+            return True
+        now = time.monotonic_ns()
+        m = client_fault_measurement(
+            self.setup.routes[item.route], ErrorKind.budget_refused, str(self._refusal)
+        )
+        self.post(Finished(key, m, None, now, now))
+        return False
+
+    def _raise_refusal(self) -> None:
+        """Raise the budget's refusal of this share, once every admitted request finished."""
+        refusal, self._refusal = self._refusal, None
+        if refusal is not None:
+            raise refusal
 
     async def warm(self, share: WorkerShare) -> None:
         """Send the share's warm-up requests on its streams; each is posted with key -1.
 
         Raises:
-            LiveGateError: the gate or the run's budget refuses a request.
+            LiveGateError: the gate or the run's budget refuses a request (a budget
+                refusal once the requests in flight finished; the refused ones are
+                posted with error kind ``budget_refused``).
         """
         limiter = anyio.CapacityLimiter(share.concurrency)
 
         async def one(item: PoolItem) -> None:
             async with limiter:
-                await self._ask(item)
+                if not await self._admitted(item, -1):
+                    return
                 sent = time.monotonic_ns()
                 m = await self._measure(item)
             self.post(Finished(-1, m, None, sent, time.monotonic_ns()))
@@ -179,6 +234,7 @@ class WorkerCore:
         async with SelfCheck(), anyio.create_task_group() as tg:
             for item in share.warmup:
                 tg.start_soon(one, item)
+        self._raise_refusal()
 
     async def run(self, share: WorkerShare, start_ns: int) -> None:
         """Send the share's items from ``start_ns`` (``time.monotonic_ns()``, ns) on.
@@ -191,13 +247,16 @@ class WorkerCore:
         ``client_saturated``) is this worker's.
 
         Raises:
-            LiveGateError: the gate or the run's budget refuses a request.
+            LiveGateError: the gate or the run's budget refuses a request (a budget
+                refusal once the requests in flight finished; the refused one and
+                every later one are posted with error kind ``budget_refused``).
         """
         limiter = anyio.CapacityLimiter(share.concurrency)
 
         async def one(item: PoolItem, due_ns: int | None) -> None:
             async with limiter:
-                await self._ask(item)
+                if not await self._admitted(item, item.key):
+                    return
                 sent = time.monotonic_ns()
                 m = await self._measure(item)
                 # from the send's start (perf_counter_ns: the same
@@ -212,5 +271,7 @@ class WorkerCore:
                 due = None
                 if share.offsets_s is not None:
                     due = start_ns + round(share.offsets_s[j] * 1e9)
-                    await sleep_until(due)
+                    if self._refusal is None:  # a refused share sends nothing more
+                        await sleep_until(due)
                 tg.start_soon(one, item, due)
+        self._raise_refusal()

@@ -29,7 +29,9 @@ client (:mod:`deepseekbench._execute._worker`). The work is split deterministica
   pid, exit code); its unfinished requests are handed to ``on_result`` as
   measurements with error kind ``worker_died``; it is replaced at the next load
   point. A worker whose gate refuses raises :class:`~deepseekbench.LiveGateError`
-  in the parent once the others finished; any other worker exception raises
+  in the parent once the others finished (a budget refusal first lets the worker's
+  requests in flight finish, and hands the refused ones on as ``budget_refused``
+  measurements: nothing admitted is dropped); any other worker exception raises
   :class:`WorkerError` (requests it had not finished are not recorded: a resume
   sends them).
 """
@@ -55,10 +57,16 @@ import anyio
 import httpx
 
 from deepseekbench._errors import LiveGateError, WorkerError
-from deepseekbench._execute._worker import Finished, GateRules, WorkerCore, WorkerSetup
+from deepseekbench._execute._worker import (
+    Finished,
+    GateRules,
+    WorkerCore,
+    WorkerSetup,
+    client_fault_measurement,
+)
 from deepseekbench._execute._workshare import LoadWork, PoolItem, WorkerShare, split_work
 from deepseekbench._measure._figures import counted_output_tokens
-from deepseekbench._measure._measure import ErrorKind, StreamError, StreamMeasurement, Timeouts
+from deepseekbench._measure._measure import ErrorKind, StreamMeasurement, Timeouts
 from deepseekbench._net._gate import ENV_API_KEY, LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._secrets import contains_secret, secret_values
@@ -151,12 +159,7 @@ class PoolReport:
 def died_measurement(route: EngineRoute | None, death: str) -> StreamMeasurement:
     """The record of a request whose worker died before it finished (error kind
     ``worker_died``; nothing else known)."""
-    err = StreamError(kind=ErrorKind.worker_died, message=death)
-    extra: dict[str, Any] = {}
-    if route is not None:
-        extra = {"dialect": route.dialect, "speculative": route.speculative}
-        extra["route_label"] = route.label
-    return StreamMeasurement(error=err, errors=[err], **extra)
+    return client_fault_measurement(route, ErrorKind.worker_died, death)
 
 
 charged_tokens = counted_output_tokens

@@ -237,7 +237,7 @@ def find_llama_server() -> Path:
     )
 
 
-def llama_server_args(spec: LlamaServerSpec, *, port: int, binary: Path) -> list[str]:
+def llama_server_args(spec: LlamaServerSpec, *, port: int | str, binary: Path) -> list[str]:
     """The full argv for ``spec`` listening on ``127.0.0.1:port`` (no shell quoting)."""
     args = [
         os.fspath(binary),

@@ -24,6 +24,7 @@ import contextlib
 import importlib.metadata
 import itertools
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,9 +33,19 @@ from typing import IO, Any, Literal
 
 import httpx
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-from deepseekbench._errors import ServerError
+from deepseekbench._errors import PlanError, ServerError
+from deepseekbench._launch._exposure import check_bind, looks_secret, secret_flags
 from deepseekbench._launch._llamacpp import LlamaServerSpec, find_llama_server, llama_server_args
 from deepseekbench._launch._servers import (
     Process,
@@ -54,13 +65,19 @@ from deepseekbench._launch._vllm import (
 from deepseekbench._launch._vllm import _server_env as _vllm_env
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._types._identity import LaunchRecord
+from deepseekbench._types._secrets import redact, secret_values
 
 __all__ = [
+    "PORT_PLACEHOLDER",
+    "RECORDED_PLAN",
     "LaunchSpec",
     "LaunchTarget",
     "Launched",
+    "check_exposure",
     "check_launch",
     "launch_argv",
+    "launch_env",
+    "launch_secrets",
     "launched_routes",
 ]
 
@@ -81,6 +98,13 @@ _VLLM_METHODS: dict[str, str] = {
     "draft": "draft_model",
     "ngram": "ngram",
 }
+RECORDED_PLAN = "recorded_plan"
+"""Validation context key: the plan is read back from a results file (the analysis
+reads it, nothing launches it), so a secret an older file holds does not make the
+file unreadable."""
+PORT_PLACEHOLDER = "{port}"
+"""What a launch's argv shows for the port before the run chooses it (dry run)."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding deepseekbench/
 
 
@@ -108,15 +132,29 @@ class LaunchSpec(BaseModel):
         command: a raw argv instead of ``engine``; ``{port}`` and ``{model}`` in it
             are replaced by the chosen port and the route's model name.
         startup_timeout_s: seconds to wait until the server serves its model.
-        env: extra environment variables for the server.
+        env: extra environment variables for the server (recorded with the plan:
+            no secrets).
+        env_from: environment variables for the server taken from this process's
+            environment: ``{server's name: this process's name}`` (only the names
+            are recorded, as a route's ``api_key_env``; read when the run starts).
+
+    A launch runs a program, so a plan with one is trusted like a script; the
+    server listens on 127.0.0.1 unless the gate is open for spending
+    (:func:`~deepseekbench._launch._exposure.check_bind`).
 
     Raises:
         pydantic.ValidationError: neither or both of ``engine`` and ``command``, an
-            empty ``command``, ``llama.cpp``/``vllm``/``sglang`` without ``model``,
-            a depth below 1, an empty grid list, or an unknown field.
+            empty ``command``, a ``command`` given as one string (it must be a
+            list of argv strings: no shell runs it), ``llama.cpp``/``vllm``/
+            ``sglang`` without ``model``, a depth below 1, an empty grid list, an
+            ``env`` entry or a flag of ``engine_args``/``extra_args``/``command``
+            that looks like a secret (:func:`~deepseekbench._launch._exposure.looks_secret`:
+            name it in ``env_from`` instead), an ``env_from`` name that is not a
+            variable name, or an unknown field. The refused value is never shown.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # hide_input_in_errors: a refused env value or flag may be a secret
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     engine: Engine | None = None
     model: str | None = Field(default=None, min_length=1)
@@ -128,6 +166,59 @@ class LaunchSpec(BaseModel):
     command: tuple[str, ...] | None = None
     startup_timeout_s: float = Field(default=600.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
+    env_from: dict[str, str] = Field(
+        default_factory=dict,
+        description="server variable -> name of this process's variable holding its value",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_empty_env_from(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("env_from"):
+            data.pop("env_from", None)  # launch plans written before it keep their hash
+        return data
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError(
+                "launch.command must be a list of argv strings, e.g. command = "
+                '["python", "-m", "server", "--port", "{port}"]: no shell runs it, so a '
+                "string is not split"
+            )
+        return value
+
+    @field_validator("env", "env_from")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        if any(not _ENV_NAME.fullmatch(name) for name in value):
+            raise ValueError("an environment variable name must match [A-Za-z_][A-Za-z0-9_]*")
+        return value
+
+    @model_validator(mode="after")
+    def _no_secrets(self, info: ValidationInfo) -> LaunchSpec:
+        if isinstance(info.context, dict) and info.context.get(RECORDED_PLAN):
+            return self  # a results file written before the rule: read, never launched
+        for name, value in self.env.items():
+            if looks_secret(name, value):
+                raise ValueError(
+                    f"launch.env.{name} looks like a secret, and a plan is recorded in its "
+                    f"results: keep it in this process's environment and name it instead, "
+                    f'env_from = {{{name} = "{name}"}}'
+                )
+        for name, source in self.env_from.items():
+            if not _ENV_NAME.fullmatch(source):
+                raise ValueError(f"launch.env_from.{name}: not a variable name (not shown)")
+        args = [*(self.command or ()), *self.extra_args, *_flags(self.engine_args)]
+        flags = secret_flags(args)
+        if flags:
+            raise ValueError(
+                f"launch: {', '.join(dict.fromkeys(flags))} looks like a secret, and a plan "
+                "and its command lines are recorded in the results: pass it through the "
+                "environment (env_from; vLLM reads VLLM_API_KEY, llama-server LLAMA_API_KEY)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> LaunchSpec:
@@ -240,7 +331,7 @@ def _split(args: Mapping[str, Any], model: type[BaseModel]) -> tuple[dict[str, A
     return own, _flags({k: v for k, v in args.items() if k not in own})
 
 
-def _embedded_argv(t: LaunchTarget, port: int) -> list[str]:
+def _embedded_argv(t: LaunchTarget, port: int | str) -> list[str]:
     dialect = t.dialect if t.dialect in ("vllm", "sglang", "llamacpp", "openai") else "vllm"
     argv = [
         sys.executable, "-m", "deepseekbench", "serve",
@@ -253,7 +344,7 @@ def _embedded_argv(t: LaunchTarget, port: int) -> list[str]:
     return argv + _flags(t.launch.engine_args)
 
 
-def _llama_argv(t: LaunchTarget, port: int) -> list[str]:
+def _llama_argv(t: LaunchTarget, port: int | str) -> list[str]:
     own, flags = _split(t.launch.engine_args, LlamaServerSpec)
     draft = t.launch.draft_model if isinstance(t.launch.draft_model, str) else None
     spec = LlamaServerSpec(
@@ -287,7 +378,7 @@ def _vllm_spec(t: LaunchTarget) -> VllmServerSpec:
     )
 
 
-def _sglang_argv(t: LaunchTarget, port: int) -> list[str]:
+def _sglang_argv(t: LaunchTarget, port: int | str) -> list[str]:
     python = os.environ.get(SGLANG_PYTHON_ENV) or sys.executable
     return sglang_server_args(
         python=Path(python),
@@ -301,8 +392,9 @@ def _sglang_argv(t: LaunchTarget, port: int) -> list[str]:
     )
 
 
-def launch_argv(t: LaunchTarget, port: int) -> list[str]:
-    """The exact argv that starts ``t``'s server on ``127.0.0.1:port``.
+def launch_argv(t: LaunchTarget, port: int | str) -> list[str]:
+    """The exact argv that starts ``t``'s server on ``127.0.0.1:port`` (``port``: a TCP
+    port, or :data:`PORT_PLACEHOLDER` for a dry run's view).
 
     Raises:
         ServerError: the engine's program cannot be found (llama.cpp) or the
@@ -341,8 +433,43 @@ def _env(t: LaunchTarget) -> dict[str, str]:
     if t.launch.engine == "embedded":
         path = base.get("PYTHONPATH")
         base["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), path) if p)
-    base.update(t.launch.env)
+    base.update(launch_env(t))
     return base
+
+
+def launch_env(t: LaunchTarget, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables ``t``'s launch sets: ``env``, then each ``env_from`` variable's
+    value read from ``environ`` (default this process's environment).
+
+    Raises:
+        PlanError: an ``env_from`` variable is unset or blank (its name is given,
+            never a value).
+    """
+    source = os.environ if environ is None else environ
+    out = dict(t.launch.env)
+    for name, var in t.launch.env_from.items():
+        value = source.get(var)
+        if value is None or not value.strip():
+            raise PlanError(
+                f"route {t.name!r}: launch.env_from.{name}: environment variable {var} is not set"
+            )
+        out[name] = value
+    return out
+
+
+def launch_secrets(
+    targets: Sequence[LaunchTarget], gate: LiveGate, environ: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """The secrets a launch knows, to redact from what it records and raises: each
+    ``env_from`` value, every variable of ``environ`` (default this process's) whose
+    name or value looks like a credential (it is inherited by the engine, which may
+    print it) and that is long enough to be one (8 characters or more: a short value
+    would be replaced wherever its letters occur), and the gate's key."""
+    source = os.environ if environ is None else environ
+    values = [v for k, v in source.items() if len(v.strip()) >= 8 and looks_secret(k, v)]
+    values += [source.get(var) or "" for t in targets for var in t.launch.env_from.values()]
+    key = gate.api_key.get_secret_value() if gate.api_key is not None else None
+    return secret_values(*values, key)
 
 
 @dataclass(frozen=True)
@@ -415,10 +542,36 @@ _KIND = ServerKind(
 )
 
 
+def check_exposure(
+    t: LaunchTarget, gate: LiveGate, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """Refuse ``t``'s launch when it would listen beyond loopback with ``gate`` closed
+    (:func:`~deepseekbench._launch._exposure.check_bind` on its argv and
+    :func:`launch_env`), and return its argv (the port shown as :data:`PORT_PLACEHOLDER`).
+
+    Raises:
+        LiveGateError: a non-loopback listen address without an API key and
+            ``spend=True``.
+        PlanError: an ``env_from`` variable is unset in ``environ`` (default this
+            process's environment).
+        ServerError: the engine's program cannot be found, or its launcher refuses
+            the configuration.
+    """
+    argv = launch_argv(t, PORT_PLACEHOLDER)
+    check_bind(t.name, argv, launch_env(t, environ), gate)
+    return argv
+
+
+def _redacted(exc: ServerError, secrets: Sequence[str]) -> ServerError:
+    """``exc`` again with every secret in its message replaced by ``***``."""
+    return type(exc)(redact(str(exc), secrets), name=exc.name, log_path=exc.log_path)
+
+
 @contextlib.asynccontextmanager
 async def launched_routes(
     targets: Sequence[LaunchTarget],
     *,
+    gate: LiveGate | None = None,
     log_dir: Path | None = None,
     stop_grace_s: float = 10.0,
 ) -> AsyncIterator[dict[str, Launched]]:
@@ -429,14 +582,26 @@ async def launched_routes(
     while the block runs in the main thread, and a SIGKILLed parent takes its
     servers along (``PR_SET_PDEATHSIG``, Linux). Logs go to ``log_dir/<label>.log``.
 
+    Before anything starts, every target is checked (:func:`check_exposure`): a
+    launch that would listen beyond loopback needs ``gate`` (default a closed
+    :class:`~deepseekbench.LiveGate`) open for spending. Known secrets
+    (:func:`launch_secrets`) are redacted from the recorded commands and from errors.
+
     Raises:
+        LiveGateError: a launch would listen beyond loopback with the gate closed
+            (nothing started).
+        PlanError: an ``env_from`` variable is unset (nothing started).
         ServerError: a program cannot be started, a server exited before it served
             its model, or did not within its ``startup_timeout_s`` (seconds); the
-            message carries the end of its log.
+            message carries the end of its log, secrets redacted.
     """
     if not targets:
         yield {}
         return
+    gate = LiveGate() if gate is None else gate
+    for t in targets:  # before anything starts
+        check_exposure(t, gate)
+    secrets = launch_secrets(targets, gate)
     argvs: dict[str, list[str]] = {}
 
     async def start(t: LaunchTarget, port: int, log: IO[bytes]) -> Process:
@@ -446,19 +611,22 @@ async def launched_routes(
 
     timeout = max(t.launch.startup_timeout_s for t in targets)
     with sigterm_as_interrupt():
-        async with run_servers(
-            _KIND, targets, _Running, exe=Path("engine"), spawn=start, ready=_serves_model,
-            log_dir=log_dir, startup_timeout_s=timeout, stop_grace_s=stop_grace_s,
-        ) as running:  # fmt: skip
-            out: dict[str, Launched] = {}
-            async with LiveGate().client(timeout=httpx.Timeout(5.0)) as client:
-                for t in targets:
-                    server = running[t.name]
-                    record = LaunchRecord(
-                        engine=t.launch.engine or "command",
-                        command=tuple(argvs[t.name]),
-                        version=await engine_version(client, t, server.origin),
-                        spec_config=t.spec_config(),
-                    )
-                    out[t.name] = Launched(server.base_url, server.pid, record)
-            yield out
+        try:
+            async with run_servers(
+                _KIND, targets, _Running, exe=Path("engine"), spawn=start, ready=_serves_model,
+                log_dir=log_dir, startup_timeout_s=timeout, stop_grace_s=stop_grace_s,
+            ) as running:  # fmt: skip
+                out: dict[str, Launched] = {}
+                async with LiveGate().client(timeout=httpx.Timeout(5.0)) as client:
+                    for t in targets:
+                        server = running[t.name]
+                        record = LaunchRecord(
+                            engine=t.launch.engine or "command",
+                            command=tuple(redact(a, secrets) for a in argvs[t.name]),
+                            version=await engine_version(client, t, server.origin),
+                            spec_config=t.spec_config(),
+                        )
+                        out[t.name] = Launched(server.base_url, server.pid, record)
+                yield out
+        except ServerError as exc:
+            raise _redacted(exc, secrets) from None

@@ -35,7 +35,7 @@ def sglang_server_args(
     python: Path,
     model: str,
     served_model_name: str,
-    port: int,
+    port: int | str,
     algorithm: str | None,
     depth: int | None,
     draft_model: str | None,

@@ -311,7 +311,7 @@ def find_vllm_python() -> Path:
     raise VllmServerError(f"${VLLM_PYTHON_ENV}={env} is not an executable file", name="-")
 
 
-def vllm_server_args(spec: VllmServerSpec, *, port: int, python: Path) -> list[str]:
+def vllm_server_args(spec: VllmServerSpec, *, port: int | str, python: Path) -> list[str]:
     """The full argv for ``spec`` on ``127.0.0.1:port`` (no shell quoting).
 
     ``python -m vllm.entrypoints.openai.api_server ...`` with the route's flags; the

@@ -105,7 +105,10 @@ class ErrorKind(StrEnum):
     total deadline passed; ``connect``: no connection / no response head;
     ``worker_died``: the client worker process (or Ray actor) sending it died
     before the request finished (a client fault, recorded by the parent;
-    see ``docs/workers.md``).
+    see ``docs/workers.md``); ``budget_refused``: the run's budget
+    (``LiveGate(max_requests=..., max_output_tokens=...)``) was spent before the
+    request was sent, inside a client worker: nothing was sent for it (recorded
+    so the requests admitted beside it are kept; see ``docs/workers.md``).
     """
 
     http_status = "http_status"
@@ -116,6 +119,7 @@ class ErrorKind(StrEnum):
     connect = "connect"
     worker_died = "worker_died"
     content_encoding = "content_encoding"
+    budget_refused = "budget_refused"
 
 
 # The measurement's ``error`` is the most severe one recorded (first of its rank).
@@ -128,6 +132,7 @@ _SEVERITY: dict[ErrorKind, int] = {
     ErrorKind.truncated: 5,
     ErrorKind.invalid_event: 6,
     ErrorKind.worker_died: 7,
+    ErrorKind.budget_refused: 8,
 }
 
 

@@ -43,7 +43,7 @@ from pydantic import SecretStr
 
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._transport import BenchTransport
-from deepseekbench._types._secrets import normalize_key
+from deepseekbench._types._secrets import checked_key
 
 ENV_API_KEY = "DEEPSEEKBENCH_API_KEY"
 """Environment variable :meth:`LiveGate.from_env` reads the API key from."""
@@ -154,7 +154,7 @@ def _hosts_of(nodes: list[object], url: httpx.URL | None) -> list[str]:
         elif isinstance(value, str) and value:
             try:
                 host = httpx.URL(value).host or value
-            except httpx.InvalidURL:
+            except (httpx.InvalidURL, UnicodeError):  # judged as written: not loopback
                 host = value
         elif value is not None:
             host = getattr(value, "host", None)  # yarl.URL, httpcore.URL
@@ -217,6 +217,8 @@ class LiveGate:
 
     Raises:
         ValueError: a budget is negative.
+        KeyFormatError: the key has a character an HTTP header cannot carry
+            (CR/LF or another control character, inner whitespace, non-ASCII).
     """
 
     def __init__(
@@ -232,7 +234,7 @@ class LiveGate:
         if max_output_tokens is not None and max_output_tokens < 0:
             raise ValueError("max_output_tokens must be >= 0")
         # a blank key ("", "  ") is no key: it must not open the gate
-        self._api_key: SecretStr | None = normalize_key(api_key)
+        self._api_key: SecretStr | None = checked_key(api_key, "LiveGate api_key")
         self._spend = bool(spend)
         self._max_requests = max_requests
         self._max_output_tokens = max_output_tokens
@@ -255,9 +257,11 @@ class LiveGate:
 
         Raises:
             ValueError: ``max_requests`` or ``max_output_tokens`` is negative.
+            KeyFormatError: ``DEEPSEEKBENCH_API_KEY`` has a character an HTTP
+                header cannot carry (the message names the variable, not the key).
         """
         env = os.environ if environ is None else environ
-        key = normalize_key(env.get(ENV_API_KEY))
+        key = checked_key(env.get(ENV_API_KEY), ENV_API_KEY)
         env_spend = env.get(ENV_SPEND, "").strip().lower() in _TRUE
         return cls(
             api_key=key,
@@ -310,14 +314,19 @@ class LiveGate:
     ) -> LiveGateError | None:
         """Return the error a request to ``url`` would raise now, or ``None`` if admitted.
 
-        Consumes nothing; a dry run uses it to say what would be refused.
+        Consumes nothing; a dry run uses it to say what would be refused. A host
+        that is not valid IDNA (``http://xn--/v1``) is always refused.
 
         Raises:
             httpx.InvalidURL: ``url`` is a string httpx cannot parse as a URL.
         """
         u = httpx.URL(url) if isinstance(url, str) else url
-        host = u.host or ""
         missing: list[str] = []
+        try:
+            host = u.host or ""
+        except UnicodeError:  # an A-label that is not valid IDNA ("xn--"): httpx cannot decode it
+            host = u.raw_host.decode("ascii", errors="replace")
+            missing.append("a host name that is valid IDNA")
         if u.scheme not in ("http", "https"):
             missing.append(f"a supported scheme (got {u.scheme!r})")
         if not is_loopback_host(host):

@@ -26,7 +26,7 @@ from deepseekbench._types._axes import (
     SpeculativeName,
 )
 from deepseekbench._types._request import ChatRequest
-from deepseekbench._types._secrets import normalize_key
+from deepseekbench._types._secrets import checked_key
 
 __all__ = ["EngineRoute", "eos_controls", "reasoning_controls"]
 
@@ -159,7 +159,9 @@ class EngineRoute(BaseModel):
 
     Raises:
         pydantic.ValidationError: a base URL that is not http(s), an unknown
-            dialect, a secret header in ``headers`` (use ``api_key``), or
+            dialect, a secret header in ``headers`` (use ``api_key``), an
+            ``api_key`` with a character an HTTP header cannot carry (CR/LF,
+            another control character, non-ASCII), or
             ``request_extras`` that set ``model``, ``messages`` or ``stream``.
             Its message names the field, never the refused value (which may
             be a secret).
@@ -222,8 +224,9 @@ class EngineRoute(BaseModel):
     @field_validator("api_key", mode="before")
     @classmethod
     def _blank_key_is_none(cls, v: Any) -> Any:
-        # a whitespace-only key is no key (it would send "Bearer " and redact spaces)
-        return normalize_key(v) if isinstance(v, str | SecretStr) else v
+        # a whitespace-only key is no key (it would send "Bearer " and redact spaces);
+        # a key a header cannot carry (CR/LF, non-ASCII) is refused here, not mid-send
+        return checked_key(v, "api_key") if isinstance(v, str | SecretStr) else v
 
     @field_validator("headers")
     @classmethod

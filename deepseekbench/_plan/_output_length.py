@@ -32,7 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepseekbench._plan._workload import WorkloadItem
+from deepseekbench._plan._workload import MAX_CONTEXT_TOKENS, WorkloadItem
 
 __all__ = [
     "OutputLength",
@@ -71,7 +71,9 @@ class OutputLength(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     distribution: Literal["fixed", "uniform", "normal", "lognormal", "dataset"] = "fixed"
-    tokens: int = Field(ge=1, le=1_048_576, description="target (mean) output length, tokens")
+    tokens: int = Field(
+        ge=1, le=MAX_CONTEXT_TOKENS, description="target (mean) output length, tokens"
+    )
     range_ratio: float = Field(default=0.0, ge=0.0, lt=1.0, description="uniform half-width / mean")
     spread: float = Field(default=0.0, ge=0.0, le=4.0, description="std / mean (normal, lognormal)")
     seed: int | None = Field(default=None, description="None: the plan's seed")

@@ -47,6 +47,7 @@ from pydantic import (
 from deepseekbench._errors import PlanError
 from deepseekbench._launch._plan_launch import LaunchSpec, check_launch
 from deepseekbench._measure._selfcheck import DEFAULT_LAG_THRESHOLD_MS
+from deepseekbench._net._ray_address import check_ray_address_setting
 from deepseekbench._net._route import (
     EngineRoute,
     can_ignore_eos,
@@ -68,8 +69,9 @@ from deepseekbench._plan._output_length import OutputLength, OutputLengthMode
 from deepseekbench._plan._prefix import SharedPrefix
 from deepseekbench._plan._search import SearchPlan
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE, Task, load_tasks, smoke_tasks
-from deepseekbench._plan._trace import TracePlan
+from deepseekbench._plan._trace import TracePlan, load_mooncake
 from deepseekbench._plan._workload import (
+    MAX_CONTEXT_TOKENS,
     InputLength,
     WorkloadFormatError,
     WorkloadItem,
@@ -88,6 +90,7 @@ from deepseekbench._types._axes import (
     Speculative,
 )
 from deepseekbench._types._clock import Clock
+from deepseekbench._types._secrets import checked_key
 from deepseekbench._userfile import SMALL_FILE_MAX_BYTES, read_user_text
 
 __all__ = [
@@ -107,7 +110,7 @@ __all__ = [
 # allow_inf_nan=False: TOML's inf/nan would be stored as null and never read back.
 _CONFIG = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 # Fields whose value may be a secret: an error names the field, never the value.
-_SECRET_FIELDS = frozenset({"api_key", "api_key_env", "headers"})
+_SECRET_FIELDS = frozenset({"api_key", "api_key_env", "headers", "env", "env_from", "command"})
 # Where results go and how the load is sent: a run resumed with more workers is
 # the same plan.
 _NOT_HASHED = {
@@ -408,18 +411,20 @@ class RoutePlan(BaseModel):
 
         Raises:
             PlanError: ``api_key_env`` names an unset variable.
+            KeyFormatError: the variable's key has a character an HTTP header
+                cannot carry (CR/LF, another control character, non-ASCII).
         """
         key: SecretStr | None = None
         if self.api_key_env is not None:
             env = os.environ if environ is None else environ
             value = env.get(self.api_key_env)
+            # a key pasted here instead of a variable name must not be echoed
+            name = self.api_key_env if self.api_key_env.isupper() else "(name not shown)"
             if not value or not value.strip():  # a blank key is no key
-                # a key pasted here instead of a variable name must not be echoed
-                name = self.api_key_env if self.api_key_env.isupper() else "(name not shown)"
                 raise PlanError(
                     f"route {self.label!r}: api_key_env: environment variable {name} is not set"
                 )
-            key = SecretStr(value.strip())
+            key = checked_key(value, f"route {self.label!r}: api_key_env {name}")
         return EngineRoute(
             base_url=self.base_url,
             model=self.model or default_model,
@@ -924,8 +929,9 @@ class ParityPlan(BaseModel):
 
     Raises:
         pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` outside
-            (0, 1), ``max_tokens`` below 1, ``task_temperature`` outside [0, 2], an
-            unknown ``task_mode``, or an unknown field.
+            (0, 1), ``max_tokens`` below 1 or above ``MAX_CONTEXT_TOKENS``,
+            ``task_temperature`` outside [0, 2], an unknown ``task_mode``, or an
+            unknown field.
     """
 
     model_config = _CONFIG
@@ -935,7 +941,7 @@ class ParityPlan(BaseModel):
     task_mode: Literal["strict", "lenient"] = "strict"
     tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0, lt=1)
     alpha: float = Field(default=0.05, gt=0, lt=1)
-    max_tokens: int = Field(default=128, ge=1)
+    max_tokens: int = Field(default=128, ge=1, le=MAX_CONTEXT_TOKENS)
     seed: _Seed = 1234
     task_temperature: float = Field(default=0.0, ge=0, le=2)
     determinism_control: bool = True
@@ -1003,7 +1009,10 @@ class BenchmarkPlan(BaseModel):
         executor: ``"process"`` (worker processes on this host) or ``"ray"`` (Ray
             actors; needs the ``ray`` extra).
         ray_address: an existing Ray cluster's address (``None``: a local
-            instance on 127.0.0.1); a non-loopback host passes the gate.
+            instance on 127.0.0.1): ``host:port`` or ``ray://host:port`` with an IP
+            literal or ``localhost`` as host, or ``"auto"``/``"local"``
+            (``deepseekbench._net._ray_address``; anything else is refused at
+            validation); a non-loopback host passes the gate.
         model_source: optional path to the model's GGUF file or Hugging Face
             ``config.json`` (or checkpoint folder), relative to the plan file. When
             set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
@@ -1053,7 +1062,11 @@ class BenchmarkPlan(BaseModel):
     )
     workers: int = Field(default=1, ge=1, le=256, description="client workers (processes/actors)")
     executor: Literal["process", "ray"] = "process"
-    ray_address: str | None = Field(default=None, description="Ray cluster address; None=local")
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster address: host:port or ray://host:port (host an IP literal "
+        "or localhost), 'auto' or 'local'; None=local",
+    )
     model_source: str | None = Field(
         default=None,
         description="GGUF file or HF config.json/checkpoint folder to probe for MTP depth",
@@ -1085,6 +1098,12 @@ class BenchmarkPlan(BaseModel):
         if not v:
             raise ValueError("a plan needs at least 1 cell, got 0")
         return v
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address(cls, v: str | None) -> str | None:
+        # the grammar the gate judges: a host Ray reads the same way (_net._ray_address)
+        return check_ray_address_setting(v)
 
     @field_validator("routes")
     @classmethod
@@ -1329,22 +1348,40 @@ class BenchmarkPlan(BaseModel):
     # issue 23 (length23): nothing dropped silently
     def coverage(self, items: Sequence[WorkloadItem] | None) -> WorkloadCoverage:
         """How many workload items each cell sends (``items``: the source's, ``None``
-        for synthetic: ``n_prompts``, default 8); warns when some are never sent.
+        for synthetic: see :meth:`generated_item_count`); warns when some are never sent.
 
         Raises:
             PlanError: items would go unsent and ``workload.require_all_items`` is set.
+            WorkloadFormatError: the trace file is malformed or out of bounds.
 
         Warns:
             WorkloadCoverageWarning: items would go unsent (the counts and the
                 ``requests_per_cell`` that sends them all).
         """
-        n = len(items) if items is not None else (self.workload.n_prompts or 8)
+        n = len(items) if items is not None else self.generated_item_count()
         cov = workload_coverage(n, requests_per_cell=self.requests_per_cell, rounds=self.rounds)
         if not cov.complete:
             if self.workload.require_all_items:
                 raise PlanError(f"workload.require_all_items: {cov.message()}")
             warnings.warn(cov.message(), WorkloadCoverageWarning, stacklevel=3)
         return cov
+
+    def generated_item_count(self) -> int:
+        """Items a synthetic workload generates per cell: a trace's lines, a
+        shared-prefix spec's ``groups · suffixes``, else ``n_prompts`` (default 8).
+
+        Reads the trace file, so its bounds (``MAX_TRACE_SPAN_MS``,
+        ``MAX_CONTEXT_TOKENS``) are checked at validation and in the dry run.
+
+        Raises:
+            WorkloadFormatError: the trace file is unreadable, malformed or out of bounds.
+        """
+        w = self.workload
+        if w.trace is not None:
+            return len(load_mooncake(self.resolve(w.trace.path)))
+        if w.shared_prefix is not None:
+            return w.shared_prefix.n_items
+        return w.n_prompts or 8
 
     def model_capability(self) -> ModelCapability | None:
         """The probed capability of ``model_source`` (``None`` when it is unset).

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._measure._tokens import TokenCounter
-from deepseekbench._plan._workload import WorkloadItem, _fit, generated_text
+from deepseekbench._plan._workload import MAX_CONTEXT_TOKENS, WorkloadItem, _fit, generated_text
 
 __all__ = ["SHARED_PREFIX_CATEGORY", "SharedPrefix", "shared_prefix_items"]
 
@@ -50,9 +50,11 @@ class SharedPrefix(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     groups: int = Field(ge=1, le=1_000, description="distinct shared prefixes")
-    prefix_tokens: int = Field(ge=1, le=1_048_576, description="shared prefix length, tokens")
+    prefix_tokens: int = Field(
+        ge=1, le=MAX_CONTEXT_TOKENS, description="shared prefix length, tokens"
+    )
     suffixes: int = Field(ge=1, le=10_000, description="unique suffixes per group")
-    suffix_tokens: int = Field(ge=1, le=1_048_576, description="suffix length, tokens")
+    suffix_tokens: int = Field(ge=1, le=MAX_CONTEXT_TOKENS, description="suffix length, tokens")
     turns: int = Field(default=1, ge=1, le=32, description="user turns per item")
     seed: int = 0
 

@@ -3,9 +3,11 @@
 A trace is a JSONL file, one request a line (the Mooncake FAST'25 format, as
 AIPerf's and GuideLLM's trace replay read it):
 
-* ``timestamp``: the request's arrival, ms from the trace's start (non-decreasing);
-* ``input_length``: prompt tokens;
-* ``output_length``: output tokens (the item's output cap; see below);
+* ``timestamp``: the request's arrival, ms from the trace's start (non-decreasing;
+  at most :data:`MAX_TRACE_SPAN_MS` after the first line's);
+* ``input_length``: prompt tokens (at most :data:`MAX_CONTEXT_TOKENS`);
+* ``output_length``: output tokens (the item's output cap, see below; at most
+  :data:`MAX_CONTEXT_TOKENS`);
 * ``hash_ids``: the prompt's blocks of ``block_tokens`` tokens (Mooncake: 512), each
   named by an integer; two requests whose lists open with the same ids share
   that many leading blocks, i.e. a prefix of that many tokens.
@@ -37,9 +39,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._errors import WorkloadFormatError
 from deepseekbench._measure._tokens import TokenCounter
-from deepseekbench._plan._workload import WorkloadItem, _fit, _jsonl_objects, generated_text
+from deepseekbench._plan._workload import (
+    MAX_CONTEXT_TOKENS,
+    WorkloadItem,
+    _fit,
+    _jsonl_objects,
+    generated_text,
+)
 
 __all__ = [
+    "MAX_TRACE_SPAN_MS",
     "TRACE_CATEGORY",
     "TracePlan",
     "TraceRecord",
@@ -51,6 +60,12 @@ __all__ = [
 
 TRACE_CATEGORY = "trace"
 """The category of every trace item."""
+
+MAX_TRACE_SPAN_MS = 86_400_000.0
+"""Longest run a trace may schedule, in ms (24 h): a line's ``timestamp`` may be at
+most this far after the first line's. Replay sends each line at its timestamp, so a
+timestamp of 10**18 ms would be a run that never ends; it is refused when the plan's
+sources are read (validation and the dry run). Split a longer trace into runs."""
 
 
 class TracePlan(BaseModel):
@@ -81,8 +96,8 @@ class TraceRecord(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     timestamp_ms: float = Field(ge=0)
-    input_length: int = Field(ge=1)
-    output_length: int = Field(ge=1)
+    input_length: int = Field(ge=1, le=MAX_CONTEXT_TOKENS)
+    output_length: int = Field(ge=1, le=MAX_CONTEXT_TOKENS)
     hash_ids: tuple[int, ...] = ()
     line: int = Field(ge=1)
 
@@ -105,21 +120,33 @@ def load_mooncake(path: str | Path) -> tuple[TraceRecord, ...]:
     Raises:
         WorkloadFormatError: unreadable or empty file, a line that is not a JSON
             object, a missing or negative ``timestamp``, ``input_length`` or
-            ``output_length`` below 1 or not an integer, ``hash_ids`` that is not a
-            list of non-negative integers, more ids than input tokens, or a
-            timestamp below the line before (file and line named).
+            ``output_length`` not an integer from 1 to :data:`MAX_CONTEXT_TOKENS`,
+            ``hash_ids`` that is not a list of non-negative integers, more ids than
+            input tokens, a timestamp below the line before or more than
+            :data:`MAX_TRACE_SPAN_MS` after the first line's (file and line named).
     """
     p = Path(path)
     out: list[TraceRecord] = []
     for n, obj in _jsonl_objects(p):
         where = f"{p}:{n}"
         ts = _number(obj, "timestamp", where, p, n)
+        if out and ts - out[0].timestamp_ms > MAX_TRACE_SPAN_MS:
+            raise WorkloadFormatError(
+                f"{where}: timestamp {ts:g} ms is more than MAX_TRACE_SPAN_MS "
+                f"({MAX_TRACE_SPAN_MS:g} ms, 24 h) after the first line's "
+                f"({out[0].timestamp_ms:g} ms): a replay that long never ends in one run",
+                path=p,
+                line_number=n,
+            )
         lengths = []
         for key in ("input_length", "output_length"):
             v = obj.get(key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_CONTEXT_TOKENS:
                 raise WorkloadFormatError(
-                    f"{where}: {key!r} must be an integer >= 1", path=p, line_number=n
+                    f"{where}: {key!r} must be an integer from 1 to MAX_CONTEXT_TOKENS "
+                    f"({MAX_CONTEXT_TOKENS}), got {v!r:.40}",
+                    path=p,
+                    line_number=n,
                 )
             lengths.append(v)
         ids = obj.get("hash_ids", [])

@@ -36,6 +36,7 @@ from deepseekbench._types._axes import ContextBucket
 from deepseekbench._userfile import read_user_text
 
 __all__ = [
+    "MAX_CONTEXT_TOKENS",
     "InputLength",
     "WorkloadFormatError",
     "WorkloadItem",
@@ -51,6 +52,13 @@ __all__ = [
 ]
 
 _NAMED_LIMIT = 10
+
+MAX_CONTEXT_TOKENS = 1_048_576
+"""Longest prompt or output a plan may ask for, in tokens (2**20: above the
+1M-token context of the largest models served today). Synthetic and shared-prefix
+lengths, output caps, the parity set's ``max_tokens`` and a trace's
+``input_length``/``output_length`` are bounded by it at validation (and so in
+the dry run), so a length of 10**12 tokens is an error, not a request."""
 
 
 class WorkloadItem(BaseModel):
@@ -484,7 +492,7 @@ class InputLength(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     distribution: Literal["fixed", "uniform", "normal"] = "fixed"
-    tokens: int = Field(ge=1, le=1_048_576, description="target (mean) length, tokens")
+    tokens: int = Field(ge=1, le=MAX_CONTEXT_TOKENS, description="target (mean) length, tokens")
     range_ratio: float = Field(default=0.0, ge=0.0, lt=1.0)
     spread: float = Field(default=0.0, ge=0.0, le=1.0, description="std / mean (normal)")
     seed: int = 0

@@ -40,6 +40,7 @@ from deepseekbench._analysis._speedup import (
     compare_speedup,
     evidence_field,
     paired_speedup_ci,
+    tampered_verdict,
 )
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
@@ -222,13 +223,18 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def _category_lines(base: Row | None, row: Row, metric: SpeedupMetric) -> tuple[CategoryLine, ...]:
-    """Per-category lines of ``row``; verdicts against ``base``'s categories."""
+def _category_lines(
+    base: Row | None, row: Row, metric: SpeedupMetric, tampered: bool = False
+) -> tuple[CategoryLine, ...]:
+    """Per-category lines of ``row``; verdicts against ``base``'s categories (all
+    refused with ``results_tampered`` when ``tampered``)."""
     if not row.categories:
         return ()
     from deepseekbench._analysis._breakdown import category_speedups
 
     verdicts = category_speedups(base, row, metric=metric) if base is not None else {}
+    if tampered:  # an edited results file credits no category either
+        verdicts = {name: tampered_verdict(metric, Clock.client) for name in verdicts}
     return tuple(
         CategoryLine(
             name=c.name,
@@ -421,8 +427,10 @@ class _Judge:
         n_resamples: int,
         seed: int,
         clock: Clock = Clock.client,
+        tampered: bool = False,
     ) -> None:
         self.clock = clock
+        self.tampered = tampered  # rows of an edited results file: nothing credited
         self.metric = metric
         self.samples = samples or {}
         self.rounds = rounds or {}
@@ -430,6 +438,8 @@ class _Judge:
         self.seed = seed
 
     def verdict(self, base: Row, row: Row) -> SpeedupVerdict:
+        if self.tampered:
+            return tampered_verdict(self.metric, self.clock)
         bk, ck = line_key(base), line_key(row)
         return compare_speedup(
             base,
@@ -508,7 +518,12 @@ def _line(
         sse_ignored_lines=r.sse_ignored_lines,
         output_short=r.output_short,
         n_output_short=r.n_output_short,
-        categories=_category_lines(base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms),
+        categories=_category_lines(
+            base,
+            r,
+            verdict.metric if verdict else SpeedupMetric.tpot_ms,
+            verdict is not None and RefusalReason.results_tampered in verdict.reasons,
+        ),
         turns=r.turns,
         dispersion=r.dispersion,
         server_ttft_ms=r.server_ttft_ms,
@@ -666,6 +681,7 @@ class Scorecard:
         seed: int = 0,
         rounds: Mapping[str, Mapping[int, float]] | None = None,
         clock: Clock | str = Clock.client,
+        results_tampered: bool = False,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -682,6 +698,8 @@ class Scorecard:
             clock: ``"client"`` or ``"server"`` (issue 22; see
                 :func:`~deepseekbench.compare_speedup`); ``samples``/``rounds`` are then
                 of the clock's own field (:func:`evidence_field`).
+            results_tampered: the rows come from an edited results file: every
+                speedup is refused (``results_tampered``).
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -691,7 +709,7 @@ class Scorecard:
         for r in rows:
             if r.speculative is Speculative.off:
                 offs.setdefault(_pair_key(r), r)
-        judge = _Judge(m, samples, rounds, n_resamples, seed, Clock(clock))
+        judge = _Judge(m, samples, rounds, n_resamples, seed, Clock(clock), results_tampered)
         lines: list[ScorecardLine] = []
         for r in rows:
             base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))
@@ -733,7 +751,13 @@ class Scorecard:
                 first_divergence=first, task_flips=rp.task_flips if rp is not None else ()
             )
         card = cls.from_rows(
-            result.rows, samples=samples, details=details, metric=m, rounds=rounds, clock=clock
+            result.rows,
+            samples=samples,
+            details=details,
+            metric=m,
+            rounds=rounds,
+            clock=clock,
+            results_tampered=result.results_tampered,
         )
         card.client_workers = result.plan.workers
         card.meta = result.meta
@@ -922,6 +946,12 @@ class Scorecard:
         return notes
 
     # ------------------------------------------------------------ renderings
+    def _integrity_lines(self) -> list[str]:
+        """``Results file: ...`` when the results file is not verified (edited, or
+        written before digest chains; ``RunMeta.results_integrity``), else nothing."""
+        note = self.meta.results_integrity if self.meta is not None else None
+        return [f"Results file: {note}"] if note else []
+
     def to_text(self) -> str:
         """A fixed-width terminal table plus notes on every refused line."""
         table = [list(self._columns)] + [self._cells(ln) for ln in self.lines]
@@ -932,6 +962,7 @@ class Scorecard:
         ]
         if self.meta is not None:
             out.append(f"Run: {self.meta.describe()}")
+        out += self._integrity_lines()
         for i, r in enumerate(table):
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
             if i == 0:
@@ -979,6 +1010,7 @@ class Scorecard:
             return s.replace("|", "\\|").replace("\n", " ")
 
         out = [f"Run: {esc(self.meta.describe())}", ""] if self.meta is not None else []
+        out += [item for x in self._integrity_lines() for item in (f"**{esc(x)}**", "")]
         out += ["| " + " | ".join(self._columns) + " |", "|" + "---|" * len(self._columns)]
         out += ["| " + " | ".join(esc(c) for c in self._cells(ln)) + " |" for ln in self.lines]
         cats = [row for ln in self.lines for row in _category_cells(ln)]
@@ -1078,6 +1110,7 @@ class Scorecard:
         "plan_hash",
         "run_started_at",
         "engine",
+        "results_integrity",
         # issue 22: client clock health
         "client_flag",
         "n_client_starved",
@@ -1144,6 +1177,7 @@ class Scorecard:
                     "plan_hash": meta.plan_hash if meta else None,
                     "run_started_at": meta.started_at if meta else None,
                     "engine": meta.engines.get(ln.route) if meta else None,
+                    "results_integrity": meta.results_integrity if meta else None,
                     "client_flag": ln.client_flag,
                     "n_client_starved": ln.n_client_starved,
                     "client_stall_ms": ln.client_stall_ms,
@@ -1188,6 +1222,7 @@ class Scorecard:
             out += "".join(f"<li>{html.escape(x.strip())}</li>" for x in items) + "</ul>"
         notes = "".join(f"<li>{html.escape(n.strip())}</li>" for n in self._notes())
         run = f"<p>Run: {html.escape(self.meta.describe())}</p>" if self.meta else ""
+        run += "".join(f"<p><strong>{html.escape(x)}</strong></p>" for x in self._integrity_lines())
         return run + out + (f"<ul>{notes}</ul>" if notes else "")
 
     def to_pandas(self) -> Any:

@@ -15,7 +15,7 @@ readers, which look up fields by name.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
@@ -24,6 +24,7 @@ from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import parity_ids, parity_prompts
 from deepseekbench._plan._tasks import Task
+from deepseekbench._store._chain import without_digest
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._determinism import EngineDeterminism
@@ -317,12 +318,15 @@ RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 
 
 def parse_record(data: Any) -> Record:
-    """The record of one parsed JSON line.
+    """The record of one parsed JSON line; its chain ``digest`` (the file's, not the
+    record's: :mod:`deepseekbench._store._chain`) is not a field and is set aside.
 
     Raises:
         pydantic.ValidationError: an unknown kind, a missing or unknown field, or
             a field of the wrong type or range (a negative index or turn).
     """
+    if isinstance(data, Mapping):
+        data = without_digest(data)
     return RECORD_ADAPTER.validate_python(data)
 
 

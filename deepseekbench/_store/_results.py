@@ -11,6 +11,12 @@ missing only its newline is kept. :class:`ResultsState` indexes one plan's
 records for resume (the latest record of a key wins) and for the analysis
 that rebuilds rows from them.
 
+Integrity: every record written carries ``digest``, chaining it to the record
+before it (:mod:`deepseekbench._store._chain`); reading verifies the chain and
+notes duplicated measurement records and records of a plan with no
+``run_start`` (:func:`integrity_of`, :attr:`StoredRun.integrity`); a record's
+``round`` outside the plan's rounds is an error naming its line.
+
 Safety: a writer holds an exclusive lock (``flock``) on the file for the whole
 run, so a second run on the same file is refused (:class:`ResultsInUseError`);
 only regular files are read or written (``/dev/zero`` is refused, not read
@@ -43,8 +49,16 @@ from deepseekbench._errors import (
     ResultsInUseError,
     ResultsWriteError,
 )
+from deepseekbench._launch._plan_launch import RECORDED_PLAN
 from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
+from deepseekbench._store._chain import (
+    DIGEST_FIELD,
+    IntegrityProblem,
+    ResultsIntegrity,
+    chain_digest,
+    check_chain,
+)
 from deepseekbench._store._records import (
     CalibrationRecord,
     DivergenceMarginRecord,
@@ -80,6 +94,7 @@ __all__ = [
     "ResultsWriteError",
     "ResultsWriter",
     "StoredRun",
+    "integrity_of",
     "list_runs",
     "read_numbered_records",
     "read_records",
@@ -147,6 +162,24 @@ def _last_newline_end(fh: IO[bytes], size: int) -> int:
     return 0
 
 
+def _last_digest(fh: IO[bytes]) -> str:
+    """The ``digest`` of the last whole line of ``fh`` (repaired: it ends with a
+    newline or is empty); ``""`` when there is none, so a resumed file written
+    before digest chains starts a chain at its first new record."""
+    size = fh.seek(0, os.SEEK_END)
+    if size == 0:
+        return ""
+    start = _last_newline_end(fh, size - 1)
+    fh.seek(start)
+    try:
+        obj = orjson.loads(fh.read(min(size - start, MAX_RECORD_BYTES)))
+    except orjson.JSONDecodeError:
+        obj = None
+    fh.seek(0, os.SEEK_END)
+    digest = obj.get(DIGEST_FIELD) if isinstance(obj, dict) else None
+    return digest if isinstance(digest, str) else ""
+
+
 def _is_record(line: bytes) -> bool:
     try:
         obj = orjson.loads(line)
@@ -176,6 +209,8 @@ class ResultsWriter:
         self.error: ResultsWriteError | None = None
         """The first failed write; every later write raises it again."""
         self._created = False
+        self._previous = ""
+        """The digest of the file's last record (``""``: none, or written before chains)."""
         if path is not None:
             _check_regular(path)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,6 +219,7 @@ class ResultsWriter:
             try:
                 self._lock(fh, path)
                 self._repair_tail(fh)
+                self._previous = _last_digest(fh)
             except BaseException:
                 fh.close()
                 raise
@@ -226,7 +262,9 @@ class ResultsWriter:
             raise self.error
         if self._fh is None:
             return
-        data = orjson.dumps(record_json(record), option=orjson.OPT_APPEND_NEWLINE)
+        obj = record_json(record)
+        digest = chain_digest(self._previous, obj)
+        data = orjson.dumps({**obj, DIGEST_FIELD: digest}, option=orjson.OPT_APPEND_NEWLINE)
         pos = self._fh.tell()
         try:
             self._fh.write(data)
@@ -238,6 +276,7 @@ class ResultsWriter:
                 f"the records written before are kept"
             )
             raise self.error from exc
+        self._previous = digest
 
     def _abandon(self, pos: int) -> None:
         """Drop a half-written record and stop writing (nothing buffered is retried)."""
@@ -371,6 +410,8 @@ class ResultsState:
     search_loads: dict[str, LoadPoint] = field(default_factory=dict)
     # issue 23: calibration outputs by (cell, item id, turn); the latest wins
     calibration: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
+    problems: list[IntegrityProblem] = field(default_factory=list)
+    """Duplicated measurement records :func:`state_from` found (see ``_chain``)."""
 
     def _check_route(self, label: str) -> None:
         if self.plan is not None and label not in {r.label for r in self.plan.routes}:
@@ -388,6 +429,13 @@ class ResultsState:
             if load not in known:
                 raise ValueError(f"load {load!r} is not in the plan (load points: {known})")
 
+    def _check_round(self, round_: int) -> None:
+        if self.plan is not None and round_ >= self.plan.rounds:
+            raise ValueError(
+                f"round {round_} is outside the plan's {self.plan.rounds} round(s) "
+                f"(rounds are numbered from 0)"
+            )
+
     def _check_index(self, index: int) -> None:
         if self.plan is not None and index >= self.plan.requests_per_cell:
             raise ValueError(
@@ -400,14 +448,15 @@ class ResultsState:
         not hold (``run_start``, ``row``, ...) are ignored.
 
         Raises:
-            ValueError: the record names a route, cell, load point or request
-                index outside the plan.
+            ValueError: the record names a route, cell, load point, request
+                index or round outside the plan.
         """
         if isinstance(rec, MeasurementRecord):
             self._check_route(rec.route)
             self._check_cell(rec.cell)
             self._check_load(rec.load)
             self._check_index(rec.index)
+            self._check_round(rec.round)
             key = (rec.route, rec.cell, rec.load, rec.index, rec.turn)
             if key not in self.measurements:
                 self.order.append(key)
@@ -423,11 +472,13 @@ class ResultsState:
             self._check_route(rec.route)
             self._check_cell(rec.cell)
             self._check_load(rec.load)
+            self._check_round(rec.round)
             self.server[(rec.route, rec.cell, rec.load, rec.round)] = rec.acceptance
         elif isinstance(rec, ServerCacheRecord):  # issue 23
             self._check_route(rec.route)
             self._check_cell(rec.cell)
             self._check_load(rec.load)
+            self._check_round(rec.round)
             self.cache[(rec.route, rec.cell, rec.load, rec.round)] = rec.cache
         elif isinstance(rec, DivergenceMarginRecord):  # issue 21
             self._check_route(rec.route)
@@ -514,10 +565,13 @@ def state_from(
         ResultsFormatError: a record is malformed; the message names its line.
     """
     state = ResultsState(plan=plan)
+    lines: dict[MeasureKey, int] = {}
     for number, raw in records:
         rec = _typed(path, number, raw)
         if rec.plan_hash != plan_hash:
             continue
+        if isinstance(rec, MeasurementRecord):
+            _check_duplicate(state, lines, number, rec)
         try:
             state.add(rec)
         except ValueError as exc:
@@ -526,6 +580,47 @@ def state_from(
                 line_number=number,
             ) from exc
     return state
+
+
+def _check_duplicate(
+    state: ResultsState, lines: dict[MeasureKey, int], number: int, rec: MeasurementRecord
+) -> None:
+    """Note a second record of one measured request in ``state.problems``, unless it
+    retries an errored one (``--retry-errors``: the later record replaces it)."""
+    key = (rec.route, rec.cell, rec.load, rec.index, rec.turn)
+    earlier = state.measurements.get(key)
+    if earlier is not None and earlier.error is None:
+        state.problems.append(
+            IntegrityProblem(
+                number,
+                "duplicate_measurement",
+                f"a second record of measured request {rec.route} {rec.cell} "
+                f"load {rec.load} index {rec.index} turn {rec.turn} (first on line "
+                f"{lines[key]}); the later one is read",
+            )
+        )
+    lines[key] = number
+
+
+def integrity_of(
+    numbered: Sequence[tuple[int, Mapping[str, Any]]], state: ResultsState
+) -> ResultsIntegrity:
+    """The integrity of a results file (``numbered``: all its records; ``state``:
+    one plan's, indexed by :func:`state_from`): its digest chain, records of a
+    plan with no ``run_start`` (read by no run), and the duplicated measurement
+    records ``state`` found."""
+    started = {r.get("plan_hash") for _, r in numbered if r.get("record") == "run_start"}
+    orphans = [
+        IntegrityProblem(
+            n,
+            "orphan_record",
+            f"a {r.get('record')!r} record of plan {str(r.get('plan_hash'))[:16]!r}, which "
+            f"has no run_start in the file (no run reads it)",
+        )
+        for n, r in numbered
+        if r.get("record") != "run_start" and r.get("plan_hash") not in started
+    ]
+    return check_chain(numbered).with_problems([*orphans, *state.problems])
 
 
 class ResultsStore:
@@ -542,6 +637,9 @@ class ResultsStore:
         self.state = state if state is not None else ResultsState()
         self.started_at: str | None = None
         """The time of the plan's first ``run_start`` in the file (set by :meth:`open`)."""
+        self.integrity: ResultsIntegrity | None = None
+        """What :meth:`open` found of the file's integrity (``None``: in memory); the
+        records this store appends keep the chain, so it stays the file's."""
 
     @classmethod
     def open(cls, path: Path | None, plan: BenchmarkPlan) -> ResultsStore:
@@ -559,6 +657,7 @@ class ResultsStore:
                 plan_hash = plan.plan_hash()
                 numbered = read_numbered_records(path)
                 store.state = state_from(numbered, plan_hash, path, plan=plan)
+                store.integrity = integrity_of(numbered, store.state)
                 store.started_at = next(
                     (str(r.get("started_at")) for _, r in numbered
                      if r.get("record") == "run_start" and r.get("plan_hash") == plan_hash),
@@ -652,7 +751,8 @@ def _stored_plan(data: Any) -> BenchmarkPlan:
     """
     if isinstance(data, dict) and "repeats" not in data:
         data = {**data, "repeats": 1}
-    return BenchmarkPlan.model_validate(data)
+    # a launch's secret rule is for plans to run: an older file's plan is only read
+    return BenchmarkPlan.model_validate(data, context={RECORDED_PLAN: True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -668,6 +768,8 @@ class StoredRun:
         start: the run's latest ``run_start`` record; its ``parity_set`` is what
             the analysis grades against (``None`` in files written before results
             stood alone: then the plan's task and dataset files are read again).
+        integrity: the file's digest chain and the problems reading found
+            (:func:`integrity_of`).
     """
 
     plan: BenchmarkPlan
@@ -676,6 +778,7 @@ class StoredRun:
     runs: tuple[ResultsRun, ...]
     start: RunStartRecord
     finished_at: str | None = None
+    integrity: ResultsIntegrity = field(default_factory=lambda: ResultsIntegrity(0, 0))
 
     @property
     def parity_set(self) -> tuple[ParityEntry, ...] | None:
@@ -719,5 +822,11 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
     ends = [r for r in records if r.get("record") == "run_end" and r.get("plan_hash") == found_hash]
     finished = str(ends[-1].get("finished_at")) if ends else None
     return StoredRun(
-        plan=plan, state=state, complete=bool(ends), runs=runs, start=start, finished_at=finished
+        plan=plan,
+        state=state,
+        complete=bool(ends),
+        runs=runs,
+        start=start,
+        finished_at=finished,
+        integrity=integrity_of(numbered, state),
     )

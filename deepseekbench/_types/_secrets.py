@@ -7,6 +7,8 @@ sequences on a user's terminal.
 
 * :func:`normalize_key`: a key that is empty or whitespace only is *no* key
   (``None``); any other key is kept without surrounding whitespace.
+* :func:`checked_key`: :func:`normalize_key`, then refuse a key an HTTP header
+  cannot carry unchanged (:class:`~deepseekbench.KeyFormatError`).
 * :func:`secret_values`: the non-blank values of some keys, longest first.
 * :func:`redact` / :func:`redact_json`: every occurrence of every secret becomes
   :data:`REDACTED`.
@@ -23,6 +25,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from pydantic import SecretStr
+
+from deepseekbench._errors import KeyFormatError
 
 REDACTED = "***"
 """What a secret is replaced with."""
@@ -43,6 +47,43 @@ def normalize_key(key: SecretStr | str | None) -> SecretStr | None:
     if isinstance(key, SecretStr) and value == raw:
         return key
     return SecretStr(value)
+
+
+def _key_flaw(value: str) -> str | None:
+    """What kind of character in ``value`` an HTTP header cannot carry, or ``None``."""
+    for i, ch in enumerate(value, 1):
+        if "!" <= ch <= "~":  # visible ASCII: RFC 9110 field-vchar, no obs-text
+            continue
+        if ch in "\r\n":
+            return f"a line break (CR or LF) at character {i}"
+        if unicodedata.category(ch) in ("Cc", "Cf"):
+            return f"a control character at character {i}"
+        if ch.isspace():
+            return f"whitespace at character {i}"
+        return f"a non-ASCII character at character {i}"
+    return None
+
+
+def checked_key(key: SecretStr | str | None, source: str) -> SecretStr | None:
+    """:func:`normalize_key`, then refuse a key with a character an ``Authorization``
+    header cannot carry unchanged: only visible ASCII (``!``..``~``, RFC 9110's
+    field-vchar without obs-text) is kept as it is.
+
+    Args:
+        source: where the key came from, for the message (``"DEEPSEEKBENCH_API_KEY"``,
+            ``"route 'off': api_key_env MY_KEY"``); never the key itself.
+
+    Raises:
+        KeyFormatError: a CR/LF or other control character, inner whitespace, or a
+            non-ASCII character (the message names its kind and position, not the key).
+    """
+    norm = normalize_key(key)
+    if norm is not None and (flaw := _key_flaw(norm.get_secret_value())) is not None:
+        raise KeyFormatError(
+            f"{source}: the API key has {flaw}; an HTTP header carries only visible "
+            "ASCII: check how the key was pasted (the key is not shown)"
+        )
+    return norm
 
 
 def secret_values(*keys: SecretStr | str | None) -> tuple[str, ...]:
