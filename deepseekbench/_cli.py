@@ -394,7 +394,10 @@ async def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     t0 = time.perf_counter()
     path: Path = args.results
-    off_config = EngineConfig(cost=CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN))
+    # the engines count their end-of-sequence token as vLLM does, so pinned lengths end there
+    off_config = EngineConfig(
+        cost=CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN), eos_counted=True
+    )
     mtp_config = off_config.model_copy(
         update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH}
     )
@@ -539,7 +542,7 @@ def demo_capacity_plan(*, results: str | None = None) -> BenchmarkPlan:
     prompts = {t.id: t.prompt for t in smoke_tasks()}
 
     def route(label: str, speculative: str, depth: object = None, **args: object) -> object:
-        engine_args = {**DEMO_CAPACITY_COSTS, **args}
+        engine_args = {**DEMO_CAPACITY_COSTS, "eos_counted": True, **args}
         launch: dict[str, object] = {"engine": "embedded", "engine_args": engine_args}
         if depth is not None:
             launch["spec_tokens"] = depth

@@ -11,8 +11,12 @@
 * The cases are samples of fault kinds, so each stream case is also replayed
   re-framed: with CRLF and CR-only line ends, and re-split into small reads, and
   must give the same non-timing results.
-* ``metrics/`` cases go through the library's Prometheus window code
-  (``parse_metrics`` on both scrapes, then ``metrics_delta``).
+* ``metrics/`` cases are served over loopback, scrape by scrape (``before``, then
+  ``after``), on asyncio and trio; the server answers ``harness.refusal`` to a
+  scrape whose query string lacks a ``harness.require_query`` pair. The scrapes go
+  through the library's Prometheus window code (``scrape_metrics``, then
+  ``metrics_delta`` against ``expect.record`` and ``cache_window`` against
+  ``expect.cache``).
 
 Where the cases are: ``$DEEPSEEKBENCH_CASES`` or ``<repo>/../shared/cases``.
 Missing cases fail under ``CI=true`` and skip elsewhere.
@@ -25,14 +29,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from deepseekbench._measure._cache_metrics import cache_window
 from deepseekbench._measure._measure import StreamMeasurement, measure_streamed
-from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
+from deepseekbench._measure._server_metrics import MetricsSnapshot, metrics_delta, scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect
+from deepseekbench._types._cache import CacheWindow
 from tests._replay import RecordedRequest, Script, Write, replay_server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -272,16 +279,63 @@ async def test_shared_case_reframed(path: Path | None, variant: str) -> None:
     _assert_extra(m, sent, case.get("extra", {}), timing=False)
 
 
-def check_metrics_case(case: dict[str, Any]) -> AcceptanceRecord | None:
-    """Parse a metrics case's two scrapes, derive the window's record and check it
-    against ``expect.record`` (``None`` expected: no record); returns the record."""
-    before = parse_metrics(case["before"], model_name=case.get("model"))
-    after = parse_metrics(case["after"], model_name=case.get("model"))
-    record = metrics_delta(before, after)
-    want = case["expect"]["record"]
+KNOWN_METRICS_HARNESS = {"require_query", "refusal"}
+CACHE_FIELDS = (
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "prefix_cache_hit_rate",
+    "kv_cache_usage_peak",
+    "queue_depth_peak",
+)
+
+
+def _metrics_answer(case: dict[str, Any]) -> Any:
+    """The case's ``/metrics`` server: ``before`` on the first answered scrape,
+    ``after`` on every later one; ``harness.refusal`` to a scrape whose query
+    string lacks a ``harness.require_query`` pair (the refusal is not a scrape)."""
+    harness = case.get("harness", {})
+    unknown = set(harness) - KNOWN_METRICS_HARNESS
+    assert not unknown, f"case has harness fields this test does not apply: {unknown}"
+    required = {str(k): str(v) for k, v in harness.get("require_query", {}).items()}
+    refusal = harness.get("refusal", {})
+    refused_body = refusal.get("body", "")
+    refused = Script(
+        status=int(refusal.get("status", 400)),
+        headers=dict(refusal.get("headers", {"content-type": "application/json"})),
+        writes=(Write(0.0, json.dumps(refused_body).encode("utf-8")),),
+    )
+    answered: list[str] = []
+
+    def answer(request: RecordedRequest) -> Script:
+        url = httpx.URL(request.path)
+        assert url.path == "/metrics", request.path
+        if any(url.params.get(k) != v for k, v in required.items()):
+            return refused
+        text = case["before"] if not answered else case["after"]
+        answered.append(request.path)
+        return Script(
+            headers={"content-type": "text/plain; version=0.0.4"},
+            writes=(Write(0.0, text.encode("utf-8")),),
+        )
+
+    return answer
+
+
+async def _scraped_window(case: dict[str, Any]) -> tuple[MetricsSnapshot, MetricsSnapshot]:
+    """The case's two scrapes, each taken by ``scrape_metrics`` over loopback."""
+    async with replay_server(_metrics_answer(case)) as server:
+        route = EngineRoute(base_url=server.base_url, model=case.get("model") or "dsv4-test")
+        gate = LiveGate()
+        before = await scrape_metrics(route, gate=gate)
+        after = await scrape_metrics(route, gate=gate)
+    assert before.error is None and after.error is None, (before.error, after.error)
+    return before, after
+
+
+def _check_record(record: AcceptanceRecord | None, want: dict[str, Any] | None) -> None:
     if want is None:
         assert record is None, record
-        return None
+        return
     assert record is not None
     unknown = set(want) - set(RECORD_FIELDS) - {"acceptance_by_position"}
     assert not unknown, f"case has record fields this test does not check: {unknown}"
@@ -295,21 +349,60 @@ def check_metrics_case(case: dict[str, Any]) -> AcceptanceRecord | None:
                 assert got == want[name], name
     if "acceptance_by_position" in want:
         _approx_or_none(record.acceptance_by_position, want["acceptance_by_position"], "by_pos")
+
+
+def _check_cache(window: CacheWindow | None, want: dict[str, Any]) -> None:
+    unknown = set(want) - set(CACHE_FIELDS)
+    assert not unknown, f"case has cache fields this test does not check: {unknown}"
+    for name in CACHE_FIELDS:
+        if name in want:
+            got = getattr(window, name) if window is not None else None
+            _approx_or_none(got, want[name], name)
+
+
+async def check_metrics_case(case: dict[str, Any]) -> AcceptanceRecord | None:
+    """Serve a metrics case's two scrapes over loopback (``harness.require_query``
+    enforced), scrape them with ``scrape_metrics``, derive the window's record and
+    cache figures and check them against ``expect.record`` (``None`` expected: no
+    record) and ``expect.cache``; returns the record."""
+    unknown = set(case["expect"]) - {"record", "cache"}
+    assert not unknown, f"case has expect fields this test does not check: {unknown}"
+    before, after = await _scraped_window(case)
+    record = metrics_delta(before, after)
+    _check_record(record, case["expect"]["record"])
+    if "cache" in case["expect"]:
+        _check_cache(cache_window(before, after), case["expect"]["cache"])
     return record
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("path", METRICS_PARAMS)
-def test_shared_metrics_case(path: Path | None) -> None:
-    check_metrics_case(_load(path))
+async def test_shared_metrics_case(path: Path | None) -> None:
+    await check_metrics_case(_load(path))
+
+
+def _first_case_with(folder: str, harness_key: str) -> dict[str, Any]:
+    """The first ``folder`` case whose harness has ``harness_key`` (skips without one)."""
+    for path in _case_files(folder):
+        case = _load(path)
+        if harness_key in case.get("harness", {}):
+            return case
+    pytest.skip(f"no {folder}/ case with {harness_key}")
+
+
+@pytest.mark.anyio
+async def test_require_query_is_enforced_by_the_metrics_server() -> None:
+    """The harness can fail: a scrape without the required query gets the refusal."""
+    case = _first_case_with("metrics", "require_query")
+    async with replay_server(_metrics_answer(case)) as server, httpx.AsyncClient() as client:
+        response = await client.get(server.base_url.removesuffix("/v1") + "/metrics")
+    assert response.status_code == case["harness"]["refusal"]["status"]
 
 
 @pytest.mark.anyio
 async def test_refuse_when_is_enforced_by_the_replay_server() -> None:
     """The harness can fail: a body carrying the refused fields gets the engine's error."""
-    refusing = [p for p in _case_files("requests") if "refuse_when" in _load(p).get("harness", {})]
-    if not refusing:
-        pytest.skip("no requests/ case with refuse_when")
-    case = _load(refusing[0])
+    case = _first_case_with("requests", "refuse_when")
     body_has = dict(case["harness"]["refuse_when"]["body_has"])
     body_has.pop("stream", None)  # the route forces stream itself
     m, sent = await _measure(case, Script.from_case(case), extras=body_has)

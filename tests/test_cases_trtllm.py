@@ -55,9 +55,10 @@ async def test_trtllm_case(path: Path) -> None:
         assert m.acceptance.source == "choices[].avg_decoded_tokens_per_iter"
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("path", METRICS)
-def test_trtllm_metrics_case(path: Path) -> None:
-    record = check_metrics_case(_load(path))
+async def test_trtllm_metrics_case(path: Path) -> None:
+    record = await check_metrics_case(_load(path))
     assert record is None or record.engine is Dialect.trtllm
 
 

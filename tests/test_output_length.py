@@ -32,7 +32,9 @@ from deepseekbench import (
     load_results,
     run_plan,
 )
+from deepseekbench._analysis._output_length import tokens_past_eos
 from deepseekbench._engine import FAST_COSTS
+from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._coverage import workload_coverage
 from deepseekbench._plan._output_length import with_output_tokens
 from deepseekbench._plan._schedule import measure_slot
@@ -75,11 +77,13 @@ async def _natural(base_url: str, prompt: str, cap: int) -> str:
         return str(r.json()["choices"][0]["message"]["content"])
 
 
-def _run(tmp_path: Path, **over: Any) -> tuple[Any, dict[str, str], Path]:
+def _run(
+    tmp_path: Path, engine: dict[str, Any] | None = None, **over: Any
+) -> tuple[Any, dict[str, str], Path]:
     results = tmp_path / "run.jsonl"
 
     async def main() -> tuple[Any, dict[str, str]]:
-        async with off_and_mtp(cost=FAST_COSTS) as (off, mtp):
+        async with off_and_mtp(cost=FAST_COSTS, **(engine or {})) as (off, mtp):
             plan = _plan(off.base_url, mtp.base_url, **over)
             result = await run_plan(plan, gate=LiveGate(), results_path=results)
             natural = {p: await _natural(off.base_url, p, 96) for p in PROMPTS}
@@ -123,7 +127,41 @@ def test_a_default_plan_measures_no_token_past_eos(tmp_path: Path) -> None:
     assert load_results(results).rows == result.rows
 
 
-def test_pinned_requests_carry_the_natural_length_and_ignore_eos(tmp_path: Path) -> None:
+def test_pinned_stops_at_the_natural_end_on_an_engine_that_counts_eos(tmp_path: Path) -> None:
+    """vLLM counts the EOS token in ``completion_tokens``, so a pinned ``max_tokens`` (the
+    natural length) includes it; ``min_tokens`` equal to it masked that EOS and every
+    request decoded one token past its end while the row said ``tokens_past_eos = 0``.
+    The embedded engine counting EOS (and honouring ``min_tokens`` as vLLM does) shows
+    every route now ends at the natural end, with the natural text."""
+    result, natural, results = _run(tmp_path, engine={"eos_counted": True})
+    cal = {
+        r["item"]: r["measurement"] for r in read_records(results) if r["record"] == "calibration"
+    }
+    prompt_of = {f"prompt-{k + 1}": p for k, p in enumerate(PROMPTS)}
+    for m in result.measurements:
+        assert m.item is not None and m.measurement.error is None
+        expected = natural[prompt_of[m.item]]
+        assert cal[m.item]["completion_tokens"] == len(expected) + 1  # the EOS is counted
+        assert m.measurement.text == expected
+        assert m.measurement.completion_tokens == len(expected) + 1
+        assert m.measurement.finish_reason == "stop"
+    assert all(row.tokens_past_eos == 0.0 for row in result.rows)
+
+
+def test_text_run_on_past_the_natural_end_counts_past_eos_with_equal_counts() -> None:
+    """The row's ``tokens_past_eos`` is truthful where the counts cannot tell: a masked
+    EOS replaced by another token keeps the count and adds text."""
+    cal = StreamMeasurement(text="12", completion_tokens=3, tokens_estimated=False)
+    cal = cal.model_copy(update={"finish_reason": "stop"})
+    past = cal.model_copy(update={"text": "12\n", "finish_reason": "length"})
+    assert tokens_past_eos([("a", 0, past)], {("a", 0): cal}) == pytest.approx(1 / 3)
+    same = cal.model_copy(update={"finish_reason": "length"})
+    assert tokens_past_eos([("a", 0, same)], {("a", 0): cal}) == 0.0
+    capped = cal.model_copy(update={"finish_reason": "length"})  # no natural end to pass
+    assert tokens_past_eos([("a", 0, past)], {("a", 0): capped}) == 0.0
+
+
+def test_pinned_requests_carry_the_natural_length_and_allow_its_eos(tmp_path: Path) -> None:
     seen: list[dict[str, Any]] = []
 
     async def spy(request: httpx.Request) -> None:
@@ -148,11 +186,13 @@ def test_pinned_requests_carry_the_natural_length_and_ignore_eos(tmp_path: Path)
         r["measurement"]["text"]: r["measurement"]["completion_tokens"] for r in cal.values()
     }
     calibrate = [b for b in seen if b["max_tokens"] == 96]
-    measured = [b for b in seen if b["max_tokens"] != 96 and "ignore_eos" in b]
-    assert len(calibrate) == 4 and not any("ignore_eos" in b for b in calibrate)
+    measured = [b for b in seen if "min_tokens" in b]
+    assert len(calibrate) == 4 and not any("min_tokens" in b for b in calibrate)
     assert len(measured) == 8  # 4 prompts × 2 routes
+    assert not any("ignore_eos" in b for b in seen)
     for b in measured:
-        assert b["min_tokens"] == b["max_tokens"]
+        # every earlier end masked, the natural end (the last token) allowed
+        assert b["min_tokens"] == b["max_tokens"] - 1
         assert b["max_tokens"] in natural.values()
 
 

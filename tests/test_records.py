@@ -94,6 +94,9 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
             defaults = {"parity_basis": "bit_exact", "divergence_note": None}
             for name in ISSUE_21_ROW_FIELDS:
                 assert out["row"].pop(name) == defaults.get(name), name
+        if out["record"] == "measurement":  # TPOT's decode window, added since
+            for name in ("finish_ms", "tpot_tokens"):
+                assert out["measurement"].pop(name) is None, name
         if out["record"] == "row":  # the row fields added since (issue 23)
             assert out["row"].pop("output_length") is None
             assert out["row"].pop("tokens_past_eos") is None

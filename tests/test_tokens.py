@@ -83,7 +83,8 @@ async def test_request_shapes_per_dialect() -> None:
     assert seen == [{"model": "m", "prompt": "hello", "add_special_tokens": False}]
     llama, seen = mock_counter(ok, Dialect.llamacpp)
     assert await llama.count(["hello"]) == [2]
-    assert seen == [{"content": "hello", "add_special": False}]
+    # router-mode llama-server routes /tokenize by the body's model (400 without it)
+    assert seen == [{"model": "m", "content": "hello", "add_special": False}]
     count_only, _ = mock_counter(lambda r: httpx.Response(200, json={"count": 7}))
     assert await count_only.count(["x"]) == [7]
 

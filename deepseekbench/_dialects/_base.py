@@ -7,13 +7,15 @@ host that reports nothing beyond the chat stream. The stages ask the adapter
 name themselves:
 
 * ``_net/_route.py``: :meth:`~EngineDialect.reasoning_controls`,
-  :meth:`~EngineDialect.eos_controls`, :meth:`~EngineDialect.report_extras`,
+  :meth:`~EngineDialect.eos_controls`, :meth:`~EngineDialect.pinned_controls`,
+  :meth:`~EngineDialect.report_extras`,
   :attr:`~EngineDialect.continuous_usage`;
 * ``_net/_probe.py``: :meth:`~EngineDialect.answers_any_model`;
 * ``_measure/_measure.py``: :attr:`~EngineDialect.spec_keys`,
   :meth:`~EngineDialect.read_acceptance`, :meth:`~EngineDialect.server_times`;
 * ``_measure/_server_metrics.py``: :attr:`~EngineDialect.counter_sets`,
-  :attr:`~EngineDialect.gauge_sets`, :attr:`~EngineDialect.cache_sets`;
+  :attr:`~EngineDialect.gauge_sets`, :attr:`~EngineDialect.cache_sets`,
+  :meth:`~EngineDialect.metrics_query`;
 * ``_measure/_tokens.py``: :meth:`~EngineDialect.tokenize_body`;
 * ``_plan/_spec_config.py``: :attr:`~EngineDialect.depth_paths`,
   :meth:`~EngineDialect.spec_tokens_from_info`;
@@ -38,6 +40,7 @@ __all__ = [
     "depth",
     "effort",
     "ignore_eos_min_tokens",
+    "min_tokens_before_end",
     "thinking",
 ]
 
@@ -133,6 +136,20 @@ def ignore_eos_min_tokens(max_tokens: int | None) -> dict[str, Any]:
     return body
 
 
+def min_tokens_before_end(max_tokens: int | None) -> dict[str, Any]:
+    """``{"min_tokens": max_tokens - 1}`` (nothing for 1 token or none): the pinned
+    length's controls of an engine with ``min_tokens``.
+
+    A pinned ``max_tokens`` is the natural length, which counts the end-of-sequence
+    token where the engine counts it (vLLM). ``min_tokens`` masks the stop tokens
+    below it (vLLM ``SamplingParams.min_tokens``), so ``min_tokens = max_tokens``
+    would mask that very end and decode one token past it; one less keeps every
+    earlier end masked and the natural one allowed. No ``ignore_eos``: the request
+    ends at the natural end or at ``max_tokens``, whichever comes first.
+    """
+    return {"min_tokens": max_tokens - 1} if max_tokens is not None and max_tokens > 1 else {}
+
+
 class EngineDialect:
     """One engine's wire extras; subclass it to add an engine (``docs/engines.md``).
 
@@ -192,6 +209,14 @@ class EngineDialect:
         EOS; ``{}`` (the default) where it has none."""
         return {}
 
+    def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """Body fields that make the engine decode ``max_tokens`` tokens when that is
+        the prompt's natural length (``workload.output_length = "pinned"``): by default
+        :meth:`eos_controls` (an engine without ``min_tokens`` may then decode past its
+        natural end; the row's ``tokens_past_eos`` counts it); engines with
+        ``min_tokens`` use :func:`min_tokens_before_end`."""
+        return self.eos_controls(max_tokens)
+
     def report_extras(self) -> dict[str, Any]:
         """Body fields asking the engine to report per-request acceptance."""
         return {}
@@ -221,6 +246,12 @@ class EngineDialect:
         """JSON body of ``POST /tokenize`` counting ``text`` without special
         tokens (vLLM/SGLang shape by default)."""
         return {"model": model, "prompt": text, "add_special_tokens": False}
+
+    def metrics_query(self, model: str) -> dict[str, str]:
+        """Query parameters of a ``GET /metrics`` scrape for the route's ``model``;
+        none by default (a server that needs one answers 400 and the scrape is
+        sent once more with ``?model=``; ``_measure/_server_metrics.py``)."""
+        return {}
 
     def answers_any_model(self, models: Any) -> bool:
         """Whether a server whose ``GET /v1/models`` body is ``models`` answers

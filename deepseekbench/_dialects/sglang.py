@@ -26,7 +26,9 @@ from deepseekbench._dialects._base import (
     GaugeSet,
     depth,
     ignore_eos_min_tokens,
+    min_tokens_before_end,
 )
+from deepseekbench._dialects._counters import CounterKind, request_names
 from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     _choice_block,
@@ -40,13 +42,8 @@ from deepseekbench._types._axes import Dialect
 
 __all__ = ["DIALECT", "SglangDialect", "acceptance_from_sglang"]
 
-_SGLANG_ACCEPTED = (
-    "spec_num_correct_drafts",
-    "spec_accepted_drafts",
-    "spec_accept_token_num",
-    "spec_accepted_tokens",
-)
-_SGLANG_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_SGLANG_ACCEPTED = request_names(Dialect.sglang, CounterKind.accepted_tokens)
+_SGLANG_PROPOSED = request_names(Dialect.sglang, CounterKind.draft_tokens)
 _SGLANG_RATE = ("spec_accept_rate", "spec_acceptance_rate")
 
 
@@ -185,6 +182,10 @@ class SglangDialect(EngineDialect):
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
         return ignore_eos_min_tokens(max_tokens)
+
+    def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """:func:`~deepseekbench._dialects._base.min_tokens_before_end`."""
+        return min_tokens_before_end(max_tokens)
 
     def report_extras(self) -> dict[str, Any]:
         """``return_spec_tokens_details: true``."""

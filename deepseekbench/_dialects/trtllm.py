@@ -34,7 +34,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from deepseekbench._dialects._base import CounterSet, EngineDialect, ignore_eos_min_tokens
+from deepseekbench._dialects._base import (
+    CounterSet,
+    EngineDialect,
+    ignore_eos_min_tokens,
+    min_tokens_before_end,
+)
+from deepseekbench._dialects._counters import prometheus_sets
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect
 
@@ -86,26 +92,15 @@ class TrtllmDialect(EngineDialect):
     name: ClassVar[str] = "trtllm"
     spec_keys: ClassVar[frozenset[str]] = frozenset({"usage"})
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset({_FIELD})
-    counter_sets: ClassVar[tuple[CounterSet, ...]] = (
-        CounterSet(
-            source="prometheus:trtllm_spec_decode_num_*",
-            drafts=None,
-            draft_tokens="trtllm_spec_decode_num_draft_tokens",
-            accepted="trtllm_spec_decode_num_accepted_tokens",
-            per_position=None,
-        ),
-        CounterSet(
-            source="prometheus:trtllm_spec_decode_*_tokens",
-            drafts=None,
-            draft_tokens="trtllm_spec_decode_drafted_tokens",
-            accepted="trtllm_spec_decode_accepted_tokens",
-            per_position=None,
-        ),
-    )
+    counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.trtllm)
 
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
         return ignore_eos_min_tokens(max_tokens)
+
+    def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """:func:`~deepseekbench._dialects._base.min_tokens_before_end`."""
+        return min_tokens_before_end(max_tokens)
 
     def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
         """:func:`acceptance_from_trtllm`."""

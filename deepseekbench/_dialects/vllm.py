@@ -28,13 +28,15 @@ from deepseekbench._dialects._base import (
     CounterSet,
     EngineDialect,
     ignore_eos_min_tokens,
+    min_tokens_before_end,
 )
+from deepseekbench._dialects._counters import CounterKind, first_count, prometheus_sets
 from deepseekbench._types._acceptance import (
     AcceptanceRecord,
     _choice_block,
     _count,
     _counts,
-    _first,
+    dense_histogram,
     positions_from_histogram,
     positions_from_steps,
 )
@@ -49,20 +51,20 @@ def _vllm_positions(stats: Mapping[str, Any]) -> tuple[float, ...] | None:
     Either is used only when it agrees with the request's own counts (steps and
     accepted tokens), so a figure is never taken from a partial list.
     """
-    steps = _count(_first(stats, "num_spec_steps", "num_drafts"))
-    accepted = _count(_first(stats, "num_accepted_draft_tokens", "num_accepted_tokens"))
+    steps = _count(first_count(stats, Dialect.vllm, CounterKind.verify_steps))
+    accepted = _count(first_count(stats, Dialect.vllm, CounterKind.accepted_tokens))
     depth = _count(stats.get("num_spec_tokens")) or None
     per_step = _counts(stats.get("per_step_accepted"))
     if per_step is not None and len(per_step) == steps and sum(per_step) == accepted:
         found = positions_from_steps(per_step, stats.get("per_step_drafted"), depth)
         if found is not None:
             return found
-    hist = _counts(stats.get("acceptance_histogram"))
+    # a dense list, or (newer vLLM) a sparse object keyed by accepted count
+    hist = dense_histogram(stats.get("acceptance_histogram"), depth + 1 if depth else None)
     if (
         hist is not None
         and sum(hist) == steps
         and sum(j * h for j, h in enumerate(hist)) == accepted
-        and (depth is None or len(hist) == depth + 1)
     ):
         return positions_from_histogram(hist)
     return None
@@ -72,9 +74,9 @@ def _vllm_record(stats: Mapping[str, Any], source: str) -> AcceptanceRecord | No
     record = AcceptanceRecord.from_counts(
         engine=Dialect.vllm,
         source=source,
-        draft_tokens=stats.get("num_draft_tokens"),
-        accepted_tokens=_first(stats, "num_accepted_draft_tokens", "num_accepted_tokens"),
-        verify_steps=_first(stats, "num_spec_steps", "num_drafts"),
+        draft_tokens=first_count(stats, Dialect.vllm, CounterKind.draft_tokens),
+        accepted_tokens=first_count(stats, Dialect.vllm, CounterKind.accepted_tokens),
+        verify_steps=first_count(stats, Dialect.vllm, CounterKind.verify_steps),
         reported_ratio=stats.get("draft_acceptance_rate"),
         reported_length=stats.get("mean_acceptance_length"),
         by_position=_vllm_positions(stats),
@@ -113,15 +115,7 @@ class VllmDialect(EngineDialect):
     continuous_usage: ClassVar[bool] = True
     spec_keys: ClassVar[frozenset[str]] = frozenset({"metrics"})
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset({"speculative_decoding_stats"})
-    counter_sets: ClassVar[tuple[CounterSet, ...]] = (
-        CounterSet(
-            source="prometheus:vllm:spec_decode_*",
-            drafts="vllm:spec_decode_num_drafts",
-            draft_tokens="vllm:spec_decode_num_draft_tokens",
-            accepted="vllm:spec_decode_num_accepted_tokens",
-            per_position="vllm:spec_decode_num_accepted_tokens_per_pos",
-        ),
-    )
+    counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.vllm)
     cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
         CacheSet(
             source="prometheus:vllm:prefix_cache_*",
@@ -142,6 +136,10 @@ class VllmDialect(EngineDialect):
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
         return ignore_eos_min_tokens(max_tokens)
+
+    def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
+        """:func:`~deepseekbench._dialects._base.min_tokens_before_end`."""
+        return min_tokens_before_end(max_tokens)
 
     def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
         """:func:`acceptance_from_vllm`."""

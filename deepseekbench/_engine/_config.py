@@ -37,6 +37,9 @@ class EngineConfig(BaseModel):
     ``deterministic_inference``: what the SGLang dialect's ``/get_server_info``
     reports as ``enable_deterministic_inference`` (``None``: the field is absent, as
     on SGLang releases before the flag); it changes no decoding (issue 21).
+    ``eos_counted``: count the end-of-sequence token as an output token, as vLLM
+    does (its ``usage.completion_tokens`` and ``max_tokens`` / ``min_tokens``
+    include it; it is streamed as an empty delta with the ``finish_reason``).
 
     Raises:
         pydantic.ValidationError: an unknown field, a dialect the engine cannot
@@ -66,6 +69,7 @@ class EngineConfig(BaseModel):
     # issue 21: numerics mode (verify rounds differently from one-token decode)
     numerics: bool = False
     deterministic_inference: bool | None = None
+    eos_counted: bool = False
 
     @property
     def prefix_cache_hits_allowed(self) -> bool:

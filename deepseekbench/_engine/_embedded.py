@@ -325,6 +325,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="turn on the lossy-verify fault: plausible draft tokens are accepted even when "
         "not the target's choice, so some outputs differ from --speculative off (default: off)",
     )
+    parser.add_argument(
+        "--eos-counted",
+        action="store_true",
+        help="count the end-of-sequence token as an output token, as vLLM does (usage, "
+        "max_tokens and min_tokens include it; it is never streamed as text) (default: off)",
+    )
     parser.add_argument(  # issue 21
         "--numerics",
         action="store_true",
@@ -415,6 +421,7 @@ def config_from_args(ns: argparse.Namespace) -> EngineConfig:
         dialect=Dialect(ns.dialect),
         mistuned_draft=ns.mistuned_draft,
         numerics=ns.numerics,
+        eos_counted=ns.eos_counted,
         cost=cost,
         faults=faults,
         seed=ns.seed,

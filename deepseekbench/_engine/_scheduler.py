@@ -29,8 +29,9 @@ class Emission:
     """What one step delivered to one sequence.
 
     ``reasoning`` / ``content``: text produced in the step; ``tokens``: tokens
-    produced (EOS not counted); ``drafted`` / ``accepted``: draft tokens checked
-    / kept by the step's verify; ``finish_reason``: ``"stop"``, ``"length"`` or
+    produced (EOS counted only under ``EngineConfig.eos_counted``, never
+    streamed); ``drafted`` / ``accepted``: draft tokens checked / kept by the
+    step's verify; ``finish_reason``: ``"stop"``, ``"length"`` or
     ``None`` while running; ``step_ms``: the step's modelled cost (ms).
     """
 
@@ -75,8 +76,10 @@ class Scheduler:
         *,
         model_draft: bool,
         kv_cache_tokens: int = 65536,
+        eos_counted: bool = False,
     ) -> None:
         self._kv_tokens = kv_cache_tokens
+        self._eos_counted = eos_counted
         self._cost = cost
         self._metrics = metrics
         self._model_draft = model_draft
@@ -190,7 +193,8 @@ class Scheduler:
         tokens = [t for t in out.tokens if t != EOS_CH]
         content = "".join(tokens)
         seq.ctx += content
-        produced = len(tokens) + (1 if reasoning_text else 0)
+        # an engine that counts the end-of-sequence token (vLLM) decoded one more token
+        produced = len(tokens) + (1 if reasoning_text else 0) + int(eos and self._eos_counted)
         seq.generated += produced
         self._metrics.generated(produced)
         self._metrics.verified(out.drafted, out.accepted)

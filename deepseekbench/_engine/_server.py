@@ -198,7 +198,7 @@ class EngineState:
         model_draft = config.speculative.value not in ("off", "ngram")
         self.scheduler = Scheduler(
             config.cost, self.metrics, model_draft=model_draft,
-            kv_cache_tokens=config.kv_cache_tokens,
+            kv_cache_tokens=config.kv_cache_tokens, eos_counted=config.eos_counted,
         )  # fmt: skip
         self.prefix_cache = PrefixCache(enabled=config.prefix_cache_hits_allowed)  # issue 23
         self.send_times: dict[str, list[ChunkSend]] = {}

@@ -10,8 +10,8 @@
   left out (the pass resumes like any other phase).
 * :func:`pin`: ``pinned`` — each item's ``output_tokens`` become its natural
   lengths per turn (tokens, at least 1), so every route then decodes exactly
-  that many tokens (``max_tokens`` plus the dialect's ignore-EOS / min-tokens
-  fields; :attr:`~deepseekbench.BenchmarkPlan.reach_max_tokens`).
+  that many tokens (``max_tokens`` plus the dialect's pinned controls,
+  ``EngineDialect.pinned_controls``; :attr:`~deepseekbench.BenchmarkPlan.reach_max_tokens`).
 """
 
 from __future__ import annotations

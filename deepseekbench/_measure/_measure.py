@@ -14,7 +14,16 @@ kept apart in ``pool_wait_ms``, the client's wait to write in ``send_wait_ms``):
   frames are not tokens.
 * E2E: arrival of the last token-bearing chunk; a trailing usage chunk does
   not extend it.
-* TPOT = (E2E - TTFT) / (completion_tokens - 1), ``None`` below 2 tokens.
+* TPOT = (decode end - TTFT) / (completion_tokens - 1), ``None`` below 2 tokens.
+  The decode end is the arrival of the answer's last chunk: the last token-bearing
+  chunk, or the chunk carrying choice 0's ``finish_reason`` when it came later (the
+  final token, EOS or a stop id, is counted in ``completion_tokens`` but streamed
+  with no text: its chunk still marks when it was decoded; vLLM ``bench serve``
+  ends its latency at the last chunk too), unless every counted token is known
+  streamed by the last token-bearing chunk (per-chunk usage, else one token a
+  chunk). Where the finish came with no later chunk and per-chunk usage shows
+  tokens never streamed, the tokens are the ones streamed by the last
+  token-bearing chunk (``tpot_tokens``).
   With several choices (``n > 1``) usage counts all of them while the times
   follow choice 0, so choice 0's own count is used (:attr:`StreamMeasurement.choice_tokens`).
 * ITL: gaps between consecutive token-bearing chunks.
@@ -231,7 +240,19 @@ class StreamMeasurement(BaseModel):
     ttft_ms: float | None = Field(default=None, description="Time to first token (ms).")
     e2e_ms: float | None = Field(default=None, description="Time to last token (ms).")
     tpot_ms: float | None = Field(
-        default=None, description="(e2e - ttft) / (tokens - 1) (ms/token)."
+        default=None,
+        description="(decode_end - ttft) / (tpot_tokens - 1) (ms/token); docs/measurement.md.",
+    )
+    finish_ms: float | None = Field(
+        default=None,
+        description="Arrival of the chunk carrying choice 0's first finish_reason (ms); None "
+        "when none came.",
+    )
+    tpot_tokens: int | None = Field(
+        default=None,
+        description="The tokens tpot_ms divides the decode window over: usage's count, or the "
+        "count streamed by the last token-bearing chunk when the last tokens were never "
+        "streamed and no later chunk timed them (tokens).",
     )
     itl_ms: list[float] = Field(
         default_factory=list, description="Gaps between token-bearing chunks (ms)."
@@ -596,6 +617,7 @@ class _Accumulator:
         self.usage_at_token: list[int | None] = []
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
+        self.finish_ns: int | None = None  # arrival of choice 0's first finish_reason
         self.acceptance: AcceptanceRecord | None = None
         self.server_timing: dict[str, Any] = {}
         self.token_ids: list[int] | None = None
@@ -746,6 +768,8 @@ class _Accumulator:
             if index not in (0, None):
                 continue
             has_token = self._on_choice(choice) or has_token
+            if self.finish_reason is not None and self.finish_ns is None:
+                self.finish_ns = arrival_ns
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
@@ -852,7 +876,9 @@ class _Accumulator:
         ms = [(t - self.start_ns) / 1e6 for t in self.token_times]
         ttft = ms[0] if ms else None
         e2e = ms[-1] if ms else None
-        tpot = tpot_ms(ttft, e2e, n_tokens)
+        finish = (self.finish_ns - self.start_ns) / 1e6 if self.finish_ns is not None else None
+        decode_end, tpot_tokens = self._decode_window(e2e, finish, n_tokens, choice_tokens)
+        tpot = tpot_ms(ttft, decode_end, tpot_tokens)
         tps = output_toks_per_s(e2e, n_tokens)
         itl = [b - a for a, b in itertools.pairwise(ms)]
         per_chunk = self._tokens_per_chunk() if choice_tokens is None else None
@@ -880,6 +906,8 @@ class _Accumulator:
             ttft_ms=ttft,
             e2e_ms=e2e,
             tpot_ms=tpot,
+            finish_ms=finish,
+            tpot_tokens=tpot_tokens,
             itl_ms=itl,
             tokens_per_chunk=per_chunk,
             itl_per_token_ms=per_token,
@@ -919,6 +947,32 @@ class _Accumulator:
             send_wait_ms=self.send_wait_ns / 1e6 if self.send_wait_ns is not None else None,
             stale_connection_retries=self.stale_retries,
         )
+
+    def _decode_window(
+        self,
+        e2e: float | None,
+        finish: float | None,
+        n_tokens: int | None,
+        choice_tokens: int | None,
+    ) -> tuple[float | None, int | None]:
+        """TPOT's window end (ms) and the tokens decoded by then (module docstring).
+
+        The tokens streamed by the last token-bearing chunk: its cumulative usage
+        count (continuous usage), else at least one a chunk. When they are all the
+        counted tokens, that chunk ends the window. Else the counted tokens past
+        them (an unstreamed final EOS or stop id) were decoded by the finish chunk:
+        it ends the window when it came later; when it did not, the untimed tokens
+        leave the count (known only from per-chunk usage).
+        """
+        if e2e is None or n_tokens is None or choice_tokens is not None:
+            return e2e, n_tokens
+        counted = self.usage_at_token[-1] if self.usage_at_token else None
+        streamed = counted if counted is not None else len(self.token_times)
+        if streamed >= n_tokens:
+            return e2e, n_tokens
+        if finish is not None and finish > e2e:
+            return finish, n_tokens
+        return e2e, (counted if counted is not None else n_tokens)
 
     def _tokens_per_chunk(self) -> list[int] | None:
         """Tokens per token-bearing chunk from cumulative usage on each, else None."""

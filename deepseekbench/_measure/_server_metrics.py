@@ -65,7 +65,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepseekbench._dialects import CacheSet, CounterSet, GaugeSet, all_dialects
+from deepseekbench._dialects import CacheSet, CounterSet, GaugeSet, all_dialects, dialect_for
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -240,7 +240,9 @@ async def scrape_metrics(
 
     Args:
         route: its ``metrics_url`` (base URL without ``/v1``, plus ``/metrics``)
-            is scraped; ``route.model`` filters ``model_name`` labels when
+            is scraped, with ``?model=<route.model>`` where the dialect asks
+            (llama.cpp) or the server answers 400 without it (llama-server in
+            router mode); ``route.model`` filters ``model_name`` labels when
             ``filter_model``.
         gate: every scrape passes it; a gated ``client`` may be shared.
         client: a client made by ``gate.client()``; every transport it may use
@@ -270,9 +272,9 @@ async def scrape_metrics(
         try:
             if client is None:
                 async with gate.client(timeout=timeout_s) as own:
-                    status, body = await _get(own, url, headers, timeout_s)
+                    status, body = await _get_metrics(own, route, headers, timeout_s)
             else:
-                status, body = await _get(client, url, headers, timeout_s)
+                status, body = await _get_metrics(client, route, headers, timeout_s)
         except httpx.HTTPError as exc:
             return _failed(f"{type(exc).__name__}")
         except _TooBig:
@@ -364,6 +366,28 @@ async def scrape_settled(
             return again
         last = again
     return last
+
+
+async def _get_metrics(
+    client: httpx.AsyncClient, route: EngineRoute, headers: dict[str, str], timeout_s: float
+) -> tuple[int, bytes]:
+    """:func:`_get` of ``route.metrics_url`` with the dialect's query
+    (:meth:`~deepseekbench._dialects.EngineDialect.metrics_query`); a 400 answer to a
+    scrape that did not name the model is asked once more with ``?model=<route.model>``:
+    llama-server in router mode (several models behind one port) answers ``/metrics``
+    400 "model name is missing from the request" without it, whatever the route's
+    dialect says (its ``tools/server/README.md``, GET /metrics).
+
+    Raises:
+        httpx.HTTPError, _TooBig: see :func:`_get`.
+    """
+    query = dialect_for(route.dialect).metrics_query(route.model)
+    url = httpx.URL(route.metrics_url)
+    status, body = await _get(client, str(url.copy_merge_params(query)), headers, timeout_s)
+    if status == 400 and "model" not in query:
+        named = url.copy_merge_params({**query, "model": route.model})
+        status, body = await _get(client, str(named), headers, timeout_s)
+    return status, body
 
 
 async def _get(

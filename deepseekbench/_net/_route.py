@@ -275,7 +275,8 @@ class EngineRoute(BaseModel):
         """Return the JSON body for ``request`` on this route.
 
         Order: the request's fields, the dialect's reasoning controls, its
-        :func:`eos_controls` when ``request.reach_max_tokens``, the
+        :func:`eos_controls` when ``request.reach_max_tokens`` (its
+        ``pinned_controls`` when the request's ``pinned_length`` too), the
         dialect's reporting extras (SGLang/auto ``return_spec_tokens_details:
         true``, answered by a trailing ``sglext`` chunk; never
         ``return_meta_info``, which current SGLang refuses with HTTP 400 on a
@@ -287,10 +288,12 @@ class EngineRoute(BaseModel):
         """
         body = request.body_fields()
         body.update(reasoning_controls(self.dialect, request.reasoning_mode))
-        if request.reach_max_tokens:
+        adapter = dialect_for(self.dialect)
+        if request.reach_max_tokens and request.pinned_length:
+            body.update(adapter.pinned_controls(request.max_tokens))
+        elif request.reach_max_tokens:
             body.update(eos_controls(self.dialect, request.max_tokens))
         stream_options: dict[str, Any] = {}
-        adapter = dialect_for(self.dialect)
         body.update(adapter.report_extras())
         if self.continuous_usage and adapter.continuous_usage:
             stream_options["continuous_usage_stats"] = True

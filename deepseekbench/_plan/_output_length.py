@@ -6,9 +6,10 @@ must decode the text the model would write. Two settings decide it:
 * :data:`OutputLengthMode` (``workload.output_length``): ``pinned`` (default) —
   a calibration pass on the ``off`` route records each prompt's natural length
   (to EOS, under the cap) and every route then decodes exactly that many tokens
-  (``max_tokens`` = the natural length, plus the dialect's ignore-EOS /
-  min-tokens fields, so every route does the same work and none decodes past
-  the model's own end); ``natural`` — stop at EOS under the cap; ``forced`` —
+  (``max_tokens`` = the natural length, plus the dialect's pinned controls:
+  ``min_tokens`` one below it, so every earlier end is masked and the natural
+  one, which vLLM counts as a token, is not; every route does the same work and
+  none decodes past the model's own end); ``natural`` — stop at EOS under the cap; ``forced`` —
   decode to the cap past EOS (the old ``reach_max_tokens = true``): allowed,
   but rows then carry ``tokens_past_eos`` and the scorecard says "acceptance
   measured on text past EOS". AIPerf's SPEED-Bench guide advises against

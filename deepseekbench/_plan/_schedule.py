@@ -226,7 +226,8 @@ def _parity_request(plan: BenchmarkPlan, p: ParityPrompt, mode: ReasoningMode) -
 def measure_request(plan: BenchmarkPlan, cell: CellPlan, item: WorkloadItem) -> ChatRequest:
     """The measured request for ``item``'s first turn in ``cell``: its own output target
     (tokens; drawn, or pinned by calibration, issue 23) else the cell's cap, at the
-    plan's temperature and seed; decoded past EOS when the plan forces it."""
+    plan's temperature and seed; decoded past EOS when the plan forces it, to exactly the
+    natural length (its end-of-sequence allowed there) when the plan pins it."""
     return ChatRequest(
         messages=({"role": "user", "content": item.turns[0]},),
         max_tokens=item.output_target(0) or cell.request_max_tokens,
@@ -234,6 +235,7 @@ def measure_request(plan: BenchmarkPlan, cell: CellPlan, item: WorkloadItem) -> 
         seed=plan.seed,
         reasoning_mode=cell.reasoning_mode,
         reach_max_tokens=plan.reach_max_tokens,
+        pinned_length=plan.workload.output_length == "pinned",
     )
 
 

@@ -38,6 +38,7 @@ from deepseekbench._types._axes import AcceptanceScope, Dialect
 
 __all__ = [
     "AcceptanceRecord",
+    "dense_histogram",
     "positions_from_histogram",
     "positions_from_steps",
 ]
@@ -194,6 +195,38 @@ def _counts(value: Any) -> list[int] | None:
         return None
     out = [_count(v) for v in value]
     return None if any(v is None for v in out) else [v for v in out if v is not None]
+
+
+def dense_histogram(value: Any, length: int | None = None) -> list[int] | None:
+    """A histogram of counts as a dense list, from a list or a sparse JSON object.
+
+    ``value``: ``[h0, h1, ...]``, or ``{"j": h_j, ...}`` keyed by the bucket index
+    (missing buckets are 0; vLLM's per-request ``acceptance_histogram``, as in
+    ai-dynamo/aiperf's vLLM adapter). ``length``: the dense length wanted (buckets
+    0 .. length - 1; a shorter list or object is padded with 0). ``None`` for
+    anything else: a key that is not a non-negative integer, a count that is not
+    one, or a bucket at or past ``length``.
+    """
+    if isinstance(value, Mapping):
+        buckets: dict[int, int] = {}
+        for key, raw in value.items():
+            index = _count(int(key)) if isinstance(key, str) and key.isdigit() else None
+            count = _count(raw)
+            if index is None or count is None:
+                return None
+            buckets[index] = count
+        size = max(buckets, default=-1) + 1
+        dense = [buckets.get(j, 0) for j in range(size)]
+    else:
+        found = _counts(value)
+        if found is None:
+            return None
+        dense = found
+    if length is None:
+        return dense
+    if len(dense) > length:
+        return None
+    return dense + [0] * (length - len(dense))
 
 
 def positions_from_steps(

@@ -152,6 +152,12 @@ class ChatRequest(BaseModel):
         description="Ask the engine to keep generating past end-of-sequence up to max_tokens, "
         "where its dialect can (see EngineRoute.build_body); parity requests never set it.",
     )
+    pinned_length: bool = Field(
+        default=False,
+        description="With reach_max_tokens: max_tokens is the prompt's natural length "
+        "(workload.output_length = 'pinned'), so end-of-sequence stays allowed at that last "
+        "token (EngineDialect.pinned_controls) instead of being masked past it.",
+    )
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
         description="Other body fields, merged as given (e.g. 'tools', 'logprobs', "
@@ -173,6 +179,7 @@ class ChatRequest(BaseModel):
             reasoning_mode: ReasoningMode | ReasoningModeName = ReasoningMode.non_think,
             stop: Sequence[str] | None = None,
             reach_max_tokens: bool = False,
+            pinned_length: bool = False,
             extra_body: dict[str, Any] = ...,
         ) -> None: ...
 
