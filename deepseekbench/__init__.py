@@ -277,7 +277,7 @@ if TYPE_CHECKING:
         SpeculativeName,
     )
     from deepseekbench._types._cache import CacheWindow  # issue 23
-    from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock  # issue 22
+    from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock, ServerClockFault
     from deepseekbench._types._identity import (  # issue 24
         LaunchRecord,
         RouteIdentity,
@@ -440,6 +440,7 @@ _IMPORTS: dict[str, str] = {
     "SelfCheck": "deepseekbench._measure._selfcheck",
     "Clock": "deepseekbench._types._clock",  # issue 22
     "CLOCK_TOLERANCE": "deepseekbench._types._clock",  # issue 22
+    "ServerClockFault": "deepseekbench._types._clock",
     "SelfCheckSummary": "deepseekbench._measure._selfcheck",
     "ServerError": "deepseekbench._errors",
     "SliceStats": "deepseekbench._types._row",
@@ -659,6 +660,7 @@ __all__ = [
     "SearchPlan",
     "SelfCheck",
     "SelfCheckSummary",
+    "ServerClockFault",
     "ServerError",
     "SharedPrefix",
     "SliceStats",

@@ -74,6 +74,8 @@ from deepseekbench._analysis._analysis import (
 )
 from deepseekbench._analysis._capacity import route_probes
 from deepseekbench._analysis._follow_ups import follow_ups
+from deepseekbench._dialects import dialect_for
+from deepseekbench._dialects._base import EngineDialect
 from deepseekbench._errors import LiveGateError, PlanError, ServerError
 from deepseekbench._execute._calibrate import (
     calibrated_items,
@@ -230,7 +232,9 @@ class DryRunResult(BaseModel):
     warnings: tuple[str, ...] = Field(
         default=(),
         description="what the run would not measure, e.g. '8 items, 4 will be sent: raise "
-        "requests_per_cell to 24' (a WorkloadCoverageWarning at run time)",
+        "requests_per_cell to 24' (a WorkloadCoverageWarning at run time), and each "
+        "speculative route whose dialect reads no speculative counter (its verdict would "
+        "be refused: speculative_counters_missing)",
     )
 
     launch_commands: dict[str, tuple[str, ...]] = Field(
@@ -1138,10 +1142,35 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         grid=grid_text(plan),
         ray_address=ray_address,
         ray_refusal=ray_refusal,
-        warnings=((cov.message(),) if cov is not None and not cov.complete else ())
-        + launch_warnings,
+        warnings=(
+            *((cov.message(),) if cov is not None and not cov.complete else ()),
+            *launch_warnings,
+            *_counterless_routes(plan),
+        ),
         launch_commands=commands,
         launch_env=launch_env,
+    )
+
+
+def reads_speculation(dialect: EngineDialect) -> bool:
+    """Whether ``dialect`` reads any speculative counter: acceptance in stream chunks
+    (its own ``read_acceptance``) or ``/metrics`` counter families."""
+    return type(dialect).read_acceptance is not EngineDialect.read_acceptance or bool(
+        dialect.counter_sets
+    )
+
+
+def _counterless_routes(plan: BenchmarkPlan) -> tuple[str, ...]:
+    """One line per speculative route whose dialect reads no speculative counter at all
+    (no acceptance in chunks, no ``/metrics`` families: ``openai``, ``deepseek``): its
+    speed verdict will be refused (``speculative_counters_missing``)."""
+    return tuple(
+        f"route {r.label!r} (speculative={r.speculative.value}) speaks dialect "
+        f"{r.dialect.value!r}, which reads no speculative counter (usage, per-request "
+        "fields or /metrics): its speed verdict will be refused "
+        "(speculative_counters_missing); use the engine's own dialect"
+        for r in plan.speculative_routes
+        if not reads_speculation(dialect_for(r.dialect))
     )
 
 

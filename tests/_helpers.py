@@ -89,7 +89,7 @@ def ray_plan_file(tmp_path: Path, address: str | None) -> Path:
         "model": "m",
         "routes": [
             {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:9/v1"},
-            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:9/v1"},
+            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:8/v1"},
         ],
         "workers": 2,
         "executor": "ray",

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from deepseekbench._analysis._analysis import load_results
 from deepseekbench._analysis._capacity import (
     CapacityRatio,
+    CapacityReport,
     RouteCapacity,
     capacity_report,
     overlap_refusal,
@@ -220,6 +221,9 @@ def test_an_open_bracket_ratio_reads_as_a_lower_bound() -> None:
     opened = CapacityRatio("mtp", 5.0, 5 / 3, None, None)  # never failed up to 5; off [1, 3)
     assert opened.text.startswith("mtp/off capacity ≥ 1.67× (mtp met the SLO at every level")
     assert "5.00" not in opened.text  # the ceiling of the search is not a figure
+    assert opened.figure == "≥ 1.67×" and opened.bound == "lower"
+    report = CapacityReport(0.9, "streams", (), (opened,))
+    assert report.to_dict()["ratios"][0]["ratio"] is None  # nor is it exported
 
 
 def test_search_needs_an_slo_and_leaves_old_plan_hashes_alone() -> None:
@@ -359,7 +363,11 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
         assert c.high is None or c.high - (c.capacity or 0) <= 1
         assert c.ci_low is not None and c.ci_low <= (c.attainment or 0) <= (c.ci_high or 0)
     ratios = {r.route: r for r in report.ratios}
-    assert ratios["mtp"].credited and ratios["mtp"].ratio == mtp.capacity / off.capacity
+    assert ratios["mtp"].credited
+    if mtp.high is None:  # met the SLO at every level: only a lower bound is a claim
+        assert ratios["mtp"].ratio is None and ratios["mtp"].bound == "lower"
+    else:
+        assert ratios["mtp"].ratio == mtp.capacity / off.capacity
     bad = ratios["mtp-mistuned"]
     assert not bad.credited and "candidate_parity_not_verified" in (bad.refusal or "")
     assert caps["mtp-mistuned"].unverified and not off.unverified and not mtp.unverified

@@ -136,7 +136,9 @@ def test_dry_run_opens_no_connection_and_reports_gate_refusals(
     assert all(r.tpot_ms is None and not r.is_complete for r in rows)
     assert "api.example.com" in err.getvalue() and "no connection opened" in err.getvalue()
     assert no_connections == []
-    loopback = _plan_file(tmp_path, [f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port}/v1"])
+    loopback = _plan_file(
+        tmp_path, [f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port}/mtp/v1"]
+    )
     rows_out = tmp_path / "rows.jsonl"
     rc = main(
         ["run", str(loopback), "--dry-run", "--results", str(rows_out)],
@@ -337,7 +339,7 @@ def test_progress_line_only_on_a_terminal() -> None:
 
 def test_dry_run_shows_the_load_grid(tmp_path: Path, no_connections: list[str]) -> None:
     port = _free_port()
-    urls = [f"http://127.0.0.1:{port}/v1"] * 2
+    urls = [f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port}/mtp/v1"]
     plan = _plan_file(tmp_path, urls, arrival={"concurrency": [1, 8, 32]}, repeats=2)
     out, err = io.StringIO(), io.StringIO()
     assert main(["run", str(plan), "--dry-run", "--format", "json"], stdout=out, stderr=err) == 0

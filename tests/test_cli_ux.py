@@ -42,7 +42,7 @@ def test_dry_run_format_html_prints_a_page_not_text(tmp_path: Path) -> None:
     plan.write_text(
         'model = "m"\n'
         '[[routes]]\nlabel = "off"\nspeculative = "off"\nbase_url = "http://127.0.0.1:9/v1"\n'
-        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:8/v1"\n'
     )
     out, err = io.StringIO(), io.StringIO()
     assert main(["run", str(plan), "--dry-run", "--format", "html"], stdout=out, stderr=err) == 0
@@ -103,7 +103,7 @@ def test_a_rate_that_is_not_a_finite_number_is_one_plain_line(tmp_path: Path, ra
     plan.write_text(
         'model = "m"\n'
         '[[routes]]\nlabel = "off"\nspeculative = "off"\nbase_url = "http://127.0.0.1:9/v1"\n'
-        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:8/v1"\n'
         f'[arrival]\nmode = "rate"\nrate_per_s = {rate}\n'
     )
     err = io.StringIO()
@@ -120,7 +120,7 @@ def test_finite_rates_still_sweep(tmp_path: Path) -> None:
     plan.write_text(
         'model = "m"\n'
         '[[routes]]\nlabel = "off"\nspeculative = "off"\nbase_url = "http://127.0.0.1:9/v1"\n'
-        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:8/v1"\n'
         '[arrival]\nmode = "rate"\nrate_per_s = [2, 8.5]\n'
     )
     err = io.StringIO()

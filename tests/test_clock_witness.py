@@ -118,8 +118,11 @@ def test_the_disagreement_check_itself() -> None:
 
 def test_rows_carry_the_server_tpot_and_reports_show_both_clocks() -> None:
     ms = [StreamMeasurement(server_mean_itl_ms=v, tokens_estimated=False) for v in (3.0, 4.0, 9.0)]
-    assert server_clock_fields(ms) == {"server_tpot_ms": 4.0}
-    assert server_clock_fields([StreamMeasurement()]) == {"server_tpot_ms": None}
+    assert server_clock_fields(ms) == {"server_tpot_ms": 4.0, "server_clock_faults": ()}
+    assert server_clock_fields([StreamMeasurement()]) == {
+        "server_tpot_ms": None,
+        "server_clock_faults": (),
+    }
     card = Scorecard.from_rows(list(_pair(5.0, 5.5)))
     rec = list(csv.DictReader(io.StringIO(card.to_csv())))[1]
     assert rec["server_tpot_ms"] == "5.5" and rec["tpot_ms"] == "5.0"

@@ -148,7 +148,7 @@ def test_run_plan_refuses_a_client_with_an_ungated_mount(tmp_path: Path) -> None
             "model": "m",
             "routes": [
                 {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:9/v1"},
-                {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:9/v1"},
+                {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:8/v1"},
             ],
         }
     )
@@ -306,7 +306,7 @@ def test_a_key_pasted_into_api_key_env_is_not_printed(tmp_path: Path, pasted: st
             {
                 "label": "mtp",
                 "speculative": "mtp",
-                "base_url": "http://127.0.0.1:9/v1",
+                "base_url": "http://127.0.0.1:8/v1",
                 "api_key_env": pasted,
             },
         ],

@@ -472,7 +472,7 @@ def test_the_cli_exits_1_when_the_calibration_pass_fails(tmp_path: Path) -> None
     from deepseekbench._cli import EXIT_ERRORS, main
 
     plan = plan_of(
-        [("off", "off", "http://127.0.0.1:9/v1"), ("mtp", "mtp", "http://127.0.0.1:9/v1")],
+        [("off", "off", "http://127.0.0.1:9/v1"), ("mtp", "mtp", "http://127.0.0.1:8/v1")],
         PLAN,
         {"probe_routes": False, "timeout_s": 5},
     )

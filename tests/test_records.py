@@ -100,6 +100,7 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
         if out["record"] == "row":  # the row fields added since (issue 23)
             assert out["row"].pop("output_length") is None
             assert out["row"].pop("tokens_past_eos") is None
+            assert out["row"].pop("server_clock_faults") == []  # the engine's clock checked
         assert out == raw, raw["record"]
 
 

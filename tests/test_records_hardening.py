@@ -70,7 +70,7 @@ def _plan_file(tmp_path: Path) -> Path:
         "model": "m",
         "routes": [
             {"label": "off", "speculative": "off", "base_url": "http://127.0.0.1:9/v1"},
-            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:9/v1"},
+            {"label": "mtp", "speculative": "mtp", "base_url": "http://127.0.0.1:8/v1"},
         ],
         "parity": {"prompts": ["p"], "tasks": "none"},
     }
@@ -107,7 +107,7 @@ def test_a_failed_probe_leaves_no_results_file(tmp_path: Path) -> None:
             "model": "m",
             "routes": [
                 {"label": "off", "speculative": "off", "base_url": url},
-                {"label": "mtp", "speculative": "mtp", "base_url": url},
+                {"label": "mtp", "speculative": "mtp", "base_url": url.replace("/v1", "/mtp/v1")},
             ],
             "parity": {"prompts": ["p"], "tasks": "none"},
         }

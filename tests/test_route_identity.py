@@ -128,7 +128,10 @@ def test_compare_speedup_refuses_a_pair_with_a_refused_row_only() -> None:
         v = compare_speedup(b, c)
         assert not v.printed and RefusalReason.route_identity_refused in v.reasons
     flagged = cand.model_copy(update={"route_identity": RouteIdentity.flagged})
-    assert compare_speedup(base, flagged).printed
+    # flagged with no speculative counter at all: nothing shows it speculated
+    assert compare_speedup(base, flagged).reasons == (RefusalReason.speculative_counters_missing,)
+    counted = flagged.model_copy(update={"draft_tokens": 0, "accepted_tokens": 0})
+    assert compare_speedup(base, counted).printed  # an ngram route that found nothing to draft
 
 
 PLAN: dict[str, Any] = {

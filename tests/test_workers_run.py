@@ -69,7 +69,7 @@ def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) ->
     plan.write_text(
         'model = "deepseekbench-ref"\n'
         '[[routes]]\nlabel = "off"\nspeculative = "off"\nbase_url = "http://127.0.0.1:9/v1"\n'
-        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:8/v1"\n'
     )
     args = build_parser().parse_args(["run", str(plan), "--workers", "3", "--executor", "ray"])
     flagged = _with_client_flags(BenchmarkPlan.load(plan), args)

@@ -46,6 +46,7 @@ __all__ = [
     "CapacityRatio",
     "CapacityReport",
     "RouteCapacity",
+    "capacity_ratio",
     "capacity_report",
     "overlap_refusal",
     "route_probes",
@@ -210,9 +211,19 @@ class RouteCapacity:
 class CapacityRatio:
     """A speculative route's capacity over ``off``'s (dimensionless, "times more load").
 
-    ``ratio`` is ``None`` unless credited; ``low``/``high``: the range the two
-    brackets allow (``None`` where a bracket is open); ``refusal``: why not credited
-    (a gate refusal at some load, a missing capacity, or brackets that overlap).
+    Each capacity lies in its half-open bracket, so the claim is what the two brackets
+    allow: a figure when both are closed, a lower bound ``≥ low`` when the route's
+    bracket is open (it met the SLO at every level), an upper bound ``≤ high`` when
+    ``off``'s is. :attr:`figure` is that claim's printable form, the one every rendering
+    (text, Markdown, HTML, JSON, the plot's title) shows, so none can carry a figure
+    the text does not print.
+
+    ``ratio`` is the credited figure, ``None`` unless credited *and* both brackets
+    are closed (a one-sided claim has no figure, only its bound, and no rendering
+    shows a ratio given for one); ``low``/``high``:
+    the range the two brackets allow (``None`` where a bracket is open); ``refusal``:
+    why not credited (a gate refusal at some load, a missing capacity, or brackets
+    that overlap), ``None`` when credited.
     """
 
     route: str
@@ -223,25 +234,51 @@ class CapacityRatio:
 
     @property
     def credited(self) -> bool:
-        """True when the ratio is printed."""
-        return self.ratio is not None
+        """True when a claim (a figure or a one-sided bound) is printed."""
+        return self.refusal is None
+
+    @property
+    def bound(self) -> str | None:
+        """``"lower"`` (``≥ low``) or ``"upper"`` (``≤ high``) for a credited one-sided
+        claim; ``None`` for a figure or a refusal."""
+        if not self.credited or (self.low is None) == (self.high is None):
+            return None
+        return "lower" if self.high is None else "upper"
+
+    @property
+    def figure(self) -> str:
+        """The printable claim: ``1.50×``, ``≥ 1.67×``, ``≤ 0.75×`` or ``refused``."""
+        if self.bound == "lower" and self.low is not None:
+            return f"≥ {self.low:.2f}×"
+        if self.bound == "upper" and self.high is not None:
+            return f"≤ {self.high:.2f}×"
+        if self.credited and self.ratio is not None:
+            return f"{self.ratio:.2f}×"
+        return "refused"
 
     @property
     def text(self) -> str:
         """One scorecard line, e.g. ``mtp/off capacity 1.50× (bracket 1.20–2.00×)``; a
         route that never failed a level has an open bracket, so only its lower end is a
-        claim: ``mtp/off capacity ≥ 1.67× (...)``."""
-        if self.ratio is None:
+        claim: ``mtp/off capacity ≥ 1.67× (...)``; likewise ``≤ H×`` when ``off``
+        never failed one."""
+        if not self.credited:
             return f"{self.route}/off capacity: refused ({self.refusal})"
-        if self.high is None and self.low is not None:
+        if self.bound == "lower":
             return (
-                f"{self.route}/off capacity ≥ {self.low:.2f}× ({self.route} met the SLO at "
+                f"{self.route}/off capacity {self.figure} ({self.route} met the SLO at "
                 "every level measured, so its capacity has no upper end: raise [search] "
                 "max_level to bound it)"
             )
+        if self.bound == "upper":
+            return (
+                f"{self.route}/off capacity {self.figure} (off met the SLO at every level "
+                "measured, so its capacity has no upper end: raise [search] max_level to "
+                "bound it)"
+            )
         hi = f"{self.high:.2f}" if self.high is not None else "∞"
         lo = f"{self.low:.2f}" if self.low is not None else "?"
-        return f"{self.route}/off capacity {self.ratio:.2f}× (bracket {lo}–{hi}×)"
+        return f"{self.route}/off capacity {self.figure} (bracket {lo}–{hi}×)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +298,9 @@ class CapacityReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``target``, ``unit``, per route its capacity, bracket, attainment
         with its interval, stop and levels; per speculative route its ratio (``null``
-        unless credited) with its range and refusal."""
+        unless credited with both brackets closed), ``bound`` (``lower``/``upper`` for a
+        one-sided claim), its range, refusal and ``text`` (:attr:`CapacityRatio.figure`,
+        the claim as the scorecard prints it)."""
         return {
             "target": self.target,
             "unit": self.unit,
@@ -286,8 +325,8 @@ class CapacityReport:
                 for c in self.routes
             ],
             "ratios": [
-                {"route": r.route, "ratio": r.ratio, "low": r.low, "high": r.high,
-                 "refusal": r.refusal}
+                {"route": r.route, "ratio": None if r.bound else r.ratio, "bound": r.bound,
+                 "low": r.low, "high": r.high, "refusal": r.refusal, "text": r.figure}
                 for r in self.ratios
             ],
         }  # fmt: skip
@@ -330,7 +369,14 @@ def _refusal(result: RunResult, off: str, route: str, metric: SpeedupMetric) -> 
 def _ratio(
     result: RunResult, off: RouteCapacity, cap: RouteCapacity, metric: SpeedupMetric
 ) -> CapacityRatio:
-    refusal = _refusal(result, off.route, cap.route, metric)
+    return capacity_ratio(off, cap, _refusal(result, off.route, cap.route, metric))
+
+
+def capacity_ratio(off: RouteCapacity, cap: RouteCapacity, refusal: str | None) -> CapacityRatio:
+    """``cap``'s :class:`CapacityRatio` to ``off`` (pure): refused with ``refusal`` (the
+    gate's, e.g. ``at load 2: candidate_parity_not_verified``) when given, or when a
+    route has no capacity, or when the brackets overlap (:func:`overlap_refusal`);
+    else the claim the two brackets allow (a figure, or a one-sided bound)."""
     if refusal is None and (off.capacity is None or cap.capacity is None):
         refusal = "no capacity for " + (off.route if off.capacity is None else cap.route)
     if refusal is not None or off.capacity is None or cap.capacity is None:
@@ -340,6 +386,8 @@ def _ratio(
     overlap = overlap_refusal(off, cap)
     if overlap is not None:
         return CapacityRatio(cap.route, None, low, high, overlap)
+    if low is None or high is None:  # an open bracket: only its bound is a claim
+        return CapacityRatio(cap.route, None, low, high, None)
     return CapacityRatio(cap.route, cap.capacity / off.capacity, low, high, None)
 
 

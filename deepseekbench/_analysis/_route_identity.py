@@ -17,8 +17,10 @@ served) and judges every route of one cell and load point together:
   length of its per-position acceptance) differs from the declared ``spec_tokens``
   is **refused**;
 * a speculative route whose engine reports no acceptance at all (nothing drafted
-  on any route of its engine in the cell and load) is **flagged**: not refused, since an engine may
-  simply not report it (the OpenAI dialect), but nothing confirms it speculated.
+  on any route of its engine in the cell and load) is **flagged**: an engine may simply
+  not report it (the OpenAI dialect), but nothing confirms it speculated, so where its
+  server exported no speculative counter at all :func:`~deepseekbench.compare_speedup`
+  refuses its speed verdict (``RefusalReason.speculative_counters_missing``).
 
 Each refused or flagged row gets one line naming both routes (the row and the one
 it is compared with or contradicted by); :func:`~deepseekbench.compare_speedup`

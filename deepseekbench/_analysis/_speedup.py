@@ -21,6 +21,7 @@ from deepseekbench._analysis._clock_witness import (
     SERVER_SAMPLES,
     clock_disagrees,
     server_value,
+    witness_faults,
 )
 from deepseekbench._types._axes import (
     KEY_AXES,
@@ -108,11 +109,28 @@ class RefusalReason(_ClosedEnum):
     server_clock_missing = "server_clock_missing"
     """``clock="server"`` was asked, but a row has no engine-reported figure for the
     metric (only ``tpot_ms`` and ``ttft_ms`` have one)."""
+    server_clock_not_positive = "server_clock_not_positive"
+    """``clock="server"``: an engine figure of a row's requests is zero (or negative, or
+    not finite): no clock (:class:`~deepseekbench._types._clock.ServerClockFault`)."""
+    server_clock_contradicts_client = "server_clock_contradicts_client"
+    """``clock="server"``: the engine's decode time is shorter than the client's own
+    first-to-last-token window of the same request beyond 25 % + 50 ms (+ the client's
+    own stall), or its TTFT longer than the client's: the engine's figure is refused as
+    a witness (``deepseekbench._analysis._clock_witness``)."""
+    server_clock_count_mismatch = "server_clock_count_mismatch"
+    """``clock="server"``: the engine's own token count (output rate × generation time)
+    is not the request's usage count (beyond 1 token + 2 %)."""
     no_significant_difference = "no_significant_difference"
     """The speedup's 95 % interval includes 1: the run cannot tell the routes apart.
     The verdict keeps the interval (its only numbers) and no figure."""
     # issue 24: a row whose route contradicts its label (see _route_identity)
     route_identity_refused = "route_identity_refused"
+    speculative_counters_missing = "speculative_counters_missing"
+    """The speculative row's server exported no speculative counters at all — no drafted
+    or accepted counts, acceptance rate, length or per-position acceptance in usage,
+    per-request fields or ``/metrics`` — so nothing shows it speculated (an ``off``
+    server behind a speculative label decodes the same way): no speed verdict. Judged
+    on rows of a run (``route_identity`` set)."""
     results_tampered = "results_tampered"
     """The rows come from a results file edited after it was written (its digest chain
     is broken, a measurement record is duplicated, or records name a plan with no
@@ -443,7 +461,9 @@ def compare_speedup(
     (``tokens_estimated``: without the engine's usage, TPOT and throughput rest
     on a count the engine did not give); neither row's route identity was refused
     (``route_identity_refused``: e.g. an ``off`` route that drafts, see
-    ``deepseekbench._analysis._route_identity``); the metric is present and positive
+    ``deepseekbench._analysis._route_identity``); the candidate's server exported some
+    speculative counter (``speculative_counters_missing``, see
+    :func:`no_speculative_counters`); the metric is present and positive
     on both; for ``tpot_ms``, neither row is ``client_starved`` (``client_starved``: its
     client read token chunks in bursts while waiting for a core, so its TPOT is client
     delay).
@@ -481,7 +501,11 @@ def compare_speedup(
         clock: ``"client"`` (default: the client's arrival times) or ``"server"``
             (issue 22: the engine's own per-request figures, ``Row.server_tpot_ms`` /
             ``server_ttft_ms``; they exclude network and client; refused with
-            ``server_clock_missing`` where a row has none). The verdict says which.
+            ``server_clock_missing`` where a row has none, and with the fault's name
+            where the engine's figures contradict the client's own clock:
+            ``server_clock_not_positive``, ``server_clock_contradicts_client``,
+            ``server_clock_count_mismatch``, see
+            ``deepseekbench._analysis._clock_witness``). The verdict says which.
         clock_tolerance: on the client clock, when both rows carry the engine's own
             figure too, a client speedup further than this ratio (default
             :data:`~deepseekbench._types._clock.CLOCK_TOLERANCE`, 25 %) from the
@@ -558,6 +582,27 @@ def evidence_field(metric: SpeedupMetric | str, clock: Clock | str) -> str:
     return m.value
 
 
+def no_speculative_counters(row: Row) -> bool:
+    """True when ``row`` comes from a run (its ``route_identity`` was judged) and its
+    server exported no speculative counter anywhere: ``draft_tokens``,
+    ``accepted_tokens``, ``accepted_token_ratio``, ``acceptance_length`` and
+    ``acceptance_by_position`` all ``None`` (per-request usage and fields first, the
+    ``/metrics`` window as fallback; a reported 0 is a counter). A hand-made row
+    (``route_identity`` ``None``) is not judged."""
+    if row.route_identity is None:
+        return False
+    return all(
+        v is None
+        for v in (
+            row.draft_tokens,
+            row.accepted_tokens,
+            row.accepted_token_ratio,
+            row.acceptance_length,
+            row.acceptance_by_position,
+        )
+    )
+
+
 def load_unknown(row: Row) -> bool:
     """True when ``row`` does not say the load it was measured under.
 
@@ -620,6 +665,8 @@ def _judge(
         reasons.append(R.client_starved)  # issue 22: bunched chunks make TPOT meaningless
     if RouteIdentity.refused in (baseline.route_identity, candidate.route_identity):
         reasons.append(R.route_identity_refused)
+    if candidate.speculative is not Speculative.off and no_speculative_counters(candidate):
+        reasons.append(R.speculative_counters_missing)
     if baseline.n_requests < min_requests:
         reasons.append(R.baseline_too_few_requests)
     if candidate.n_requests < min_requests:
@@ -628,6 +675,8 @@ def _judge(
         b, c = server_value(baseline, metric.value), server_value(candidate, metric.value)
         if b is None or c is None:
             reasons.append(R.server_clock_missing)
+        for row in (baseline, candidate):  # the engine's figures are witnesses, checked
+            reasons += [R(f.value) for f in witness_faults(row, metric.value)]
     else:
         b = _metric_value(baseline, metric)
         c = _metric_value(candidate, metric)

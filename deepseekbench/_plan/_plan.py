@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 
+import httpx
 import orjson
 from pydantic import (
     BaseModel,
@@ -434,6 +435,42 @@ class RoutePlan(BaseModel):
             request_extras=self.request_extras,
             continuous_usage=self.continuous_usage,
         )
+
+
+def _server_key(route: RoutePlan, default_model: str) -> tuple[str, int | None, str]:
+    """Where ``route``'s requests go and what they ask for: scheme, host (lower case),
+    port (the scheme's default when unset), path and model."""
+    url = httpx.URL(route.base_url)
+    port = url.port if url.port is not None else {"http": 80, "https": 443}.get(url.scheme)
+    host = f"{url.scheme}://{url.host.lower()}{url.path.rstrip('/')}"
+    return host, port, route.model or default_model
+
+
+def same_server(off: RoutePlan, route: RoutePlan, default_model: str) -> str | None:
+    """Why ``route`` cannot be measured against the baseline ``off``, or ``None``.
+
+    Both resolve to the same server (scheme, host, port and path of ``base_url``) and
+    model, with the same ``request_extras``: nothing makes the server decode the
+    speculative route differently from ``off``, so any "speedup" between them is
+    noise (or the ports are wrong). Launched routes (``[routes.launch]``) are exempt:
+    each gets its own server. Different ``request_extras`` (e.g. a per-request
+    speculative setting, llama-server's ``speculative.n_max``) are allowed; whether the
+    server then speculated is for the run's counters to say (refusal
+    ``speculative_counters_missing``)."""
+    if off.launch is not None or route.launch is not None:
+        return None
+    if _server_key(off, default_model) != _server_key(route, default_model):
+        return None
+    if off.request_extras != route.request_extras:
+        return None
+    model = route.model or default_model
+    return (
+        f"route {route.label!r} (speculative={route.speculative.value}) and the baseline "
+        f"{off.label!r} resolve to the same server and model ({route.base_url}, model "
+        f"{model!r}) with the same request_extras: the server decodes both the same way, so "
+        f"no speedup can be measured; point {route.label!r} at a server that runs "
+        f"{route.speculative.value}, or give it request_extras that turn speculation on"
+    )
 
 
 LAUNCHED_URL = "http://127.0.0.1:1/v1"
@@ -1084,6 +1121,10 @@ class BenchmarkPlan(BaseModel):
         offs = [r.label for r in self.routes if r.speculative is Speculative.off]
         if len(offs) != 1:
             raise ValueError(f"a plan needs exactly one speculative='off' route, got {offs}")
+        for route in self.speculative_routes:
+            same = same_server(self.off_route, route, self.model)
+            if same is not None:
+                raise ValueError(same)
         if self.search is not None and not self.slo.limits:  # issue 24
             raise ValueError("[search] needs at least one [slo] limit (ttft_ms, tpot_ms, e2e_ms)")
         cells = [c.cell_id for c in self.cells]

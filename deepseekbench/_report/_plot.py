@@ -313,10 +313,7 @@ def _capacity_panel(ax: Axes, report: CapacityReport) -> None:
             fontsize="x-small",
             bbox={"boxstyle": "square,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
         )
-    ratios = "; ".join(
-        f"{r.route}/off {r.ratio:.2f}×" if r.ratio is not None else f"{r.route}/off refused"
-        for r in report.ratios
-    )
+    ratios = "; ".join(f"{r.route}/off {r.figure}" for r in report.ratios)
     ax.set_ylabel(f"capacity ({report.unit}; bar: bracket to the first failing load)")
     ax.set_title(f"Capacity at slo_attainment ≥ {report.target:g}\n{ratios}", fontsize="small")
     ax.margins(y=0.25)

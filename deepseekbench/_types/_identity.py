@@ -20,7 +20,8 @@ class RouteIdentity(_ClosedEnum):
 
     ``ok``: nothing contradicts the route's label. ``flagged``: a speculative
     route whose engine reports no acceptance anywhere in the run, so whether it
-    speculated is unverified (its speedup may still be credited). ``refused``: the
+    speculated is unverified (where its server exported no speculative counter at all,
+    its speed verdict is refused: ``speculative_counters_missing``). ``refused``: the
     route contradicts its label (an ``off`` route that drafts, a speculative route
     that drafts nothing while the same engine drafts on another route, a served
     depth other than the declared one); no speedup is credited on it.

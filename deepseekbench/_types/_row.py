@@ -34,6 +34,7 @@ from deepseekbench._types._axes import (
     Speculative,
     SpeculativeName,
 )
+from deepseekbench._types._clock import ServerClockFault, ServerClockFaultName
 from deepseekbench._types._identity import RouteIdentity, RouteIdentityName
 
 SCHEMA_VERSION = 2
@@ -365,6 +366,14 @@ class Row(BaseModel):
         "(vLLM metrics.mean_itl_ms, llama.cpp timings.predicted_per_token_ms); excludes "
         "network and client",
     )
+    server_clock_faults: tuple[ServerClockFault, ...] = Field(
+        default=(),
+        description="why the engine's own figures are no witness of its requests' speed: "
+        "server_clock_not_positive, server_clock_contradicts_client (a decode time shorter "
+        "than the client's first-to-last-token window beyond 25 % + 50 ms, or a TTFT longer "
+        "than the client's), server_clock_count_mismatch (its token count is not usage's); "
+        "a clock='server' verdict over any is refused",
+    )
     client_starved: bool = Field(
         default=False,
         description="more than a quarter of the measured requests were client-starved: the "
@@ -538,6 +547,7 @@ class Row(BaseModel):
             client_load_1m: float | None = None,
             n_client_starved: int = 0,
             server_tpot_ms: float | None = None,
+            server_clock_faults: Sequence[ServerClockFault | ServerClockFaultName] = (),
             client_starved: bool = False,
             prefix_cache_hit_rate: float | None = None,
             kv_cache_usage_peak: float | None = None,
