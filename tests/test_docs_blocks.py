@@ -258,6 +258,24 @@ def test_plain_block_matches_the_cli(block: Block, demo: tuple[Path, str]) -> No
         assert shown == printed  # the README shows the demo's whole output
 
 
+def test_the_cli_synopsis_lists_every_option() -> None:
+    """docs/plan.md's synopsis names every option of each command's parser, and no
+    other (a line ending ``...`` lists only some), so it cannot drift from the CLI."""
+    (synopsis,) = [
+        b for b in _of("") if b.path == "docs/plan.md" and b.body.startswith("python -m ")
+    ]
+    subs = _subparsers()
+    assert {line.split()[3] for line in synopsis.body.splitlines()} == set(subs)
+    for line in synopsis.body.splitlines():
+        sub = subs[line.split()[3]]
+        documented = set(re.findall(r"--[a-z][a-z-]*", line))
+        options = {o for o in sub._option_string_actions if o.startswith("--")} - {"--help"}
+        if line.rstrip().endswith("..."):
+            assert documented <= options, line
+        else:
+            assert documented == options, f"{line}: missing {sorted(options - documented)}"
+
+
 def test_the_demo_fixture_runs_the_readmes_first_command_as_written() -> None:
     first = _of("bash")[0]
     assert first.path == "README.md"
