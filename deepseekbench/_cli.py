@@ -48,7 +48,8 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -926,6 +927,42 @@ def main(
     if args.version:
         out.write(f"deepseekbench {package_version()}\n")
         return EXIT_OK
+    with _warnings_as_lines(err):
+        return _command(parser, args, out, err)
+
+
+@contextmanager
+def _warnings_as_lines(err: TextIO) -> Iterator[None]:
+    """The library's own warnings (:class:`~deepseekbench.WorkloadCoverageWarning`) as one
+    clean line each on ``err`` (``deepseekbench: warning: ...``), not Python's
+    ``path:line: Category: message`` form; other warnings print as Python prints them.
+    Library callers still get ``warnings.warn`` of the named category."""
+    from deepseekbench._plan._coverage import WorkloadCoverageWarning
+
+    python_show = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, WorkloadCoverageWarning):
+            err.write(f"deepseekbench: warning: {message}\n")
+        else:
+            python_show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():  # restores showwarning on the way out
+        warnings.showwarning = show
+        yield
+
+
+def _command(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    """The parsed command, run; its exit code (see the module docstring)."""
     # the stages load only now, so that --help and usage errors stay fast
     import anyio
     from pydantic import ValidationError

@@ -3,12 +3,16 @@
 ``COSTS`` (cheap steps, still a costlier target than draft), :func:`read_records`
 (a results file's JSONL records), :func:`off_and_mtp` (two embedded engines, the
 second with MTP), :func:`plan_of` (a plan for ``deepseekbench-ref`` on given
-routes) and :func:`make_row` (a verified speculation-off row of 8 requests).
+routes) and :func:`make_row` (a verified speculation-off row of 8 requests);
+:data:`CLOCK_REFUSALS`, :data:`SPEED_JUDGED`, :func:`verdict_judged` and
+:func:`speed_judged` for verdicts a
+busy machine may turn from credited into a clock refusal (never into a parity one).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -19,12 +23,41 @@ from typing import Any
 
 import orjson
 
+from deepseekbench._analysis._speedup import SpeedupVerdict
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._row import Row
 
 COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
+
+CLOCK_REFUSALS = frozenset({"client_starved", "clock_disagreement", "no_significant_difference"})
+"""Refusals a busy machine can cause by itself, whatever the engines do: a starved
+client, its clock disagreeing with the engine's, or an interval widened past 1."""
+
+SPEED_JUDGED = re.compile(
+    r"\d\.\d\d× by tpot_ms|no significant difference \("
+    r"|refused: (client_starved|clock_disagreement)"
+)
+"""A scorecard speedup cell whose parity passed: a credited figure, or one of
+:data:`CLOCK_REFUSALS` (never a parity refusal)."""
+
+
+def verdict_judged(verdict: SpeedupVerdict) -> bool:
+    """A verdict whose speed was judged: credited, or refused only for
+    :data:`CLOCK_REFUSALS`."""
+    reasons = {r.value for r in verdict.reasons}
+    return verdict.printed or (bool(reasons) and reasons <= CLOCK_REFUSALS)
+
+
+def speed_judged(line: Mapping[str, Any]) -> bool:
+    """A JSON scorecard line (``report --format json``) whose speed was judged: credited
+    (``speedup`` set), or refused only for :data:`CLOCK_REFUSALS`."""
+    reasons = set((line.get("verdict") or {}).get("reasons") or ())
+    if line.get("speedup") is not None:
+        return not reasons
+    return bool(reasons) and reasons <= CLOCK_REFUSALS
+
 
 Route = tuple[str, str, str] | tuple[str, str, str, Dialect]
 """(label, speculative, base_url) or (label, speculative, base_url, dialect);

@@ -8,6 +8,11 @@ it, so a library that swallows the error cannot hide it. Unix-socket paths and
 socketpairs are not network traffic and pass. Subprocesses (engines, workers, Ray's
 raylets) are outside an in-process hook: their tests check their sockets themselves
 (tests/test_ray_executor.py, tests/test_worker_orphans.py).
+
+Every Hypothesis test runs under the ``deepseekbench`` settings profile: no deadline
+(a busy machine's pauses are not a failure; a property's speed is not what it checks)
+and the failing example's reproduction blob printed. A test's own ``@settings`` inherits
+it and only overrides what it names.
 """
 
 from __future__ import annotations
@@ -20,8 +25,12 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests._helpers import DemoRun, run_cli
+
+settings.register_profile("deepseekbench", deadline=None, print_blob=True)
+settings.load_profile("deepseekbench")
 
 refused: list[str] = []
 """Destinations the guard refused since the current test started."""

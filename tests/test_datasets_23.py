@@ -20,7 +20,7 @@ from deepseekbench._plan._datasets import (
 )
 from deepseekbench._runner import run_plan
 from deepseekbench._types._axes import Dialect
-from tests._helpers import COSTS, off_and_mtp, plan_of
+from tests._helpers import COSTS, off_and_mtp, plan_of, verdict_judged
 
 
 def _row(qid: str, category: str, turns: list[str], **extra: Any) -> dict[str, Any]:
@@ -110,7 +110,8 @@ def test_per_tier_acceptance_and_speedup_on_the_embedded_engine() -> None:
         assert c.n_requests == 4 and c.accepted_token_ratio is not None
     verdicts = category_speedups(rows["off"], mtp, min_requests=1)
     assert set(verdicts) == set(ENTROPY_TIERS)
-    assert all(v.speedup is not None for v in verdicts.values())
+    # every tier's speed is judged: credited, or (a busy machine) a clock refusal
+    assert all(verdict_judged(v) for v in verdicts.values()), verdicts
 
 
 def test_mt_bench_per_category_on_the_embedded_engine() -> None:

@@ -263,17 +263,49 @@ def test_plain_block_matches_the_cli(block: Block, demo: tuple[Path, str]) -> No
         return
     if not block.body.startswith("Scorecard ("):
         return  # an excerpt of another run (a load sweep), not the demo's output
-    # the client flag (a column and one note) shows only when this machine was too
-    # busy to time well (issue 22)
-    printed = [
-        ln
-        for ln in _shape(_without_client_flag(demo[1]))
-        if not _CLIENT_NOTE.match(ln) and not _NOISE_NOTE.match(ln)
-    ]
-    shown = _shape(block.body)
+    # the client flag (a column and a note per flag) shows only when the machine was
+    # too busy to time well, in the demo's run or in the one the block shows
+    printed, shown = (
+        [
+            ln
+            for ln in _shape(_without_client_flag(text))
+            if not _CLIENT_NOTE.match(ln) and not _NOISE_NOTE.match(ln)
+        ]
+        for text in (demo[1], block.body)  # a block may show a busy run's flags too
+    )
     assert shown == printed[: len(shown)], "\n".join(shown)
     if block.path == "README.md":
         assert shown == printed  # the README shows the demo's whole output
+
+
+def test_the_readme_sample_shows_the_client_column_and_explains_it() -> None:
+    """The README's sample is a real demo run's output, whose busy machine flagged the
+    client: the column, its note, and the text before the sample saying what they mean."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (sample,) = [b for b in _of("") if b.path == "README.md" and b.body.startswith("Scorecard (")]
+    header = next(ln for ln in sample.body.splitlines() if ln.startswith("cell "))
+    assert header.split()[-2:] == ["client", "speedup"]
+    assert any(_CLIENT_NOTE.match(ln) for ln in sample.body.splitlines())
+    before = readme[: readme.index(sample.body)]
+    assert "The `client` column shows only when" in " ".join(before[-1200:].split())
+
+
+def test_the_cli_synopsis_lists_every_option() -> None:
+    """docs/plan.md's synopsis names every option of each command's parser, and no
+    other (a line ending ``...`` lists only some), so it cannot drift from the CLI."""
+    (synopsis,) = [
+        b for b in _of("") if b.path == "docs/plan.md" and b.body.startswith("python -m ")
+    ]
+    subs = _subparsers()
+    assert {line.split()[3] for line in synopsis.body.splitlines()} == set(subs)
+    for line in synopsis.body.splitlines():
+        sub = subs[line.split()[3]]
+        documented = set(re.findall(r"--[a-z][a-z-]*", line))
+        options = {o for o in sub._option_string_actions if o.startswith("--")} - {"--help"}
+        if line.rstrip().endswith("..."):
+            assert documented <= options, line
+        else:
+            assert documented == options, f"{line}: missing {sorted(options - documented)}"
 
 
 def test_the_demo_fixture_runs_the_readmes_first_command_as_written() -> None:

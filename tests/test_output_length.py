@@ -466,6 +466,47 @@ def test_the_cli_dry_run_says_which_items_would_go_unsent(tmp_path: Path) -> Non
     assert "raise requests_per_cell to 24" in err.getvalue()
 
 
+def test_the_coverage_message_counts_in_words() -> None:
+    one = workload_coverage(8, requests_per_cell=1, rounds=1).message()
+    assert one.startswith("8 items, 1 will be sent (1 request per cell over 1 round): ")
+    many = workload_coverage(8, requests_per_cell=12, rounds=3).message()
+    assert "(12 requests per cell over 3 rounds): raise requests_per_cell to 24" in many
+
+
+def test_the_cli_prints_the_coverage_warning_as_one_clean_line(tmp_path: Path) -> None:
+    """A run (not only the dry run) says which items go unsent in one line on stderr,
+    without Python's ``path:line: Category:`` form; the library still warns by category."""
+    import io
+
+    from deepseekbench._cli import EXIT_ERRORS, main
+
+    data = tmp_path / "w.jsonl"
+    data.write_text("\n".join(orjson.dumps({"prompt": f"Q{k}?"}).decode() for k in range(8)))
+    plan = plan_of(
+        [("off", "off", "http://127.0.0.1:9/v1"), ("mtp", "mtp", "http://127.0.0.1:9/v1")],
+        PLAN,
+        {
+            "requests_per_cell": 12,
+            "repeats": 3,
+            "workload": {"source": "jsonl", "path": str(data)},
+            "probe_routes": False,
+            "timeout_s": 5,
+        },
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    err = io.StringIO()
+    code = main(["run", str(path), "--results", str(tmp_path / "r.jsonl")], stderr=err)
+    assert code == EXIT_ERRORS  # nothing listens on port 9: the calibration pass fails
+    printed = [ln for ln in err.getvalue().splitlines() if "will be sent" in ln]
+    assert printed and set(printed) == {
+        "deepseekbench: warning: 8 items, 4 will be sent (12 requests per cell over 3 "
+        "rounds): raise requests_per_cell to 24, or keep fewer items"
+    }, err.getvalue()
+    with pytest.warns(WorkloadCoverageWarning, match="8 items, 4 will be sent"):
+        plan.validate_sources()
+
+
 def test_the_cli_exits_1_when_the_calibration_pass_fails(tmp_path: Path) -> None:
     import io
 

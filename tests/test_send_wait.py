@@ -25,14 +25,14 @@ DONE = [
     'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}\n\n',
     "data: [DONE]\n\n",
 ]
-BLOCK_S = 0.15
+BLOCK_S = 0.5
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_loop_blocked_between_handover_and_write_is_kept_out_of_ttft() -> None:
     """The request gets its (new) connection, then another task holds the loop for
-    150 ms before the body is written: TTFT counts from the write, the 150 ms is
+    500 ms before the body is written: TTFT counts from the write, the 500 ms is
     ``send_wait_ms``. asyncio only: the gap is aiohttp's write task (httpcore, on
     trio, writes in the request's own task; where a trio scheduler puts the other
     task is not fixed)."""
@@ -55,7 +55,9 @@ async def test_a_loop_blocked_between_handover_and_write_is_kept_out_of_ttft() -
     (m,) = out
     assert m.error is None, m.error
     assert m.send_wait_ms is not None and m.send_wait_ms >= BLOCK_S * 1000 * 0.9
-    assert m.ttft_ms is not None and m.ttft_ms < BLOCK_S * 1000 * 0.5
+    # the server answers in 5 ms: TTFT stays below the block it is kept apart from,
+    # a margin of about 0.5 s that a busy machine's delays do not cross
+    assert m.ttft_ms is not None and m.ttft_ms < m.send_wait_ms
 
 
 def test_the_clock_starts_at_the_write_and_keeps_both_waits() -> None:

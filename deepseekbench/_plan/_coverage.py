@@ -52,9 +52,15 @@ class WorkloadCoverage:
         """e.g. ``8 items, 4 will be sent: raise requests_per_cell to 24``."""
         return (
             f"{self.n_items} items, {self.n_sent} will be sent "
-            f"({self.requests_per_cell} requests per cell over {self.rounds} rounds): "
+            f"({_count(self.requests_per_cell, 'request')} per cell over "
+            f"{_count(self.rounds, 'round')}): "
             f"raise requests_per_cell to {self.needed_requests}, or keep fewer items"
         )
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and the noun, plural unless one: ``1 round``, ``3 rounds``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def workload_coverage(n_items: int, *, requests_per_cell: int, rounds: int) -> WorkloadCoverage:

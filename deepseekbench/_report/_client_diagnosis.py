@@ -22,7 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["SATURATED_CPU_SHARE", "STARVED_WAIT_SHARE", "client_flag", "run_diagnosis"]
+__all__ = [
+    "SATURATED_CPU_SHARE",
+    "STARVED_WAIT_SHARE",
+    "client_flag",
+    "run_diagnoses",
+    "run_diagnosis",
+]
 
 SATURATED_CPU_SHARE = 0.8
 """Event-loop thread CPU time per wall second (0..1) at or above which a flagged
@@ -86,12 +92,20 @@ def run_diagnosis(lines: Sequence[ClientHealth], workers: int | None = None) -> 
     bursts, waited for a CPU core 42% of the time (2 cores, load 5.1); run the client
     on another host or pin it" or "client saturated: 97% CPU; add workers (...)".
     ``workers``: the run's plan key, when known."""
+    return next(iter(run_diagnoses(lines, workers)), None)
+
+
+def run_diagnoses(lines: Sequence[ClientHealth], workers: int | None = None) -> list[str]:
+    """One line per client flag present over ``lines``, most severe first (starved,
+    saturated, waited, lagged; :func:`run_diagnosis` is the first): every flag a
+    scorecard's ``client`` column shows is explained by a note."""
     flagged = [(client_flag(ln), ln) for ln in lines]
+    out = []
     for kind in ("starved", "saturated", "waited", "lagged"):
         these = [ln for flag, ln in flagged if flag == kind]
         if these:
-            return _sentence(kind, these, len(lines), workers)
-    return None
+            out.append(_sentence(kind, these, len(lines), workers))
+    return out
 
 
 def _sentence(kind: str, these: Sequence[ClientHealth], total: int, workers: int | None) -> str:

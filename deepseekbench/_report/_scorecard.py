@@ -44,7 +44,7 @@ from deepseekbench._analysis._speedup import (
 )
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._plan._plan import LoadPoint
-from deepseekbench._report._client_diagnosis import client_flag, run_diagnosis
+from deepseekbench._report._client_diagnosis import client_flag, run_diagnoses
 from deepseekbench._report._grid import grid_choices, grid_json, grid_text
 from deepseekbench._report._past_eos import past_eos_notes
 from deepseekbench._report._server_side import server_side_notes
@@ -81,6 +81,32 @@ def load_point(row: Row) -> LoadPoint | None:
     if row.arrival is None or row.concurrency is None:
         return None
     return LoadPoint(row.arrival, row.concurrency, row.request_rate_per_s)
+
+
+def load_words(row: Row) -> tuple[str, str]:
+    """A row's load as the scorecard shows it: ``(label, phrase)``, e.g.
+    ``("c=16", "concurrency 16")``, ``("—", "")`` when unknown. A trace replay says so:
+    its requests go out at the trace's own arrival times (÷ ``trace_speedup``) and its
+    concurrency only caps the requests in flight, e.g. ``("trace×2 c≤4", "trace replay
+    ×2, at most 4 in flight")`` (docs/plan.md, trace replay)."""
+    lp = load_point(row)
+    if lp is None:
+        return "—", ""
+    if row.trace is None:
+        return lp.label, lp.phrase
+    pace = f"×{row.trace_speedup:g}" if row.trace_speedup not in (None, 1.0) else ""
+    return (
+        f"trace{pace} c≤{lp.concurrency}",
+        f"trace replay{' ' + pace if pace else ''}, at most {lp.concurrency} in flight",
+    )
+
+
+def _server_wide_marked(ln: ScorecardLine) -> bool:
+    """Whether the line's acceptance cells carry the ``*`` marker (a server-wide
+    acceptance figure is shown): the footnote is printed exactly when some line does."""
+    return ln.acceptance_scope is AcceptanceScope.server_wide and (
+        ln.accepted_token_ratio is not None or ln.acceptance_length is not None
+    )
 
 
 def line_key(row: Row) -> str:
@@ -412,6 +438,9 @@ _COLUMNS: tuple[str, ...] = (
     "n (err)",
     "speedup",
 )
+_SERVER_CLOCK_TPOT = "TPOT ms (server)"
+"""The main TPOT column's head when the plan judges on the server clock (``clock =
+"server"``): its figures are then the engine's own TPOT (``server_tpot_ms``)."""
 _GOODPUT_COLUMN = "goodput/s"
 _CLIENT_COLUMN = "client"  # issue 22: the client-clock flag, shown when a line has one
 
@@ -488,9 +517,9 @@ def _line(
         route=r.route_label or r.speculative.value,
         speculative=r.speculative,
         baseline=(base.route_label or base.speculative.value) if base else None,
-        load=lp.label if lp is not None else "—",
+        load=load_words(r)[0],
         load_level=lp.level if lp is not None else None,
-        load_phrase=lp.phrase if lp is not None else "",
+        load_phrase=load_words(r)[1],
         quality_parity=r.quality_parity,
         parity_detail=r.parity_detail,
         accepted_token_ratio=r.accepted_token_ratio,
@@ -590,7 +619,7 @@ def _positions_text(by_pos: tuple[float, ...] | None) -> str | None:
 
 def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
     """Per-position acceptance and ignored SSE lines, one note per line that has them
-    (the client's health is one line per run: :func:`run_diagnosis`)."""
+    (the client's health: one note per client flag, :func:`run_diagnoses`)."""
     notes: list[str] = []
     for ln in lines:
         where = f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
@@ -665,6 +694,8 @@ class Scorecard:
         # issue 24: depth grids (route label -> grid label) and the metric per round
         self.grids: dict[str, str] = {}
         self.round_values: Mapping[str, Mapping[int, float]] = {}
+        # the clock the verdicts were judged on: the main TPOT column shows its figure
+        self.clock: Clock = Clock.client
         # issue 24: capacity under SLO, set by from_run when the plan has [search]
         self.capacity: CapacityReport | None = None
 
@@ -718,6 +749,7 @@ class Scorecard:
             lines.append(_line(r, base, verdict, d))
         card = cls(lines, metric=m, rows=rows)
         card.round_values = rounds or {}
+        card.clock = Clock(clock)
         return card
 
     @classmethod
@@ -792,7 +824,7 @@ class Scorecard:
 
     # ------------------------------------------------------------ cells
     def _cells(self, ln: ScorecardLine) -> list[str]:
-        scope = "*" if ln.acceptance_scope is AcceptanceScope.server_wide else ""
+        scope = "*" if _server_wide_marked(ln) else ""
         ratio = (
             f"{ln.accepted_token_ratio:.2f}{scope}" if ln.accepted_token_ratio is not None else "—"
         )
@@ -805,7 +837,7 @@ class Scorecard:
             ln.quality_parity.value,
             ratio,
             length,
-            _fmt(ln.tpot_ms, 2),
+            _fmt(ln.server_tpot_ms if self.clock is Clock.server else ln.tpot_ms, 2),
             _fmt(ln.ttft_ms, 1),
             _fmt(ln.output_toks_per_s, 1),
             _fmt(ln.output_throughput_toks_per_s, 1),
@@ -831,6 +863,8 @@ class Scorecard:
     @property
     def _columns(self) -> tuple[str, ...]:
         cols = _COLUMNS
+        if self.clock is Clock.server:  # the TPOT the verdicts used: the engine's own
+            cols = tuple(_SERVER_CLOCK_TPOT if c == "TPOT ms" else c for c in cols)
         if self._with_goodput:
             cols = (*_COLUMNS[:-2], _GOODPUT_COLUMN, *_COLUMNS[-2:])
         if self._with_client_flag:
@@ -908,9 +942,7 @@ class Scorecard:
                 notes.append(f"  task flips ({len(flips)}):")
                 notes.extend(f"    {f}" for f in flips)
         notes.extend(_detail_notes(self.lines))
-        diagnosis = run_diagnosis(self.lines, self.client_workers)  # issue 22: once per run
-        if diagnosis is not None:
-            notes.append(diagnosis)
+        notes.extend(run_diagnoses(self.lines, self.client_workers))  # one per client flag
         notes.extend(server_side_notes(self.lines))  # issue 23
         notes.extend(_identity_notes(self.lines))  # issue 24
         notes.extend(_divergence_notes(self.lines))  # issue 21
@@ -931,7 +963,7 @@ class Scorecard:
                     f"{where}: {ln.n_output_short} of {ln.n_requests} outputs "
                     "fell short of max_tokens: decode is under-measured at this output target"
                 )
-        if any(ln.acceptance_scope is AcceptanceScope.server_wide for ln in self.lines):
+        if any(_server_wide_marked(ln) for ln in self.lines):  # the footnote of a shown "*"
             notes.append("* acceptance is a server-wide /metrics delta, not per request")
         if any(ln.schedule_lagged for ln in self.lines):
             notes.append(
@@ -956,9 +988,10 @@ class Scorecard:
         """A fixed-width terminal table plus notes on every refused line."""
         table = [list(self._columns)] + [self._cells(ln) for ln in self.lines]
         widths = [max(len(r[i]) for r in table) for i in range(len(self._columns))]
+        on = " on the server clock" if self.clock is Clock.server else ""
         out = [
-            f"Scorecard (speedup by {self.metric.value}; credited only with parity verified "
-            "on both sides)"
+            f"Scorecard (speedup by {self.metric.value}{on}; credited only with parity "
+            "verified on both sides)"
         ]
         if self.meta is not None:
             out.append(f"Run: {self.meta.describe()}")
@@ -1006,8 +1039,8 @@ class Scorecard:
     def to_markdown(self) -> str:
         """A GitHub-flavoured Markdown table plus a bullet list of notes."""
 
-        def esc(s: str) -> str:
-            return s.replace("|", "\\|").replace("\n", " ")
+        def esc(s: str) -> str:  # "*" literal: a footnote marker, never emphasis or a bullet
+            return s.replace("|", "\\|").replace("*", "\\*").replace("\n", " ")
 
         out = [f"Run: {esc(self.meta.describe())}", ""] if self.meta is not None else []
         out += [item for x in self._integrity_lines() for item in (f"**{esc(x)}**", "")]
