@@ -44,6 +44,11 @@ def _plan(**over: Any) -> BenchmarkPlan:
     return plan_of(routes, defaults, over)
 
 
+SPEC_COUNTS: dict[str, Any] = {"draft_tokens": 9, "accepted_tokens": 6}
+"""A speculative server's per-request counters: a row without any is refused
+(``speculative_counters_missing``), so a test of the speed verdict's arithmetic gives them."""
+
+
 def _m(text: str, *, start_ms: float, e2e_ms: float, tokens: int = 10, **kw: Any) -> dict[str, Any]:
     ttft = kw.pop("ttft_ms", 5.0)
     return StreamMeasurement(
@@ -259,7 +264,10 @@ def test_paired_rounds_give_the_credited_figure_and_interval(tmp_path: Path) -> 
         rec.measure("off", "closed:c=1", i, _m(f"out {i // 3}", start_ms=1000.0 * i, e2e_ms=95.0))
         slow = [0.5, 0.55, 0.45][i % 3]  # mtp TPOT halves, round by round
         rec.measure(
-            "mtp", "closed:c=1", i, _m(f"out {i // 3}", start_ms=1000.0 * i, e2e_ms=5 + 90 * slow)
+            "mtp",
+            "closed:c=1",
+            i,
+            _m(f"out {i // 3}", start_ms=1000.0 * i, e2e_ms=5 + 90 * slow, **SPEC_COUNTS),
         )
     card = Scorecard.from_run(load_results(rec.write(tmp_path / "r.jsonl")))
     v = next(ln for ln in card.lines if ln.route == "mtp").verdict
@@ -304,7 +312,8 @@ def test_window_metrics_are_compared_round_by_round_higher_being_better(tmp_path
     rec.parity_set()
     for i in range(6):
         rec.measure("off", "closed:c=1", i, _m(f"out {i // 3}", start_ms=200.0 * i, e2e_ms=100.0))
-        rec.measure("mtp", "closed:c=1", i, _m(f"out {i // 3}", start_ms=100.0 * i, e2e_ms=50.0))
+        mtp = _m(f"out {i // 3}", start_ms=100.0 * i, e2e_ms=50.0, **SPEC_COUNTS)
+        rec.measure("mtp", "closed:c=1", i, mtp)
     result = load_results(rec.write(tmp_path / "r.jsonl"))
     for metric in ("output_throughput_toks_per_s", "goodput_req_per_s"):
         card = Scorecard.from_run(result, metric=metric)

@@ -104,7 +104,9 @@ def test_the_schedule_lag_counts_the_clients_own_preparation_of_a_request(
     block = _block(offsets_s=(0.0, 0.2, 0.4, 0.6), concurrency=4, warmup=(), scrape=False)
     sent, _ = _run(block, block.items)
     lags = [s.queue_ms for s in sent if s.item is not None]
-    assert len(lags) == 4 and all(x is not None and 60 <= x < 190 for x in lags), lags
+    # at least the 60 ms of preparation; no upper bound: a busy machine makes a client later
+    # still, and that lateness is recorded in queue_ms too (it must not fail the test)
+    assert len(lags) == 4 and all(x is not None and x >= 60 for x in lags), lags
     # and the measurement's clock still starts at the body write, after it
     assert all(
         s.measurement.start_perf_ns is not None and s.measurement.ttft_ms is not None for s in sent

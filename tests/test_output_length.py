@@ -483,7 +483,7 @@ def test_the_cli_prints_the_coverage_warning_as_one_clean_line(tmp_path: Path) -
     data = tmp_path / "w.jsonl"
     data.write_text("\n".join(orjson.dumps({"prompt": f"Q{k}?"}).decode() for k in range(8)))
     plan = plan_of(
-        [("off", "off", "http://127.0.0.1:9/v1"), ("mtp", "mtp", "http://127.0.0.1:9/v1")],
+        [("off", "off", "http://127.0.0.1:9/v1"), ("mtp", "mtp", "http://127.0.0.1:7/v1")],
         PLAN,
         {
             "requests_per_cell": 12,

@@ -140,7 +140,7 @@ def test_dry_run_refuses_to_overwrite_a_results_file(tmp_path: Path) -> None:
 
 # -- item 21 (part): --dry-run honours --format ------------------------------------------
 def test_dry_run_honours_format(tmp_path: Path) -> None:
-    plan = _plan_file(tmp_path, _plan_data("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"))
+    plan = _plan_file(tmp_path, _plan_data("http://127.0.0.1:9/v1", "http://127.0.0.1:7/v1"))
     code, text, _ = _cli("run", str(plan), "--dry-run")
     assert code == EXIT_OK and text.split()[:5] == ["route", "speculative", "cell", "load", "gate"]
     assert "off" in text and "admitted" in text and "{" not in text
@@ -230,7 +230,7 @@ def _limited(*args: str, fsize: int | None = None) -> subprocess.CompletedProces
 def test_devices_are_refused_not_read_forever(tmp_path: Path) -> None:
     proc = _limited("-m", "deepseekbench", "report", "/dev/zero")
     assert proc.returncode == EXIT_USAGE and "not a regular file" in proc.stderr, proc.stderr
-    plan = _plan_file(tmp_path, _plan_data("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"))
+    plan = _plan_file(tmp_path, _plan_data("http://127.0.0.1:9/v1", "http://127.0.0.1:7/v1"))
     proc = _limited("-m", "deepseekbench", "run", str(plan), "--results", "/dev/full")
     assert proc.returncode == EXIT_USAGE and "not a regular file" in proc.stderr, proc.stderr
     proc = _limited("-m", "deepseekbench", "run", "/dev/zero")
