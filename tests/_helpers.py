@@ -25,6 +25,7 @@ import orjson
 
 from deepseekbench._analysis._speedup import SpeedupVerdict
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench._measure._selfcheck import SchedSample
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._row import Row
@@ -48,6 +49,16 @@ def verdict_judged(verdict: SpeedupVerdict) -> bool:
     :data:`CLOCK_REFUSALS`."""
     reasons = {r.value for r in verdict.reasons}
     return verdict.printed or (bool(reasons) and reasons <= CLOCK_REFUSALS)
+
+
+def core_wait_ms(before: SchedSample, after: SchedSample) -> float:
+    """The calling thread's wait for a core between two :func:`sched_sample` readings
+    (ms, from Linux schedstat); 0 where the OS does not give it, so a bound that adds it
+    stays strict there. A busy machine delays the event loop by this much: a bound on a
+    loop's delay plus it is one that load cannot break."""
+    if before.wait_ns is None or after.wait_ns is None:
+        return 0.0
+    return (after.wait_ns - before.wait_ns) / 1e6
 
 
 def speed_judged(line: Mapping[str, Any]) -> bool:
