@@ -28,6 +28,7 @@ from deepseekbench._measure._client_clock import (
     request_starved,
 )
 from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._report._client_diagnosis import STARVED_WAIT_SHARE
 from tests._helpers import COSTS, make_row, plan_of, verdict_judged
 
 BUNCHED = [10.0, 10.1, 10.2, 10.2, 10.3, 40.0]  # 4 of 5 gaps under 1 ms
@@ -139,8 +140,12 @@ def test_a_starved_client_is_refused_for_tpot_and_a_clean_one_credited(starve: b
         assert text.count("client starved") == 1  # one line per run, not one per row
     else:
         # a clean client is credited; a busy machine may withhold the credit for clock
-        # reasons alone (never parity), and for starvation only where it starved a row
+        # reasons alone (never parity), and starve a row only by making its client wait
+        # for a core (as the scorecard's diagnosis reads it)
         assert verdict_judged(line.verdict), str(line.verdict)
+        for row in rows.values():
+            if row.client_starved and row.client_core_wait_share is not None:
+                assert row.client_core_wait_share >= STARVED_WAIT_SHARE, row
         if RefusalReason.client_starved in line.verdict.reasons:
             assert rows["mtp"].client_starved or rows["off"].client_starved
 
