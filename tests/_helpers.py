@@ -6,7 +6,8 @@ second with MTP), :func:`plan_of` (a plan for ``deepseekbench-ref`` on given
 routes) and :func:`make_row` (a verified speculation-off row of 8 requests);
 :data:`CLOCK_REFUSALS`, :data:`SPEED_JUDGED`, :func:`verdict_judged` and
 :func:`speed_judged` for verdicts a
-busy machine may turn from credited into a clock refusal (never into a parity one).
+busy machine may turn from credited into a clock refusal (never into a parity one);
+:func:`core_wait_ms` for a bound on the event loop's delay that load cannot break.
 """
 
 from __future__ import annotations
