@@ -6,7 +6,8 @@ second with MTP), :func:`plan_of` (a plan for ``deepseekbench-ref`` on given
 routes) and :func:`make_row` (a verified speculation-off row of 8 requests);
 :data:`CLOCK_REFUSALS`, :data:`SPEED_JUDGED`, :func:`verdict_judged` and
 :func:`speed_judged` for verdicts a
-busy machine may turn from credited into a clock refusal (never into a parity one).
+busy machine may turn from credited into a clock refusal (never into a parity one);
+:func:`core_wait_ms` for a bound on the event loop's delay that load cannot break.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import orjson
 
 from deepseekbench._analysis._speedup import SpeedupVerdict
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench._measure._selfcheck import SchedSample
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._row import Row
@@ -48,6 +50,16 @@ def verdict_judged(verdict: SpeedupVerdict) -> bool:
     :data:`CLOCK_REFUSALS`."""
     reasons = {r.value for r in verdict.reasons}
     return verdict.printed or (bool(reasons) and reasons <= CLOCK_REFUSALS)
+
+
+def core_wait_ms(before: SchedSample, after: SchedSample) -> float:
+    """The calling thread's wait for a core between two :func:`sched_sample` readings
+    (ms, from Linux schedstat); 0 where the OS does not give it, so a bound that adds it
+    stays strict there. A busy machine delays the event loop by this much: a bound on a
+    loop's delay plus it is one that load cannot break."""
+    if before.wait_ns is None or after.wait_ns is None:
+        return 0.0
+    return (after.wait_ns - before.wait_ns) / 1e6
 
 
 def speed_judged(line: Mapping[str, Any]) -> bool:

@@ -35,7 +35,7 @@ from deepseekbench._cli import (
     main,
 )
 from deepseekbench._report._scorecard import Scorecard
-from tests._helpers import run_cli
+from tests._helpers import run_cli, speed_judged
 
 DEPTHS = [f"mtp-k{k}" for k in DEMO_CAPACITY_DEPTHS]
 CLIENT_HEALTH = {"client_starved", "clock_disagreement"}
@@ -98,7 +98,12 @@ def test_demo_capacity_prints_best_depth_capacity_and_refuses_the_mistuned(
         assert _client_health_only(" ".join(alone["verdict"]["reasons"])), alone["verdict"]
     accept = {r.route_label: r.accepted_token_ratio or 0.0 for r in rows if r.concurrency == lo}
     assert accept["mtp-k4"] < accept["mtp-k2"] < accept["mtp-k1"]
-    assert re.search(r"^  mtp @ \S+ c=1: mtp-k\d \(score \d\.\d\d, ", out, re.MULTILINE)
+    # a best depth alone; none where a busy machine refused every depth for clock reasons
+    alone_depths = [ln for ln in data["lines"] if ln["route"] in DEPTHS and ln["load_level"] == lo]
+    assert choices[lo]["best"] or not any(ln["verdict"]["printed"] for ln in alone_depths)
+    assert all(speed_judged(ln) for ln in alone_depths), alone_depths  # never parity
+    best_line = r"mtp-k\d \(score \d\.\d\d, " if choices[lo]["best"] else "none credited$"
+    assert re.search(rf"^  mtp @ \S+ c=1: {best_line}", out, re.MULTILINE)
     assert all("mtp-mistuned" not in json.dumps(c) for c in choices.values())
 
     # the capacity per route with its bracket, and the credited ratios to off
@@ -124,10 +129,12 @@ def test_demo_capacity_prints_best_depth_capacity_and_refuses_the_mistuned(
             assert caps[k]["capacity"] < off["high"], caps[k]  # e.g. both [1, 3)
         else:
             assert _client_health_only(refusal), ratios[k]
-    # a depth holds the SLO at more load
-    assert max(ratios[k]["ratio"] or ratios[k]["low"] for k in credited) > 1
+    # a depth holds the SLO at more load; a busy machine may refuse every depth for its
+    # client's timing or overlapping brackets (each refusal checked above), never for parity
+    if credited:
+        assert max(ratios[k]["ratio"] or ratios[k]["low"] for k in credited) > 1
+        assert re.search(r"^  mtp-k\d/off capacity (≥ )?\d\.\d\d× \(", out, re.MULTILINE)
     assert re.search(r"^  off: capacity 1 \[1, \d\) at \d+% \(95% CI ", out, re.MULTILINE)
-    assert re.search(r"^  mtp-k\d/off capacity (≥ )?\d\.\d\d× \(", out, re.MULTILINE)
     assert re.search(r"^Capacity under SLO \(tpot_ms <= \d+; ", out, re.MULTILINE)
 
     # the mis-tuned route: refused at every load, its capacity never credited

@@ -32,6 +32,7 @@ from deepseekbench._net._probe import probe_route
 from deepseekbench._net._transport import connect_error_text
 from deepseekbench._runner import ProgressEvent
 from deepseekbench._types._axes import Speculative
+from tests._helpers import verdict_judged
 from tests._replay import Script, Write, replay_server
 from tests.test_cli import served
 
@@ -302,10 +303,13 @@ def test_compare_speedup_gives_the_interval_the_scorecard_prints(tmp_path: Path)
     plain = compare_speedup(off_row, mtp_row)
     assert plain.ci_low is None  # from the rows alone: no interval (as before)
     verdict = compare_speedup(off_row, mtp_row, result=loaded)
-    # credited, or (issue 22) an interval spanning 1 reported as no significant difference
-    assert (verdict.printed or verdict.inconclusive) and verdict.rounds == 3
+    # credited, or an interval spanning 1 reported as no significant difference; a busy
+    # machine may refuse it for its client's clock alone (no interval then), never parity
+    assert verdict_judged(verdict), str(verdict)
     assert verdict == line.verdict and str(verdict) == line.speedup_text
-    assert verdict.ci_low is not None and verdict.ci_high is not None
+    if verdict.printed or verdict.inconclusive:
+        assert verdict.rounds == 3
+        assert verdict.ci_low is not None and verdict.ci_high is not None
     # a copy of a row (equal, not the same object) is found too; a foreign row is not
     assert compare_speedup(off_row.model_copy(), mtp_row, result=loaded) == verdict
     with pytest.raises(ValueError, match="not one of this run's rows"):
