@@ -77,13 +77,12 @@ for gone in ("torchvision", "torchaudio", "torchcodec"):
 export DEEPSEEKBENCH_VLLM_PYTHON="$VENV/bin/python"
 export DEEPSEEKBENCH_VLLM_CACHE="${DEEPSEEKBENCH_VLLM_CACHE:-$VLLM_HOME}"
 
-# The 30-step DeepSeek model is the divergence probe's, served to both DeepSeek tests
-# (the MTP plan and the divergence margin); the 300-step Llama pair to the others.
-# Both are cached like the venv: a warm run generates nothing.
+# The 300-step Llama pair, and the 30-step DeepSeek model (the divergence probe's, served
+# to both DeepSeek tests): each family generated only at the steps a test serves it,
+# cached like the venv (a warm run generates nothing).
 step "generate models" "${NICE[@]}" "$PY" -c '
-from tests.vllm.conftest import ensure_models, vllm_cache_dir
-for steps in (300, 30):
-    m = ensure_models(vllm_cache_dir(), steps=steps)
+from tests.vllm.conftest import ensure_ci_models, vllm_cache_dir
+for m in ensure_ci_models(vllm_cache_dir()):
     print("models in", m.root, m.manifest)
 '
 

@@ -30,6 +30,8 @@ from deepseekbench._launch._vllm import (
     vllm_servers,
 )
 from tests import _procs
+from tests.vllm import hf_models
+from tests.vllm.conftest import ensure_ci_models, ensure_models
 from tests.vllm.pool import session_pool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -330,6 +332,8 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from deepseekbench._launch._vllm import VllmServerSpec
+from tests.vllm import hf_models
+from tests.vllm.conftest import ensure_ci_models, ensure_models
 from tests.vllm.pool import session_pool
 spec = VllmServerSpec.off("p", Path({model!r}))
 with session_pool(Path({logs!r})) as pool:
@@ -413,6 +417,42 @@ def test_pool_failed_start_is_counted_and_holds_nothing(
         assert pool.running == [] and pool.restarts == 0
         assert [(s.name, s.ready) for s in pool.starts] == [("off", False)]
         assert pool.summary().startswith("vLLM server start-ups: 1 (0 ready, 1 failed)")
+
+
+# ---- the generated checkpoints' cache (tests/vllm/conftest.ensure_models)
+
+_FAKE_GENERATOR = """#!/bin/sh
+# stands in for the vLLM venv's python running hf_models.py OUT ...: records its argv
+mkdir -p "$2" && echo "$@" >> "$(dirname "$2")/calls" && echo '{}' > "$2/MANIFEST.json"
+"""
+
+
+def test_models_cache_generates_each_family_only_where_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The CI generates the Llama pair at 300 steps and the DeepSeek model at 30, each
+    alone; a folder that has every family (an older cache) serves either request."""
+    fake = tmp_path / "python"
+    fake.write_text(_FAKE_GENERATOR)
+    fake.chmod(0o755)
+    monkeypatch.setenv("DEEPSEEKBENCH_VLLM_PYTHON", os.fspath(fake))
+    cache = tmp_path / "cache"
+    llama, deepseek = ensure_ci_models(cache)
+    v = hf_models.GENERATOR_VERSION
+    assert llama.root == cache / f"models-v{v}-seed0-steps300-llama"
+    assert deepseek.root == cache / f"models-v{v}-seed0-steps30-deepseek"
+    calls = (cache / "calls").read_text().splitlines()
+    assert [c.split()[-4:] for c in calls] == [
+        ["--steps", "300", "--families", "llama"],
+        ["--steps", "30", "--families", "deepseek"],
+    ]
+    assert [m.root for m in ensure_ci_models(cache)] == [llama.root, deepseek.root]
+    assert len((cache / "calls").read_text().splitlines()) == 2  # cached: no new run
+    full = cache / f"models-v{v}-seed0-steps7"
+    full.mkdir()
+    (full / "MANIFEST.json").write_text("{}")
+    assert ensure_models(cache, steps=7, families=("deepseek",)).root == full
+    assert len((cache / "calls").read_text().splitlines()) == 2
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -70,19 +70,32 @@ class VllmModels:
     manifest: dict[str, object]
 
 
-def ensure_models(cache: Path, *, seed: int = SEED, steps: int = TRAIN_STEPS) -> VllmModels:
-    """Generate (once per generator version, seed and steps) and return the checkpoints.
+def ensure_models(
+    cache: Path,
+    *,
+    seed: int = SEED,
+    steps: int = TRAIN_STEPS,
+    families: tuple[str, ...] = hf_models.FAMILIES,
+) -> VllmModels:
+    """Generate (once per generator version, seed, steps and families) and return the
+    checkpoints; the paths of a family not generated do not exist. A folder with every
+    family (``models-v<V>-seed<S>-steps<N>``) serves any request; a subset is generated
+    into ``...-steps<N>-<family>[+<family>]``.
 
     Raises:
         subprocess.CalledProcessError: the generator failed (its output is shown).
     """
-    root = cache / f"models-v{hf_models.GENERATOR_VERSION}-seed{seed}-steps{steps}"
+    name = f"models-v{hf_models.GENERATOR_VERSION}-seed{seed}-steps{steps}"
+    root = cache / name
+    if not (root / "MANIFEST.json").is_file() and set(families) != set(hf_models.FAMILIES):
+        root = cache / f"{name}-{'+'.join(sorted(families))}"
     manifest_path = root / "MANIFEST.json"
     if not manifest_path.is_file():
         tmp = root.with_name(root.name + f".tmp{os.getpid()}")
         script = Path(hf_models.__file__)
         cmd = [os.fspath(find_vllm_python()), os.fspath(script), os.fspath(tmp),
-               "--seed", str(seed), "--steps", str(steps)]  # fmt: skip
+               "--seed", str(seed), "--steps", str(steps),
+               "--families", ",".join(families)]  # fmt: skip
         env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
         subprocess.run(cmd, check=True, env=env, timeout=1800)
         tmp.replace(root)
@@ -95,16 +108,26 @@ def ensure_models(cache: Path, *, seed: int = SEED, steps: int = TRAIN_STEPS) ->
     )
 
 
+def ensure_ci_models(cache: Path) -> list[VllmModels]:
+    """Every checkpoint the vLLM tests serve: the Llama pair at ``TRAIN_STEPS``, the
+    DeepSeek model at ``DEEPSEEK_STEPS`` (``.ci/vllm.sh`` generates them before the
+    tests, so that the step's log shows the time apart)."""
+    return [
+        ensure_models(cache, families=("llama",)),
+        ensure_models(cache, steps=DEEPSEEK_STEPS, families=("deepseek",)),
+    ]
+
+
 @pytest.fixture(scope="session")
 def vllm_models() -> VllmModels:
-    """The generated checkpoints (cached across runs)."""
-    return ensure_models(vllm_cache_dir())
+    """The generated Llama pair (cached across runs)."""
+    return ensure_models(vllm_cache_dir(), families=("llama",))
 
 
 @pytest.fixture(scope="session")
 def deepseek_models() -> VllmModels:
-    """The checkpoints of ``DEEPSEEK_STEPS`` training steps (cached across runs)."""
-    return ensure_models(vllm_cache_dir(), steps=DEEPSEEK_STEPS)
+    """The DeepSeek model of ``DEEPSEEK_STEPS`` training steps (cached across runs)."""
+    return ensure_models(vllm_cache_dir(), steps=DEEPSEEK_STEPS, families=("deepseek",))
 
 
 @pytest.fixture(scope="session")
