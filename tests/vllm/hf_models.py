@@ -3,9 +3,9 @@
 Usage (inside the virtual environment that has ``torch``, ``transformers`` and
 ``tokenizers``, i.e. the vLLM one)::
 
-    python tests/vllm/hf_models.py OUT_DIR [--seed 0] [--steps N]
+    python tests/vllm/hf_models.py OUT_DIR [--seed 0] [--steps N] [--families llama,deepseek]
 
-writes, under ``OUT_DIR``:
+writes, under ``OUT_DIR`` (only the families named; both by default):
 
 * ``llama-target/`` - a ``LlamaForCausalLM`` (4 layers x 128);
 * ``llama-draft/``  - a ``LlamaForCausalLM`` (1 layer x 64) with the same tokenizer;
@@ -14,7 +14,8 @@ writes, under ``OUT_DIR``:
   vLLM's CPU MLA kernel takes) plus one MTP (NextN) layer stored as
   ``model.layers.2.*``, the layout DeepSeek V3 checkpoints use and vLLM's
   ``deepseek_mtp`` method loads (``num_nextn_predict_layers = 1``);
-* ``MANIFEST.json`` - seed, steps, final training losses, generator version.
+* ``MANIFEST.json`` - seed, steps, families, final training losses, per-model
+  seconds, generator version.
 
 Nothing is downloaded. Every model is trained for a few hundred steps (one torch thread,
 CPU, float32) on a generated corpus: sentences of a made-up language drawn from a
@@ -23,7 +24,8 @@ repeats and the draft / MTP layer agree with their target often (acceptance well
 between 0 and 1). The MTP layer is trained *through the main model's output head and
 embeddings* because vLLM replaces the layer's ``shared_head.head`` with the target's
 ``lm_head`` when it loads it. Same seed, same files (torch's CPU float32 kernels are
-deterministic with one thread).
+deterministic with one thread). Each model seeds its own training, so a family's files
+are the same whether or not the other family is generated beside it.
 
 The tokenizer is a ``tokenizers`` WordLevel model with a Metaspace pre-tokenizer
 (``\u2581word`` pieces): each word of the language is one token; anything else is
@@ -41,6 +43,7 @@ from typing import Any
 
 # Bump when anything below changes what gets written: cached folders are keyed on it.
 GENERATOR_VERSION = 1
+FAMILIES = ("llama", "deepseek")  # the Llama target/draft pair; the DeepSeek-V3 model
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>"]
 CHAT_TEMPLATE = (
@@ -367,8 +370,11 @@ def train_deepseek(
     return main, mtp, losses[0], losses[1]
 
 
-def generate(out: Path, *, seed: int, steps: int) -> dict[str, Any]:
-    """Write the three checkpoints and MANIFEST.json under ``out``; return the manifest."""
+def generate(
+    out: Path, *, seed: int, steps: int, families: tuple[str, ...] = FAMILIES
+) -> dict[str, Any]:
+    """Write the checkpoints of ``families`` (of :data:`FAMILIES`) and MANIFEST.json
+    under ``out``; return the manifest."""
     import torch
 
     torch.set_num_threads(1)
@@ -380,9 +386,21 @@ def generate(out: Path, *, seed: int, steps: int) -> dict[str, Any]:
         "generator_version": GENERATOR_VERSION,
         "seed": seed,
         "steps": steps,
+        "families": list(families),
         "vocab_size": len(tok),
         "timings_s": {},
     }
+    if "llama" in families:
+        _llama_pair(out, tok, sents, manifest, seed=seed, steps=steps)
+    if "deepseek" in families:
+        _deepseek(out, tok, sents, manifest, seed=seed, steps=steps)
+    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return manifest
+
+
+def _llama_pair(
+    out: Path, tok: Any, sents: list[list[str]], manifest: dict[str, Any], *, seed: int, steps: int
+) -> None:
     t0 = time.monotonic()
     target, loss = train_llama(
         tok, sents, hidden=128, layers=4, inter=384, heads=4, steps=steps, seed=seed
@@ -397,24 +415,31 @@ def generate(out: Path, *, seed: int, steps: int) -> dict[str, Any]:
     _save_llama(draft, tok, out / "llama-draft")
     manifest["llama_draft_loss"] = loss
     manifest["timings_s"]["llama-draft"] = round(time.monotonic() - t0, 1)
+
+
+def _deepseek(
+    out: Path, tok: Any, sents: list[list[str]], manifest: dict[str, Any], *, seed: int, steps: int
+) -> None:
     t0 = time.monotonic()
     main, mtp, main_loss, mtp_loss = train_deepseek(tok, sents, steps=steps, seed=seed + 2)
     save_deepseek(main, mtp, tok, out / "deepseek-v3")
     manifest["deepseek_loss"] = main_loss
     manifest["deepseek_mtp_loss"] = mtp_loss
     manifest["timings_s"]["deepseek-v3"] = round(time.monotonic() - t0, 1)
-    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    return manifest
 
 
 def main() -> None:
-    """Command line: ``python hf_models.py OUT_DIR [--seed S] [--steps N]``."""
+    """Command line: ``python hf_models.py OUT_DIR [--seed S] [--steps N] [--families F,G]``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--families", default=",".join(FAMILIES), help="of: " + ", ".join(FAMILIES))
     args = ap.parse_args()
-    manifest = generate(args.out, seed=args.seed, steps=args.steps)
+    families = tuple(args.families.split(","))
+    if not families or not set(families) <= set(FAMILIES):
+        ap.error(f"--families: a comma-separated subset of {', '.join(FAMILIES)}")
+    manifest = generate(args.out, seed=args.seed, steps=args.steps, families=families)
     print(json.dumps(manifest, sort_keys=True))
 
 

@@ -1,5 +1,11 @@
 """Real vLLM on the generated DeepSeek-V3-architecture model: ``off`` beside its own MTP.
 
+The model is the less-trained (30-step) one whose servers the divergence-margin test
+(``test_vllm_divergence_margin.py``) uses too: the session starts the pair once
+(``conftest.deepseek_specs``, ``vllm_pool``). At this test's 48 parity tokens its MTP
+route matched ``off`` on every probed prompt (docs/engines.md, "The DeepSeek
+divergence"); the verdict is checked against the raw texts either way.
+
 The MTP depth is probed from the checkpoint's ``config.json``
 (``num_nextn_predict_layers``), used as ``num_speculative_tokens`` and recorded in the
 run's ``run_start`` record. Both servers run ``--enforce-eager`` (the MTP one needs it:
@@ -23,40 +29,37 @@ import pytest
 
 from deepseekbench._plan._capability import mtp_depth_from_hf_config
 from tests.vllm.checks import check_counts, check_requests, check_verdict
-from tests.vllm.conftest import MLA_ATTENTION_BACKEND, VllmModels, server_spec, serving
+from tests.vllm.conftest import (
+    DEEPSEEK_MODEL,
+    DEEPSEEK_STEPS,
+    MLA_ATTENTION_BACKEND,
+    VllmModels,
+    deepseek_specs,
+)
 from tests.vllm.plans import append_report, build_plan, run_pair
+from tests.vllm.pool import ServerPool
 
 pytestmark = pytest.mark.vllm
 
-MODEL = "deepseekbench-deepseek-v3-generated"
 
-
-def test_deepseek_mtp_plan(vllm_models: VllmModels, tmp_path: Path) -> None:
-    depth = mtp_depth_from_hf_config(vllm_models.deepseek / "config.json")
+def test_deepseek_mtp_plan(
+    deepseek_models: VllmModels, vllm_pool: ServerPool, tmp_path: Path
+) -> None:
+    depth = mtp_depth_from_hf_config(deepseek_models.deepseek / "config.json")
     assert depth == 1  # the generator writes one MTP layer
-    common = {
-        "served_model_name": MODEL,
-        "enforce_eager": True,
-        "attention_backend": MLA_ATTENTION_BACKEND,
-    }
-    specs = [
-        server_spec("off", "ds-off", vllm_models.deepseek, **common),
-        server_spec(
-            "mtp", "ds-mtp", vllm_models.deepseek, num_speculative_tokens=depth,
-            draft_attention_backend=MLA_ATTENTION_BACKEND, **common,
-        ),
-    ]  # fmt: skip
+    specs = deepseek_specs(deepseek_models.deepseek, depth)
     assert specs[1].speculative_config == {
         "method": "mtp", "num_speculative_tokens": depth,
         "attention_backend": MLA_ATTENTION_BACKEND,
     }  # fmt: skip
-    with serving(specs, tmp_path / "logs") as running:
-        servers = {"off": running["ds-off"], "mtp": running["ds-mtp"]}
-        plan = build_plan(
-            MODEL, servers["off"], servers["mtp"], "mtp", "mtp",
-            model_source=vllm_models.deepseek / "config.json",
-        )  # fmt: skip
-        run = run_pair(plan, servers, tmp_path, "DeepSeek-V3 (generated): off vs MTP (vLLM)")
+    running = vllm_pool.serve(specs)
+    servers = {"off": running["ds-off"], "mtp": running["ds-mtp"]}
+    plan = build_plan(
+        DEEPSEEK_MODEL, servers["off"], servers["mtp"], "mtp", "mtp",
+        model_source=deepseek_models.deepseek / "config.json",
+    )  # fmt: skip
+    title = f"DeepSeek-V3 (generated, {DEEPSEEK_STEPS} steps): off vs MTP (vLLM)"
+    run = run_pair(plan, servers, tmp_path, title)
 
     # vLLM chose the requested MLA backend (vllm/platforms/cpu.py logs "Using <name>
     # backend." once per process), for the target and the drafter alike

@@ -11,10 +11,12 @@ margin within 0.005 nats of that figure; the bit-exact comparison still counts i
 (1 of 16 prompts), while ``within_noise`` verifies the row. The speed verdict is held
 against vLLM's own clock as in every vLLM test (``checks.check_clocks``).
 
-Cost (the 2-core CI machine shared with other work, load 9-15): 400-530 s, of which
-181-264 s for the two server start-ups and 216-254 s for ``run_plan`` (16 greedy
-256-token parity prompts per route, ``off`` twice, a calibration pass, plus 2 x 9
-measured requests); part of ``.ci/vllm.sh``, whose warm total was then 1348 s.
+Its servers are the DeepSeek pair ``test_vllm_deepseek.py`` ran its MTP plan on
+(``conftest.deepseek_specs``, started once a session by ``vllm_pool``). Cost (the
+2-core CI machine shared with other work, load 9-15): 216-254 s for ``run_plan`` (16
+greedy 256-token parity prompts per route, ``off`` twice, a calibration pass, plus 2 x
+9 measured requests); before the servers were shared it also started its own pair
+(181-264 s).
 """
 
 from __future__ import annotations
@@ -26,19 +28,12 @@ import pytest
 from deepseekbench._types._axes import QualityParity
 from tests.vllm import hf_models
 from tests.vllm.checks import check_clocks
-from tests.vllm.conftest import (
-    MLA_ATTENTION_BACKEND,
-    SEED,
-    ensure_models,
-    server_spec,
-    serving,
-    vllm_cache_dir,
-)
+from tests.vllm.conftest import DEEPSEEK_MODEL, SEED, VllmModels, deepseek_specs
 from tests.vllm.plans import MODE, append_report, build_plan, run_pair
+from tests.vllm.pool import ServerPool
 
 pytestmark = pytest.mark.vllm
 
-MODEL = "deepseekbench-deepseek-v3-30steps"
 # divergence_probe.py --dtype float32 --max-num-seqs 1 --max-tokens 256 --prompts 16
 # (method mtp) on the 30-step model: prompt 15, first differing token 46, off's margin
 PROBE_TOKEN = 46
@@ -47,28 +42,16 @@ MARGIN_TOLERANCE_NATS = 0.005  # issue 21's "within 0.005 nats of the probe's fi
 PROMPTS = hf_models.prompt_words(SEED, 16)
 
 
-def test_known_deepseek_mtp_divergence_is_a_near_tie(tmp_path: Path) -> None:
-    models = ensure_models(vllm_cache_dir(), steps=30)
-    common = {
-        "served_model_name": MODEL,
-        "enforce_eager": True,
-        "attention_backend": MLA_ATTENTION_BACKEND,
-        "max_num_seqs": 1,
-    }
-    specs = [
-        server_spec("off", "ds-off", models.deepseek, **common),
-        server_spec(
-            "mtp", "ds-mtp", models.deepseek, num_speculative_tokens=1,
-            draft_attention_backend=MLA_ATTENTION_BACKEND, **common,
-        ),
-    ]  # fmt: skip
-    with serving(specs, tmp_path / "logs") as running:
-        servers = {"off": running["ds-off"], "mtp": running["ds-mtp"]}
-        plan = build_plan(MODEL, servers["off"], servers["mtp"], "mtp", "mtp")
-        data = plan.model_dump(mode="json")
-        data["parity"] |= {"prompts": list(PROMPTS), "max_tokens": 256, "exact": "within_noise"}
-        plan = type(plan).model_validate(data)
-        run = run_pair(plan, servers, tmp_path, "DeepSeek-V3 (30 steps): margins (vLLM)")
+def test_known_deepseek_mtp_divergence_is_a_near_tie(
+    deepseek_models: VllmModels, vllm_pool: ServerPool, tmp_path: Path
+) -> None:
+    running = vllm_pool.serve(deepseek_specs(deepseek_models.deepseek, depth=1))
+    servers = {"off": running["ds-off"], "mtp": running["ds-mtp"]}
+    plan = build_plan(DEEPSEEK_MODEL, servers["off"], servers["mtp"], "mtp", "mtp")
+    data = plan.model_dump(mode="json")
+    data["parity"] |= {"prompts": list(PROMPTS), "max_tokens": 256, "exact": "within_noise"}
+    plan = type(plan).model_validate(data)
+    run = run_pair(plan, servers, tmp_path, "DeepSeek-V3 (30 steps): margins (vLLM)")
 
     margins = {
         r["prompt_id"]: r["margin"]

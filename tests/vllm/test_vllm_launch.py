@@ -16,6 +16,8 @@ counters compared are vLLM's own last account seen on each port: the runner's
 closing window scrape, recorded by :class:`~tests.vllm.observe.StreamRecorder` and
 parsed by the test's own reader, against the zero counters of a fresh server.
 
+These are the step's only tests that start servers of their own (the others share the
+session's, ``conftest.vllm_pool``, stopped before these run).
 Processes are found through ``/proc`` (Linux): the launched servers are this
 process's children, each the leader of its own session (``start_new_session``);
 vLLM's engine-core process joins its server's session.
@@ -43,6 +45,7 @@ from deepseekbench._types._axes import QualityParity
 from tests.vllm.checks import check_counts, check_requests, check_verdict, measured_texts
 from tests.vllm.conftest import MAX_MODEL_LEN, SERVER_THREADS, VllmModels
 from tests.vllm.plans import append_report, command_port, pair_plan, run_launched
+from tests.vllm.pool import ServerPool
 
 pytestmark = pytest.mark.vllm
 
@@ -176,8 +179,11 @@ class ServerWatch:
 
 
 @pytest.fixture
-def no_children() -> Iterator[None]:
-    """The test starts with no child process of its own (so each one found is a server)."""
+def no_children(vllm_pool: ServerPool) -> Iterator[None]:
+    """The test starts with no child process of its own (so each one found is a server
+    the plan launched): the session's shared servers are stopped first (the tests
+    after these start the ones they need again, once)."""
+    vllm_pool.stop_all()
     assert children() == [], "child processes before the test"
     yield
 

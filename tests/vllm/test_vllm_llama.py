@@ -2,9 +2,11 @@
 ``draft`` route, each run as a ``BenchmarkPlan`` through the library (``off`` beside
 ``ngram`` is ``tests/vllm/test_vllm_launch.py``, where the plan launches both servers).
 
-One ``off`` server lives for the module; each test starts its candidate beside it (two
-servers at most). Every plan's verdict is checked against the raw streamed texts, and
-the per-request ``metrics.speculative_decoding`` counts against ``/metrics``.
+The session's server pool (``conftest.vllm_pool``) starts ``off`` once for both tests
+and each test's candidate beside it (two servers at most: the mis-tuned route's start
+stops the ``draft`` server, which no later test asks for). Every plan's verdict is
+checked against the raw streamed texts, and the per-request
+``metrics.speculative_decoding`` counts against ``/metrics``.
 
 The mis-tuned route is vLLM's own ``rejection_sample_method = "synthetic"`` (with
 ``synthetic_acceptance_length``): the rejection sampler accepts drafts at a chosen rate
@@ -19,12 +21,11 @@ sampling), a run the harness must measure and refuse.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from deepseekbench._launch._vllm import RunningVllmServer, VllmServerError
+from deepseekbench._launch._vllm import VllmServerError, VllmServerSpec
 from deepseekbench._types._axes import QualityParity
 from tests.vllm.checks import (
     check_counts,
@@ -32,8 +33,9 @@ from tests.vllm.checks import (
     check_verdict,
     measured_texts,
 )
-from tests.vllm.conftest import VllmModels, server_spec, serving
+from tests.vllm.conftest import VllmModels, server_spec
 from tests.vllm.plans import append_report, build_plan, run_pair
+from tests.vllm.pool import ServerPool
 
 pytestmark = pytest.mark.vllm
 
@@ -42,28 +44,22 @@ NUM_SPEC = 3
 MISTUNED_LENGTH = 3.5  # mean acceptance length the synthetic sampler aims at (<= 1 + 3)
 
 
-@pytest.fixture(scope="module")
-def llama_off(
-    vllm_models: VllmModels, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningVllmServer]:
-    """The baseline server (speculation off) for the whole module."""
-    log_dir = tmp_path_factory.mktemp("vllm-llama-logs")
-    spec = server_spec("off", "llama-off", vllm_models.llama_target, served_model_name=MODEL)
-    with serving([spec], log_dir) as running:
-        yield running["llama-off"]
+def off_spec(models: VllmModels) -> VllmServerSpec:
+    """The baseline server (speculation off), shared by both tests."""
+    return server_spec("off", "llama-off", models.llama_target, served_model_name=MODEL)
 
 
 def test_draft_model_matches_off_and_is_credited(
-    llama_off: RunningVllmServer, vllm_models: VllmModels, tmp_path: Path
+    vllm_pool: ServerPool, vllm_models: VllmModels, tmp_path: Path
 ) -> None:
     spec = server_spec(
         "draft", "llama-draft", vllm_models.llama_target, vllm_models.llama_draft,
         served_model_name=MODEL, num_speculative_tokens=NUM_SPEC,
     )  # fmt: skip
-    with serving([spec], tmp_path / "logs") as running:
-        servers = {"off": llama_off, "draft": running["llama-draft"]}
-        plan = build_plan(MODEL, llama_off, servers["draft"], "draft", "draft")
-        run = run_pair(plan, servers, tmp_path, "Llama pair: off vs draft model (vLLM)")
+    running = vllm_pool.serve([off_spec(vllm_models), spec])
+    servers = {"off": running["llama-off"], "draft": running["llama-draft"]}
+    plan = build_plan(MODEL, servers["off"], servers["draft"], "draft", "draft")
+    run = run_pair(plan, servers, tmp_path, "Llama pair: off vs draft model (vLLM)")
     check_requests(run, "draft")
     matches = check_verdict(run, "draft")
     summary = check_counts(run, "draft")
@@ -75,7 +71,7 @@ def test_draft_model_matches_off_and_is_credited(
 
 
 def test_synthetic_acceptance_route_differs_and_is_refused(
-    llama_off: RunningVllmServer, vllm_models: VllmModels, tmp_path: Path
+    vllm_pool: ServerPool, vllm_models: VllmModels, tmp_path: Path
 ) -> None:
     spec = server_spec(
         "draft", "llama-mistuned", vllm_models.llama_target, vllm_models.llama_draft,
@@ -85,12 +81,7 @@ def test_synthetic_acceptance_route_differs_and_is_refused(
     cfg |= {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": MISTUNED_LENGTH}
     spec = spec.model_copy(update={"speculative_config": cfg})
     try:
-        with serving([spec], tmp_path / "logs") as running:
-            servers = {"off": llama_off, "draft-mistuned": running["llama-mistuned"]}
-            plan = build_plan(
-                MODEL, llama_off, servers["draft-mistuned"], "draft-mistuned", "draft"
-            )
-            run = run_pair(plan, servers, tmp_path, "Llama pair: off vs synthetic-acceptance draft")
+        running = vllm_pool.serve([off_spec(vllm_models), spec])
     except VllmServerError as exc:
         # the CPU build: refused at start-up, before any request (see module docstring)
         assert exc.name == "llama-mistuned" and exc.log_path is not None
@@ -102,6 +93,9 @@ def test_synthetic_acceptance_route_differs_and_is_refused(
             "output-changing speculative setting runs on vLLM's CPU build"
         )
         return
+    servers = {"off": running["llama-off"], "draft-mistuned": running["llama-mistuned"]}
+    plan = build_plan(MODEL, servers["off"], servers["draft-mistuned"], "draft-mistuned", "draft")
+    run = run_pair(plan, servers, tmp_path, "Llama pair: off vs synthetic-acceptance draft")
     check_requests(run, "draft-mistuned")
     matches = check_verdict(run, "draft-mistuned")
     summary = check_counts(run, "draft-mistuned")
