@@ -454,3 +454,35 @@ def test_joining_a_loopback_cluster_connects_to_no_address_off_this_host(
     assert_on_this_host(trace)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "joined 127.0.0.1 ['127.0.0.1'] 1" in done.stdout, done.stdout
+
+
+class _RayImportedEarly:
+    """Stands in for ``ray`` imported before the pool (its loopback switch left on)."""
+
+    def __init__(self, cluster_switch: bool) -> None:
+        constants = type("C", (), {"ENABLE_RAY_CLUSTER": cluster_switch})
+        self._private = type("P", (), {"ray_constants": constants})
+        self.inits: list[dict[str, object]] = []
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kw: object) -> None:
+        self.inits.append(kw)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:6379", None])
+def test_a_loopback_node_is_refused_before_ray_starts_when_ray_would_ask_for_its_ip(
+    address: str | None,
+) -> None:
+    """With Ray's switch on, ``ray.init`` would connect to a public resolver to learn the
+    node IP: refused before ``init``; off, a loopback cluster is joined as 127.0.0.1."""
+    pool = RayPool(1, routes={}, gate=LiveGate(), address=address)
+    early = _RayImportedEarly(cluster_switch=True)
+    with pytest.raises(LiveGateError, match="pin the node's IP"):
+        pool._init_ray(early, address)
+    assert early.inits == []
+    if address is not None:
+        pinned = _RayImportedEarly(cluster_switch=False)
+        pool._init_ray(pinned, address)
+        assert [i.get("_node_ip_address") for i in pinned.inits] == ["127.0.0.1"]
