@@ -9,11 +9,15 @@ import contextlib
 import importlib.util
 import os
 import re
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,9 @@ from pydantic import SecretStr
 
 from deepseekbench._engine import FAST_COSTS, CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._errors import LiveGateError
+from deepseekbench._execute._ray_executor import (
+    _LOOPBACK_NODE_ENV as _LOOPBACK_SWITCH,
+)
 from deepseekbench._execute._ray_executor import RayPool, ray_address_host
 from deepseekbench._execute._workers import PoolResult
 from deepseekbench._execute._workshare import LoadWork, PoolItem
@@ -300,6 +307,7 @@ async def main() -> None:
 anyio.run(main, backend="asyncio")
 """
 _PYTHON_START = (sys.executable, "-c", _TRACED_START)
+_STRACE = ("strace", "-f", "-qq", "-e", "trace=connect,sendto", "-o")  # then the output file
 _TRACED_ADDRESS = re.compile(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6?, "([^"]+)"')
 
 
@@ -311,7 +319,7 @@ def test_a_local_instance_connects_to_no_address_off_this_host(tmp_path: Path) -
         pytest.skip("strace is not installed (apt-get install strace)")
     trace = tmp_path / "trace.txt"
     done = subprocess.run(
-        ["strace", "-f", "-qq", "-e", "trace=connect,sendto", "-o", str(trace), *_PYTHON_START],
+        [*_STRACE, str(trace), *_PYTHON_START],
         capture_output=True,
         text=True,
         timeout=900,
@@ -320,8 +328,161 @@ def test_a_local_instance_connects_to_no_address_off_this_host(tmp_path: Path) -
     if done.returncode != 0 and "ptrace" in done.stderr:
         pytest.skip(f"strace cannot trace here: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0 and "usage module ran" in done.stdout, done.stderr[-2000:]
+    assert_on_this_host(trace)
+
+
+_TRACED_FAMILY = re.compile(r"sa_family=(AF_\w+)")
+_LOCAL_FAMILIES = {"AF_INET", "AF_INET6", "AF_UNIX", "AF_NETLINK"}  # inet ones checked by host
+
+
+def assert_on_this_host(trace: Path) -> None:
+    """Every ``connect``/``sendto`` in an ``strace`` output is to a loopback address, a
+    local socket or netlink (a UDP connect counts: it is a connect to that address)."""
     lines = trace.read_text(errors="replace").splitlines()
     found = [(m[1] or m[2], line) for line in lines for m in _TRACED_ADDRESS.finditer(line)]
     assert found, "the trace shows no connect at all: strace saw nothing"
     off_host = [line for host, line in found if not is_loopback_host(host)]
+    off_host += [ln for ln in lines for f in _TRACED_FAMILY.findall(ln) if f not in _LOCAL_FAMILIES]
     assert off_host == [], "\n".join(off_host[:10])
+
+
+# Joining an existing cluster on loopback: Ray replaces a loopback cluster address (and a
+# loopback _node_ip_address) with the node's IP (resolve_ip_for_localhost), which it works
+# out by connecting a UDP socket to 8.8.8.8:53, unless the node IP is pinned to loopback.
+_TRACED_JOIN = """
+import sys
+import anyio
+from deepseekbench._execute._ray_executor import RayPool
+from deepseekbench._net._gate import LiveGate
+
+async def main() -> None:
+    async with RayPool(1, routes={}, gate=LiveGate(), address=sys.argv[1], actor_cpus=0) as pool:
+        import ray
+        node_ip = ray._private.worker._global_node.node_ip_address
+        nodes = sorted({n["NodeManagerAddress"] for n in ray.nodes()})
+        print("joined", node_ip, nodes, len(pool.pids), flush=True)
+
+anyio.run(main, backend="asyncio")
+"""
+
+
+def _session_processes(sid: int) -> set[int]:
+    """Processes (not zombies) of session ``sid``, from /proc."""
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if entry.name.isdigit() and int(fields[3]) == sid and fields[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+@contextlib.contextmanager
+def loopback_head(env: dict[str, str]) -> Iterator[str]:
+    """A Ray head node on 127.0.0.1 (``ray start --head --block``, its own session and
+    temporary folder), yielding its address; every process of its session is killed at
+    the end, by id (``ray stop`` would stop every Ray instance on the machine)."""
+    folder = tempfile.mkdtemp(prefix="dsb-ray-")  # short: Ray's socket paths have a limit
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = Path(folder, "head.log")
+    head_env = {**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    args = ["--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", folder]
+    args += ["--num-cpus", "1", "--include-dashboard", "false", "--block"]
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    with log.open("wb") as out:
+        head = subprocess.Popen(
+            [ray_cli, "start", "--head", *args],
+            env=head_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        for _ in range(3000):  # a hang guard (10 min), not a speed bound
+            if "Ray runtime started" in log.read_text(errors="replace") or head.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert head.poll() is None, log.read_text(errors="replace")[-2000:]
+        yield f"127.0.0.1:{port}"
+    finally:
+        for _ in range(50):
+            left = _session_processes(head.pid)
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if not left:
+                break
+            time.sleep(0.2)
+        head.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+        assert _session_processes(head.pid) == set(), "a process of the Ray head outlived it"
+
+
+def test_joining_a_loopback_cluster_connects_to_no_address_off_this_host(
+    tmp_path: Path,
+) -> None:
+    """The driver joining a cluster at ``127.0.0.1:port`` through :class:`RayPool`, under
+    ``strace -f``: its node IP is 127.0.0.1 and every connect/sendto is to a loopback
+    address or a local socket (no UDP connect to a public resolver to learn the IP)."""
+    need_ray()
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    env = {k: v for k, v in os.environ.items() if k not in {"RAY_ADDRESS", _LOOPBACK_SWITCH}}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    trace = tmp_path / "trace.txt"
+    with loopback_head(env) as address:
+        driver = subprocess.Popen(
+            [*_STRACE, str(trace), sys.executable, "-c", _TRACED_JOIN, address],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # so a hung driver is killed with strace
+        )
+        try:
+            stdout, stderr = driver.communicate(timeout=600)  # a hang guard, not a speed bound
+        except subprocess.TimeoutExpired as exc:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.communicate()
+            assert_on_this_host(trace)
+            raise AssertionError(f"joining {address} hung") from exc
+    done = subprocess.CompletedProcess(driver.args, driver.returncode, stdout, stderr)
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()[-200:]}")
+    assert_on_this_host(trace)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "joined 127.0.0.1 ['127.0.0.1'] 1" in done.stdout, done.stdout
+
+
+class _RayImportedEarly:
+    """Stands in for ``ray`` imported before the pool (its loopback switch left on)."""
+
+    def __init__(self, cluster_switch: bool) -> None:
+        constants = type("C", (), {"ENABLE_RAY_CLUSTER": cluster_switch})
+        self._private = type("P", (), {"ray_constants": constants})
+        self.inits: list[dict[str, object]] = []
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kw: object) -> None:
+        self.inits.append(kw)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:6379", None])
+def test_a_loopback_node_is_refused_before_ray_starts_when_ray_would_ask_for_its_ip(
+    address: str | None,
+) -> None:
+    """With Ray's switch on, ``ray.init`` would connect to a public resolver to learn the
+    node IP: refused before ``init``; off, a loopback cluster is joined as 127.0.0.1."""
+    pool = RayPool(1, routes={}, gate=LiveGate(), address=address)
+    early = _RayImportedEarly(cluster_switch=True)
+    with pytest.raises(LiveGateError, match="pin the node's IP"):
+        pool._init_ray(early, address)
+    assert early.inits == []
+    if address is not None:
+        pinned = _RayImportedEarly(cluster_switch=False)
+        pool._init_ray(pinned, address)
+        assert [i.get("_node_ip_address") for i in pinned.inits] == ["127.0.0.1"]

@@ -17,7 +17,10 @@ gate's rules, own client) and the same bookkeeping as the process pool
   must be of the strict grammar of :mod:`deepseekbench._net._ray_address` (an IP
   literal or ``localhost`` as host: the gate and Ray read the same host) and is
   then checked like any URL: a non-loopback host needs the gate's key and
-  ``spend``; Ray is then given the resolved address. Actors are placed
+  ``spend``; Ray is then given the resolved address. For a local instance and a
+  cluster on loopback, the node IP is pinned to 127.0.0.1 (``_node_ip_address`` and
+  ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), else Ray works it out by connecting a UDP
+  socket to a public DNS resolver (docs/workers.md). Actors are placed
   with the ``SPREAD`` strategy (one per node while nodes last).
 * **Clocks.** Actors may run on other hosts, whose monotonic clocks share no
   origin with the driver's. The shared start is a *wall-clock* instant
@@ -90,18 +93,25 @@ __all__ = [
 ]
 
 
-# Ray's own switch: off, a node takes the loopback address as its IP (read when
-# ray is first imported, and inherited by the processes ray.init starts).
+# Ray's own switch: off, Ray takes the loopback address as this node's IP wherever it
+# works one out (``services.get_node_ip_address``: for a local instance's node, for
+# ``resolve_ip_for_localhost`` of a loopback cluster address or ``_node_ip_address``)
+# instead of ``node_ip_address_from_perspective``, which connects a UDP socket to a
+# public DNS resolver (8.8.8.8:53) to read the outgoing interface's address. Read when
+# ray is first imported (``ray_constants.ENABLE_RAY_CLUSTER``), and inherited by the
+# processes ray.init starts.
 _LOOPBACK_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_LOOPBACK_NODE_IP = "127.0.0.1"
 
 
-def _ray(local: bool = False) -> Any:
-    """Import ray; for a local instance, first ask Ray to use the loopback address.
+def _ray(loopback: bool = False) -> Any:
+    """Import ray; for a node on loopback (a local instance, or joining a cluster at a
+    loopback address), first ask Ray to take the loopback address as the node's IP.
 
     Raises:
         RayUnavailableError: ray is not installed.
     """
-    if local and "ray" not in sys.modules:
+    if loopback and "ray" not in sys.modules:
         os.environ.setdefault(_LOOPBACK_NODE_ENV, "0")
     try:
         import ray
@@ -450,6 +460,9 @@ class RayPool(ClientPool):
     def _init_ray(self, ray: Any, resolved: str | None) -> None:
         if ray.is_initialized():
             return
+        loopback = resolved is None or is_loopback_host(ray_address_host(resolved))
+        if loopback:
+            _check_loopback_switch(ray)
         if resolved is None:
             keys = (self.rules.api_key, *(r.api_key for r in self.routes.values()))
             home = local_ray_home()
@@ -460,15 +473,18 @@ class RayPool(ClientPool):
                     address="local",
                     num_cpus=max(self.workers, os.cpu_count() or 1),
                     include_dashboard=False,
-                    _node_ip_address="127.0.0.1",
+                    _node_ip_address=_LOOPBACK_NODE_IP,
                     log_to_driver=False,
                     configure_logging=False,
                 )
             self._own_ray = True
             _check_loopback(ray)
         else:
-            # the resolved address: ray.init never re-reads RAY_ADDRESS for it
-            ray.init(address=resolved, log_to_driver=False, configure_logging=False)
+            # the resolved address: ray.init never re-reads RAY_ADDRESS for it; a
+            # cluster on loopback is joined as a node on loopback (the driver finds
+            # the cluster's raylet by this IP, and works out no other)
+            node_ip = {"_node_ip_address": _LOOPBACK_NODE_IP} if loopback else {}
+            ray.init(address=resolved, log_to_driver=False, configure_logging=False, **node_ip)
             self._own_ray = True
 
     async def start(self) -> None:
@@ -488,7 +504,7 @@ class RayPool(ClientPool):
         if refusal is not None:
             raise refusal
         self.resolved_address = resolved
-        ray = _ray(local=resolved is None)
+        ray = _ray(loopback=resolved is None or is_loopback_host(ray_address_host(resolved)))
         try:
             await anyio.to_thread.run_sync(self._init_ray, ray, resolved)
         except LiveGateError:
@@ -623,6 +639,26 @@ def _failed(book: PhaseBook, worker: int, what: tuple[Any, ...]) -> None:
         book.refusal = LiveGateError(what[1], host=what[2], missing=tuple(what[3]))
     else:
         book.failure = WorkerError(f"Ray worker {worker} failed: {what[1]}", worker=worker)
+
+
+def _check_loopback_switch(ray: Any) -> None:
+    """Refuse, before anything starts or connects, to bring up a node on loopback when
+    Ray would work out this node's IP by asking a public address (``ray`` was imported
+    before the pool could set :data:`_LOOPBACK_NODE_ENV`): Ray's
+    ``get_node_ip_address`` then connects a UDP socket to 8.8.8.8:53.
+
+    Raises:
+        LiveGateError: Ray's ``ENABLE_RAY_CLUSTER`` is on.
+    """
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if getattr(constants, "ENABLE_RAY_CLUSTER", True):
+        raise LiveGateError(
+            "ray was imported before deepseekbench's Ray executor could pin the node's IP "
+            f"to {_LOOPBACK_NODE_IP}: Ray would work it out by connecting to a public DNS "
+            f"resolver; import the executor before ray, or set {_LOOPBACK_NODE_ENV}=0",
+            host="8.8.8.8",
+            missing=("a node IP pinned to loopback",),
+        )
 
 
 def _check_loopback(ray: Any) -> None:
