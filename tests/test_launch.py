@@ -775,3 +775,74 @@ def test_a_secret_from_the_environment_stays_out_of_results_dry_run_and_errors(
     monkeypatch.delenv("SRC_TOKEN")
     with pytest.raises(PlanError, match="SRC_TOKEN is not set"):
         anyio.run(lambda: run_plan(BenchmarkPlan.load(plan_file), gate=LiveGate()))
+
+
+# ----------------------------------------------------------------- a stop
+_WORKER = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('up', flush=True); time.sleep(600)"
+)
+_STUBBORN_CHILD = f"""
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", {_WORKER!r}], stdout=sys.stdout)
+time.sleep(600)
+"""
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Non-zombie processes of group ``pgid`` (``/proc/<pid>/stat``: state, ppid, pgrp)."""
+    live = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            live.append(int(entry.name))
+    return live
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_stop_returns_only_when_no_process_of_the_group_is_left(tmp_path: Path) -> None:
+    """A server whose worker ignores SIGTERM is SIGKILLed after the grace period, and the
+    stop returns only once that worker is gone too: a caller (a test counting processes,
+    the next server on the same GPU) finds nothing of it left."""
+    from deepseekbench._launch._servers import spawn, stop
+
+    log = tmp_path / "server.log"
+
+    async def main() -> int:
+        with log.open("wb") as out:
+            child = spawn([sys.executable, "-c", _STUBBORN_CHILD], out, dict(os.environ))
+            with anyio.fail_after(60):  # the worker started (it printed), whatever the load
+                while True:  # polled: the log file sends no event
+                    if "up" in log.read_text():
+                        break
+                    await anyio.sleep(0.05)
+            await stop(child, 0.2, linger=True)
+            return child.pid
+
+    pgid = anyio.run(main)
+    assert _live_members(pgid) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_group_of_zombies_is_not_alive() -> None:
+    """A stopped server's group counts as gone once only zombies are left in it: a
+    zombie holds no port, memory or GPU, and a container's PID 1 may never reap the
+    workers a server left behind (a stop would otherwise wait out its whole bound)."""
+    from deepseekbench._launch._servers import _group_alive
+
+    leader = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    try:
+        stat = Path(f"/proc/{leader.pid}/stat")
+        deadline = time.monotonic() + 60  # a poll, not a judged time
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.02)
+        assert _group_alive(leader.pid) is False  # unreaped: its group still answers kill 0
+    finally:
+        leader.wait()
+    assert _group_alive(leader.pid) is False

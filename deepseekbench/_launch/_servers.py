@@ -195,20 +195,43 @@ def _signal_group(process: Process, sig: signal.Signals) -> None:
 
 
 def _group_alive(pid: int) -> bool:
+    """Whether process group ``pid`` has a live member. A zombie is not live: its parent
+    died and this machine's init may be slow to reap it (or never, in a container whose
+    PID 1 reaps nothing), and it holds no port, memory or GPU (Linux: ``/proc``)."""
     try:
         os.killpg(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():  # pragma: no cover - not Linux: the signal's answer stands
+        return True
+    return any(_live_in_group(entry, pid) for entry in proc.iterdir() if entry.name.isdigit())
+
+
+def _live_in_group(entry: Path, pgid: int) -> bool:
+    """``/proc/<pid>/stat`` says a non-zombie member of group ``pgid`` (fields after the
+    parenthesised command: state, ppid, pgrp, ...; ``proc(5)``)."""
+    try:
+        fields = entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False  # gone meanwhile
+    return fields[2] == str(pgid) and fields[0] != "Z"
+
+
+KILLED_GROUP_WAIT_S = 10.0
+"""Seconds a stop waits, after the SIGKILL, for a lingering group's last processes to be
+reaped: the signal cannot be ignored, so this only bounds a busy machine's delay."""
 
 
 async def stop(process: Process, grace_s: float, *, linger: bool) -> None:
     """SIGTERM the server's process group, wait up to ``grace_s`` s, then SIGKILL the group.
 
     The wait is for the leader to exit and, with ``linger``, for every process of its
-    group (an engine's workers may leave after the leader).
+    group (an engine's workers may leave after the leader); with ``linger`` it also
+    waits, up to :data:`KILLED_GROUP_WAIT_S` s, until the killed group is gone, so a
+    caller that returns from the stop finds no process of the server left.
     """
     _signal_group(process, signal.SIGTERM)
     with anyio.move_on_after(grace_s):
@@ -222,6 +245,12 @@ async def stop(process: Process, grace_s: float, *, linger: bool) -> None:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         await process.wait()
+    if linger:  # a SIGKILL is delivered, not done: the group is gone only once it is reaped
+        with anyio.move_on_after(KILLED_GROUP_WAIT_S):
+            while True:  # polled: a process group's end sends no event
+                if not _group_alive(process.pid):
+                    break
+                await anyio.sleep(0.05)
 
 
 @contextlib.contextmanager
