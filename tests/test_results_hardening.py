@@ -354,3 +354,16 @@ def test_error_summary_per_route_after_run_and_in_report(tmp_path: Path) -> None
     assert "request errors" not in out  # stdout stays the scorecard
     code, _, report_err = _cli("report", str(results))
     assert code == EXIT_OK and f"mtp: http_status × {N}: HTTP 503" in report_err
+
+
+def test_a_dry_runs_rows_given_as_results_say_what_they_are(tmp_path: Path) -> None:
+    """A dry run writes rows to ``--results``; a real run pointed at that file next is
+    refused (nothing is overwritten) with a message naming what the file holds."""
+    plan = _plan_file(tmp_path, _plan_data("http://127.0.0.1:9/v1", "http://127.0.0.1:7/v1"))
+    out = tmp_path / "dr.jsonl"
+    code, _, _ = _cli("run", str(plan), "--dry-run", "--results", str(out))
+    assert code == EXIT_OK and out.read_bytes()
+    before = out.read_bytes()
+    code, _, err = _cli("run", str(plan), "--results", str(out), "--no-probe")
+    assert code == 2 and "holds rows (a dry run's --results output" in err, err
+    assert "Traceback" not in err and out.read_bytes() == before

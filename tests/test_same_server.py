@@ -43,6 +43,8 @@ URL = "http://127.0.0.1:8000/v1"
     [
         {"base_url": URL},
         {"base_url": URL + "/"},  # a trailing slash is the same server
+        {"base_url": "http://localhost:8000/v1/"},  # localhost is 127.0.0.1 to the gate too
+        {"base_url": "http://LOCALHOST:8000/v1"},
         {"base_url": "http://127.0.0.1:8000/v1", "model": "m"},  # the plan's model, said twice
         {"base_url": URL, "dialect": "vllm", "continuous_usage": True},  # client-side only
     ],

@@ -437,19 +437,27 @@ class RoutePlan(BaseModel):
         )
 
 
+_LOOPBACK_NAMES = {"localhost": "127.0.0.1", "localhost.": "127.0.0.1"}
+"""Host names that are another spelling of one loopback address (the gate resolves
+``localhost`` to loopback too): ``localhost:8000`` and ``127.0.0.1:8000`` are one server."""
+
+
 def _server_key(route: RoutePlan, default_model: str) -> tuple[str, int | None, str]:
     """Where ``route``'s requests go and what they ask for: scheme, host (lower case),
     port (the scheme's default when unset), path and model."""
     url = httpx.URL(route.base_url)
     port = url.port if url.port is not None else {"http": 80, "https": 443}.get(url.scheme)
-    host = f"{url.scheme}://{url.host.lower()}{url.path.rstrip('/')}"
+    name = url.host.lower()
+    name = _LOOPBACK_NAMES.get(name, name)
+    host = f"{url.scheme}://{name}{url.path.rstrip('/')}"
     return host, port, route.model or default_model
 
 
 def same_server(off: RoutePlan, route: RoutePlan, default_model: str) -> str | None:
     """Why ``route`` cannot be measured against the baseline ``off``, or ``None``.
 
-    Both resolve to the same server (scheme, host, port and path of ``base_url``) and
+    Both resolve to the same server (scheme, host, port and path of ``base_url``;
+    ``localhost`` is read as ``127.0.0.1``) and
     model, with the same ``request_extras``: nothing makes the server decode the
     speculative route differently from ``off``, so any "speedup" between them is
     noise (or the ports are wrong). Launched routes (``[routes.launch]``) are exempt:

@@ -340,8 +340,14 @@ def _parse_line(path: Path, number: int, line: bytes, *, last: bool) -> dict[str
             return None
         raise ResultsFormatError(f"{path}: line {number} is not JSON", line_number=number) from exc
     if not isinstance(obj, dict) or "record" not in obj:
+        hint = ""
+        if isinstance(obj, dict) and "route_label" in obj:  # a Row: a dry run's or an export
+            hint = (
+                ": the file holds rows (a dry run's --results output, or a row export), "
+                "not a run's results; pass another --results path"
+            )
         raise ResultsFormatError(
-            f"{path}: line {number} is not a results record", line_number=number
+            f"{path}: line {number} is not a results record{hint}", line_number=number
         )
     return obj
 
