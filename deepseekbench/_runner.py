@@ -102,6 +102,7 @@ from deepseekbench._launch._plan_launch import (
     launch_argv,
     launch_secrets,
     launched_routes,
+    shown_argv,
 )
 from deepseekbench._measure._measure import StreamMeasurement, Timeouts, redact_measurement
 from deepseekbench._measure._tokens import TokenCounter
@@ -240,7 +241,8 @@ class DryRunResult(BaseModel):
     launch_commands: dict[str, tuple[str, ...]] = Field(
         default_factory=dict,
         description="per launched route, the argv it would run (the port as '{port}', "
-        "known secrets as '***'); a launch runs a program: a plan with one is a script",
+        "known secrets as '***'; a vLLM server's parent-watch wrapper shown as the "
+        "'python -m' module it runs); a launch runs a program: a plan with one is a script",
     )
     launch_env: dict[str, tuple[str, ...]] = Field(
         default_factory=dict,
@@ -1190,7 +1192,7 @@ def _dry_launches(
         names[t.name] = (*t.launch.env, *(f"{k}=${v}" for k, v in t.launch.env_from.items()))
         try:
             argv = launch_argv(t, PORT_PLACEHOLDER)
-            commands[t.name] = tuple(redact(a, secrets) for a in argv)
+            commands[t.name] = tuple(redact(a, secrets) for a in shown_argv(argv))
             check_exposure(t, gate)
         except LiveGateError as exc:
             refusals[t.name] = str(exc)

@@ -40,7 +40,7 @@ from deepseekbench._launch._plan_launch import (
 from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._plan._plan import LAUNCHED_URL, BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import load_results, run_plan
+from deepseekbench._runner import launch_targets, load_results, run_plan
 from deepseekbench._types._identity import RouteIdentity
 from tests._helpers import read_records, verdict_judged
 from tests._procs import FAKE_HTTP_SERVE, running, wait_gone
@@ -846,3 +846,22 @@ def test_a_group_of_zombies_is_not_alive() -> None:
     finally:
         leader.wait()
     assert _group_alive(leader.pid) is False
+
+
+def test_the_dry_run_shows_a_vllm_launch_as_the_module_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vLLM server runs under a parent-watch wrapper (``python -c <launcher> module``);
+    the dry run shows the ``python -m module --flags`` it runs, not the wrapper's code."""
+    plan_file = _secret_plan(tmp_path, '{engine = "vllm", model = "/models/tiny"}')
+    monkeypatch.setenv("SRC_TOKEN", SECRET)
+    monkeypatch.delenv("DEEPSEEKBENCH_VLLM_PYTHON", raising=False)
+    out, err = io.StringIO(), io.StringIO()
+    args = ["run", str(plan_file), "--dry-run", "--format", "json"]
+    assert cli_main(args, stdout=out, stderr=err) == 0, err.getvalue()
+    shown = orjson.loads(out.getvalue())["launch_commands"]["off"]
+    assert shown[1:3] == ["-m", "vllm.entrypoints.openai.api_server"], shown
+    assert not any("runpy" in a for a in shown) and "--host" in shown
+    plan = BenchmarkPlan.from_toml(plan_file.read_text(), base_dir=tmp_path)
+    real = launch_argv(next(t for t in launch_targets(plan) if t.name == "off"), "{port}")
+    assert any("runpy" in a for a in real)  # the run itself keeps the wrapper

@@ -60,6 +60,7 @@ from deepseekbench._launch._vllm import (
     VllmServerSpec,
     _launch_argv,
     find_vllm_python,
+    shown_argv,
     vllm_server_args,
 )
 from deepseekbench._launch._vllm import _server_env as _vllm_env
@@ -79,6 +80,7 @@ __all__ = [
     "launch_env",
     "launch_secrets",
     "launched_routes",
+    "shown_argv",
 ]
 
 Engine = Literal["embedded", "llama.cpp", "vllm", "sglang"]

@@ -347,6 +347,15 @@ def _launch_argv(argv: list[str]) -> list[str]:
     return [argv[0], "-c", _LAUNCHER, *argv[2:]]
 
 
+def shown_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` as a person reads it: a vLLM server's parent-watch wrapper
+    (``python -c <launcher> module ...``, which stops the server when its parent dies)
+    shown as the ``python -m module ...`` it runs; any other argv unchanged."""
+    if len(argv) >= 4 and argv[1] == "-c" and argv[2] == _LAUNCHER:
+        return [argv[0], "-m", *argv[3:]]
+    return list(argv)
+
+
 def _server_env(spec: VllmServerSpec, env: Mapping[str, str] | None) -> dict[str, str]:
     base = dict(os.environ)
     base["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_gib)
