@@ -51,7 +51,7 @@ exe, model, logs, backend = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[
 
 async def main() -> None:
     specs = [LlamaServerSpec.off("a", model), LlamaServerSpec.ngram("b", model)]
-    async with llama_servers(specs, binary=exe, log_dir=logs, stop_grace_s=5) as running:
+    async with llama_servers(specs, binary=exe, log_dir=logs, stop_grace_s=60) as running:
         print(" ".join(str(s.pid) for s in running.values()), flush=True)
         await anyio.sleep(120)
 
@@ -83,12 +83,12 @@ def _start_parent(tmp_path: Path, backend: str) -> tuple[subprocess.Popen[str], 
 
 def _signal_parent(tmp_path: Path, backend: str, sig: signal.Signals, wait_s: float) -> None:
     """Start the parent and its two servers, send the parent ``sig``; the servers must
-    be gone within 10 s (any left are killed)."""
+    be gone within 60 s, a bound for a starved machine (any left are killed)."""
     parent, pids = _start_parent(tmp_path, backend)
     try:
         parent.send_signal(sig)
         parent.wait(timeout=wait_s)
-        assert wait_gone(pids, 10) == [], f"servers {pids} outlived a {sig.name}ed parent"
+        assert wait_gone(pids, 60) == [], f"servers {pids} outlived a {sig.name}ed parent"
     finally:
         for p in pids:
             if running(p):
@@ -97,12 +97,14 @@ def _signal_parent(tmp_path: Path, backend: str, sig: signal.Signals, wait_s: fl
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_servers_die_when_the_parent_is_sigkilled(tmp_path: Path, backend: str) -> None:
-    _signal_parent(tmp_path, backend, signal.SIGKILL, wait_s=10)
+    _signal_parent(tmp_path, backend, signal.SIGKILL, wait_s=60)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_sigterm_to_the_parent_stops_servers_in_order(tmp_path: Path, backend: str) -> None:
-    _signal_parent(tmp_path, backend, signal.SIGTERM, wait_s=20)
+    # the grace and the wait are bounds for a starved machine (a fake server handles its
+    # SIGTERM at once when it gets a core), not judged times
+    _signal_parent(tmp_path, backend, signal.SIGTERM, wait_s=90)
     # stopped by the parent (SIGTERM, then waited for), not merely killed with it
     for name in ("a", "b"):
         log = (tmp_path / "logs" / f"{name}.log").read_text()
