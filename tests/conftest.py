@@ -21,6 +21,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -71,6 +72,15 @@ def _no_packet_leaves_loopback() -> Iterator[None]:
     yield
     seen, refused[:] = list(refused), []
     assert not seen, f"the test tried to reach non-loopback addresses: {seen}"
+
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # A background job of a non-interactive shell (``cmd &`` in a script, a CI step run
+    # that way) starts with SIGINT ignored, and an ignored signal stays ignored across
+    # exec: every CLI, engine and worker process a test starts would then ignore the
+    # Ctrl-C (SIGINT) or SIGTERM-as-interrupt the test sends it. The tests' processes
+    # get the interpreter's own handling back, as from an interactive shell.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
