@@ -43,7 +43,7 @@ from deepseekbench._plan._search import (
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import ProgressEvent, run_plan
 from deepseekbench._types._axes import Arrival, Speculative
-from tests._helpers import off_mtp_and_mistuned, plan_of, read_records
+from tests._helpers import CLOCK_REFUSALS, off_mtp_and_mistuned, plan_of, read_records
 
 Curve = Callable[[float], tuple[float, float]]
 """level -> (slo_attainment, request throughput in requests/s)."""
@@ -411,11 +411,18 @@ def _check_pictures(card: Scorecard, path: Path, levels: set[float]) -> None:
     fig = card.plot(path)
     assert path.stat().st_size > 0
     speed_ax, _, cap_ax = fig.get_axes()
-    mtp = next(c for c in speed_ax.containers if c.get_label() == "mtp")
+    mtp = next(c for c in speed_ax.containers if str(c.get_label()).split(":")[0] == "mtp")
     assert isinstance(mtp, ErrorbarContainer)
     line: Any = mtp.lines[0]
     xs = {float(x) for x in line.get_xdata()}
-    assert xs <= levels and len(xs) >= 3
+    assert xs <= levels
+    label = str(mtp.get_label())
+    if label == "mtp":  # every level credited: a point at each
+        assert len(xs) >= 3
+    else:  # a busy machine may withhold a level's figure, for clock reasons only
+        listed = label.split("refused (", 1)[1].rstrip(")").split(", ")  # a line's reasons
+        refused = {reason for line_reasons in listed for reason in line_reasons.split()}
+        assert refused <= CLOCK_REFUSALS, label
     heights = [bar.get_height() for bar in cap_ax.patches if isinstance(bar, Rectangle)]
     assert heights == [c.capacity or 0.0 for c in card.capacity.routes]
     assert "mtp/off" in cap_ax.get_title() and "mtp-mistuned/off refused" in cap_ax.get_title()
