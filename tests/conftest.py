@@ -74,6 +74,13 @@ def _no_packet_leaves_loopback() -> Iterator[None]:
     assert not seen, f"the test tried to reach non-loopback addresses: {seen}"
 
 
+# Ray reads this switch once, when it is first imported: on, a node on loopback works
+# out its IP by connecting a UDP socket to a public resolver, and the Ray executor
+# refuses to start one (it cannot pin the IP any more). The ray-marked tests import ray
+# themselves (the address-grammar differential test reads Ray's own parser) before any
+# pool runs, so the suite sets it first, as a user who imports ray first must (docs/workers.md).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # A background job of a non-interactive shell (``cmd &`` in a script, a CI step run
     # that way) starts with SIGINT ignored, and an ignored signal stays ignored across
