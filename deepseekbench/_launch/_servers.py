@@ -236,10 +236,8 @@ async def stop(process: Process, grace_s: float, *, linger: bool) -> None:
     _signal_group(process, signal.SIGTERM)
     with anyio.move_on_after(grace_s):
         await process.wait()
-        while linger:  # the group's other processes may leave after the leader
-            if not _group_alive(process.pid):
-                break
-            await anyio.sleep(0.1)
+        if linger:  # the group's other processes may leave after the leader
+            await _group_gone(process.pid)
     _signal_group(process, signal.SIGKILL)
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
@@ -247,10 +245,16 @@ async def stop(process: Process, grace_s: float, *, linger: bool) -> None:
         await process.wait()
     if linger:  # a SIGKILL is delivered, not done: the group is gone only once it is reaped
         with anyio.move_on_after(KILLED_GROUP_WAIT_S):
-            while True:  # polled: a process group's end sends no event
-                if not _group_alive(process.pid):
-                    break
-                await anyio.sleep(0.05)
+            await _group_gone(process.pid)
+
+
+async def _group_gone(pgid: int) -> None:
+    """Return once process group ``pgid`` has no live member (polled every 0.1 s: a
+    group's end sends no event); the caller bounds the wait."""
+    while True:
+        if not _group_alive(pgid):
+            return
+        await anyio.sleep(0.1)
 
 
 @contextlib.contextmanager
