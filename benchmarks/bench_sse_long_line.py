@@ -1,4 +1,4 @@
-"""SSE decoder cost of one long line fed in many reads (issue 10, item 12).
+"""SSE decoder cost of one long line fed in many reads (the SSE line-size bound).
 
 Feeds ``--mib`` MiB of a single ``data:`` line in ``--read-kib`` KiB reads, then
 its line end, to :class:`deepseekbench._measure._sse.SSEDecoder` with limits raised above

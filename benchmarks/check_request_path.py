@@ -1,4 +1,4 @@
-"""Regression check (issue 22, item 6): no CPU-clock read per request on the event loop.
+"""Fidelity at 256 streams: no CPU-clock read per request on the event loop.
 
 Reading a CPU clock (``time.thread_time_ns``, ``time.process_time_ns``,
 ``/proc/thread-self/schedstat``) makes the kernel settle the thread's run time, and

@@ -231,7 +231,7 @@ class LlamaServerError(ServerError):
     """
 
 
-# issue 23 (length23): the calibration pass
+# natural-length decode: the calibration pass
 class CalibrationError(DeepseekBenchError):
     """The calibration pass on ``off`` (``workload.output_length = "pinned"`` or
     ``"forced"``) gave no natural output length for some items (an errored or

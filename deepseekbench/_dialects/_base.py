@@ -19,7 +19,7 @@ name themselves:
 * ``_measure/_tokens.py``: :meth:`~EngineDialect.tokenize_body`;
 * ``_plan/_spec_config.py``: :attr:`~EngineDialect.depth_paths`,
   :meth:`~EngineDialect.spec_tokens_from_info`;
-* ``_plan/_determinism.py``: :meth:`~EngineDialect.deterministic_from_info` (issue 21).
+* ``_plan/_determinism.py``: :meth:`~EngineDialect.deterministic_from_info`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class GaugeSet:
     length: str
 
 
-# issue 23: the server's side of a window (prefix cache, KV cache, queue)
+# The cache window: the server's side of a window (prefix cache, KV cache, queue)
 @dataclass(frozen=True)
 class CacheSet:
     """One engine's Prometheus cache and queue families (names without ``_total``).
@@ -163,7 +163,7 @@ class EngineDialect:
         counter_sets / gauge_sets: the engine's ``/metrics`` families
             (:class:`CounterSet`, :class:`GaugeSet`).
         cache_sets: the engine's prefix-cache, KV-cache and queue families
-            (:class:`CacheSet`; issue 23).
+            (:class:`CacheSet`).
         depth_paths: GET paths, relative to the server origin, of an endpoint
             that reports the served speculative depth, tried in order (a 404
             moves to the next).
@@ -179,9 +179,9 @@ class EngineDialect:
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset()
     counter_sets: ClassVar[tuple[CounterSet, ...]] = ()
     gauge_sets: ClassVar[tuple[GaugeSet, ...]] = ()
-    cache_sets: ClassVar[tuple[CacheSet, ...]] = ()  # issue 23
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = ()  # the cache window
     depth_paths: ClassVar[tuple[str, ...]] = ()
-    reports_determinism: ClassVar[bool] = False  # issue 21: deterministic_from_info says
+    reports_determinism: ClassVar[bool] = False  # deterministic_from_info says
 
     @property
     def engine(self) -> Dialect:
@@ -238,7 +238,7 @@ class EngineDialect:
         return None
 
     def deterministic_from_info(self, info: Any) -> bool | None:
-        """Issue 21: whether the engine's deterministic mode is on, from one parsed
+        """Whether the engine's deterministic mode is on, from one parsed
         :attr:`depth_paths` body; ``None`` when the engine does not say."""
         return None
 

@@ -6,7 +6,7 @@
 * Response: ``timings.draft_n`` / ``timings.draft_n_accepted`` (no verify steps).
 * ``/metrics``: ``llamacpp:spec_decode_num_drafts``, ``..._num_draft_tokens``,
   ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``; the cache and
-  queue (issue 23): ``llamacpp:prompt_tokens_cached_total`` (prompt tokens reused
+  queue (the cache window): ``llamacpp:prompt_tokens_cached_total`` (prompt tokens reused
   from a slot's cache) beside ``llamacpp:prompt_tokens_total`` ("processed,
   excluding cached tokens"): the hit rate is cached / (cached + processed);
   ``llamacpp:kv_cache_usage_ratio`` (KV cells in use, a fraction; older builds
@@ -63,7 +63,7 @@ class LlamacppDialect(EngineDialect):
     name: ClassVar[str] = "llamacpp"
     spec_keys: ClassVar[frozenset[str]] = frozenset({"timings"})
     counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.llamacpp)
-    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # the cache window
         CacheSet(
             source="prometheus:llamacpp:prompt_tokens_cached",
             hits="llamacpp:prompt_tokens_cached",
@@ -87,7 +87,7 @@ class LlamacppDialect(EngineDialect):
         return {"ignore_eos": True}
 
     def server_times(self, chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """llama-server's ``timings`` (issue 22): ``prompt_ms`` as the engine's TTFT
+        """llama-server's ``timings``: ``prompt_ms`` as the engine's TTFT
         (prompt processing; llama-server reports no queueing), ``predicted_ms`` as its
         generation time, ``predicted_per_token_ms`` as its mean ITL (ms) and
         ``predicted_per_second`` (tokens/s); tools/server/server.cpp ``timings``."""

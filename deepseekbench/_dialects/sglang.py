@@ -6,13 +6,13 @@
   with HTTP 400 on a streamed request); ``stream_options.continuous_usage_stats``.
 * Response: ``sglext.spec_tokens_details`` or (older) ``meta_info``.
 * ``/metrics``: the gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``;
-  the cache and queue (issue 23): ``sglang:cache_hit_rate`` (prefix-cache hit
+  the cache and queue (the cache window): ``sglang:cache_hit_rate`` (prefix-cache hit
   rate, a gauge over recent prefills), ``sglang:token_usage`` (KV-pool fraction
   in use), ``sglang:num_queue_reqs`` (waiting requests) (SGLang
   ``srt/metrics/collector.py``; docs "Production Metrics").
 * Served depth: ``GET /get_server_info`` (``/server_info`` on newer releases):
   ``speculative_num_steps`` unless ``speculative_algorithm`` is unset.
-* Deterministic mode (issue 21): the same body's ``enable_deterministic_inference``.
+* Deterministic mode: the same body's ``enable_deterministic_inference``.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class SglangDialect(EngineDialect):
             length="sglang:spec_accept_length",
         ),
     )
-    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # the cache window
         CacheSet(
             source="prometheus:sglang:cache_hit_rate",
             hit_rate="sglang:cache_hit_rate",
@@ -177,7 +177,7 @@ class SglangDialect(EngineDialect):
         ),
     )
     depth_paths: ClassVar[tuple[str, ...]] = ("/get_server_info", "/server_info")
-    reports_determinism: ClassVar[bool] = True  # issue 21
+    reports_determinism: ClassVar[bool] = True  # the engine's deterministic mode
 
     def eos_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """``ignore_eos: true`` and ``min_tokens: max_tokens`` (when given)."""
@@ -205,9 +205,9 @@ class SglangDialect(EngineDialect):
         return depth(info.get("speculative_num_steps"))
 
     def deterministic_from_info(self, info: Any) -> bool | None:
-        """Issue 21: ``enable_deterministic_inference`` of a ``/get_server_info`` body
-        (a ``ServerArgs`` field, ``--enable-deterministic-inference``); ``None`` when
-        absent or not a boolean (releases before the flag)."""
+        """Whether deterministic mode is on: ``enable_deterministic_inference`` of a
+        ``/get_server_info`` body (a ``ServerArgs`` field, ``--enable-deterministic-inference``);
+        ``None`` when absent or not a boolean (releases before the flag)."""
         if not isinstance(info, Mapping):
             return None
         value = info.get("enable_deterministic_inference")

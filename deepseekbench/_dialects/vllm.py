@@ -9,7 +9,7 @@
   ``queue_time_ms``, ``generation_time_ms``, ``mean_itl_ms``, ``tokens_per_second``).
 * ``/metrics``: ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
   ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``
-  (vLLM ``v1/spec_decode/metrics.py``); the cache and queue (issue 23):
+  (vLLM ``v1/spec_decode/metrics.py``); the cache and queue (the cache window):
   ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits`` (counters of prompt
   tokens, V1; older ``vllm:gpu_prefix_cache_queries`` / ``..._hits``),
   ``vllm:kv_cache_usage_perc`` (older ``vllm:gpu_cache_usage_perc``; a fraction,
@@ -116,7 +116,7 @@ class VllmDialect(EngineDialect):
     spec_keys: ClassVar[frozenset[str]] = frozenset({"metrics"})
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset({"speculative_decoding_stats"})
     counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.vllm)
-    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # issue 23
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # the cache window
         CacheSet(
             source="prometheus:vllm:prefix_cache_*",
             queries="vllm:prefix_cache_queries",

@@ -32,11 +32,11 @@ class EngineConfig(BaseModel):
     ``speculation_disables_prefix_cache``: with a speculative method, lookups
     never hit (vLLM #54360: MTP drops prefix-cache hits to 0 on hybrid models).
     ``kv_cache_tokens``: KV-cache capacity (tokens) behind ``vllm:kv_cache_usage_perc``.
-    ``numerics``: issue 21's numerics mode (:mod:`deepseekbench._engine._numerics`):
+    ``numerics``: the numerics mode (:mod:`deepseekbench._engine._numerics`):
     hashed near-ties in the target, and verify passes that flip exactly them.
     ``deterministic_inference``: what the SGLang dialect's ``/get_server_info``
     reports as ``enable_deterministic_inference`` (``None``: the field is absent, as
-    on SGLang releases before the flag); it changes no decoding (issue 21).
+    on SGLang releases before the flag); it changes no decoding.
     ``eos_counted``: count the end-of-sequence token as an output token, as vLLM
     does (its ``usage.completion_tokens`` and ``max_tokens`` / ``min_tokens``
     include it; it is streamed as an empty delta with the ``finish_reason``).
@@ -62,18 +62,18 @@ class EngineConfig(BaseModel):
         default=512, ge=1, description="Output cap if none given (tokens)."
     )
     record_send_times: bool = False
-    # issue 23: the prefix cache and the KV/queue gauges
+    # the cache window: the prefix cache and the KV/queue gauges
     prefix_cache: bool = True
     speculation_disables_prefix_cache: bool = False
     kv_cache_tokens: int = Field(default=65536, ge=1, description="KV-cache capacity (tokens).")
-    # issue 21: numerics mode (verify rounds differently from one-token decode)
+    # numerics mode (verify rounds differently from one-token decode)
     numerics: bool = False
     deterministic_inference: bool | None = None
     eos_counted: bool = False
 
     @property
     def prefix_cache_hits_allowed(self) -> bool:
-        """Whether prefix-cache lookups may hit (issue 23)."""
+        """Whether prefix-cache lookups may hit."""
         if not self.prefix_cache:
             return False
         return not (

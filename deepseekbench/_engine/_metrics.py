@@ -5,7 +5,7 @@ Names follow vLLM's production metrics (``vllm:spec_decode_num_drafts_total``,
 ``vllm:spec_decode_num_accepted_tokens_total``,
 ``vllm:spec_decode_num_accepted_tokens_per_pos_total``,
 ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
-``vllm:request_success_total``; issue 23: ``vllm:prefix_cache_queries_total``,
+``vllm:request_success_total``; the cache window: ``vllm:prefix_cache_queries_total``,
 ``vllm:prefix_cache_hits_total`` (tokens), ``vllm:kv_cache_usage_perc`` (fraction),
 ``vllm:num_requests_waiting`` (requests)), rendered by ``prometheus_client``.
 """
@@ -89,7 +89,7 @@ class EngineMetrics:
         self._running = Gauge(
             "vllm:num_requests_running", "Requests in the batch.", names, registry=reg
         )
-        # issue 23: prefix cache, KV-cache usage and queue, with vLLM V1's names
+        # the cache window: prefix cache, KV-cache usage and queue, with vLLM V1's names
         self._pc_queries = Counter(
             "vllm:prefix_cache_queries", "Prompt tokens looked up.", names, registry=reg
         ).labels(**self._labels)

@@ -1,4 +1,4 @@
-"""The embedded engine's numerics mode and its served log-probabilities (issue 21).
+"""The embedded engine's numerics mode and its served log-probabilities.
 
 Real GPU engines verify k draft tokens in one target pass over k + 1 query tokens,
 while plain decoding runs the target on one; the two computations round differently,

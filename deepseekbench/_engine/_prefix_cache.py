@@ -1,4 +1,4 @@
-"""The embedded engine's prefix cache: prompt blocks kept across requests (issue 23).
+"""The embedded engine's prefix cache: prompt blocks kept across requests.
 
 Modelled on vLLM's automatic prefix caching: a prompt is cut into full blocks of
 ``block_tokens`` tokens, each block named by a hash chained over every block

@@ -55,7 +55,7 @@ class Sequence:
     max_tokens: int
     send: MemoryObjectSendStream[Emission]
     min_tokens: int = 0
-    cached_tokens: int = 0  # issue 23: prompt tokens found in the prefix cache
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache
     generated: int = 0
     prefilled: bool = False
     cancelled: bool = False

@@ -1,4 +1,4 @@
-"""The output-length step of a run (issue 23): draws, then the calibration pass.
+"""The output-length step of a run (natural-length decode): draws, then the calibration pass.
 
 * :func:`draw_outputs`: each cell's items get their drawn output cap
   (``workload.output_tokens``, :class:`~deepseekbench._plan._output_length.OutputLength`;

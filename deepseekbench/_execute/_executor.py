@@ -89,7 +89,7 @@ SentFn = Callable[[Block, Sent], None]
 """Called for every finished request (warm-ups included); must not block."""
 
 CacheFn = Callable[[Block, CacheWindow], None]
-"""Called with a block's cache window (issue 23: prefix cache, KV and queue peaks)."""
+"""Called with a block's cache window (prefix cache, KV and queue peaks)."""
 
 
 @dataclass(slots=True)
@@ -104,7 +104,7 @@ class Executor:
         counter: the plan's tokenizer: output tokens of a response without usage
             are counted with it (:func:`~deepseekbench._measure._tokens.recount_output`).
         on_cache: called with each scraped block's
-            :class:`~deepseekbench.CacheWindow` (issue 23), when one is known.
+            :class:`~deepseekbench.CacheWindow`, when one is known.
     """
 
     routes: Mapping[str, EngineRoute]
@@ -168,7 +168,7 @@ class Executor:
 
         def request_for(messages: tuple[dict[str, Any], ...]) -> ChatRequest:
             update: dict[str, Any] = {"messages": messages}
-            target = conv.output_target(len(messages) // 2)  # issue 23: per-turn target
+            target = conv.output_target(len(messages) // 2)  # per-turn output target
             if target is not None:
                 update["max_tokens"] = target
             return item.request.model_copy(update=update)
@@ -206,7 +206,7 @@ class Executor:
             else:
                 await self._send(block, route, items, limiter, on_sent)
 
-        # issue 23: KV and queue gauges sampled while the block runs (their peaks)
+        # the cache window: KV and queue gauges sampled while the block runs (their peaks)
         during = await while_sampling(
             send, route, gate=self.gate, client=self.client, opening=before
         )

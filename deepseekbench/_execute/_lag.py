@@ -10,7 +10,7 @@ client's delay, not the server's.
 What follows the send start is recorded apart: the wait for a pooled connection
 until the pool hands one over (``pool_wait_ms``), then the wait for the client's
 loop to write the body (``send_wait_ms``); the clock (TTFT, E2E) starts at that
-write (issue 22). So the send start is the measurement's ``start_perf_ns`` less
+write. So the send start is the measurement's ``start_perf_ns`` less
 both waits, and the time from the due time to the body write is
 ``queue_ms + pool_wait_ms + send_wait_ms`` with no gap (before, the preparation
 was in none of them).

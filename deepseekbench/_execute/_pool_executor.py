@@ -61,7 +61,7 @@ class PoolExecutor:
         gate: the parent's gate (the ``/metrics`` scrapes pass it).
         client: the parent's client (for the scrapes).
         on_report: called with each block's :class:`PoolReport`.
-        on_cache: called with each scraped block's cache window (issue 23).
+        on_cache: called with each scraped block's cache window.
     """
 
     pool: _Pool
@@ -99,7 +99,7 @@ class PoolExecutor:
             work = _load_work(block, items)
             reports.append(await self.pool.run(work, _measured(block, items, on_sent)))
 
-        # issue 23: KV and queue gauges sampled while the block runs (their peaks)
+        # the cache window: KV and queue gauges sampled while the block runs (their peaks)
         during = await while_sampling(
             send, route, gate=self.gate, client=self.client, opening=before
         )
@@ -156,7 +156,7 @@ async def executor_for(
     ``counter`` (the plan's tokenizer) counts outputs that came without usage in
     this process's executor; worker pools keep the chunk estimate (the row is
     marked ``tokens_estimated`` either way). ``on_cache`` gets every scraped
-    block's cache window (issue 23).
+    block's cache window.
 
     Raises:
         WorkerError: a worker process did not start.

@@ -1,4 +1,4 @@
-"""The SGLang server command line for one route (issue 24).
+"""The SGLang server command line for one route launched from the plan.
 
 Built from SGLang's documented server flags (``python -m sglang.launch_server``;
 docs "Speculative Decoding": ``--speculative-algorithm`` EAGLE / EAGLE3 / NEXTN /

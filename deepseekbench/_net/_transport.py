@@ -23,7 +23,7 @@ for a pooled connection apart. It is stamped again as its body is written
 ``http11.send_request_body.started``): aiohttp on Python < 3.12 writes the body
 in a task of its own, which the event loop runs only after every callback
 already ready — at 256 streams started together, after the other 255 requests
-were built (issue 22, item 6).
+were built (fidelity at 256 streams).
 """
 
 from __future__ import annotations

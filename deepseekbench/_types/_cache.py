@@ -1,4 +1,4 @@
-"""``CacheWindow``: the server's side of one ``/metrics`` window (issue 23).
+"""``CacheWindow``: the server's side of one ``/metrics`` window.
 
 Beside the speculation counters, a window records what speculation may cost the
 rest of the server: the prefix-cache hit rate (prompt tokens found in the cache /

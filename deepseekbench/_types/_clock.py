@@ -1,4 +1,4 @@
-"""Issue 22: which clock a speed verdict is judged on.
+"""Which clock a speed verdict is judged on.
 
 ``client``: the times the measuring client stamped on arrival (TTFT, TPOT as the
 standard definitions say; they include network and client delay). ``server``: the

@@ -1,4 +1,4 @@
-"""What an engine says about its deterministic mode (issue 21, item 6).
+"""What an engine says about its deterministic mode.
 
 Bit-exact parity between a speculative route and ``off`` needs an engine whose
 numerics do not change with batch shape; some engines have a mode for it and say

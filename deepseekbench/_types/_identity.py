@@ -1,4 +1,4 @@
-"""``RouteIdentity``: whether a route serves what its label says (issue 24).
+"""``RouteIdentity``: whether a route serves what its label says.
 
 The check itself is :mod:`deepseekbench._analysis._route_identity`; the status
 lives here because rows carry it (``Row.route_identity``).

@@ -1,6 +1,6 @@
 """Margins at a divergence: was it a near-tie floating point may flip, or a decisive error?
 
-Issue 21. A speculative route's output that differs from ``off``'s is explained by
+The margin follow-up: a speculative route's output that differs from ``off``'s is explained by
 ``off``'s own log-probabilities at the first differing token, read from a follow-up
 request to ``off`` only (same prompt, seed, temperature 0, with ``logprobs`` and
 ``top_logprobs``; never to the speculative route, since some vLLM releases turn

@@ -302,7 +302,7 @@ class Row(BaseModel):
         description="True when the open-loop schedule lagged badly (p90 queue_ms above the "
         "plan's arrival.max_lag_ms): the client, not the server, may have limited the load",
     )
-    # --- workload (issue 13) ---------------------------------------------
+    # --- workload breakdown ----------------------------------------------
     output_short: bool = Field(
         default=False,
         description="True when a successful request's output (tokens) fell short of the "
@@ -323,7 +323,7 @@ class Row(BaseModel):
     turns: tuple[SliceStats, ...] = Field(
         default=(), description="per conversation turn ('turn 1', 'turn 2', ...)"
     )
-    # --- issue 22: client clock health (docs/measurement.md, "Fidelity") -----
+    # --- client clock health (docs/measurement.md, "Fidelity") -----
     client_stall_ms: float | None = Field(
         default=None,
         ge=0,
@@ -379,7 +379,7 @@ class Row(BaseModel):
         description="more than a quarter of the measured requests were client-starved: the "
         "row's TPOT is not used for a speedup (refusal client_starved)",
     )
-    # issue 23: the server's side of the row's /metrics windows
+    # the cache window: the server's side of the row's /metrics windows
     prefix_cache_hit_rate: float | None = Field(
         default=None,
         ge=0,
@@ -399,7 +399,7 @@ class Row(BaseModel):
     trace_speedup: float | None = Field(
         default=None, gt=0, description="trace arrival-time factor (2 = twice as fast)"
     )
-    # issue 24: route identity and launched engines
+    # route identity and launched engines
     route_identity: RouteIdentity | None = Field(
         default=None,
         description="whether the route serves what its label says: ok, flagged (no "
@@ -419,7 +419,7 @@ class Row(BaseModel):
         description="launched route's speculative config as sorted-key JSON "
         "(method, depth, draft model, engine keys); None = not launched",
     )
-    # --- issue 21: parity within the engine's own numerics -------------------
+    # --- parity within the engine's own numerics -------------------
     parity_basis: Literal["bit_exact", "within_noise"] = Field(
         default="bit_exact",
         description="the rule quality_parity was judged by (plan key parity.exact): "
@@ -470,7 +470,7 @@ class Row(BaseModel):
     engine_deterministic_source: Literal["server", "plan"] | None = Field(
         default=None, description="where engine_deterministic came from (None: unknown)"
     )
-    # --- output length (issue 23) -----------------------------------------
+    # --- output length ----------------------------------------------------
     output_length: str | None = Field(
         default=None,
         description="workload.output_length of the run: 'pinned' (every route decodes off's "
