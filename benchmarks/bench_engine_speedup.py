@@ -31,10 +31,11 @@ from dataclasses import dataclass
 import anyio
 
 from deepseekbench._engine import EngineTask, reference_tasks
-from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._request import ChatRequest
 

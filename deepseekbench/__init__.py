@@ -26,6 +26,8 @@ holds the rule, for every import in every module (inside functions and
     _engine/             the embedded reference engine (a server; shares only _types)
     _dialects/           one adapter per engine (vllm, sglang, llamacpp, trtllm, openai,
                          deepseek, auto)
+    _records/            the records every stage shares: the measurement, its figures,
+                         client health and clock, the follow-up
     _types/              shared vocabulary: axes, requests, acceptance, parity, rows
     _userfile            the one reader for user files (plan, datasets, tasks, model)
     _errors              the one exception tree
@@ -154,15 +156,8 @@ if TYPE_CHECKING:
         vllm_server_args,
         vllm_servers,
     )
-    from deepseekbench._measure._measure import (
-        ErrorKind,
-        MeasureStreamed,
-        StreamError,
-        StreamLimits,
-        StreamMeasurement,
-        Timeouts,
-        measure_streamed,
-    )
+    from deepseekbench._measure._accumulator import StreamLimits
+    from deepseekbench._measure._measure import MeasureStreamed, Timeouts, measure_streamed
     from deepseekbench._measure._selfcheck import (
         DEFAULT_LAG_THRESHOLD_MS,
         SelfCheck,
@@ -235,6 +230,7 @@ if TYPE_CHECKING:
         load_spec_bench,
         synthetic_items,
     )
+    from deepseekbench._records._measurement import ErrorKind, StreamError, StreamMeasurement
     from deepseekbench._report._scorecard import (
         Scorecard,
         ScorecardLine,
@@ -361,7 +357,7 @@ _IMPORTS: dict[str, str] = {
     "EngineDialect": "deepseekbench._dialects",
     "EngineRoute": "deepseekbench._net._route",
     "EngineTask": "deepseekbench._engine",
-    "ErrorKind": "deepseekbench._measure._measure",
+    "ErrorKind": "deepseekbench._records._measurement",
     "ExactAcceptance": "deepseekbench._types._parity",
     "FAULT_HEADER": "deepseekbench._engine",
     "FaultConfig": "deepseekbench._engine",
@@ -456,9 +452,9 @@ _IMPORTS: dict[str, str] = {
     "SpeedupEvidence": "deepseekbench._analysis._speedup",
     "SpeedupMetric": "deepseekbench._analysis._speedup",
     "SpeedupVerdict": "deepseekbench._analysis._speedup",
-    "StreamError": "deepseekbench._measure._measure",
-    "StreamLimits": "deepseekbench._measure._measure",
-    "StreamMeasurement": "deepseekbench._measure._measure",
+    "StreamError": "deepseekbench._records._measurement",
+    "StreamLimits": "deepseekbench._measure._accumulator",
+    "StreamMeasurement": "deepseekbench._records._measurement",
     "Task": "deepseekbench._plan._tasks",
     "TaskFlip": "deepseekbench._plan._tasks",
     "TaskFormatError": "deepseekbench._errors",
@@ -775,7 +771,7 @@ _MOVED: dict[str, str] = {
     "deepseekbench._axes": "deepseekbench._types._axes",
     "deepseekbench._breakdown": "deepseekbench._analysis._breakdown",
     "deepseekbench._capability": "deepseekbench._plan._capability",
-    "deepseekbench._client_health": "deepseekbench._measure._client_health",
+    "deepseekbench._client_health": "deepseekbench._records._client_health",
     "deepseekbench._executor": "deepseekbench._execute._executor",
     "deepseekbench._gate": "deepseekbench._net._gate",
     "deepseekbench._llamacpp": "deepseekbench._launch._llamacpp",

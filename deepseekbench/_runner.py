@@ -85,7 +85,7 @@ from deepseekbench._execute._calibrate import (
     pin,
 )
 from deepseekbench._execute._executor import Executor, Sent
-from deepseekbench._execute._forensics import FollowUp, explain_divergences
+from deepseekbench._execute._forensics import explain_divergences
 from deepseekbench._execute._pool_executor import BlockExecutor, executor_for
 from deepseekbench._execute._prepare import (
     PreparedWorkload,
@@ -104,7 +104,8 @@ from deepseekbench._launch._plan_launch import (
     launched_routes,
     shown_argv,
 )
-from deepseekbench._measure._measure import StreamMeasurement, Timeouts, redact_measurement
+from deepseekbench._measure._measure import Timeouts
+from deepseekbench._measure._redact import redact_measurement
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
@@ -124,6 +125,8 @@ from deepseekbench._plan._schedule import (
 from deepseekbench._plan._search import Probe, passed
 from deepseekbench._plan._spec_config import check_spec_config
 from deepseekbench._plan._workload import WorkloadItem, check_bucket_bytes
+from deepseekbench._records._follow_up import FollowUp
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._records import (
     CalibrationRecord,
     DivergenceMarginRecord,

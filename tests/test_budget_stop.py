@@ -24,10 +24,10 @@ from deepseekbench import LiveGate, LiveGateError, load_results, run_plan
 from deepseekbench._cli import EXIT_GATE, EXIT_OK
 from deepseekbench._engine import CostModel
 from deepseekbench._execute._budget import BudgetStop
-from deepseekbench._measure._measure import ErrorKind, is_unsent
 from deepseekbench._net._gate import is_budget_refusal
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._records._measurement import ErrorKind, is_unsent
 from deepseekbench._types._axes import QualityParity
 from tests._helpers import off_and_mtp, plan_of, read_records, run_cli
 

@@ -33,10 +33,11 @@ import httpx
 import pytest
 
 from deepseekbench._measure._cache_metrics import cache_window
-from deepseekbench._measure._measure import StreamMeasurement, measure_streamed
+from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._measure._server_metrics import MetricsSnapshot, metrics_delta, scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect
 from deepseekbench._types._cache import CacheWindow

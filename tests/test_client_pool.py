@@ -18,10 +18,11 @@ import pytest
 from anyio.abc import ByteStream, SocketAttribute
 
 from deepseekbench._engine._http import HttpRequest, Responder, serve_connection
-from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import BenchTransport, pool_limits
+from deepseekbench._records._measurement import StreamMeasurement
 
 pytestmark = pytest.mark.anyio
 

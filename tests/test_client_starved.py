@@ -21,13 +21,13 @@ from deepseekbench import (
     run_plan,
 )
 from deepseekbench._analysis._speedup import SpeedupMetric
-from deepseekbench._measure._client_clock import (
+from deepseekbench._records._client_clock import (
     BURST_WINDOW_MS,
     burst_share,
     client_clock_fields,
     request_starved,
 )
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._report._client_diagnosis import STARVED_WAIT_SHARE
 from tests._helpers import COSTS, make_row, plan_of, verdict_judged
 

@@ -21,7 +21,7 @@ from deepseekbench import (
 )
 from deepseekbench._analysis._clock_witness import clock_disagrees, server_clock_fields
 from deepseekbench._dialects.llamacpp import DIALECT as LLAMACPP
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 from tests._helpers import make_row
 
 BASE = {"server_tpot_ms": 10.0, "server_ttft_ms": 8.0}

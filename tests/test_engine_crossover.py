@@ -23,9 +23,10 @@ from deepseekbench._engine import (
     EngineTask,
     reference_tasks,
 )
-from deepseekbench._measure._measure import StreamMeasurement, measure_streamed
+from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._request import ChatRequest
 

@@ -30,11 +30,12 @@ from deepseekbench._engine import (
     FaultKind,
     reference_tasks,
 )
-from deepseekbench._measure._measure import ErrorKind, StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._measure._selfcheck import sched_sample
 from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import ErrorKind, StreamMeasurement
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import AcceptanceScope, Dialect, ReasoningMode, Speculative
 from deepseekbench._types._request import ChatRequest

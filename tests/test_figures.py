@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from deepseekbench._analysis._breakdown import is_short, output_tokens_of, slice_stats
 from deepseekbench._analysis._rowstats import RowRequests, acceptance
 from deepseekbench._execute._workers import charged_tokens
-from deepseekbench._measure._figures import (
+from deepseekbench._records._figures import (
     counted_output_tokens,
     output_tokens,
     output_toks_per_s,
     tpot_ms,
 )
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._results import MeasureInfo
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect

@@ -9,9 +9,10 @@ import httpx
 import orjson
 import pytest
 
-from deepseekbench._execute._forensics import FollowUp, explain_divergences, follow_up_body
+from deepseekbench._execute._forensics import explain_divergences, follow_up_body
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._follow_up import FollowUp
 from deepseekbench._types._axes import Dialect
 from deepseekbench._types._margin import DivergenceKind
 from deepseekbench._types._request import ChatRequest

@@ -27,9 +27,10 @@ from deepseekbench import (
 )
 from deepseekbench._cli import EXIT_OK, EXIT_USAGE, _StderrProgress, main
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
-from deepseekbench._measure._measure import ErrorKind, measure_streamed
+from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._net._probe import probe_route
 from deepseekbench._net._transport import connect_error_text
+from deepseekbench._records._measurement import ErrorKind
 from deepseekbench._runner import ProgressEvent
 from deepseekbench._types._axes import Speculative
 from tests._helpers import verdict_judged

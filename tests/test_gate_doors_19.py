@@ -22,14 +22,10 @@ from pydantic import SecretStr
 from deepseekbench import EngineRoute, LiveGate, LiveGateError
 from deepseekbench._errors import RayUnavailableError
 from deepseekbench._execute._ray_executor import RayPool
-from deepseekbench._measure._measure import (
-    ErrorKind,
-    StreamError,
-    StreamMeasurement,
-    measure_streamed,
-    redact_measurement,
-)
+from deepseekbench._measure._measure import measure_streamed
+from deepseekbench._measure._redact import redact_measurement
 from deepseekbench._measure._server_metrics import scrape_metrics
+from deepseekbench._records._measurement import ErrorKind, StreamError, StreamMeasurement
 from deepseekbench._types._secrets import printable, redact, safe_server_text
 from tests._helpers import ray_plan_file
 from tests._replay import Script, Write, replay_server

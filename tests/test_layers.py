@@ -24,6 +24,7 @@ LAYERS = (
     "_errors",
     "_userfile",
     "_types",
+    "_records",
     "_dialects",
     "_engine",
     "_net",

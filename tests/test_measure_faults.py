@@ -11,9 +11,10 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from deepseekbench._errors import LiveGateError
-from deepseekbench._measure._measure import ErrorKind, StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import ErrorKind, StreamMeasurement
 from deepseekbench._types._axes import Dialect, ReasoningMode, Speculative
 from deepseekbench._types._request import ChatRequest
 from tests._replay import RecordedRequest, Script, Write, closed_port, replay_server

@@ -34,11 +34,11 @@ from deepseekbench import (
 )
 from deepseekbench._analysis._output_length import tokens_past_eos
 from deepseekbench._engine import FAST_COSTS
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._coverage import workload_coverage
 from deepseekbench._plan._output_length import with_output_tokens
 from deepseekbench._plan._schedule import measure_slot
 from deepseekbench._plan._workload import load_jsonl, load_sharegpt, sample_path
+from deepseekbench._records._measurement import StreamMeasurement
 from tests._helpers import off_and_mtp, plan_of, read_records
 
 PROMPTS = [

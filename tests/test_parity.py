@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deepseekbench._measure._measure import ErrorKind, StreamError, StreamMeasurement
 from deepseekbench._plan._tasks import Grader, GraderKind, Task, task_parity
+from deepseekbench._records._measurement import ErrorKind, StreamError, StreamMeasurement
 from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._parity import (
     BASELINE_NONDETERMINISTIC,

@@ -161,7 +161,7 @@ async def test_each_turn_carries_this_routes_own_earlier_answers() -> None:
 
 
 async def test_an_errored_turn_ends_the_conversation_and_resume_reuses_answers() -> None:
-    from deepseekbench._measure._measure import ErrorKind, StreamError
+    from deepseekbench._records._measurement import ErrorKind, StreamError
 
     calls: list[tuple[dict[str, Any], ...]] = []
 

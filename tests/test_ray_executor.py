@@ -33,10 +33,11 @@ from deepseekbench._execute._ray_executor import (
 from deepseekbench._execute._ray_executor import RayPool, ray_address_host
 from deepseekbench._execute._workers import PoolResult
 from deepseekbench._execute._workshare import LoadWork, PoolItem
-from deepseekbench._measure._measure import ErrorKind, Timeouts
+from deepseekbench._measure._measure import Timeouts
 from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._records._measurement import ErrorKind
 from deepseekbench._runner import run_plan
 from deepseekbench._types._axes import QualityParity, Speculative
 from deepseekbench._types._request import ChatRequest

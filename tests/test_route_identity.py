@@ -15,8 +15,8 @@ from deepseekbench._analysis._route_identity import (
     route_evidence,
 )
 from deepseekbench._analysis._speedup import RefusalReason, compare_speedup
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._net._gate import LiveGate
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import load_results, run_plan
 from deepseekbench._types._axes import Dialect, QualityParity, Speculative

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from deepseekbench import Arrival, BenchmarkPlan, PlanError
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._schedule import Phase, build_schedule, measure_slot, parity_prompts
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._runner import grid_text, pending
 from deepseekbench._store._results import ResultsState
 from tests._helpers import plan_of

@@ -7,8 +7,7 @@ import time
 import anyio
 import pytest
 
-from deepseekbench._measure._client_health import client_saturated, max_pool_wait_ms
-from deepseekbench._measure._measure import StreamMeasurement, measure_streamed
+from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._measure._selfcheck import (
     DEFAULT_LAG_THRESHOLD_MS,
     SelfCheck,
@@ -18,6 +17,8 @@ from deepseekbench._measure._selfcheck import (
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._records._client_health import client_saturated, max_pool_wait_ms
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._report._scorecard import Scorecard
 from tests._helpers import core_wait_ms, make_row
 from tests._replay import Script, replay_server

@@ -14,10 +14,12 @@ import time
 import anyio
 import pytest
 
-from deepseekbench._measure._measure import StreamMeasurement, _Accumulator, measure_streamed
+from deepseekbench._measure._accumulator import StreamAccumulator
+from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import PoolClock
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import Dialect
 from tests._replay import Script, replay_server
 
@@ -63,7 +65,7 @@ async def test_a_loop_blocked_between_handover_and_write_is_kept_out_of_ttft() -
 def test_the_clock_starts_at_the_write_and_keeps_both_waits() -> None:
     from deepseekbench._measure._measure import _start_at_handover
 
-    acc = _Accumulator(Dialect.auto, 1_000)
+    acc = StreamAccumulator(Dialect.auto, 1_000)
     clock = PoolClock()
     clock.acquired_ns, clock.written_ns = 4_000, 9_000
     _start_at_handover(acc, clock)
@@ -73,7 +75,7 @@ def test_the_clock_starts_at_the_write_and_keeps_both_waits() -> None:
 def test_no_write_stamp_keeps_the_handover() -> None:
     from deepseekbench._measure._measure import _start_at_handover
 
-    acc = _Accumulator(Dialect.auto, 1_000)
+    acc = StreamAccumulator(Dialect.auto, 1_000)
     clock = PoolClock()
     clock.mark_written()  # before the hand-over: ignored
     assert clock.written_ns is None

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from deepseekbench import RefusalReason, compare_speedup
 from deepseekbench._analysis._clock_witness import request_faults, server_clock_fields
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._clock import ServerClockFault
 from deepseekbench._types._row import Percentiles, Row
 from tests._helpers import make_row

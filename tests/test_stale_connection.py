@@ -19,10 +19,11 @@ import orjson
 import pytest
 from anyio.abc import SocketStream
 
-from deepseekbench._measure._measure import ErrorKind, measure_streamed
+from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import ErrorKind
 from tests._replay import skip_request
 
 pytestmark = pytest.mark.anyio

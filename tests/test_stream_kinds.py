@@ -14,15 +14,12 @@ from typing import Any
 import orjson
 import pytest
 
-from deepseekbench._measure._measure import (
-    StreamLimits,
-    StreamMeasurement,
-    _Accumulator,
-    measure_streamed,
-)
+from deepseekbench._measure._accumulator import StreamAccumulator, StreamLimits
+from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._measure._sse import SSEDecoder
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import Dialect
 from tests._replay import Script, Write, replay_server
 
@@ -74,7 +71,7 @@ def fold(
     frames: list[str], framing: str = "lf", *, limits: StreamLimits | None = None
 ) -> StreamMeasurement:
     """Decode and fold ``frames`` the way ``_read_stream`` does, without a socket."""
-    acc = _Accumulator(Dialect.auto, 0, limits)
+    acc = StreamAccumulator(Dialect.auto, 0, limits)
     decoder = acc.decoder()
     body = "".join(frames).encode("utf-8")
     clock = itertools.count(1_000_000, 1_000_000)

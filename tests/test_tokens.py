@@ -12,7 +12,6 @@ import pytest
 
 from deepseekbench import EngineRoute, LiveGate, LiveGateError
 from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._measure._tokens import (
     EndpointTokenCounter,
     HFTokenizerCounter,
@@ -20,6 +19,7 @@ from deepseekbench._measure._tokens import (
     recount_output,
     tokenize_url,
 )
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import Dialect
 
 pytestmark = pytest.mark.anyio

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from deepseekbench._measure._measure import StreamMeasurement, _Accumulator
+from deepseekbench._measure._accumulator import StreamAccumulator
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import Dialect
 
 MS = 1_000_000  # ns
@@ -25,7 +26,7 @@ def _chunk(content: str | None, finish: str | None = None, usage: int | None = N
 
 
 def _measure(frames: list[tuple[float, Any]]) -> StreamMeasurement:
-    acc = _Accumulator(Dialect.vllm, start_ns=0)
+    acc = StreamAccumulator(Dialect.vllm, start_ns=0)
     for at_ms, chunk in frames:
         acc.on_chunk(chunk, int(at_ms * MS))
     return acc.measurement(EngineRoute(base_url="http://127.0.0.1:1/v1", model="m"))

@@ -18,17 +18,12 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
-from deepseekbench._measure._measure import (
-    _DECODERS,
-    StreamMeasurement,
-    Timeouts,
-    _Accumulator,
-    _drain,
-    measure_streamed,
-)
+from deepseekbench._measure._accumulator import StreamAccumulator
+from deepseekbench._measure._measure import _DECODERS, Timeouts, _drain, measure_streamed
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._transport import pool_limits
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import Dialect
 from tests._replay import RecordedRequest, Script, Write, replay_server, skip_request
 from tests.test_stream_kinds import DONE, FRAMINGS, GOOD, _framed, chunk, kind, usage
@@ -49,7 +44,7 @@ async def _measure(base_url: str, **kw: object) -> StreamMeasurement:
 
 def fold_all(frames: list[str], framing: str = "lf") -> StreamMeasurement:
     """Decode and fold ``frames`` as ``_read_stream`` does, including the drain after [DONE]."""
-    acc = _Accumulator(Dialect.auto, 0)
+    acc = StreamAccumulator(Dialect.auto, 0)
     decoder = acc.decoder()
     reads = _framed("".join(frames).encode("utf-8"), framing)
     clock = itertools.count(1_000_000, 1_000_000)

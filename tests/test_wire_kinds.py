@@ -17,15 +17,12 @@ import pytest
 
 from deepseekbench._dialects import read_acceptance
 from deepseekbench._dialects.sglang import acceptance_from_sglang
-from deepseekbench._measure._measure import (
-    ErrorKind,
-    StreamMeasurement,
-    _usage_counts,
-    measure_streamed,
-)
+from deepseekbench._measure._accumulator import _usage_counts
+from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import ErrorKind, StreamMeasurement
 from deepseekbench._types._axes import Dialect, ReasoningMode
 from deepseekbench._types._request import ChatRequest
 from tests._replay import Script, Write, replay_server

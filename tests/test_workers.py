@@ -17,9 +17,10 @@ from deepseekbench._engine import FAST_COSTS, CostModel, EmbeddedEngine, EngineC
 from deepseekbench._errors import LiveGateError
 from deepseekbench._execute._workers import PoolReport, PoolResult, WorkerPool
 from deepseekbench._execute._workshare import LoadWork, PoolItem
-from deepseekbench._measure._measure import ErrorKind, Timeouts
+from deepseekbench._measure._measure import Timeouts
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import ErrorKind
 from deepseekbench._types._request import ChatRequest
 
 pytestmark = pytest.mark.anyio

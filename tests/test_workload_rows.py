@@ -21,8 +21,8 @@ from deepseekbench._analysis._breakdown import (
 )
 from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric, SpeedupVerdict
 from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._net._route import eos_controls
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import (
     ContextBucket,
     Dialect,

@@ -48,12 +48,12 @@ from deepseekbench._analysis._spec_fields import cell_spec_fields
 from deepseekbench._analysis._stats import percentiles
 from deepseekbench._analysis._traffic import Indexed, traffic_control, traffic_parity
 from deepseekbench._errors import PlanError
-from deepseekbench._measure._client_clock import client_clock_fields
-from deepseekbench._measure._client_health import client_saturated, max_pool_wait_ms
-from deepseekbench._measure._measure import StreamMeasurement, is_unsent
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
 from deepseekbench._plan._schedule import reasoning_modes
 from deepseekbench._plan._tasks import TaskParityResult, task_parity
+from deepseekbench._records._client_clock import client_clock_fields
+from deepseekbench._records._client_health import client_saturated, max_pool_wait_ms
+from deepseekbench._records._measurement import StreamMeasurement, is_unsent
 from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
 from deepseekbench._store._records import ParityEntry, parity_entries
 from deepseekbench._store._results import (

@@ -19,8 +19,8 @@ from typing import Any
 from deepseekbench._analysis._rowstats import acceptance
 from deepseekbench._analysis._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
 from deepseekbench._analysis._stats import median, percentiles
-from deepseekbench._measure._figures import output_tokens
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._figures import output_tokens
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._row import Row, SliceStats
 
 __all__ = [

@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._clock import (
     CLOCK_TOLERANCE,
     SERVER_COUNT_SLACK,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from deepseekbench._execute._forensics import FollowUp
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import Block, Phase
+from deepseekbench._records._follow_up import FollowUp
 from deepseekbench._store._results import ResultsState
 from deepseekbench._types._request import ChatRequest
 

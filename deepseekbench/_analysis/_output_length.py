@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from deepseekbench._measure._figures import output_tokens
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._figures import output_tokens
+from deepseekbench._records._measurement import StreamMeasurement
 
 __all__ = ["short_of_natural", "tokens_past_eos"]
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._identity import RouteIdentity

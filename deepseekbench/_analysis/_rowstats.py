@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from deepseekbench._analysis._stats import median, percentiles
-from deepseekbench._measure._figures import counted_output_tokens
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._figures import counted_output_tokens
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._results import MeasureInfo
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import AcceptanceScope

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from deepseekbench._analysis._stats import median
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._acceptance import AcceptanceRecord
 
 __all__ = ["cell_by_position", "cell_spec_fields"]

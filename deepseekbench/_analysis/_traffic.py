@@ -9,8 +9,8 @@ repeat the same prompts, are the determinism control. Definitions:
 
 from __future__ import annotations
 
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._results import MeasureInfo
 from deepseekbench._types._parity import (
     DeterminismControl,

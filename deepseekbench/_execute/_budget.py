@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from deepseekbench._errors import LiveGateError
-from deepseekbench._measure._measure import ErrorKind, StreamError, StreamMeasurement
 from deepseekbench._net._gate import is_budget_refusal
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import ErrorKind, StreamError, StreamMeasurement
 
 __all__ = ["BudgetStop", "client_fault_measurement"]
 

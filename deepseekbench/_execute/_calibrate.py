@@ -20,14 +20,14 @@ from collections.abc import Mapping, Sequence
 
 from deepseekbench._errors import CalibrationError
 from deepseekbench._execute._prepare import PreparedWorkload
-from deepseekbench._measure._figures import output_tokens
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._plan._coverage import items_used
 from deepseekbench._plan._output_length import draw_seed, with_output_tokens
 from deepseekbench._plan._plan import BenchmarkPlan, CellPlan
 from deepseekbench._plan._schedule import Block, Phase, WorkItem, measure_request
 from deepseekbench._plan._workload import WorkloadItem
+from deepseekbench._records._figures import output_tokens
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._request import ChatRequest
 
 __all__ = ["calibrated_items", "calibration_blocks", "draw_outputs", "needs_calibration", "pin"]

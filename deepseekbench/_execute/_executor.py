@@ -46,18 +46,14 @@ from deepseekbench._execute._budget import BudgetStop
 from deepseekbench._execute._lag import schedule_lag_ms
 from deepseekbench._execute._prepare import converse
 from deepseekbench._measure._cache_metrics import cache_window, while_sampling
-from deepseekbench._measure._measure import (
-    StreamMeasurement,
-    Timeouts,
-    is_unsent,
-    measure_streamed,
-)
+from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._measure._selfcheck import SelfCheck
 from deepseekbench._measure._server_metrics import metrics_delta, scrape_metrics, scrape_settled
 from deepseekbench._measure._tokens import TokenCounter, recount_output
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._schedule import Block, Phase, WorkItem
+from deepseekbench._records._measurement import StreamMeasurement, is_unsent
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._request import ChatRequest

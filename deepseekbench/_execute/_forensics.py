@@ -15,7 +15,6 @@ an engine that serves no logprobs, an HTTP error or a transport failure gives an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -25,6 +24,7 @@ import orjson
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._follow_up import FollowUp
 from deepseekbench._types._margin import (
     DEFAULT_TAU_NATS,
     DivergenceMargin,
@@ -34,29 +34,10 @@ from deepseekbench._types._margin import (
 )
 from deepseekbench._types._request import ChatRequest
 
-__all__ = ["TOP_LOGPROBS", "FollowUp", "explain_divergences", "follow_up_body"]
+__all__ = ["TOP_LOGPROBS", "explain_divergences", "follow_up_body"]
 
 TOP_LOGPROBS: Final[int] = 5
 """Alternatives asked per position (OpenAI allows up to 20; llama.cpp ``n_probs``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FollowUp:
-    """One divergence to explain: the request both sides were sent, the diverging
-    side's text, and where it was found (``source`` ``parity`` or ``traffic``;
-    ``cell``/``load`` for traffic). ``other_text`` is ``off``'s own output: when the
-    follow-up reproduces the candidate's text (``off`` flipped between its measured
-    run and the follow-up), the divergence is located against ``other_text`` instead."""
-
-    prompt_id: str
-    candidate: str
-    request: ChatRequest
-    candidate_text: str
-    source: str = "parity"
-    reasoning_mode: str = ""
-    cell: str | None = None
-    load: str | None = None
-    other_text: str | None = None
 
 
 def follow_up_body(route: EngineRoute, request: ChatRequest) -> dict[str, object]:

@@ -18,7 +18,7 @@ was in none of them).
 
 from __future__ import annotations
 
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 
 
 def send_started_ns(m: StreamMeasurement) -> int | None:

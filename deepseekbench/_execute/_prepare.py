@@ -23,7 +23,6 @@ from typing import Any
 
 import httpx
 
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._measure._tokens import EndpointTokenCounter, HFTokenizerCounter, TokenCounter
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -37,6 +36,7 @@ from deepseekbench._plan._workload import (
     check_bucket_bytes,
     synthetic_items,
 )
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._request import ChatRequest
 
 __all__ = [

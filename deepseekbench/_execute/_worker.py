@@ -34,10 +34,11 @@ from deepseekbench._errors import LiveGateError
 from deepseekbench._execute._budget import BudgetStop
 from deepseekbench._execute._lag import schedule_lag_ms
 from deepseekbench._execute._workshare import PoolItem, WorkerShare
-from deepseekbench._measure._measure import StreamMeasurement, Timeouts, measure_streamed
+from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._measure._selfcheck import SelfCheck
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._measurement import StreamMeasurement
 
 __all__ = ["AskFn", "Finished", "GateRules", "PostFn", "WorkerCore", "WorkerSetup"]
 

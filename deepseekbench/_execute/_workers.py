@@ -60,10 +60,11 @@ from deepseekbench._errors import LiveGateError, WorkerError
 from deepseekbench._execute._budget import client_fault_measurement
 from deepseekbench._execute._worker import Finished, GateRules, WorkerCore, WorkerSetup
 from deepseekbench._execute._workshare import LoadWork, PoolItem, WorkerShare, split_work
-from deepseekbench._measure._figures import counted_output_tokens
-from deepseekbench._measure._measure import ErrorKind, StreamMeasurement, Timeouts
+from deepseekbench._measure._measure import Timeouts
 from deepseekbench._net._gate import ENV_API_KEY, LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._figures import counted_output_tokens
+from deepseekbench._records._measurement import ErrorKind, StreamMeasurement
 from deepseekbench._types._secrets import contains_secret, secret_values
 
 __all__ = [

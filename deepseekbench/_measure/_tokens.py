@@ -36,10 +36,11 @@ import orjson
 
 from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import TokenizeError
-from deepseekbench._measure._figures import output_toks_per_s, tpot_ms
-from deepseekbench._measure._measure import StreamMeasurement, _check_gated
+from deepseekbench._measure._measure import _check_gated
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._records._figures import output_toks_per_s, tpot_ms
+from deepseekbench._records._measurement import StreamMeasurement
 
 __all__ = [
     "EndpointTokenCounter",

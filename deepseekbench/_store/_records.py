@@ -20,10 +20,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import parity_ids, parity_prompts
 from deepseekbench._plan._tasks import Task
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._chain import without_digest
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow

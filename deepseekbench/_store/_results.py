@@ -50,8 +50,8 @@ from deepseekbench._errors import (
     ResultsWriteError,
 )
 from deepseekbench._launch._plan_launch import RECORDED_PLAN
-from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._chain import (
     DIGEST_FIELD,
     IntegrityProblem,

@@ -5,7 +5,7 @@ cannot read chunks as they arrive: the kernel buffers them, and when the loop ru
 again it reads them all in the same millisecond. Their inter-token latencies then
 read ~0 and the request's TPOT holds client delay, not decode speed.
 
-Per request (:class:`~deepseekbench._measure._measure.StreamMeasurement`):
+Per request (:class:`~deepseekbench._records._measurement.StreamMeasurement`):
 
 - :func:`burst_share`: the share of token-chunk gaps shorter than
   :data:`BURST_WINDOW_MS` (chunks that "arrived together").
@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 
 __all__ = [
     "BURST_WINDOW_MS",

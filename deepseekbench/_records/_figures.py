@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from deepseekbench._measure._measure import StreamMeasurement
+    from deepseekbench._records._measurement import StreamMeasurement
 
 __all__ = ["counted_output_tokens", "output_tokens", "output_toks_per_s", "tpot_ms"]
 

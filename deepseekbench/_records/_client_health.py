@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from deepseekbench._measure._measure import StreamMeasurement
+from deepseekbench._records._measurement import StreamMeasurement
 
 
 def client_saturated(measured: Iterable[StreamMeasurement], threshold_ms: float) -> bool:
