@@ -11,7 +11,7 @@ name themselves:
   :meth:`~EngineDialect.report_extras`,
   :attr:`~EngineDialect.continuous_usage`;
 * ``_net/_probe.py``: :meth:`~EngineDialect.answers_any_model`;
-* ``_measure/_measure.py``: :attr:`~EngineDialect.spec_keys`,
+* ``_measure/_accumulator.py``: :attr:`~EngineDialect.spec_keys`,
   :meth:`~EngineDialect.read_acceptance`, :meth:`~EngineDialect.server_times`;
 * ``_measure/_server_metrics.py``: :attr:`~EngineDialect.counter_sets`,
   :attr:`~EngineDialect.gauge_sets`, :attr:`~EngineDialect.cache_sets`,
