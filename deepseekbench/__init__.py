@@ -146,7 +146,6 @@ if TYPE_CHECKING:
         llama_server_args,
         llama_servers,
     )
-    from deepseekbench._launch._plan_launch import LaunchSpec  # issue 24
     from deepseekbench._launch._vllm import (
         RunningVllmServer,
         VllmServerSpec,
@@ -200,6 +199,7 @@ if TYPE_CHECKING:
     )
     from deepseekbench._plan._coverage import WorkloadCoverage, WorkloadCoverageWarning
     from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench  # issue 23
+    from deepseekbench._plan._launch_spec import LaunchSpec  # issue 24
     from deepseekbench._plan._output_length import OutputLength
     from deepseekbench._plan._plan import (
         ArrivalPlan,
@@ -382,7 +382,7 @@ _IMPORTS: dict[str, str] = {
     "LlamaServerError": "deepseekbench._errors",
     "LlamaServerSpec": "deepseekbench._launch._llamacpp",
     # issue 24: launched engines, route identity
-    "LaunchSpec": "deepseekbench._launch._plan_launch",
+    "LaunchSpec": "deepseekbench._plan._launch_spec",
     "LaunchRecord": "deepseekbench._types._identity",
     "RouteIdentity": "deepseekbench._types._identity",
     "RouteIdentityName": "deepseekbench._types._identity",
