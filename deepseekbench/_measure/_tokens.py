@@ -34,7 +34,6 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import TokenizeError
 from deepseekbench._measure._figures import output_toks_per_s, tpot_ms
 from deepseekbench._measure._measure import StreamMeasurement, _check_gated
@@ -80,7 +79,7 @@ def tokenize_url(route: EngineRoute) -> str:
 
 
 def _tokenize_body(route: EngineRoute, text: str) -> dict[str, Any]:
-    return dialect_for(route.dialect).tokenize_body(route.model, text)
+    return route.adapter.tokenize_body(route.model, text)
 
 
 def _count_from(payload: Any) -> int | None:
