@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from deepseekbench._analysis._analysis import (
         MeasuredRequest,
-        RouteParity,
         RunMeta,
         RunResult,
         load_results,
@@ -69,6 +68,7 @@ if TYPE_CHECKING:
         NoiseVerdict,
         within_noise_verdict,
     )
+    from deepseekbench._analysis._route_parity import RouteParity
     from deepseekbench._analysis._speedup import (
         MIN_REQUESTS_FOR_SPEEDUP,
         CompareSpeedup,
@@ -425,7 +425,7 @@ _IMPORTS: dict[str, str] = {
     "ResultsIntegrityWarning": "deepseekbench._store._chain",
     "ResultsRun": "deepseekbench._store._results",
     "ResultsWriteError": "deepseekbench._errors",
-    "RouteParity": "deepseekbench._analysis._analysis",
+    "RouteParity": "deepseekbench._analysis._route_parity",
     "RoutePlan": "deepseekbench._plan._plan",
     "RouteUnreachableError": "deepseekbench._errors",
     "Row": "deepseekbench._types._row",
