@@ -575,7 +575,7 @@ def _fake_engine(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         exe.write_text(f"#!{sys.executable}\n{FAKE_ENGINE}")
         exe.chmod(0o755)
         monkeypatch.setenv("LLAMA_SERVER", str(exe))
-        return LaunchSpec(engine="llama.cpp", model="m.gguf", startup_timeout_s=30)
+        return LaunchSpec(engine="llamacpp", model="m.gguf", startup_timeout_s=30)
     pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
     pkg.mkdir(parents=True)
     for folder in (pkg, pkg.parent, pkg.parent.parent):
