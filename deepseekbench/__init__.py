@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from deepseekbench._analysis._analysis import (
         MeasuredRequest,
-        RouteParity,
         RunMeta,
         RunResult,
         load_results,
@@ -71,6 +70,7 @@ if TYPE_CHECKING:
         NoiseVerdict,
         within_noise_verdict,
     )
+    from deepseekbench._analysis._route_parity import RouteParity
     from deepseekbench._analysis._speedup import (
         MIN_REQUESTS_FOR_SPEEDUP,
         CompareSpeedup,
@@ -148,7 +148,6 @@ if TYPE_CHECKING:
         llama_server_args,
         llama_servers,
     )
-    from deepseekbench._launch._plan_launch import LaunchSpec  # issue 24
     from deepseekbench._launch._vllm import (
         RunningVllmServer,
         VllmServerSpec,
@@ -195,6 +194,7 @@ if TYPE_CHECKING:
     )
     from deepseekbench._plan._coverage import WorkloadCoverage, WorkloadCoverageWarning
     from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench  # issue 23
+    from deepseekbench._plan._launch_spec import LaunchSpec  # issue 24
     from deepseekbench._plan._output_length import OutputLength
     from deepseekbench._plan._plan import (
         ArrivalPlan,
@@ -378,7 +378,7 @@ _IMPORTS: dict[str, str] = {
     "LlamaServerError": "deepseekbench._errors",
     "LlamaServerSpec": "deepseekbench._launch._llamacpp",
     # issue 24: launched engines, route identity
-    "LaunchSpec": "deepseekbench._launch._plan_launch",
+    "LaunchSpec": "deepseekbench._plan._launch_spec",
     "LaunchRecord": "deepseekbench._types._identity",
     "RouteIdentity": "deepseekbench._types._identity",
     "RouteIdentityName": "deepseekbench._types._identity",
@@ -421,7 +421,7 @@ _IMPORTS: dict[str, str] = {
     "ResultsIntegrityWarning": "deepseekbench._store._chain",
     "ResultsRun": "deepseekbench._store._results",
     "ResultsWriteError": "deepseekbench._errors",
-    "RouteParity": "deepseekbench._analysis._analysis",
+    "RouteParity": "deepseekbench._analysis._route_parity",
     "RoutePlan": "deepseekbench._plan._plan",
     "RouteUnreachableError": "deepseekbench._errors",
     "Row": "deepseekbench._types._row",

@@ -30,7 +30,6 @@ from deepseekbench._cli import main as cli_main
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._launch._exposure import BIND_FLAGS, bind_hosts, check_bind
 from deepseekbench._launch._plan_launch import (
-    LaunchSpec,
     LaunchTarget,
     check_exposure,
     launch_argv,
@@ -38,6 +37,7 @@ from deepseekbench._launch._plan_launch import (
     launched_routes,
 )
 from deepseekbench._net._gate import LiveGate, is_loopback_host
+from deepseekbench._plan._launch_spec import ENGINES, LaunchSpec
 from deepseekbench._plan._plan import LAUNCHED_URL, BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import launch_targets, load_results, run_plan
@@ -109,6 +109,42 @@ def test_a_plan_without_launch_keeps_its_hash_shape() -> None:
     assert LaunchSpec.model_validate(spec.model_dump(mode="json")) == spec
     taken = LaunchSpec(engine="embedded", env_from={"HF_TOKEN": "MY_TOKEN"})
     assert taken.model_dump(mode="json")["env_from"] == {"HF_TOKEN": "MY_TOKEN"}
+
+
+def test_llama_cpp_is_read_as_the_llamacpp_engine_and_hashes_as_spelt() -> None:
+    """The engine names are the dialects'; a plan spelling llama.cpp's the old way
+    loads as ``llamacpp`` and keeps the hash it had (pinned from before the rename)."""
+    plan = BenchmarkPlan.from_toml(
+        """
+model = "m"
+[[routes]]
+label = "off"
+speculative = "off"
+launch = {engine = "llama.cpp", model = "m.gguf"}
+[[routes]]
+label = "mtp"
+speculative = "mtp"
+launch = {engine = "llama.cpp", model = "m.gguf", spec_tokens = [1, 3]}
+"""
+    )
+    assert [r.launch.engine for r in plan.routes if r.launch] == ["llamacpp"] * 3
+    assert plan.plan_hash() == "6f4f65dfcce25822"
+    assert plan.routes[1].launch is not None
+    assert plan.routes[1].launch.model_dump(mode="json")["engine"] == "llama.cpp"
+    assert LaunchSpec(engine="llamacpp", model="m").model_dump()["engine"] == "llamacpp"
+
+
+def test_every_engine_has_one_launcher_named_after_its_dialect() -> None:
+    from deepseekbench._dialects import dialect_for
+    from deepseekbench._launch import all_launchers, launcher_for
+
+    assert set(all_launchers()) == set(ENGINES)
+    for name in ENGINES:
+        assert launcher_for(name).name == name
+        if name != "embedded":  # the embedded engine speaks the route's dialect
+            assert dialect_for(name).name == name
+    with pytest.raises(PlanError, match="no launcher"):
+        launcher_for("llama.cpp")
 
 
 @pytest.mark.parametrize(
@@ -539,7 +575,7 @@ def _fake_engine(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         exe.write_text(f"#!{sys.executable}\n{FAKE_ENGINE}")
         exe.chmod(0o755)
         monkeypatch.setenv("LLAMA_SERVER", str(exe))
-        return LaunchSpec(engine="llama.cpp", model="m.gguf", startup_timeout_s=30)
+        return LaunchSpec(engine="llamacpp", model="m.gguf", startup_timeout_s=30)
     pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
     pkg.mkdir(parents=True)
     for folder in (pkg, pkg.parent, pkg.parent.parent):

@@ -186,3 +186,14 @@ def test_route_secrets_never_shown() -> None:
         EngineRoute(base_url="ftp://127.0.0.1/v1", model="m")
     with pytest.raises(ValidationError):
         EngineRoute(base_url="http://127.0.0.1/v1", model="m", dialect="tgi")  # type: ignore[arg-type]
+
+
+def test_a_route_holds_its_dialects_adapter() -> None:
+    """The adapter is looked up once per route, is not part of its data, and a copy
+    with another dialect looks again."""
+    from deepseekbench import dialect_for
+
+    route = EngineRoute(base_url="http://127.0.0.1:8000/v1", model="m", dialect="sglang")
+    assert route.adapter is dialect_for("sglang") and route.adapter is route.adapter
+    assert "adapter" not in route.model_dump() and route == route.model_copy()
+    assert route.model_copy(update={"dialect": Dialect.vllm}).adapter is dialect_for("vllm")

@@ -618,15 +618,9 @@ def load_unknown(row: Row) -> bool:
     return row.request_rate_per_s is None
 
 
-def _judge(
-    baseline: Row,
-    candidate: Row,
-    metric: SpeedupMetric,
-    min_requests: int,
-    clock: Clock = Clock.client,
-    tolerance: float = CLOCK_TOLERANCE,
-) -> SpeedupVerdict:
-    """The verdict from the rows alone (figure: ratio of the rows' values)."""
+def _pairing_reasons(baseline: Row, candidate: Row) -> tuple[list[RefusalReason], tuple[str, ...]]:
+    """Why the two rows are not a pair to compare (parity, methods, key and load
+    axes, completeness, estimated tokens), and the key axes they differ on."""
     reasons: list[RefusalReason] = []
     R = RefusalReason
     if baseline.quality_parity is not QualityParity.verified:
@@ -657,6 +651,16 @@ def _judge(
         reasons.append(R.candidate_incomplete)
     if baseline.tokens_estimated or candidate.tokens_estimated:
         reasons.append(R.tokens_estimated)
+    return reasons, mismatched
+
+
+def _evidence_reasons(
+    baseline: Row, candidate: Row, metric: SpeedupMetric, min_requests: int, clock: Clock
+) -> list[RefusalReason]:
+    """Why the rows' evidence does not carry a figure (a starved client's TPOT, a
+    refused route identity, missing speculative counters, too few requests)."""
+    reasons: list[RefusalReason] = []
+    R = RefusalReason
     if (
         clock is Clock.client
         and metric is SpeedupMetric.tpot_ms
@@ -671,6 +675,16 @@ def _judge(
         reasons.append(R.baseline_too_few_requests)
     if candidate.n_requests < min_requests:
         reasons.append(R.candidate_too_few_requests)
+    return reasons
+
+
+def _clock_values(
+    baseline: Row, candidate: Row, metric: SpeedupMetric, clock: Clock
+) -> tuple[float | None, float | None, list[RefusalReason]]:
+    """The two rows' values of ``metric`` on ``clock``, and why they cannot be divided
+    (missing or not positive; on the server clock, the engine's figures' faults)."""
+    reasons: list[RefusalReason] = []
+    R = RefusalReason
     if clock is Clock.server:  # issue 22: the engine's own figures
         b, c = server_value(baseline, metric.value), server_value(candidate, metric.value)
         if b is None or c is None:
@@ -689,6 +703,22 @@ def _judge(
                 reasons.append(missing)
         elif not value > 0:
             reasons.append(not_positive)
+    return b, c, reasons
+
+
+def _judge(
+    baseline: Row,
+    candidate: Row,
+    metric: SpeedupMetric,
+    min_requests: int,
+    clock: Clock = Clock.client,
+    tolerance: float = CLOCK_TOLERANCE,
+) -> SpeedupVerdict:
+    """The verdict from the rows alone (figure: ratio of the rows' values)."""
+    reasons, mismatched = _pairing_reasons(baseline, candidate)
+    reasons += _evidence_reasons(baseline, candidate, metric, min_requests, clock)
+    b, c, value_reasons = _clock_values(baseline, candidate, metric, clock)
+    reasons += value_reasons
     speedup = speedup_of(b, c, metric) if b and c and b > 0 and c > 0 else None
     if (
         clock is Clock.client
@@ -696,7 +726,7 @@ def _judge(
         and math.isfinite(speedup)
         and clock_disagrees(baseline, candidate, metric.value, speedup, tolerance)
     ):
-        reasons.append(R.clock_disagreement)  # issue 22: the engine's clock contradicts it
+        reasons.append(RefusalReason.clock_disagreement)  # the engine's clock contradicts it
     if reasons or speedup is None:
         return SpeedupVerdict(
             metric=metric,
@@ -707,7 +737,7 @@ def _judge(
         )
     if not (math.isfinite(speedup) and speedup > 0):
         return SpeedupVerdict(
-            metric=metric, clock=clock, printed=False, reasons=(R.speedup_not_finite,)
+            metric=metric, clock=clock, printed=False, reasons=(RefusalReason.speedup_not_finite,)
         )
     return SpeedupVerdict(metric=metric, clock=clock, printed=True, speedup=speedup)
 

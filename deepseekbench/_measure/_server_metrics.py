@@ -65,7 +65,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepseekbench._dialects import CacheSet, CounterSet, GaugeSet, all_dialects, dialect_for
+from deepseekbench._dialects import CacheSet, CounterSet, GaugeSet, all_dialects
 from deepseekbench._errors import LiveGateError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -381,7 +381,7 @@ async def _get_metrics(
     Raises:
         httpx.HTTPError, _TooBig: see :func:`_get`.
     """
-    query = dialect_for(route.dialect).metrics_query(route.model)
+    query = route.adapter.metrics_query(route.model)
     url = httpx.URL(route.metrics_url)
     status, body = await _get(client, str(url.copy_merge_params(query)), headers, timeout_s)
     if status == 400 and "model" not in query:

@@ -34,7 +34,6 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import TokenizeError
 from deepseekbench._measure._measure import _check_gated
 from deepseekbench._net._gate import LiveGate
@@ -81,7 +80,7 @@ def tokenize_url(route: EngineRoute) -> str:
 
 
 def _tokenize_body(route: EngineRoute, text: str) -> dict[str, Any]:
-    return dialect_for(route.dialect).tokenize_body(route.model, text)
+    return route.adapter.tokenize_body(route.model, text)
 
 
 def _count_from(payload: Any) -> int | None:

@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 
-from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import RouteUnreachableError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
@@ -54,7 +53,7 @@ def _served_ids(body: Any) -> list[str] | None:
 def _any_model(route: EngineRoute, body: Any) -> bool:
     """Whether the server answers any ``model`` name (the dialect's model-name rule:
     llama.cpp, or a model list owned by ``llamacpp``)."""
-    return dialect_for(route.dialect).answers_any_model(body)
+    return route.adapter.answers_any_model(body)
 
 
 async def probe_route(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from deepseekbench._dialects import dialect_for
+from deepseekbench._dialects import EngineDialect, dialect_for
 from deepseekbench._types._axes import (
     Dialect,
     DialectName,
@@ -32,6 +32,7 @@ __all__ = ["EngineRoute", "eos_controls", "reasoning_controls"]
 
 _ROUTE_OWNED = frozenset({"model", "messages", "stream"})
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+_ADAPTER = "_held_adapter"  # where a route holds its dialect's adapter (EngineRoute.adapter)
 
 
 def reasoning_controls(dialect: Dialect, mode: ReasoningMode) -> dict[str, Any]:
@@ -242,6 +243,16 @@ class EngineRoute(BaseModel):
         return check_request_extras(v)
 
     @property
+    def adapter(self) -> EngineDialect:
+        """The dialect's adapter (:func:`~deepseekbench._dialects.dialect_for`), looked
+        up once and held by the route (a copy with another dialect looks again)."""
+        held = self.__dict__.get(_ADAPTER)
+        if not isinstance(held, EngineDialect) or held.name != self.dialect:
+            held = dialect_for(self.dialect)
+            self.__dict__[_ADAPTER] = held  # not a field: not dumped, compared or validated
+        return held
+
+    @property
     def chat_url(self) -> str:
         """``{base_url}/chat/completions``."""
         return f"{self.base_url}/chat/completions"
@@ -287,12 +298,12 @@ class EngineRoute(BaseModel):
         are forced.
         """
         body = request.body_fields()
-        body.update(reasoning_controls(self.dialect, request.reasoning_mode))
-        adapter = dialect_for(self.dialect)
+        adapter = self.adapter
+        body.update(adapter.reasoning_controls(request.reasoning_mode))
         if request.reach_max_tokens and request.pinned_length:
             body.update(adapter.pinned_controls(request.max_tokens))
         elif request.reach_max_tokens:
-            body.update(eos_controls(self.dialect, request.max_tokens))
+            body.update(adapter.eos_controls(request.max_tokens))
         stream_options: dict[str, Any] = {}
         body.update(adapter.report_extras())
         if self.continuous_usage and adapter.continuous_usage:

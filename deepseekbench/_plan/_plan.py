@@ -45,7 +45,6 @@ from pydantic import (
 )
 
 from deepseekbench._errors import PlanError
-from deepseekbench._launch._plan_launch import LaunchSpec, check_launch
 from deepseekbench._measure._selfcheck import DEFAULT_LAG_THRESHOLD_MS
 from deepseekbench._net._ray_address import check_ray_address_setting
 from deepseekbench._net._route import (
@@ -65,6 +64,7 @@ from deepseekbench._plan._coverage import (
     workload_coverage,
 )
 from deepseekbench._plan._datasets import dataset_sample_path, load_mt_bench, load_speed_bench
+from deepseekbench._plan._launch_spec import LaunchSpec, check_launch
 from deepseekbench._plan._output_length import OutputLength, OutputLengthMode
 from deepseekbench._plan._prefix import SharedPrefix
 from deepseekbench._plan._search import SearchPlan

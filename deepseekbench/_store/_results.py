@@ -49,7 +49,7 @@ from deepseekbench._errors import (
     ResultsInUseError,
     ResultsWriteError,
 )
-from deepseekbench._launch._plan_launch import RECORDED_PLAN
+from deepseekbench._plan._launch_spec import RECORDED_PLAN
 from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
 from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._chain import (
