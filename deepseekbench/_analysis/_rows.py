@@ -45,7 +45,7 @@ from deepseekbench._types._axes import QualityParity, ReasoningMode, Speculative
 from deepseekbench._types._cache import combine_cache_windows
 from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._parity import ParityResult
-from deepseekbench._types._row import Dispersion, Row
+from deepseekbench._types._row import PER_REQUEST_FIGURES, Dispersion, Percentiles, Row
 
 __all__ = ["RowInput", "build_row", "row_identity", "with_identity"]
 
@@ -130,9 +130,21 @@ def _off_parity(
     return parity, reason
 
 
+def dispersion(ok: Sequence[StreamMeasurement]) -> Dispersion:
+    """p50/p90/p99 of every :data:`~deepseekbench._types._row.PER_REQUEST_FIGURES` entry
+    over the successful requests ``ok`` (a per-chunk figure pooled over all their chunks),
+    each in its figure's unit; ``None`` percentiles where no request gave a value."""
+    pct: dict[str, Percentiles | None] = {}
+    for fig in PER_REQUEST_FIGURES:
+        values = (getattr(m, fig.name) for m in ok)
+        pct[fig.name] = (
+            percentiles(x for v in values for x in v) if fig.per_chunk else percentiles(values)
+        )
+    return Dispersion(**pct)
+
+
 def _figures(rows: RowRequests, max_lag_ms: float) -> dict[str, Any]:
     ok = rows.ok
-    itl: list[float] = [x for m in ok for x in m.itl_ms]
     lag = rows.queue_p90_ms()
     return {
         "ttft_ms": rows.value("ttft_ms"),
@@ -142,13 +154,7 @@ def _figures(rows: RowRequests, max_lag_ms: float) -> dict[str, Any]:
         "tokens_estimated": any(m.tokens_estimated for m in ok),
         "n_requests": len(rows.requests),
         "n_errors": len(rows.requests) - len(ok),
-        "dispersion": Dispersion(
-            ttft_ms=percentiles(m.ttft_ms for m in ok),
-            tpot_ms=percentiles(m.tpot_ms for m in ok),
-            e2e_ms=percentiles(m.e2e_ms for m in ok),
-            itl_ms=percentiles(itl),
-            output_toks_per_s=percentiles(m.output_toks_per_s for m in ok),
-        ),
+        "dispersion": dispersion(ok),
         "output_throughput_toks_per_s": rows.output_throughput(),
         "request_throughput_per_s": rows.request_throughput(),
         "goodput_req_per_s": rows.goodput(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -94,6 +95,37 @@ class Dispersion(BaseModel):
     output_toks_per_s: Percentiles | None = Field(
         default=None, description="per-request output throughput percentiles, tokens/s"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PerRequestFigure:
+    """One per-request figure whose p50/p90/p99 a row reports in :class:`Dispersion`.
+
+    ``name`` is both the :class:`~deepseekbench.StreamMeasurement` attribute the
+    figure is read from and the :class:`Dispersion` field it fills; ``per_chunk``:
+    the attribute is a sequence (one value per chunk, as ``itl_ms``) pooled over the
+    row's requests; ``head`` and ``decimals``: its column in the scorecard's latency
+    table (``None``: not shown there, still in JSON/CSV through the row).
+    """
+
+    name: str
+    head: str | None
+    decimals: int
+    per_chunk: bool = False
+
+
+PER_REQUEST_FIGURES: tuple[PerRequestFigure, ...] = (
+    PerRequestFigure("ttft_ms", "TTFT ms", 1),
+    PerRequestFigure("tpot_ms", "TPOT ms", 2),
+    PerRequestFigure("itl_ms", "ITL ms", 2, per_chunk=True),
+    PerRequestFigure("e2e_ms", "E2E ms", 1),
+    PerRequestFigure("output_toks_per_s", None, 1),
+)
+"""The per-request figures, in the latency table's column order: the one list the
+analysis (:class:`Dispersion` of each row) and the scorecard (its latency table) walk.
+Adding a figure is: compute it in the stream accumulator, add it to
+:class:`~deepseekbench.StreamMeasurement`, add a :class:`Dispersion` field and an
+entry here."""
 
 
 class SliceStats(BaseModel):
