@@ -51,7 +51,8 @@ from deepseekbench._errors import PlanError
 from deepseekbench._measure._client_clock import client_clock_fields
 from deepseekbench._measure._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._measure._measure import StreamMeasurement, is_unsent
-from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import CellPlan, RoutePlan
 from deepseekbench._plan._schedule import reasoning_modes
 from deepseekbench._plan._tasks import TaskParityResult, task_parity
 from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
@@ -67,6 +68,7 @@ from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity, ReasoningMode, Speculative
 from deepseekbench._types._cache import combine_cache_windows
 from deepseekbench._types._identity import LaunchRecord
+from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._parity import (
     DeterminismControl,
     ExactAcceptance,

@@ -25,7 +25,8 @@ from deepseekbench._measure._measure import StreamMeasurement
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._plan._coverage import items_used
 from deepseekbench._plan._output_length import draw_seed, with_output_tokens
-from deepseekbench._plan._plan import BenchmarkPlan, CellPlan
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import CellPlan
 from deepseekbench._plan._schedule import Block, Phase, WorkItem, measure_request
 from deepseekbench._plan._workload import WorkloadItem
 from deepseekbench._types._request import ChatRequest

@@ -51,7 +51,7 @@ from deepseekbench._errors import (
 )
 from deepseekbench._launch._plan_launch import RECORDED_PLAN
 from deepseekbench._measure._measure import StreamMeasurement
-from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
+from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._store._chain import (
     DIGEST_FIELD,
     IntegrityProblem,
@@ -78,6 +78,7 @@ from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Arrival
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._determinism import EngineDeterminism
+from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 
