@@ -8,7 +8,10 @@ axis cells, requests and warm-up requests per cell, the load (a fixed
 concurrency, or a request rate with Poisson or gamma arrivals), and the parity
 prompt and task sets. The format is documented in ``docs/plan.md``.
 
-Every model here is ``extra="forbid"``; a bad plan fails before any request
+Holds :class:`BenchmarkPlan`: its fields, the checks across them, and what a run
+asks of it. Its sections live beside it (``_routes``, ``_arrival``, ``_sections``),
+as do its file readers (``_sources``), hash (``_hash``) and loaders (``_loading``).
+Every plan model is ``extra="forbid"``; a bad plan fails before any request
 with ``pydantic.ValidationError`` (direct construction) or :class:`PlanError`
 (:meth:`BenchmarkPlan.load` and friends, the message naming the file).
 """
