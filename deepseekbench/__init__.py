@@ -4,31 +4,36 @@ A speedup is credited only when ``quality_parity == "verified"`` on both the
 speculative row and its ``speculative=off`` baseline (:func:`compare_speedup`).
 Nothing opens a connection except through a :class:`LiveGate`.
 
-**Layers.** The package is one folder per stage of the run's pipeline, over a
-shared vocabulary. A module may import only from its own folder or from a layer
-*below* it (lower in this list); nothing reaches back up. ``tests/test_layers.py``
-holds the rule, for every import in every module (inside functions and
-``if TYPE_CHECKING:`` blocks too)::
+**Layers.** The package is one folder per stage of the run's pipeline, in the
+order a run meets them, over a shared vocabulary and the records every stage
+shares. A module may import only from its own folder or from a layer *below* it
+(lower in this list); nothing reaches back up. A few pairs are refused outright:
+the plan imports no measurement, network or launch code; the store and analysis
+import no measurement or execution code; the report imports no plan.
+``tests/test_layers.py`` holds the rules, for every import in every module (inside
+functions and ``if TYPE_CHECKING:`` blocks too)::
 
-    __init__, __main__   the public surface (everything re-exported, lazily)
+    __init__             the public surface (everything re-exported, lazily)
+    __main__             ``python -m deepseekbench``
     _cli                 the command line
     _runner              wires the stages into one run (run_plan, dry_run)
     _report/             scorecard and plots: renders rows
     _analysis/           rows, statistics, speed-ups, parity verdicts (pure)
     _store/              the results file: append-only JSONL, digest chain, resume, lock
-    _execute/            prepare the workload; send and measure each block
-                         (in-process, worker pool, Ray)
-    _plan/               the validated plan, workload, tasks, and its schedule (pure)
+    _execute/            preflight (what servers say of themselves), prepare the workload;
+                         send and measure each block (in-process, worker pool, Ray)
     _measure/            one request measured: SSE, timing, self-check, tokens,
                          server metrics
-    _launch/             start real engines (vLLM, llama.cpp) for tests and benchmarks
-    _net/                transport, the live gate, routes, the reachability probe
+    _launch/             start real engines (vLLM, llama.cpp) from a plan, for tests and
+                         benchmarks
+    _net/                transport, the live gate, live routes, the reachability probe
     _engine/             the embedded reference engine (a server; shares only _types)
+    _plan/               the validated plan, workload, tasks, and its schedule (pure data)
     _dialects/           one adapter per engine (vllm, sglang, llamacpp, trtllm, openai,
                          deepseek, auto)
-    _records/            the records every stage shares: the measurement, its figures,
-                         client health and clock, the follow-up
-    _types/              shared vocabulary: axes, requests, acceptance, parity, rows
+    _records/            the records every stage shares: a request's measurement, its
+                         figures, client health and clock, the follow-up
+    _types/              shared vocabulary: axes, requests, acceptance, parity, rows, loads
     _userfile            the one reader for user files (plan, datasets, tasks, model)
     _errors              the one exception tree
     _version             the version string (recorded in every results file)
@@ -158,7 +163,6 @@ if TYPE_CHECKING:
     from deepseekbench._measure._accumulator import StreamLimits
     from deepseekbench._measure._measure import MeasureStreamed, Timeouts, measure_streamed
     from deepseekbench._measure._selfcheck import (
-        DEFAULT_LAG_THRESHOLD_MS,
         SelfCheck,
         SelfCheckSummary,
     )
@@ -171,7 +175,6 @@ if TYPE_CHECKING:
     from deepseekbench._measure._tokens import (
         EndpointTokenCounter,
         HFTokenizerCounter,
-        TokenCounter,
     )
     from deepseekbench._net._gate import (
         GatedTransport,
@@ -186,6 +189,7 @@ if TYPE_CHECKING:
     from deepseekbench._net._transport import (
         pool_limits,
     )
+    from deepseekbench._plan._arrival import ArrivalPlan, SloPlan
     from deepseekbench._plan._capability import (
         ModelCapability,
         mtp_depth_from_gguf,
@@ -196,19 +200,12 @@ if TYPE_CHECKING:
     from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench  # issue 23
     from deepseekbench._plan._launch_spec import LaunchSpec  # issue 24
     from deepseekbench._plan._output_length import OutputLength
-    from deepseekbench._plan._plan import (
-        ArrivalPlan,
-        BenchmarkPlan,
-        CellPlan,
-        LoadPoint,
-        ParityPlan,
-        PlanSources,
-        RoutePlan,
-        SloPlan,
-        WorkloadPlan,
-    )
+    from deepseekbench._plan._plan import BenchmarkPlan
     from deepseekbench._plan._prefix import SharedPrefix  # issue 23
+    from deepseekbench._plan._routes import CellPlan, RoutePlan
     from deepseekbench._plan._search import SearchPlan  # issue 24
+    from deepseekbench._plan._sections import ParityPlan, WorkloadPlan
+    from deepseekbench._plan._sources import PlanSources
     from deepseekbench._plan._tasks import (
         DEFAULT_TOLERANCE,
         Grader,
@@ -279,6 +276,7 @@ if TYPE_CHECKING:
         RouteIdentity,
         RouteIdentityName,
     )
+    from deepseekbench._types._load import LoadPoint
     from deepseekbench._types._margin import (  # issue 21
         DEFAULT_TAU_NATS,
         DivergenceKind,
@@ -314,6 +312,8 @@ if TYPE_CHECKING:
         rows_html,
         write_rows,
     )
+    from deepseekbench._types._selfcheck import DEFAULT_LAG_THRESHOLD_MS
+    from deepseekbench._types._tokens import TokenCounter
 
 from deepseekbench._version import __version__
 
@@ -330,18 +330,18 @@ _IMPORTS: dict[str, str] = {
     "AcceptanceScopeName": "deepseekbench._types._axes",
     "Arrival": "deepseekbench._types._axes",
     "ArrivalName": "deepseekbench._types._axes",
-    "ArrivalPlan": "deepseekbench._plan._plan",
+    "ArrivalPlan": "deepseekbench._plan._arrival",
     "BASELINE_NONDETERMINISTIC": "deepseekbench._types._parity",
     "BenchmarkPlan": "deepseekbench._plan._plan",
     "CalibrationError": "deepseekbench._errors",
-    "CellPlan": "deepseekbench._plan._plan",
+    "CellPlan": "deepseekbench._plan._routes",
     "ChatRequest": "deepseekbench._types._request",
     "CompareSpeedup": "deepseekbench._analysis._speedup",
     "ContextBucket": "deepseekbench._types._axes",
     "ContextBucketName": "deepseekbench._types._axes",
     "CostModel": "deepseekbench._engine",
     "CounterSet": "deepseekbench._dialects",
-    "DEFAULT_LAG_THRESHOLD_MS": "deepseekbench._measure._selfcheck",
+    "DEFAULT_LAG_THRESHOLD_MS": "deepseekbench._types._selfcheck",
     "DEFAULT_TOLERANCE": "deepseekbench._plan._tasks",
     "DeepseekBenchError": "deepseekbench._errors",
     "DeterminismControl": "deepseekbench._types._parity",
@@ -382,7 +382,7 @@ _IMPORTS: dict[str, str] = {
     "LaunchRecord": "deepseekbench._types._identity",
     "RouteIdentity": "deepseekbench._types._identity",
     "RouteIdentityName": "deepseekbench._types._identity",
-    "LoadPoint": "deepseekbench._plan._plan",
+    "LoadPoint": "deepseekbench._types._load",
     "LoadWork": "deepseekbench._execute._workshare",
     "MIN_REQUESTS_FOR_SPEEDUP": "deepseekbench._analysis._speedup",
     "MeasureStreamed": "deepseekbench._measure._measure",
@@ -395,11 +395,11 @@ _IMPORTS: dict[str, str] = {
     "OutputTargetName": "deepseekbench._types._axes",
     "PASSTHROUGH_FIELDS": "deepseekbench._types._request",
     "ParityOutput": "deepseekbench._types._parity",
-    "ParityPlan": "deepseekbench._plan._plan",
+    "ParityPlan": "deepseekbench._plan._sections",
     "ParityResult": "deepseekbench._types._parity",
     "Percentiles": "deepseekbench._types._row",
     "PlanError": "deepseekbench._errors",
-    "PlanSources": "deepseekbench._plan._plan",
+    "PlanSources": "deepseekbench._plan._sources",
     "PoolItem": "deepseekbench._execute._workshare",
     "PoolReport": "deepseekbench._execute._workers",
     "PoolResult": "deepseekbench._execute._workers",
@@ -422,7 +422,7 @@ _IMPORTS: dict[str, str] = {
     "ResultsRun": "deepseekbench._store._results",
     "ResultsWriteError": "deepseekbench._errors",
     "RouteParity": "deepseekbench._analysis._route_parity",
-    "RoutePlan": "deepseekbench._plan._plan",
+    "RoutePlan": "deepseekbench._plan._routes",
     "RouteUnreachableError": "deepseekbench._errors",
     "Row": "deepseekbench._types._row",
     "RowFormatError": "deepseekbench._errors",
@@ -440,7 +440,7 @@ _IMPORTS: dict[str, str] = {
     "SelfCheckSummary": "deepseekbench._measure._selfcheck",
     "ServerError": "deepseekbench._errors",
     "SliceStats": "deepseekbench._types._row",
-    "SloPlan": "deepseekbench._plan._plan",
+    "SloPlan": "deepseekbench._plan._arrival",
     # issue 24: capacity under SLO
     "SearchPlan": "deepseekbench._plan._search",
     "CapacityRatio": "deepseekbench._analysis._capacity",
@@ -460,7 +460,7 @@ _IMPORTS: dict[str, str] = {
     "TaskFormatError": "deepseekbench._errors",
     "TaskParityResult": "deepseekbench._plan._tasks",
     "Timeouts": "deepseekbench._measure._measure",
-    "TokenCounter": "deepseekbench._measure._tokens",
+    "TokenCounter": "deepseekbench._types._tokens",
     "TokenizeError": "deepseekbench._errors",
     "VllmServerError": "deepseekbench._errors",
     "VllmServerSpec": "deepseekbench._launch._vllm",
@@ -471,7 +471,7 @@ _IMPORTS: dict[str, str] = {
     "WorkloadFormatError": "deepseekbench._errors",
     "WorkloadItem": "deepseekbench._plan._workload",
     "WorkloadLengthError": "deepseekbench._errors",
-    "WorkloadPlan": "deepseekbench._plan._plan",
+    "WorkloadPlan": "deepseekbench._plan._sections",
     "acceptance_from_llamacpp": "deepseekbench._dialects.llamacpp",
     "acceptance_from_sglang": "deepseekbench._dialects.sglang",
     "acceptance_from_vllm": "deepseekbench._dialects.vllm",
@@ -791,7 +791,7 @@ _MOVED: dict[str, str] = {
     "deepseekbench._selfcheck": "deepseekbench._measure._selfcheck",
     "deepseekbench._server_metrics": "deepseekbench._measure._server_metrics",
     "deepseekbench._servers": "deepseekbench._launch._servers",
-    "deepseekbench._spec_config": "deepseekbench._plan._spec_config",
+    "deepseekbench._spec_config": "deepseekbench._execute._preflight",
     "deepseekbench._spec_fields": "deepseekbench._analysis._spec_fields",
     "deepseekbench._speedup": "deepseekbench._analysis._speedup",
     "deepseekbench._sse": "deepseekbench._measure._sse",

@@ -383,7 +383,8 @@ def demo_plan(
     Raises:
         ValueError: not exactly three base URLs.
     """
-    from deepseekbench._plan._plan import BenchmarkPlan, ParityPlan
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._plan._sections import ParityPlan
     from deepseekbench._plan._tasks import smoke_tasks
 
     if len(base_urls) != 3:
@@ -967,7 +968,8 @@ def _command(
     import anyio
     from pydantic import ValidationError
 
-    from deepseekbench._plan._plan import BenchmarkPlan, validation_error_lines
+    from deepseekbench._plan._messages import validation_error_lines
+    from deepseekbench._plan._plan import BenchmarkPlan
 
     try:
         if args.command == "demo":

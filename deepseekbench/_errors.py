@@ -184,7 +184,7 @@ class RayAddressError(PlanError, ValueError):
     """A Ray cluster address (a plan's ``ray_address``, ``--ray-address``, or what
     ``"auto"`` resolves to) outside the grammar the gate judges: ``host:port`` or
     ``ray://host:port`` with an IP literal or ``localhost`` as host
-    (``deepseekbench._net._ray_address``). Raised before Ray is imported."""
+    (``deepseekbench._plan._ray_address``). Raised before Ray is imported."""
 
 
 class KeyFormatError(DeepseekBenchError, ValueError):

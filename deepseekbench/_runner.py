@@ -87,6 +87,7 @@ from deepseekbench._execute._calibrate import (
 from deepseekbench._execute._executor import Executor, Sent
 from deepseekbench._execute._forensics import explain_divergences
 from deepseekbench._execute._pool_executor import BlockExecutor, executor_for
+from deepseekbench._execute._preflight import check_spec_config, engine_determinism
 from deepseekbench._execute._prepare import (
     PreparedWorkload,
     make_counter,
@@ -110,10 +111,10 @@ from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._net._route_plan import engine_route
 from deepseekbench._net._transport import pool_limits
 from deepseekbench._plan._coverage import WorkloadCoverage, items_used
-from deepseekbench._plan._determinism import engine_determinism
-from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint, PlanSources
+from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import (
     Block,
     Phase,
@@ -123,7 +124,7 @@ from deepseekbench._plan._schedule import (
     parity_prompts,
 )
 from deepseekbench._plan._search import Probe, passed
-from deepseekbench._plan._spec_config import check_spec_config
+from deepseekbench._plan._sources import PlanSources
 from deepseekbench._plan._workload import WorkloadItem, check_bucket_bytes
 from deepseekbench._records._follow_up import FollowUp
 from deepseekbench._records._measurement import StreamMeasurement
@@ -159,6 +160,7 @@ from deepseekbench._types._axes import QualityParity
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._determinism import EngineDeterminism
 from deepseekbench._types._identity import LaunchRecord
+from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
@@ -640,7 +642,7 @@ def _preflight(
     """
     sources = plan.validate_sources()
     parity_set = parity_entries(plan, sources.tasks)
-    routes = {r.label: r.engine_route(plan.model) for r in plan.routes}
+    routes = {r.label: engine_route(r, plan.model) for r in plan.routes}
     _check_gate(routes.values(), gate)
     if client is not None:
         gate.check_client(client)

@@ -30,7 +30,7 @@ from deepseekbench._cli import main as cli_main
 from deepseekbench._engine import CostModel
 from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
+from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._search import (
     Probe,
     SearchPlan,
@@ -43,6 +43,7 @@ from deepseekbench._plan._search import (
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import ProgressEvent, run_plan
 from deepseekbench._types._axes import Arrival, Speculative
+from deepseekbench._types._load import LoadPoint
 from tests._helpers import CLOCK_REFUSALS, off_mtp_and_mistuned, plan_of, read_records
 
 Curve = Callable[[float], tuple[float, float]]

@@ -18,9 +18,11 @@ import pytest
 from deepseekbench._analysis._determinism_rows import determinism_fields, determinism_note
 from deepseekbench._dialects import dialect_for
 from deepseekbench._engine import EmbeddedEngine, EngineConfig
+from deepseekbench._execute._preflight import engine_determinism
 from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._determinism import engine_determinism
-from deepseekbench._plan._plan import BenchmarkPlan, RoutePlan
+from deepseekbench._net._route_plan import engine_route
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import RoutePlan
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import RunResult, load_results, run_plan
 from deepseekbench._types._axes import Dialect, Speculative
@@ -75,7 +77,7 @@ async def test_server_then_plan_then_unknown() -> None:
             route("vllm", e_silent.base_url, Dialect.vllm, deterministic=False),
             route("none", e_silent.base_url, Dialect.vllm),
         ]
-        routes = {rp.label: rp.engine_route("deepseekbench-ref") for rp in plans}
+        routes = {rp.label: engine_route(rp, "deepseekbench-ref") for rp in plans}
         modes = await engine_determinism(plans, routes, gate=gate, client=client)
     server = DeterminismSource.server
     assert modes["on"] == EngineDeterminism(deterministic=True, source=server, detail=SERVER_DETAIL)
@@ -96,7 +98,7 @@ async def test_a_server_that_does_not_answer_leaves_it_to_the_plan() -> None:
         # nothing listens on port 9 of loopback (discard): a connection error, no crash
         rp = route("dead", "http://127.0.0.1:9/v1", Dialect.sglang, deterministic=False)
         modes = await engine_determinism(
-            [rp], {"dead": rp.engine_route("m")}, gate=gate, client=client
+            [rp], {"dead": engine_route(rp, "m")}, gate=gate, client=client
         )
     assert modes["dead"].deterministic is False
     assert modes["dead"].source is DeterminismSource.plan

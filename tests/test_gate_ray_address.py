@@ -26,8 +26,8 @@ from deepseekbench._execute._ray_executor import (
     resolve_ray_address,
 )
 from deepseekbench._net._gate import is_loopback_host
-from deepseekbench._net._ray_address import parse_ray_address
 from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._ray_address import parse_ray_address
 from tests._helpers import ray_plan_file
 
 TRICKY = (

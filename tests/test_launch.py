@@ -38,7 +38,8 @@ from deepseekbench._launch._plan_launch import (
 )
 from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._plan._launch_spec import ENGINES, LaunchSpec
-from deepseekbench._plan._plan import LAUNCHED_URL, BenchmarkPlan
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import LAUNCHED_URL
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._runner import launch_targets, load_results, run_plan
 from deepseekbench._types._identity import RouteIdentity

@@ -12,7 +12,11 @@ from pydantic import ValidationError
 
 from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._plan import ArrivalPlan, BenchmarkPlan, CellPlan, validation_error_lines
+from deepseekbench._net._route_plan import engine_route
+from deepseekbench._plan._arrival import ArrivalPlan
+from deepseekbench._plan._messages import validation_error_lines
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import CellPlan
 from deepseekbench._plan._tasks import smoke_tasks
 from deepseekbench._runner import dry_run
 from deepseekbench._types._axes import Speculative
@@ -226,8 +230,8 @@ def test_api_key_comes_from_the_environment_and_never_shows() -> None:
         )
     )
     with pytest.raises(PlanError, match="MY_KEY"):
-        plan.off_route.engine_route("m", environ={})
-    route = plan.off_route.engine_route("m", environ={"MY_KEY": "sk-secret-123"})
+        engine_route(plan.off_route, "m", environ={})
+    route = engine_route(plan.off_route, "m", environ={"MY_KEY": "sk-secret-123"})
     assert route.has_api_key
     assert "sk-secret-123" not in repr(route) + repr(plan) + plan.model_dump_json()
 

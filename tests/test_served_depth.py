@@ -15,11 +15,13 @@ import orjson
 import pytest
 
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench._execute._preflight import check_spec_config
 from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._plan._plan import BenchmarkPlan, RoutePlan
-from deepseekbench._plan._spec_config import check_spec_config
+from deepseekbench._net._route_plan import engine_route
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import RoutePlan
 from deepseekbench._runner import run_plan
 from deepseekbench._types._axes import Dialect, Speculative
 
@@ -44,7 +46,7 @@ async def test_an_undeclared_depth_is_read_and_carried_by_each_measurement(
         rp = RoutePlan(
             label="spec", speculative=speculative, base_url=engine.base_url, dialect=dialect
         )
-        routes = {"spec": rp.engine_route(config.model_name)}
+        routes = {"spec": engine_route(rp, config.model_name)}
         assert await check_spec_config([rp], routes, gate=gate, client=client) == {"spec": depth}
         assert routes["spec"].served_spec_tokens == depth
         m = await measure_streamed(REQ, route=routes["spec"], gate=gate, client=client)
@@ -60,7 +62,7 @@ async def test_a_server_without_speculation_gives_no_depth(dialect: Dialect) -> 
         rp = RoutePlan(
             label="spec", speculative=Speculative.mtp, base_url=engine.base_url, dialect=dialect
         )
-        routes = {"spec": rp.engine_route(config.model_name)}
+        routes = {"spec": engine_route(rp, config.model_name)}
         assert await check_spec_config([rp], routes, gate=gate, client=client) == {}
         assert routes["spec"].served_spec_tokens is None
         m = await measure_streamed(REQ, route=routes["spec"], gate=gate, client=client)

@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 
 from deepseekbench._errors import LiveGateError, PlanError
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._net._route import EngineRoute
-from deepseekbench._plan._plan import RoutePlan
-from deepseekbench._plan._spec_config import (
+from deepseekbench._execute._preflight import (
     check_spec_config,
     served_spec_tokens,
     spec_tokens_from_info,
 )
+from deepseekbench._net._gate import LiveGate
+from deepseekbench._net._route import EngineRoute
+from deepseekbench._net._route_plan import engine_route
+from deepseekbench._plan._routes import RoutePlan
 from deepseekbench._types._axes import Dialect, Speculative
 from tests._replay import RecordedRequest, Script, Write, replay_server
 
@@ -95,7 +96,7 @@ async def test_a_contradicted_declaration_stops_the_run(
     gate = LiveGate()
     async with replay_server(_serve(paths)) as server, gate.client() as client:
         rp = _plan("spec", server.base_url, dialect, declared)
-        routes = {"spec": rp.engine_route("m")}
+        routes = {"spec": engine_route(rp, "m")}
         if refused:
             with pytest.raises(PlanError, match=f"spec_tokens={declared}"):
                 await check_spec_config([rp], routes, gate=gate, client=client)

@@ -20,19 +20,20 @@ from deepseekbench._dialects import (
     CounterSet,
     EngineDialect,
     all_dialects,
+    can_ignore_eos,
     dialect_for,
     read_acceptance,
     register_dialect,
     unregister_dialect,
 )
 from deepseekbench._errors import PlanError
+from deepseekbench._execute._preflight import served_spec_tokens
 from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._measure._server_metrics import metrics_delta, parse_metrics
 from deepseekbench._measure._tokens import EndpointTokenCounter
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import probe_route
-from deepseekbench._net._route import EngineRoute, can_ignore_eos
-from deepseekbench._plan._spec_config import served_spec_tokens
+from deepseekbench._net._route import EngineRoute
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import AcceptanceScope, Dialect, ReasoningMode
 from deepseekbench._types._request import ChatRequest

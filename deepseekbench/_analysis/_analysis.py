@@ -34,7 +34,7 @@ from deepseekbench._analysis._route_parity import RouteParity, build_parity
 from deepseekbench._analysis._rows import RowInput, build_row, row_identity, with_identity
 from deepseekbench._analysis._rowstats import WINDOW_METRICS, RowRequests
 from deepseekbench._errors import PlanError
-from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
+from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._records._measurement import StreamMeasurement, is_unsent
 from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
 from deepseekbench._store._records import ParityEntry, parity_entries
@@ -47,6 +47,7 @@ from deepseekbench._store._results import (
 )
 from deepseekbench._types._axes import ReasoningMode
 from deepseekbench._types._identity import LaunchRecord
+from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._parity import ParityResult
 from deepseekbench._types._row import Row
 

@@ -35,7 +35,8 @@ from deepseekbench._analysis._rowstats import (
 from deepseekbench._analysis._spec_fields import cell_spec_fields
 from deepseekbench._analysis._stats import percentiles
 from deepseekbench._analysis._traffic import Indexed, traffic_control, traffic_parity
-from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import CellPlan, RoutePlan
 from deepseekbench._records._client_clock import client_clock_fields
 from deepseekbench._records._client_health import client_saturated, max_pool_wait_ms
 from deepseekbench._records._measurement import StreamMeasurement, is_unsent
@@ -44,6 +45,7 @@ from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import QualityParity, ReasoningMode, Speculative
 from deepseekbench._types._cache import combine_cache_windows
 from deepseekbench._types._identity import LaunchRecord
+from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._parity import ParityResult
 from deepseekbench._types._row import PER_REQUEST_FIGURES, Dispersion, Percentiles, Row
 

@@ -42,6 +42,7 @@ __all__ = [
     "acceptance_from_sglang",
     "acceptance_from_vllm",
     "all_dialects",
+    "can_ignore_eos",
     "dialect_for",
     "positions_from_histogram",
     "positions_from_steps",
@@ -108,6 +109,16 @@ def dialect_for(dialect: Dialect | str) -> EngineDialect:
             raise PlanError(f"no engine dialect {name!r}; known: {known}")
         _REGISTRY[name] = found
     return found
+
+
+def can_ignore_eos(dialect: Dialect | str) -> bool:
+    """Whether ``dialect`` has a field that generates past end-of-sequence (its
+    adapter's ``eos_controls`` sends something).
+
+    Raises:
+        PlanError: as :func:`dialect_for`.
+    """
+    return bool(dialect_for(dialect).eos_controls(1))
 
 
 def all_dialects() -> tuple[EngineDialect, ...]:

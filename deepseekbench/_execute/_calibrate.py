@@ -23,7 +23,8 @@ from deepseekbench._execute._prepare import PreparedWorkload
 from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._plan._coverage import items_used
 from deepseekbench._plan._output_length import draw_seed, with_output_tokens
-from deepseekbench._plan._plan import BenchmarkPlan, CellPlan
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import CellPlan
 from deepseekbench._plan._schedule import Block, Phase, WorkItem, measure_request
 from deepseekbench._plan._workload import WorkloadItem
 from deepseekbench._records._figures import output_tokens

@@ -3,7 +3,7 @@
 * :func:`base_items`: the plan's workload items from its source (files read
   now, so a bad file fails before anything is sent); ``None`` for ``synthetic``.
 * :func:`make_counter`: the plan's tokenizer as a
-  :class:`~deepseekbench._measure._tokens.TokenCounter` (``"endpoint"``: the ``off``
+  :class:`~deepseekbench._types._tokens.TokenCounter` (``"endpoint"``: the ``off``
   route's ``/tokenize``, through the gate; else a ``tokenizer.json``).
 * :func:`prepare_workload`: per cell, the items to measure — synthetic prompts
   generated to length, or the source's items — with every first turn counted
@@ -26,8 +26,9 @@ import httpx
 from deepseekbench._measure._tokens import EndpointTokenCounter, HFTokenizerCounter, TokenCounter
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._plan._plan import BenchmarkPlan, CellPlan
+from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._prefix import shared_prefix_items
+from deepseekbench._plan._routes import CellPlan
 from deepseekbench._plan._trace import load_mooncake, trace_items
 from deepseekbench._plan._workload import (
     InputLength,

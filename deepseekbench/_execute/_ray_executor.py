@@ -14,7 +14,7 @@ gate's rules, own client) and the same bookkeeping as the process pool
   ``RAY_USAGE_STATS_ENABLED`` says). An address of an existing
   cluster (``"host:port"``, ``"ray://host:port"``, or ``"auto"``, first resolved
   as Ray would: ``RAY_ADDRESS``, else the leftover ``ray_current_cluster`` file)
-  must be of the strict grammar of :mod:`deepseekbench._net._ray_address` (an IP
+  must be of the strict grammar of :mod:`deepseekbench._plan._ray_address` (an IP
   literal or ``localhost`` as host: the gate and Ray read the same host) and is
   then checked like any URL: a non-loopback host needs the gate's key and
   ``spend``; Ray is then given the resolved address. For a local instance and a
@@ -80,8 +80,8 @@ from deepseekbench._execute._workers import (
 from deepseekbench._execute._workshare import LoadWork, WorkerShare, split_work
 from deepseekbench._measure._measure import Timeouts
 from deepseekbench._net._gate import LiveGate, is_loopback_host
-from deepseekbench._net._ray_address import RAY_ADDRESS_SETTINGS, parse_ray_address
 from deepseekbench._net._route import EngineRoute
+from deepseekbench._plan._ray_address import RAY_ADDRESS_SETTINGS, parse_ray_address
 from deepseekbench._types._secrets import secret_values
 
 __all__ = [
@@ -127,7 +127,7 @@ def ray_address_host(address: str) -> str:
     reads it (IPv6 without brackets).
 
     Accepts ``host:port``, ``ray://host:port`` and ``[v6]:port`` with an IP literal
-    or ``localhost`` as host (:func:`~deepseekbench._net._ray_address.parse_ray_address`).
+    or ``localhost`` as host (:func:`~deepseekbench._plan._ray_address.parse_ray_address`).
     ``"auto"`` is not concrete: resolve it first with :func:`resolve_ray_address`
     (``auto`` means whatever ``RAY_ADDRESS`` or a leftover cluster file points at).
 
@@ -166,7 +166,7 @@ def resolve_ray_address(
     * anything else: itself (an explicit address; Ray does not override it).
 
     Every concrete address, given or resolved, must be of the grammar the gate
-    judges (:func:`~deepseekbench._net._ray_address.parse_ray_address`):
+    judges (:func:`~deepseekbench._plan._ray_address.parse_ray_address`):
     ``RAY_ADDRESS`` is taken as Ray takes it (not stripped), the cluster file's
     content stripped (as Ray's ``read_ray_address``).
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
+from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._search import Probe, next_joint_level
+from deepseekbench._types._load import LoadPoint
 
 __all__ = ["SearchLoop"]
 

@@ -38,6 +38,8 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
+from deepseekbench._types._selfcheck import DEFAULT_LAG_THRESHOLD_MS
+
 __all__ = [
     "DEFAULT_LAG_THRESHOLD_MS",
     "SchedSample",
@@ -47,9 +49,6 @@ __all__ = [
     "host_load",
     "sched_sample",
 ]
-
-DEFAULT_LAG_THRESHOLD_MS = 10.0
-"""Event-loop lag above which a row is flagged ``client_saturated`` (ms)."""
 
 _CURRENT: contextvars.ContextVar[SelfCheck | None] = contextvars.ContextVar(
     "deepseekbench_selfcheck", default=None

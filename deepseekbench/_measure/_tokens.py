@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import orjson
@@ -40,6 +40,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._records._figures import output_toks_per_s, tpot_ms
 from deepseekbench._records._measurement import StreamMeasurement
+from deepseekbench._types._tokens import TokenCounter
 
 __all__ = [
     "EndpointTokenCounter",
@@ -51,26 +52,6 @@ __all__ = [
 ]
 
 _ERROR_TEXT_LIMIT = 300
-
-
-class TokenCounter(Protocol):
-    """Anything that counts tokens of texts with one model's tokenizer.
-
-    ``name`` says which tokenizer (recorded on rows and in errors);
-    ``count(texts)`` returns one count per text (tokens, special tokens excluded).
-
-    Raises:
-        TypeError: instantiated directly (a ``Protocol`` is a type, not a counter).
-    """
-
-    @property
-    def name(self) -> str:
-        """Which tokenizer this is, e.g. ``endpoint:http://127.0.0.1:8000/tokenize``."""
-        ...
-
-    async def count(self, texts: Sequence[str]) -> list[int]:
-        """Tokens in each text (same order and length as ``texts``)."""
-        ...
 
 
 def tokenize_url(route: EngineRoute) -> str:

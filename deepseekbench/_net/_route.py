@@ -10,14 +10,13 @@ dialect's DeepSeek V4 thinking controls; the table and its sources are in
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from deepseekbench._dialects import EngineDialect, dialect_for
+from deepseekbench._plan._route_checks import check_base_url, check_request_extras
 from deepseekbench._types._axes import (
     Dialect,
     DialectName,
@@ -30,7 +29,6 @@ from deepseekbench._types._secrets import checked_key
 
 __all__ = ["EngineRoute", "eos_controls", "reasoning_controls"]
 
-_ROUTE_OWNED = frozenset({"model", "messages", "stream"})
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 _ADAPTER = "_held_adapter"  # where a route holds its dialect's adapter (EngineRoute.adapter)
 
@@ -73,12 +71,6 @@ def eos_controls(dialect: Dialect, max_tokens: int | None) -> dict[str, Any]:
     return dialect_for(dialect).eos_controls(max_tokens)
 
 
-def can_ignore_eos(dialect: Dialect) -> bool:
-    """Whether ``dialect`` has a field that generates past end-of-sequence
-    (:func:`eos_controls` sends something)."""
-    return bool(eos_controls(dialect, 1))
-
-
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():
@@ -88,68 +80,6 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
         else:
             out[key] = value
     return out
-
-
-def check_base_url(url: str) -> str:
-    """Return an OpenAI base URL without its trailing slash.
-
-    A URL with user-info (``http://user:secret@host``) is refused: a secret
-    there would land in the results file, in logs and in reprs; pass it as an
-    API key instead. Messages about such a URL never repeat it.
-
-    Raises:
-        ValueError: httpx cannot parse it, not an ``http``/``https`` URL with a
-            host, a port outside 1..65535, or user-info in the URL.
-    """
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        detail = f" ({exc})" if "@" not in url else ""
-        _bad_base_url(url, f"is not a URL httpx can parse{detail}")
-    if parsed.userinfo:
-        raise ValueError(
-            "base_url must not carry user-info (user:password@): pass the key as the "
-            "route's api_key (api_key_env in a plan); the URL is not shown"
-        )
-    try:
-        host = parsed.host  # decodes an IDNA A-label ("xn--..."): it may be invalid
-    except UnicodeError as exc:  # idna.IDNAError
-        _bad_base_url(url, f"has a host that is not valid IDNA ({exc})")
-    if parsed.scheme not in ("http", "https") or not host:
-        _bad_base_url(url, "must be an http(s) URL with a host")
-    if parsed.port is not None and not 1 <= parsed.port <= 65535:
-        _bad_base_url(url, f"has port {parsed.port}, outside 1..65535")
-    return url.rstrip("/")
-
-
-def _bad_base_url(url: str, problem: str) -> NoReturn:
-    shown = f", got {url!r}" if "@" not in url else " (URL not shown: it may hold a secret)"
-    raise ValueError(f"base_url {problem}{shown}")
-
-
-def check_request_extras(extras: dict[str, Any]) -> dict[str, Any]:
-    """Return ``extras`` unchanged, or refuse body fields the route itself owns.
-
-    Raises:
-        ValueError: ``extras`` holds a non-finite number, or sets a field the
-            route builds (``model``, ``messages``, ``stream``, ...).
-    """
-    bad = sorted(k for k in extras if k in _ROUTE_OWNED)
-    if bad:
-        raise ValueError(f"request_extras may not set {bad}")
-    if not _all_finite(extras):
-        raise ValueError("request_extras holds a non-finite number (inf or nan): JSON has none")
-    return extras
-
-
-def _all_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, Mapping):
-        return all(_all_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(_all_finite(v) for v in value)
-    return True
 
 
 class EngineRoute(BaseModel):

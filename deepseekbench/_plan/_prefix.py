@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._plan._workload import MAX_CONTEXT_TOKENS, WorkloadItem, _fit, generated_text
+from deepseekbench._types._tokens import TokenCounter
 
 __all__ = ["SHARED_PREFIX_CATEGORY", "SharedPrefix", "shared_prefix_items"]
 

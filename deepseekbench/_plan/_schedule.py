@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from deepseekbench._errors import PlanError
-from deepseekbench._plan._plan import BenchmarkPlan, CellPlan, LoadPoint, RoutePlan
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._plan._routes import CellPlan, RoutePlan
 from deepseekbench._plan._tasks import Task
 from deepseekbench._plan._trace import trace_offsets_s, trace_period_ms
 from deepseekbench._plan._workload import WorkloadItem
 from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import ReasoningMode
+from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._request import ChatRequest
 
 __all__ = [

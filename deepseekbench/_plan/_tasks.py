@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -353,26 +354,81 @@ def task_parity(
     Raises:
         ValueError: ``mode``, ``tolerance`` or ``alpha`` out of range.
     """
+    _check_parity_args(mode, tolerance, alpha)
+    g = _grade_all(tasks, baseline, candidate, grade)
+    common: dict[str, Any] = {
+        "mode": mode,
+        "tolerance": tolerance,
+        "alpha": alpha,
+        "n_tasks": len(tasks),
+        "n_missing": g.n_missing,
+        "baseline_passed": g.b_pass,
+        "candidate_passed": g.c_pass,
+        "outcomes": tuple(g.outcomes),
+        "flips": tuple(g.flips),
+        "improvements": tuple(g.improvements),
+    }
+    if not tasks:
+        return TaskParityResult(parity=QualityParity.unknown, reason="no tasks", **common)
+    if not g.flips:
+        if g.n_missing:
+            return TaskParityResult(
+                parity=QualityParity.unknown,
+                reason=f"no flip, but {g.n_missing} of {len(tasks)} tasks have no gradable output",
+                **common,
+            )
+        return TaskParityResult(
+            parity=QualityParity.verified,
+            reason=f"no task flips ({g.c_pass}/{len(tasks)} pass on both)",
+            **common,
+        )
+    if mode == "strict":
+        return TaskParityResult(
+            parity=QualityParity.differs,
+            reason=f"{len(g.flips)} of {len(tasks)} tasks flip pass→fail (strict)",
+            **common,
+        )
+    return _lenient(g, len(tasks), tolerance, alpha, common)
+
+
+def _check_parity_args(mode: str, tolerance: float, alpha: float) -> None:
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
     if not 0 <= tolerance < 1:
         raise ValueError("tolerance must be in [0, 1)")
     if not 0 < alpha < 1:
         raise ValueError("alpha must be in (0, 1)")
-    outcomes: list[TaskOutcome] = []
-    flips: list[TaskFlip] = []
-    improvements: list[TaskFlip] = []
-    n_missing = 0
-    b_pass = c_pass = 0
+
+
+@dataclass
+class _Graded:
+    """Both routes' grades of one task set: outcomes, flips each way, tasks not graded."""
+
+    outcomes: list[TaskOutcome] = field(default_factory=list)
+    flips: list[TaskFlip] = field(default_factory=list)
+    improvements: list[TaskFlip] = field(default_factory=list)
+    n_missing: int = 0
+    b_pass: int = 0
+    c_pass: int = 0
+
+
+def _grade_all(
+    tasks: Sequence[Task],
+    baseline: Mapping[str, ParityOutput],
+    candidate: Mapping[str, ParityOutput],
+    grade: GradeFn | None,
+) -> _Graded:
+    """Grade every task on both routes; a pass on one and a fail on the other is a flip."""
+    g = _Graded()
     for task in tasks:
         b_out, c_out = baseline.get(task.id), candidate.get(task.id)
         b, c = _pass(task, b_out, grade), _pass(task, c_out, grade)
-        outcomes.append(TaskOutcome(task_id=task.id, baseline_pass=b, candidate_pass=c))
+        g.outcomes.append(TaskOutcome(task_id=task.id, baseline_pass=b, candidate_pass=c))
         if b is None or c is None:
-            n_missing += 1
+            g.n_missing += 1
             continue
-        b_pass += b
-        c_pass += c
+        g.b_pass += b
+        g.c_pass += c
         if b != c:
             flip = TaskFlip(
                 task_id=task.id,
@@ -382,50 +438,26 @@ def task_parity(
                 baseline_output=_excerpt(b_out.text if b_out else None),
                 candidate_output=_excerpt(c_out.text if c_out else None),
             )
-            (flips if b else improvements).append(flip)
-    n_graded = len(tasks) - n_missing
-    common: dict[str, Any] = {
-        "mode": mode,
-        "tolerance": tolerance,
-        "alpha": alpha,
-        "n_tasks": len(tasks),
-        "n_missing": n_missing,
-        "baseline_passed": b_pass,
-        "candidate_passed": c_pass,
-        "outcomes": tuple(outcomes),
-        "flips": tuple(flips),
-        "improvements": tuple(improvements),
-    }
-    if not tasks:
-        return TaskParityResult(parity=QualityParity.unknown, reason="no tasks", **common)
-    if not flips:
-        if n_missing:
-            return TaskParityResult(
-                parity=QualityParity.unknown,
-                reason=f"no flip, but {n_missing} of {len(tasks)} tasks have no gradable output",
-                **common,
-            )
-        return TaskParityResult(
-            parity=QualityParity.verified,
-            reason=f"no task flips ({c_pass}/{len(tasks)} pass on both)",
-            **common,
-        )
-    if mode == "strict":
-        return TaskParityResult(
-            parity=QualityParity.differs,
-            reason=f"{len(flips)} of {len(tasks)} tasks flip pass→fail (strict)",
-            **common,
-        )
+            (g.flips if b else g.improvements).append(flip)
+    return g
+
+
+def _lenient(
+    g: _Graded, n_tasks: int, tolerance: float, alpha: float, common: dict[str, Any]
+) -> TaskParityResult:
+    """The lenient verdict on flips seen: McNemar's test on the discordant pairs, and the
+    pass → fail rate's 95 % upper bound against ``tolerance``."""
     from scipy.stats import binomtest
 
-    b_n, c_n = len(flips), len(improvements)
+    n_graded = n_tasks - g.n_missing
+    b_n, c_n = len(g.flips), len(g.improvements)
     p_value = float(binomtest(b_n, b_n + c_n, 0.5, alternative="greater").pvalue)
     upper = float(
         binomtest(b_n, max(n_graded, 1), alternative="less")
         .proportion_ci(confidence_level=0.95)
         .high
     )
-    ok = p_value >= alpha and upper <= tolerance and n_missing == 0
+    ok = p_value >= alpha and upper <= tolerance and g.n_missing == 0
     if ok:
         parity, why = QualityParity.verified, "within tolerance"
     elif p_value >= alpha and upper <= tolerance:
@@ -435,7 +467,7 @@ def task_parity(
     return TaskParityResult(
         parity=parity,
         reason=(
-            f"{b_n} pass→fail, {c_n} fail→pass of {len(tasks)} tasks; lenient: McNemar "
+            f"{b_n} pass→fail, {c_n} fail→pass of {n_tasks} tasks; lenient: McNemar "
             f"p={p_value:.3g} (alpha {alpha:g}), flip-rate 95% upper bound "
             f"{upper:.3g} vs tolerance {tolerance:g}: {why}"
         ),

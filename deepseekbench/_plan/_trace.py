@@ -38,7 +38,6 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._errors import WorkloadFormatError
-from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._plan._workload import (
     MAX_CONTEXT_TOKENS,
     WorkloadItem,
@@ -46,6 +45,7 @@ from deepseekbench._plan._workload import (
     _jsonl_objects,
     generated_text,
 )
+from deepseekbench._types._tokens import TokenCounter
 
 __all__ = [
     "MAX_TRACE_SPAN_MS",

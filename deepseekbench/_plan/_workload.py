@@ -13,7 +13,7 @@
 * :class:`InputLength` and :func:`synthetic_items`: prompts of a target
   input-length distribution (fixed, uniform with a range ratio, normal with a
   spread; seeded), cut from text this module generates and sized with a
-  :class:`~deepseekbench._measure._tokens.TokenCounter` — the idea of vLLM's ``random``
+  :class:`~deepseekbench._types._tokens.TokenCounter` — the idea of vLLM's ``random``
   dataset, built on text instead of random token ids so that any tokenizer
   (an engine's ``/tokenize`` included) can size it.
 * :func:`check_bucket`: refuse a cell whose prompts fall outside its
@@ -31,8 +31,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepseekbench._errors import WorkloadFormatError, WorkloadLengthError
-from deepseekbench._measure._tokens import TokenCounter
 from deepseekbench._types._axes import ContextBucket
+from deepseekbench._types._tokens import TokenCounter
 from deepseekbench._userfile import read_user_text
 
 __all__ = [

@@ -43,7 +43,6 @@ from deepseekbench._analysis._speedup import (
     tampered_verdict,
 )
 from deepseekbench._errors import MissingExtraError
-from deepseekbench._plan._plan import LoadPoint
 from deepseekbench._report._client_diagnosis import client_flag, run_diagnoses
 from deepseekbench._report._grid import grid_choices, grid_json, grid_text
 from deepseekbench._report._past_eos import past_eos_notes
@@ -51,6 +50,7 @@ from deepseekbench._report._server_side import server_side_notes
 from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity, Speculative
 from deepseekbench._types._clock import Clock
 from deepseekbench._types._identity import RouteIdentity
+from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._row import Dispersion, Percentiles, Row, SliceStats
 
 if TYPE_CHECKING:

@@ -50,7 +50,7 @@ from deepseekbench._errors import (
     ResultsWriteError,
 )
 from deepseekbench._plan._launch_spec import RECORDED_PLAN
-from deepseekbench._plan._plan import BenchmarkPlan, LoadPoint
+from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._chain import (
     DIGEST_FIELD,
@@ -78,6 +78,7 @@ from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Arrival
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._determinism import EngineDeterminism
+from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 

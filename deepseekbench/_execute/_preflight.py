@@ -1,6 +1,12 @@
-"""The speculative depth a server says it serves, checked against the plan before measuring.
+"""Preflight: what each route's server says about itself, read before any measured request.
 
-Where each engine says it (read once per route, before any measured request):
+Two questions, asked once per route through the gate (an HTTP step above the plan,
+which stays data): the speculative depth a server serves, checked against the
+plan's declared ``spec_tokens`` (:func:`check_spec_config`), and the engine's
+deterministic mode (:func:`engine_determinism`). Both read the dialect's
+configuration endpoint (:func:`server_info`).
+
+**The served depth.** Where each engine says it:
 
 * llama.cpp ``GET /props``: ``default_generation_settings.params`` key
   ``speculative.n_max`` (the most draft tokens per verify step, set by
@@ -18,11 +24,20 @@ speculative route is asked, declared or not: the depth a server says is recorded
 its route (``EngineRoute.served_spec_tokens``), so each measurement, the results
 file and the rows carry it (``spec_tokens``) where no per-request depth is reported. A server
 that does not say (no endpoint, an error, another engine) is not an error.
+
+**The deterministic mode** (the within-noise parity's engine record). A route whose
+dialect reports it (SGLang: ``enable_deterministic_inference`` in
+``GET /get_server_info``, ``/server_info`` when that is 404) is asked once;
+otherwise, or when the server does not say (an error, an older release without
+the field), the plan's declaration
+(``[[routes]] deterministic``) is taken, else the mode is unknown. Nothing here
+stops a run: a server that does not answer leaves the mode to the plan. Definitions:
+:mod:`deepseekbench._types._determinism`.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import httpx
@@ -31,10 +46,18 @@ from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._plan._plan import RoutePlan
+from deepseekbench._plan._routes import RoutePlan
 from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._types._determinism import DeterminismSource, EngineDeterminism
 
-__all__ = ["check_spec_config", "served_spec_tokens", "spec_tokens_from_info"]
+__all__ = [
+    "check_spec_config",
+    "engine_determinism",
+    "served_determinism",
+    "served_spec_tokens",
+    "server_info",
+    "spec_tokens_from_info",
+]
 
 
 def spec_tokens_from_info(dialect: Dialect, info: Any) -> int | None:
@@ -78,7 +101,7 @@ async def server_info(
     llama.cpp ``/props``) that answers through ``gate``; a 404 tries the next name,
     any other server fault (connection, HTTP error, not JSON) gives ``None``.
     Shared by the served depth above and the deterministic mode
-    (:mod:`deepseekbench._plan._determinism`).
+    (:func:`served_determinism`).
 
     Raises:
         LiveGateError: the gate refuses a URL (nothing is sent to it).
@@ -144,3 +167,57 @@ async def check_spec_config(
         found[rp.label] = served
         routes[rp.label] = route.model_copy(update={"served_spec_tokens": served})
     return found
+
+
+async def served_determinism(
+    route: EngineRoute, *, gate: LiveGate, client: httpx.AsyncClient, timeout_s: float = 10.0
+) -> EngineDeterminism | None:
+    """What the route's server says about its deterministic mode; ``None`` when its
+    dialect does not report it or the server does not say (connection or HTTP
+    error, not JSON, no such field).
+
+    Raises:
+        LiveGateError: the gate refuses the URL, or ``client`` has a transport
+            (default or mount) the gate does not wrap (nothing is sent).
+    """
+    dialect = dialect_for(route.dialect)
+    if not dialect.reports_determinism:
+        return None
+    gate.check_client(client)
+    found = await server_info(route, gate, client, timeout_s)
+    if found is None:
+        return None
+    value = dialect.deterministic_from_info(found[1])
+    if value is None:
+        return None
+    detail = f"{route.dialect.value} {found[0]} enable_deterministic_inference"
+    return EngineDeterminism(deterministic=value, source=DeterminismSource.server, detail=detail)
+
+
+async def engine_determinism(
+    plans: Sequence[RoutePlan],
+    routes: Mapping[str, EngineRoute],
+    *,
+    gate: LiveGate,
+    client: httpx.AsyncClient,
+) -> dict[str, EngineDeterminism]:
+    """Every route's deterministic mode by label: the server's word, else the plan's
+    ``deterministic`` declaration, else unknown (module docstring).
+
+    Raises:
+        LiveGateError: the gate refuses a configuration URL.
+    """
+    out: dict[str, EngineDeterminism] = {}
+    for rp in plans:
+        served = await served_determinism(routes[rp.label], gate=gate, client=client)
+        if served is not None:
+            out[rp.label] = served
+        elif rp.deterministic is not None:
+            out[rp.label] = EngineDeterminism(
+                deterministic=rp.deterministic,
+                source=DeterminismSource.plan,
+                detail="[[routes]] deterministic",
+            )
+        else:
+            out[rp.label] = EngineDeterminism()
+    return out
