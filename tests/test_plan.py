@@ -14,7 +14,7 @@ from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import ArrivalPlan, BenchmarkPlan, CellPlan, validation_error_lines
 from deepseekbench._plan._tasks import smoke_tasks
-from deepseekbench._runner import dry_run
+from deepseekbench._runner._dry_run import dry_run
 from deepseekbench._types._axes import Speculative
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "plan.toml"
