@@ -15,11 +15,12 @@ functions and ``if TYPE_CHECKING:`` blocks too)::
 
     __init__             the public surface (everything re-exported, lazily)
     __main__             ``python -m deepseekbench``
-    _cli                 the command line
-    _runner              wires the stages into one run (run_plan, dry_run)
+    _cli/                the command line: parser, commands, demo, output
+    _runner/             wires the stages into one run: its steps, preflight, resume, search, dry run
     _report/             scorecard and plots: renders rows
     _analysis/           rows, statistics, speed-ups, parity verdicts (pure)
-    _store/              the results file: append-only JSONL, digest chain, resume, lock
+    _store/              the results file and its one writer: append-only JSONL, digest
+                         chain, resume, lock
     _execute/            preflight (what servers say of themselves), prepare the workload;
                          send and measure each block (in-process, worker pool, Ray)
     _measure/            one request measured: SSE, timing, self-check, tokens,
@@ -235,12 +236,9 @@ if TYPE_CHECKING:
         crossover_text,
         paired_speedup_ci,
     )
-    from deepseekbench._runner import (
-        DryRunResult,
-        ProgressEvent,
-        dry_run,
-        run_plan,
-    )
+    from deepseekbench._runner._dry_run import DryRunResult, dry_run
+    from deepseekbench._runner._progress import ProgressEvent
+    from deepseekbench._runner._run import run_plan
     from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
     from deepseekbench._store._results import (
         ResultsRun,
@@ -349,7 +347,7 @@ _IMPORTS: dict[str, str] = {
     "DialectName": "deepseekbench._types._axes",
     "Dispersion": "deepseekbench._types._row",
     "Divergence": "deepseekbench._types._parity",
-    "DryRunResult": "deepseekbench._runner",
+    "DryRunResult": "deepseekbench._runner._dry_run",
     "EmbeddedEngine": "deepseekbench._engine",
     "EndpointTokenCounter": "deepseekbench._measure._tokens",
     "EngineConfig": "deepseekbench._engine",
@@ -403,7 +401,7 @@ _IMPORTS: dict[str, str] = {
     "PoolItem": "deepseekbench._execute._workshare",
     "PoolReport": "deepseekbench._execute._workers",
     "PoolResult": "deepseekbench._execute._workers",
-    "ProgressEvent": "deepseekbench._runner",
+    "ProgressEvent": "deepseekbench._runner._progress",
     "PromptComparison": "deepseekbench._types._parity",
     "QualityParity": "deepseekbench._types._axes",
     "QualityParityName": "deepseekbench._types._axes",
@@ -484,7 +482,7 @@ _IMPORTS: dict[str, str] = {
     "crossover_text": "deepseekbench._report._scorecard",
     "determinism_control": "deepseekbench._types._parity",
     "dialect_for": "deepseekbench._dialects",
-    "dry_run": "deepseekbench._runner",
+    "dry_run": "deepseekbench._runner._dry_run",
     "eos_controls": "deepseekbench._net._route",
     "exact_acceptance": "deepseekbench._types._parity",
     "find_llama_server": "deepseekbench._launch._llamacpp",
@@ -514,7 +512,7 @@ _IMPORTS: dict[str, str] = {
     "register_dialect": "deepseekbench._dialects",
     "row_json_schema": "deepseekbench._types._row",
     "rows_html": "deepseekbench._types._row",
-    "run_plan": "deepseekbench._runner",
+    "run_plan": "deepseekbench._runner._run",
     "scrape_metrics": "deepseekbench._measure._server_metrics",
     "smoke_tasks": "deepseekbench._plan._tasks",
     "synthetic_items": "deepseekbench._plan._workload",

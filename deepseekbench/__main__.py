@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from deepseekbench._cli import main
+from deepseekbench._cli._main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from deepseekbench import LiveGate, LiveGateError, load_results, run_plan
-from deepseekbench._cli import EXIT_GATE, EXIT_OK
+from deepseekbench._cli._exits import EXIT_GATE, EXIT_OK
 from deepseekbench._engine import CostModel
 from deepseekbench._execute._budget import BudgetStop
 from deepseekbench._net._gate import is_budget_refusal

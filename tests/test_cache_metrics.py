@@ -25,7 +25,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._report._scorecard import Scorecard
 from deepseekbench._report._server_side import server_side_notes
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._cache import CacheWindow, combine_cache_windows
 from tests._helpers import COSTS, plan_of

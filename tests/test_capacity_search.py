@@ -26,7 +26,7 @@ from deepseekbench._analysis._capacity import (
     overlap_refusal,
     wilson_interval,
 )
-from deepseekbench._cli import main as cli_main
+from deepseekbench._cli._main import main as cli_main
 from deepseekbench._engine import CostModel
 from deepseekbench._errors import PlanError
 from deepseekbench._net._gate import LiveGate
@@ -41,7 +41,8 @@ from deepseekbench._plan._search import (
     saturation_reason,
 )
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import ProgressEvent, run_plan
+from deepseekbench._runner._progress import ProgressEvent
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Arrival, Speculative
 from deepseekbench._types._load import LoadPoint
 from tests._helpers import CLOCK_REFUSALS, off_mtp_and_mistuned, plan_of, read_records

@@ -20,15 +20,9 @@ import httpx
 import orjson
 import pytest
 
-from deepseekbench._cli import (
-    DEMO_CONCURRENCY,
-    EXIT_ERRORS,
-    EXIT_GATE,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    main,
-)
+from deepseekbench._cli._demo import DEMO_CONCURRENCY
+from deepseekbench._cli._exits import EXIT_ERRORS, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from deepseekbench._cli._main import main
 from deepseekbench._types._row import Row
 from tests._helpers import ROOT, SPEED_JUDGED, DemoRun, run_cli, speed_judged
 
@@ -327,15 +321,15 @@ class _Tty(io.StringIO):
 
 
 def test_progress_line_only_on_a_terminal() -> None:
-    from deepseekbench._cli import _StderrProgress
-    from deepseekbench._runner import ProgressEvent
+    from deepseekbench._cli._progress import StderrProgress
+    from deepseekbench._runner._progress import ProgressEvent
 
     ev = ProgressEvent(
         phase="measure mtp 1k/256/non_think", done=4, total=4, errors=1, elapsed_s=2.0
     )
     tty, pipe = _Tty(), io.StringIO()
     for stream in (tty, pipe):
-        p = _StderrProgress(stream)
+        p = StderrProgress(stream)
         p(ev)
         p.close()
     shown = tty.getvalue()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import deepseekbench
-from deepseekbench._cli import EXIT_GATE, EXIT_OK, main, package_version
+from deepseekbench._cli._exits import EXIT_GATE, EXIT_OK
+from deepseekbench._cli._main import main, package_version
 
 ROOT = Path(__file__).resolve().parent.parent
 

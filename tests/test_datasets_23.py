@@ -18,7 +18,7 @@ from deepseekbench._plan._datasets import (
     load_mt_bench,
     load_speed_bench,
 )
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Dialect
 from tests._helpers import COSTS, off_and_mtp, plan_of, verdict_judged
 

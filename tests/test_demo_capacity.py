@@ -26,14 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from deepseekbench._analysis._analysis import load_results
-from deepseekbench._cli import (
+from deepseekbench._cli._demo import (
     DEMO_CAPACITY_CONCURRENCY,
     DEMO_CAPACITY_DEPTHS,
-    EXIT_OK,
-    EXIT_USAGE,
     demo_capacity_plan,
-    main,
 )
+from deepseekbench._cli._exits import EXIT_OK, EXIT_USAGE
+from deepseekbench._cli._main import main
 from deepseekbench._report._scorecard import Scorecard
 from tests._helpers import run_cli, speed_judged
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from deepseekbench._cli import EXIT_OK
+from deepseekbench._cli._exits import EXIT_OK
 from tests._helpers import SPEED_JUDGED, run_cli
 
 

@@ -37,7 +37,7 @@ import orjson
 import pytest
 
 from deepseekbench import BenchmarkPlan
-from deepseekbench._cli import build_parser
+from deepseekbench._cli._parser import build_parser
 from deepseekbench._plan._tasks import parse_tasks
 from tests._helpers import DemoRun
 

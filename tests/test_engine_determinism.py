@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from deepseekbench._analysis._analysis import RunResult, load_results
 from deepseekbench._analysis._determinism_rows import determinism_fields, determinism_note
 from deepseekbench._dialects import dialect_for
 from deepseekbench._engine import EmbeddedEngine, EngineConfig
@@ -24,7 +25,7 @@ from deepseekbench._net._route_plan import engine_route
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._routes import RoutePlan
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import RunResult, load_results, run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Dialect, Speculative
 from deepseekbench._types._determinism import DeterminismSource, EngineDeterminism
 from tests._helpers import COSTS, plan_of, read_records

@@ -14,10 +14,11 @@ import httpx
 import orjson
 import pytest
 
+from deepseekbench._analysis._analysis import RunResult, load_results
 from deepseekbench._engine import EmbeddedEngine, EngineConfig
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import RunResult, load_results, run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Dialect, QualityParity, Speculative
 from tests._helpers import COSTS, plan_of, read_records
 

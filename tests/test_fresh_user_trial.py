@@ -25,13 +25,15 @@ from deepseekbench import (
     load_results,
     run_plan,
 )
-from deepseekbench._cli import EXIT_OK, EXIT_USAGE, _StderrProgress, main
+from deepseekbench._cli._exits import EXIT_OK, EXIT_USAGE
+from deepseekbench._cli._main import main
+from deepseekbench._cli._progress import StderrProgress
 from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
 from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._net._probe import probe_route
 from deepseekbench._net._transport import connect_error_text
 from deepseekbench._records._measurement import ErrorKind
-from deepseekbench._runner import ProgressEvent
+from deepseekbench._runner._progress import ProgressEvent
 from deepseekbench._types._axes import Speculative
 from tests._helpers import verdict_judged
 from tests._replay import Script, Write, replay_server
@@ -176,12 +178,13 @@ def test_the_probe_is_opt_out_by_plan_key_and_cli_flag(tmp_path: Path) -> None:
         ),
         encoding="utf-8",
     )
-    from deepseekbench._cli import _with_client_flags, build_parser
+    from deepseekbench._cli._commands import with_client_flags
+    from deepseekbench._cli._parser import build_parser
 
     args = build_parser().parse_args(["run", str(plan_file), "--no-probe"])
-    assert _with_client_flags(BenchmarkPlan.load(plan_file), args).probe_routes is False
+    assert with_client_flags(BenchmarkPlan.load(plan_file), args).probe_routes is False
     args = build_parser().parse_args(["run", str(plan_file)])
-    assert _with_client_flags(BenchmarkPlan.load(plan_file), args).probe_routes is True
+    assert with_client_flags(BenchmarkPlan.load(plan_file), args).probe_routes is True
 
 
 def test_cli_exits_2_with_the_probe_message_and_writes_no_measurement(tmp_path: Path) -> None:
@@ -287,7 +290,7 @@ def test_a_resumed_run_says_how_many_measurements_it_kept_and_has_left(tmp_path:
     assert all(e.phase != "resume" for e in events[1:])
     # the CLI writes it as one stderr line, terminal or not
     pipe = io.StringIO()
-    progress = _StderrProgress(pipe)
+    progress = StderrProgress(pipe)
     for ev in events:
         progress(ev)
     progress.close()

@@ -151,7 +151,7 @@ def test_printable_escapes_every_control_character() -> None:
 
 
 def test_the_cli_error_summary_escapes_server_text() -> None:
-    from deepseekbench._cli import _write_error_summary
+    from deepseekbench._cli._output import write_error_summary
 
     class Summary:
         route, kind, count = "off", "http_status", 1
@@ -162,7 +162,7 @@ def test_the_cli_error_summary_escapes_server_text() -> None:
             return [Summary()]
 
     err = io.StringIO()
-    _write_error_summary(Result(), err, [SECRET])  # type: ignore[arg-type]
+    write_error_summary(Result(), err, [SECRET])  # type: ignore[arg-type]
     assert "\x1b" not in err.getvalue() and SECRET not in err.getvalue()
     assert "***" in err.getvalue()
 
@@ -348,7 +348,7 @@ def test_the_local_ray_environment_scrubs_and_keeps_usage_statistics_off(
 def test_the_dry_run_shows_the_resolved_ray_address_and_refuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from deepseekbench._cli import main
+    from deepseekbench._cli._main import main
 
     monkeypatch.setenv("RAY_ADDRESS", "203.0.113.1:6379")
     out, err = io.StringIO(), io.StringIO()

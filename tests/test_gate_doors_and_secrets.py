@@ -21,11 +21,11 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from deepseekbench import BenchmarkPlan, EngineRoute, LiveGate, LiveGateError, PlanError
-from deepseekbench._cli import main
+from deepseekbench._cli._main import main
 from deepseekbench._execute._preflight import served_spec_tokens
 from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._measure._server_metrics import scrape_metrics
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 from tests._fakes import Spy
 from tests._replay import Script, Write, replay_server
 

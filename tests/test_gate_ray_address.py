@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from deepseekbench import LiveGate, PlanError, RayAddressError
-from deepseekbench._cli import EXIT_USAGE, main
+from deepseekbench._cli._exits import EXIT_USAGE
+from deepseekbench._cli._main import main
 from deepseekbench._execute._ray_executor import (
     ray_address_host,
     ray_address_refusal,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from deepseekbench import BenchmarkPlan, EngineRoute, KeyFormatError, LiveGate, PlanError
-from deepseekbench._cli import EXIT_USAGE, main
+from deepseekbench._cli._exits import EXIT_USAGE
+from deepseekbench._cli._main import main
 
 ROUTES_TOML = """
 [[routes]]

@@ -25,8 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from deepseekbench._cli import demo_capacity_plan
-from deepseekbench._cli import main as cli_main
+from deepseekbench._analysis._analysis import load_results
+from deepseekbench._cli._demo import demo_capacity_plan
+from deepseekbench._cli._main import main as cli_main
 from deepseekbench._errors import LiveGateError, PlanError
 from deepseekbench._launch._exposure import BIND_FLAGS, bind_hosts, check_bind
 from deepseekbench._launch._plan_launch import (
@@ -41,7 +42,8 @@ from deepseekbench._plan._launch_spec import ENGINES, LaunchSpec
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._routes import LAUNCHED_URL
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import launch_targets, load_results, run_plan
+from deepseekbench._runner._preflight import launch_targets
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._identity import RouteIdentity
 from tests._helpers import read_records, verdict_judged
 from tests._procs import FAKE_HTTP_SERVE, running, wait_gone
@@ -348,7 +350,7 @@ import sys, anyio
 from pathlib import Path
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 
 plan = BenchmarkPlan.load(Path(sys.argv[1]))
 anyio.run(lambda: run_plan(plan, gate=LiveGate()))

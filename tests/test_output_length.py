@@ -449,7 +449,7 @@ def test_a_plan_that_drops_items_is_warned_in_validation_and_dry_run(tmp_path: P
 def test_the_cli_dry_run_says_which_items_would_go_unsent(tmp_path: Path) -> None:
     import io
 
-    from deepseekbench._cli import main
+    from deepseekbench._cli._main import main
 
     data = tmp_path / "w.jsonl"
     data.write_text("\n".join(orjson.dumps({"prompt": f"Q{k}?"}).decode() for k in range(8)))
@@ -478,7 +478,8 @@ def test_the_cli_prints_the_coverage_warning_as_one_clean_line(tmp_path: Path) -
     without Python's ``path:line: Category:`` form; the library still warns by category."""
     import io
 
-    from deepseekbench._cli import EXIT_ERRORS, main
+    from deepseekbench._cli._exits import EXIT_ERRORS
+    from deepseekbench._cli._main import main
 
     data = tmp_path / "w.jsonl"
     data.write_text("\n".join(orjson.dumps({"prompt": f"Q{k}?"}).decode() for k in range(8)))
@@ -510,7 +511,8 @@ def test_the_cli_prints_the_coverage_warning_as_one_clean_line(tmp_path: Path) -
 def test_the_cli_exits_1_when_the_calibration_pass_fails(tmp_path: Path) -> None:
     import io
 
-    from deepseekbench._cli import EXIT_ERRORS, main
+    from deepseekbench._cli._exits import EXIT_ERRORS
+    from deepseekbench._cli._main import main
 
     plan = plan_of(
         [("off", "off", "http://127.0.0.1:9/v1"), ("mtp", "mtp", "http://127.0.0.1:8/v1")],

@@ -18,7 +18,7 @@ from deepseekbench._plan._messages import validation_error_lines
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._routes import CellPlan
 from deepseekbench._plan._tasks import smoke_tasks
-from deepseekbench._runner import dry_run
+from deepseekbench._runner._dry_run import dry_run
 from deepseekbench._types._axes import Speculative
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "plan.toml"

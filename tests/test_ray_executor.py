@@ -38,7 +38,7 @@ from deepseekbench._net._gate import LiveGate, is_loopback_host
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._records._measurement import ErrorKind
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import QualityParity, Speculative
 from deepseekbench._types._request import ChatRequest
 

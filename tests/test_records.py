@@ -15,7 +15,7 @@ from deepseekbench import ResultsFormatError, load_results
 from deepseekbench._engine import EmbeddedEngine, EngineConfig
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._store._records import (
     MeasurementRecord,
     RunStartRecord,

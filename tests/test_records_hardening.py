@@ -25,7 +25,8 @@ from deepseekbench import (
     run_plan,
     write_rows,
 )
-from deepseekbench._cli import EXIT_USAGE, main
+from deepseekbench._cli._exits import EXIT_USAGE
+from deepseekbench._cli._main import main
 from deepseekbench._plan._tasks import load_tasks
 from deepseekbench._plan._workload import load_jsonl
 from deepseekbench._store._records import ParityOutputRecord, parse_record

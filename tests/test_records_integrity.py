@@ -29,10 +29,10 @@ from deepseekbench import (
 )
 from deepseekbench._analysis._capacity import _refusal
 from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric
-from deepseekbench._cli import main as cli_main
+from deepseekbench._cli._main import main as cli_main
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._store._chain import DIGEST_FIELD, check_chain
 from deepseekbench._store._records import RunEndRecord
 from deepseekbench._store._results import ResultsWriter, read_numbered_records

@@ -37,7 +37,8 @@ from deepseekbench import (
     run_plan,
     write_rows,
 )
-from deepseekbench._cli import EXIT_ERRORS, EXIT_OK, EXIT_USAGE, main
+from deepseekbench._cli._exits import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
+from deepseekbench._cli._main import main
 from deepseekbench._errors import RowFormatError
 from deepseekbench._store._results import ResultsWriter
 from tests._replay import RecordedRequest, Script, replay_server

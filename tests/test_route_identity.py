@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from deepseekbench._analysis._analysis import load_results
 from deepseekbench._analysis._route_identity import (
     RouteEvidence,
     judge_route_identity,
@@ -18,7 +19,7 @@ from deepseekbench._analysis._speedup import RefusalReason, compare_speedup
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import load_results, run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Dialect, QualityParity, Speculative
 from deepseekbench._types._identity import RouteIdentity
 from tests._helpers import COSTS, make_row, off_and_mtp, plan_of

@@ -10,12 +10,14 @@ from typing import Any
 import anyio
 import pytest
 
+from deepseekbench._analysis._analysis import load_results
 from deepseekbench._analysis._speedup import RefusalReason
 from deepseekbench._engine import EmbeddedEngine, EngineConfig
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import ProgressEvent, load_results, run_plan
+from deepseekbench._runner._progress import ProgressEvent
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity, Speculative
 from tests._helpers import COSTS, off_and_mtp, off_mtp_and_mistuned, plan_of, read_records
 

@@ -15,9 +15,10 @@ import pytest
 from pydantic import ValidationError
 
 from deepseekbench import BenchmarkPlan, PlanError, RefusalReason, Scorecard, compare_speedup
-from deepseekbench._cli import EXIT_OK, main
+from deepseekbench._cli._exits import EXIT_OK
+from deepseekbench._cli._main import main
 from deepseekbench._net._gate import LiveGate
-from deepseekbench._runner import dry_run
+from deepseekbench._runner._dry_run import dry_run
 from tests._helpers import make_row
 
 

@@ -9,7 +9,8 @@ import pytest
 from deepseekbench import Arrival, BenchmarkPlan, PlanError
 from deepseekbench._plan._schedule import Phase, build_schedule, measure_slot, parity_prompts
 from deepseekbench._records._measurement import StreamMeasurement
-from deepseekbench._runner import grid_text, pending
+from deepseekbench._runner._dry_run import grid_text
+from deepseekbench._runner._resume import pending
 from deepseekbench._store._results import ResultsState
 from tests._helpers import plan_of
 

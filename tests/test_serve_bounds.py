@@ -9,7 +9,8 @@ import anyio
 import httpx
 import pytest
 
-from deepseekbench._cli import EXIT_USAGE, main
+from deepseekbench._cli._exits import EXIT_USAGE
+from deepseekbench._cli._main import main
 from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig, _server, serve
 from deepseekbench._engine._embedded import is_loopback_host
 

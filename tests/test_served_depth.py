@@ -22,7 +22,7 @@ from deepseekbench._net._route import EngineRoute
 from deepseekbench._net._route_plan import engine_route
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._routes import RoutePlan
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Dialect, Speculative
 
 COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)

@@ -11,7 +11,7 @@ import pytest
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._prefix import SHARED_PREFIX_CATEGORY, SharedPrefix, shared_prefix_items
 from deepseekbench._plan._sections import WorkloadPlan
-from deepseekbench._runner import run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Dialect
 from tests._fakes import CharCounter
 from tests._helpers import COSTS, off_and_mtp, plan_of

@@ -23,7 +23,8 @@ from deepseekbench._plan._trace import (
     trace_offsets_s,
 )
 from deepseekbench._plan._workload import MAX_CONTEXT_TOKENS
-from deepseekbench._runner import dry_run, run_plan
+from deepseekbench._runner._dry_run import dry_run
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import Dialect
 from tests._fakes import CharCounter
 from tests._helpers import COSTS, off_and_mtp, plan_of

@@ -10,11 +10,14 @@ from typing import Any
 import anyio
 import orjson
 
-from deepseekbench._cli import _with_client_flags, build_parser, main
+from deepseekbench._analysis._analysis import RunResult, load_results
+from deepseekbench._cli._commands import with_client_flags
+from deepseekbench._cli._main import main
+from deepseekbench._cli._parser import build_parser
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner import RunResult, load_results, run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import QualityParity
 from tests._helpers import COSTS, make_row, off_and_mtp, plan_of
 
@@ -72,7 +75,7 @@ def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) ->
         '[[routes]]\nlabel = "mtp"\nspeculative = "mtp"\nbase_url = "http://127.0.0.1:8/v1"\n'
     )
     args = build_parser().parse_args(["run", str(plan), "--workers", "3", "--executor", "ray"])
-    flagged = _with_client_flags(BenchmarkPlan.load(plan), args)
+    flagged = with_client_flags(BenchmarkPlan.load(plan), args)
     assert (flagged.workers, flagged.executor, flagged.ray_address) == (3, "ray", None)
     assert flagged.plan_hash() == BenchmarkPlan.load(plan).plan_hash()
     out, err = io.StringIO(), io.StringIO()

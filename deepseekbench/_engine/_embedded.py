@@ -283,9 +283,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     :class:`CostModel` and :class:`FaultConfig`, so the CLI and the library agree.
     """
     config = EngineConfig()
-    cost = CostModel()
-    faults = FaultConfig()
-    depths = ", ".join(f"{s.value} {k}" for s, k in DEFAULT_DEPTH.items() if k)
+    _add_network_arguments(parser)
+    _add_decoding_arguments(parser, config)
+    _add_identity_arguments(parser, config)
+    _add_cost_arguments(parser, CostModel())
+    _add_fault_arguments(parser, FaultConfig())
+
+
+def _add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    """``serve``'s address: host, the non-loopback opt-in, port."""
     parser.add_argument(
         "--host",
         default="127.0.0.1",
@@ -299,6 +305,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=8000, help="TCP port; 0 = any free port (default: %(default)s)"
     )
+
+
+def _add_decoding_arguments(parser: argparse.ArgumentParser, config: EngineConfig) -> None:
+    """``serve``'s decoding: the speculative method and depth, the dialect, the lossy-verify
+    fault, EOS counting, numerics mode."""
+    depths = ", ".join(f"{s.value} {k}" for s, k in DEFAULT_DEPTH.items() if k)
     parser.add_argument(
         "--speculative",
         choices=[s.value for s in Speculative],
@@ -337,6 +349,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="numerics mode: hashed near-ties (margin <= 0.03 nats) that multi-token verify "
         "flips, as a GPU verify pass that rounds differently would (default: off)",
     )
+
+
+def _add_identity_arguments(parser: argparse.ArgumentParser, config: EngineConfig) -> None:
+    """``serve``'s seed, served model name, context window and send-time recording."""
     parser.add_argument(
         "--seed",
         type=int,
@@ -361,6 +377,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the server-side send time of every chunk, for clock checks (default: off)",
     )
+
+
+def _add_cost_arguments(parser: argparse.ArgumentParser, cost: CostModel) -> None:
+    """One ``serve`` option per :class:`CostModel` field (ms)."""
     for name, field in CostModel.model_fields.items():
         parser.add_argument(
             f"--{name.replace('_', '-')}",
@@ -368,6 +388,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
             default=getattr(cost, name),
             help=f"{field.description} (default: %(default)s)",
         )
+
+
+def _add_fault_arguments(parser: argparse.ArgumentParser, faults: FaultConfig) -> None:
+    """``serve``'s faults: the kinds enabled, their probability, stall length, onset."""
     parser.add_argument(
         "--fault",
         action="append",

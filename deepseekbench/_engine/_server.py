@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import orjson
+from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from deepseekbench._engine._config import EngineConfig
@@ -38,7 +39,7 @@ from deepseekbench._engine._metrics import EngineMetrics
 from deepseekbench._engine._model import EOS_CH, ReferenceLM, context_of
 from deepseekbench._engine._numerics import MAX_TOP_LOGPROBS, NumericsLM, chat_logprobs
 from deepseekbench._engine._prefix_cache import PrefixCache
-from deepseekbench._engine._scheduler import Emission, Scheduler
+from deepseekbench._engine._scheduler import Emission, Scheduler, Sequence
 from deepseekbench._engine._speculative import Decoder
 from deepseekbench._engine._tokenizer import TOKENIZER
 from deepseekbench._types._axes import Dialect
@@ -415,6 +416,26 @@ class EngineState:
 
     async def _chat(self, request: HttpRequest, responder: Responder) -> None:
         req = self._parse(request)
+        faults = self._faults(request)
+        if FaultKind.drop in faults and not req.stream:
+            await responder.drop()
+            return
+        prompt = render_prompt(req.messages)
+        seq, receive, stream = self._submit(req, faults, prompt, self._max_tokens(req, prompt))
+        if self.config.record_send_times:
+            self.arrivals[stream.id] = (request.arrival_s, request.headers.get("x-request-id"))
+        try:
+            async with receive:
+                if req.stream:
+                    await stream.stream(receive, responder, seq.cancel)
+                else:
+                    await stream.whole(receive, responder, seq.cancel)
+        finally:
+            seq.cancel()
+
+    def _faults(self, request: HttpRequest) -> ActiveFaults:
+        """The faults this request gets (the engine's and its header's); an injected
+        HTTP error is raised here, before anything is decoded."""
         try:
             faults = faults_for_request(
                 self.config.faults, request.headers.get(FAULT_HEADER), self._fault_rng
@@ -425,10 +446,11 @@ class EngineState:
             raise ApiError(429, "rate limited (injected)", kind="rate_limit_error", code="429")
         if FaultKind.http_503 in faults:
             raise ApiError(503, "overloaded (injected)", kind="service_unavailable", code="503")
-        if FaultKind.drop in faults and not req.stream:
-            await responder.drop()
-            return
-        prompt = render_prompt(req.messages)
+        return faults
+
+    def _max_tokens(self, req: ChatRequest, prompt: str) -> int:
+        """The request's output cap (tokens), within the context window; a prompt past
+        the window is refused."""
         prompt_tokens = len(prompt)
         limit = self.config.max_context_tokens
         if prompt_tokens > limit:
@@ -440,7 +462,14 @@ class EngineState:
                 code="context_length_exceeded",
             )
         asked = req.max_completion_tokens or req.max_tokens or self.config.default_max_tokens
-        max_tokens = max(1, min(asked, limit - prompt_tokens))
+        return max(1, min(asked, limit - prompt_tokens))
+
+    def _submit(
+        self, req: ChatRequest, faults: ActiveFaults, prompt: str, max_tokens: int
+    ) -> tuple[Sequence, MemoryObjectReceiveStream[Emission], _Stream]:
+        """The request's sequence queued on the scheduler: its decoder, forced reasoning
+        and prefix-cache hit; returns the sequence, its emissions and the output."""
+        prompt_tokens = len(prompt)
         users = [m for m in req.messages if m.role == "user"]
         question = _text_of(users[-1].content).strip() if users else ""
         effort = thinking_effort(req)
@@ -467,17 +496,7 @@ class EngineState:
             min_tokens=max_tokens if req.ignore_eos else min(req.min_tokens, max_tokens),
             cached_tokens=cached,
         )
-        stream = _Stream(self, req, faults, prompt_tokens, len(reasoning), ctx)
-        if self.config.record_send_times:
-            self.arrivals[stream.id] = (request.arrival_s, request.headers.get("x-request-id"))
-        try:
-            async with receive:
-                if req.stream:
-                    await stream.stream(receive, responder, seq.cancel)
-                else:
-                    await stream.whole(receive, responder, seq.cancel)
-        finally:
-            seq.cancel()
+        return seq, receive, _Stream(self, req, faults, prompt_tokens, len(reasoning), ctx)
 
 
 def _stops(req: ChatRequest) -> list[str]:
@@ -658,55 +677,69 @@ class _Stream:
         content_chunks = 0
         stalled = False
         async for em in receive:
-            first = self.t_first is None
-            reasoning, content = self._absorb(em, cancel)
-            if first:
-                role = {
-                    "index": 0,
-                    "delta": {"role": "assistant", "content": ""},
-                    "finish_reason": None,
-                }
-                zero = {
-                    "prompt_tokens": self.stats.prompt_tokens,
-                    "completion_tokens": 0,
-                    "total_tokens": self.stats.prompt_tokens,
-                }
-                role_usage = {"usage": zero} if opts.continuous_usage_stats else {}
-                await self._write(responder, self._chunk([role], **role_usage), "role")
-            usage = {"usage": usage_block(self.stats)} if opts.continuous_usage_stats else {}
-            if reasoning or content:
-                delta: dict[str, Any] = (
-                    {"reasoning_content": reasoning} if reasoning else {"content": content}
-                )
-                choice = {"index": 0, "delta": delta, "finish_reason": None}
-                if content and self.req.logprobs:
-                    choice["logprobs"] = self._logprobs(len(self.text) - len(content), content)
-                kind = "reasoning" if reasoning else "content"
-                await self._write(responder, self._chunk([choice], **usage), kind, em.tokens)
-                content_chunks += 1
+            content_chunks += await self._emit(responder, em, cancel, opts)
             if content_chunks >= faults.config.after_chunks:
                 if FaultKind.stall in faults and not stalled:
                     stalled = True
                     await anyio.sleep(faults.config.stall_ms / 1000.0)
-                if FaultKind.error_event in faults:
-                    cancel()
-                    err = {
-                        "error": {
-                            "message": "internal engine error (injected)",
-                            "type": "InternalServerError",
-                            "code": 500,
-                        }
-                    }
-                    await self._write(responder, b"data: " + orjson.dumps(err) + b"\n\n", "error")
-                    await responder.end()
-                    return
-                if FaultKind.drop in faults:
-                    cancel()
-                    await responder.drop()
+                if await self._mid_stream_fault(responder, cancel):
                     return
             if self.finish is not None:
                 break
         await self._tail(responder, opts)
+
+    async def _emit(
+        self, responder: Responder, em: Emission, cancel: Any, opts: _StreamOptions
+    ) -> int:
+        """One emission's chunks (the role chunk before the first); returns 1 when it
+        sent a reasoning or content chunk, else 0."""
+        first = self.t_first is None
+        reasoning, content = self._absorb(em, cancel)
+        if first:
+            role = {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "finish_reason": None,
+            }
+            zero = {
+                "prompt_tokens": self.stats.prompt_tokens,
+                "completion_tokens": 0,
+                "total_tokens": self.stats.prompt_tokens,
+            }
+            role_usage = {"usage": zero} if opts.continuous_usage_stats else {}
+            await self._write(responder, self._chunk([role], **role_usage), "role")
+        usage = {"usage": usage_block(self.stats)} if opts.continuous_usage_stats else {}
+        if not (reasoning or content):
+            return 0
+        delta: dict[str, Any] = (
+            {"reasoning_content": reasoning} if reasoning else {"content": content}
+        )
+        choice = {"index": 0, "delta": delta, "finish_reason": None}
+        if content and self.req.logprobs:
+            choice["logprobs"] = self._logprobs(len(self.text) - len(content), content)
+        kind = "reasoning" if reasoning else "content"
+        await self._write(responder, self._chunk([choice], **usage), kind, em.tokens)
+        return 1
+
+    async def _mid_stream_fault(self, responder: Responder, cancel: Any) -> bool:
+        """An ``error_event`` or ``drop`` fault, fired: True when it ended the stream."""
+        if FaultKind.error_event in self.faults:
+            cancel()
+            err = {
+                "error": {
+                    "message": "internal engine error (injected)",
+                    "type": "InternalServerError",
+                    "code": 500,
+                }
+            }
+            await self._write(responder, b"data: " + orjson.dumps(err) + b"\n\n", "error")
+            await responder.end()
+            return True
+        if FaultKind.drop in self.faults:
+            cancel()
+            await responder.drop()
+            return True
+        return False
 
     async def _tail(self, responder: Responder, opts: _StreamOptions) -> None:
         dialect = self.state.config.dialect

@@ -16,9 +16,10 @@ import anyio
 import orjson
 import pytest
 
+from deepseekbench._analysis._analysis import load_results
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._runner import load_results, run_plan
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._identity import RouteIdentity
 from tests._helpers import read_records
 from tests._procs import running

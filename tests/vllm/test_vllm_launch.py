@@ -40,7 +40,8 @@ import pytest
 from deepseekbench._launch._vllm import SERVER_MODULE, find_vllm_python
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._runner import ProgressEvent, run_plan
+from deepseekbench._runner._progress import ProgressEvent
+from deepseekbench._runner._run import run_plan
 from deepseekbench._types._axes import QualityParity
 from tests.vllm.checks import check_counts, check_requests, check_verdict, measured_texts
 from tests.vllm.conftest import MAX_MODEL_LEN, SERVER_THREADS, VllmModels

@@ -1,0 +1,376 @@
+"""The ``demo`` command's scenarios: their plans and their runs on embedded engines.
+
+Holds the demo's constants (``DEMO_*``), :func:`demo_plan` (three embedded engines:
+off, mtp, mis-tuned mtp), :func:`demo_capacity_plan` (the launched depth grid and the
+capacity search) and the three scenario runs (main, ``--numerics``, ``--capacity``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from deepseekbench._cli._commands import results_path
+from deepseekbench._cli._exits import EXIT_USAGE
+from deepseekbench._cli._output import exit_for, write_error_summary
+from deepseekbench._cli._progress import StderrProgress
+
+if TYPE_CHECKING:
+    from deepseekbench._plan._plan import BenchmarkPlan
+
+__all__ = [
+    "DEMO_CAPACITY_CONCURRENCY",
+    "DEMO_CAPACITY_COSTS",
+    "DEMO_CAPACITY_DEPTHS",
+    "DEMO_CAPACITY_REQUESTS",
+    "DEMO_CAPACITY_SLO_TPOT_MS",
+    "DEMO_COMPUTE_MS_PER_TOKEN",
+    "DEMO_CONCURRENCY",
+    "DEMO_DRAFT_DEPTH",
+    "DEMO_LATEST",
+    "DEMO_MAX_TOKENS",
+    "DEMO_NUMERICS_REQUESTS",
+    "DEMO_PROMPT_IDS",
+    "DEMO_REQUESTS",
+    "demo_capacity_plan",
+    "demo_command",
+    "demo_plan",
+    "run_demo",
+    "run_demo_capacity",
+    "run_demo_numerics",
+]
+
+DEMO_CONCURRENCY: tuple[int, ...] = (1, 2, 8)
+"""The demo's load sweep: closed-loop streams per load point (the engine's mtp, k = 3,
+pays while its verify pass is memory-bound and costs past the knee; docs/engine.md)."""
+DEMO_REQUESTS = 24
+"""Measured requests per route and load point: 8 a round, one per stream at the top load."""
+DEMO_PROMPT_IDS: tuple[str, ...] = (
+    "arith-add-17-25",
+    "arith-mul-12-12",
+    "count-5-12",
+    "count-41-48",
+    "reverse-zizur",
+    "code-square",
+    "code-is-even",
+    "code-increment",
+)
+"""The smoke tasks whose prompts the demo measures: 8, so each is sent once a round
+(issue 23: no workload item left unsent; all 16 would double the demo's time)."""
+DEMO_COMPUTE_MS_PER_TOKEN = 3.0
+"""The demo engines' compute cost per scored position (ms/token; the default is 1.5): the
+knee comes at a few sequences, so the crossover shows at loads one process drives easily."""
+DEMO_DRAFT_DEPTH = 3
+"""Draft tokens per verify step of the demo's mtp engines (tokens)."""
+DEMO_MAX_TOKENS = 64
+"""The demo cell's output cap (tokens): every correct answer fits; a mis-tuned ramble stops."""
+DEMO_LATEST = "deepseekbench-demo.jsonl"
+"""A demo run without ``--results`` writes ``deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl`` and,
+when it finishes, copies it to this stable name in the working folder (replacing an earlier
+copy), so that ``dsb.load_results("deepseekbench-demo.jsonl")`` reads the latest demo."""
+
+
+def demo_plan(
+    base_urls: Sequence[str], *, requests: int = DEMO_REQUESTS, results: str | None = None
+) -> BenchmarkPlan:
+    """The demo's plan for three engines at ``base_urls`` (off, mtp, mis-tuned mtp).
+
+    One cell (1k prompts, 256 output tokens capped at ``DEMO_MAX_TOKENS``,
+    non-think) swept over closed-loop concurrency ``DEMO_CONCURRENCY``;
+    ``requests`` measured requests per route and load point after one warm-up,
+    in the plan's default rounds; the built-in smoke tasks as the parity set
+    (8 parity requests in flight, the same output cap). The engines behind the
+    URLs are the caller's; ``python -m deepseekbench demo`` starts ``off`` and
+    mtp with ``DEMO_DRAFT_DEPTH`` draft tokens (plain and mis-tuned) on a cost
+    model with ``DEMO_COMPUTE_MS_PER_TOKEN``.
+    The speed workload is the prompts of the smoke tasks in ``DEMO_PROMPT_IDS`` (8,
+    each sent once a round), answered at their natural length
+    (``workload.output_length = "pinned"``, the default: a calibration pass on
+    ``off`` finds each answer's length and every route decodes exactly that), so
+    the demo measures the reference model's real answers and no token past EOS.
+
+    Raises:
+        ValueError: not exactly three base URLs.
+    """
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._plan._sections import ParityPlan
+    from deepseekbench._plan._tasks import smoke_tasks
+
+    if len(base_urls) != 3:
+        raise ValueError("demo_plan needs three base URLs (off, mtp, mis-tuned mtp)")
+    off, mtp, bad = base_urls
+    return BenchmarkPlan.model_validate(
+        {
+            "model": "deepseekbench-ref",
+            "provider_route": "local",
+            "engine_route": "embedded",
+            "hosting": "embedded",
+            "routes": [
+                {"label": "off", "speculative": "off", "base_url": off, "dialect": "vllm"},
+                {"label": "mtp", "speculative": "mtp", "base_url": mtp, "dialect": "vllm"},
+                {
+                    "label": "mtp-mistuned",
+                    "speculative": "mtp",
+                    "base_url": bad,
+                    "dialect": "vllm",
+                },
+            ],
+            "workload": {"prompts": [t.prompt for t in smoke_tasks() if t.id in DEMO_PROMPT_IDS]},
+            "requests_per_cell": requests,
+            "warmup_per_cell": 1,
+            "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
+            "arrival": {"mode": "concurrency", "concurrency": list(DEMO_CONCURRENCY)},
+            "parity": ParityPlan(concurrency=8, max_tokens=DEMO_MAX_TOKENS).model_dump(),
+            "results": results,
+        }
+    )
+
+
+async def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner._run import run_plan
+    from deepseekbench._types._axes import Speculative
+
+    t0 = time.perf_counter()
+    path: Path = args.results
+    # the engines count their end-of-sequence token as vLLM does, so pinned lengths end there
+    off_config = EngineConfig(
+        cost=CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN), eos_counted=True
+    )
+    mtp_config = off_config.model_copy(
+        update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH}
+    )
+    configs = (off_config, mtp_config, mtp_config.model_copy(update={"mistuned_draft": True}))
+    prog = StderrProgress(err)
+    async with (
+        EmbeddedEngine(configs[0]) as e_off,
+        EmbeddedEngine(configs[1]) as e_mtp,
+        EmbeddedEngine(configs[2]) as e_bad,
+    ):
+        plan = demo_plan([e_off.base_url, e_mtp.base_url, e_bad.base_url], requests=args.requests)
+        try:
+            result = await run_plan(plan, gate=LiveGate(), results_path=path, progress=prog)
+        finally:
+            prog.close()
+    card = Scorecard.from_run(result)
+    out.write(card.render(args.format))
+    out.flush()
+    err.write("\n")
+    write_error_summary(result, err, [])
+    err.write(f"results: {path}\n")
+    latest: Path | None = args.latest
+    if latest is not None and latest != path:
+        partial = latest.with_name(latest.name + ".partial")
+        shutil.copyfile(path, partial)
+        os.replace(partial, latest)  # a reader never sees half a copy
+        err.write(f"latest demo results (a copy): {latest}\n")
+    err.write(f"re-render: python -m deepseekbench report {path}\n")
+    err.write(f"demo wall time: {time.perf_counter() - t0:.1f} s\n")
+    return exit_for(result)
+
+
+DEMO_NUMERICS_REQUESTS = 8
+"""Issue 21's scenario: measured requests per route at concurrency 4 (one load point)."""
+
+
+async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Issue 21's demo scenario: ``off`` and ``mtp`` in the embedded engine's numerics mode
+    (verify passes flip near-ties, docs/engine.md) and the mis-tuned mtp, measured once,
+    then judged under ``parity.exact = "bit_exact"`` and ``"within_noise"`` (an analysis
+    key: the second run resumes the same results file and sends nothing new)."""
+    from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._plan._tasks import smoke_tasks
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner._run import run_plan
+    from deepseekbench._types._axes import Speculative
+
+    t0 = time.perf_counter()
+    cost = CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN)
+    off = EngineConfig(cost=cost, numerics=True)
+    mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH})
+    bad = mtp.model_copy(update={"numerics": False, "mistuned_draft": True})
+    async with EmbeddedEngine(off) as e0, EmbeddedEngine(mtp) as e1, EmbeddedEngine(bad) as e2:
+        urls = [e0.base_url, e1.base_url, e2.base_url]
+        data = demo_plan(urls, requests=DEMO_NUMERICS_REQUESTS).model_dump(mode="json")
+        data["arrival"]["concurrency"] = [4]
+        data["workload"]["output_length"] = "forced"  # near-ties live in long outputs
+        # the first 8 smoke prompts (the scenario as it was measured for issue 21): the
+        # embedded off never flips against itself, so the rate test's verdict depends on
+        # how many near-ties the sample meets (docs/engine.md, "Numerics mode")
+        data["workload"]["prompts"] = [t.prompt for t in smoke_tasks()[:DEMO_NUMERICS_REQUESTS]]
+        data["cells"][0]["max_tokens"] = 256
+        for exact in ("bit_exact", "within_noise"):
+            data["parity"]["exact"] = exact
+            judged = BenchmarkPlan.model_validate(data)
+            prog = StderrProgress(err)
+            try:
+                result = await run_plan(
+                    judged, gate=LiveGate(), results_path=args.results, progress=prog
+                )
+            finally:
+                prog.close()
+            out.write(f"\n== parity.exact = {exact!r} ==\n")
+            out.write(Scorecard.from_run(result).render(args.format))
+    out.flush()
+    err.write(f"\nresults: {args.results}\ndemo wall time: {time.perf_counter() - t0:.1f} s\n")
+    return exit_for(result)
+
+
+# issue 24: `demo --capacity`, engines launched from the plan, the depth grid, [search]
+DEMO_CAPACITY_DEPTHS: tuple[int, ...] = (1, 2, 4)
+"""The capacity scenario's mtp depth grid (draft tokens per verify step): one launched
+route per depth, ``mtp-k1``, ``mtp-k2``, ``mtp-k4``."""
+DEMO_CAPACITY_CONCURRENCY: tuple[int, ...] = (1, 5)
+"""The capacity scenario's sweep (closed-loop streams); the ``[search]`` adds the level
+between them (3): with ``resolution = 2`` every route's bracket is then resolved."""
+DEMO_CAPACITY_REQUESTS = 15
+"""Measured requests per route and load: 3 rounds of 5, the fewest a speedup is credited
+on (5 per row), which also caps the search's levels at 5 streams (one round)."""
+DEMO_CAPACITY_SLO_TPOT_MS = 20.0
+"""The capacity scenario's SLO (ms/token, TPOT): ``off`` (about 14 ms alone, 23 at 3
+streams) meets it at 1 stream only, the mtp depths (10 to 12 ms at 3 streams) at 3."""
+DEMO_CAPACITY_COSTS: dict[str, float] = {
+    "target_step_ms": 12.0,
+    "compute_ms_per_token": 2.7,
+    "draft_step_ms": 0.3,
+    "verify_token_ms": 0.0,
+    "batch_exponent": 0.5,
+}
+"""The capacity scenario's engine costs (``CostModel`` fields, ms; docs/engine.md), the
+same for every route: a 12 ms pass (the client's own per-token cost is a small share of
+it), a cheap draft head, so depth 4 (5 positions scored a step: 13.5 ms of compute)
+pays most alone, and a compute cost under which the deeper a depth, the sooner its
+verify pass turns compute-bound as streams are added, where the shallower depths win;
+a steep batch cost (exponent 0.5) puts ``off``'s TPOT at 1 and 3 streams well apart."""
+_DEMO_CAPACITY_PROMPT_IDS: tuple[str, ...] = (
+    "arith-add-17-25",
+    "arith-mul-12-12",
+    "count-5-12",
+    "count-41-48",
+    "reverse-zizur",
+)
+"""Five smoke prompts with short answers (12 to 18 tokens), one a request of each round:
+no workload item left unsent."""
+
+
+def demo_capacity_plan(*, results: str | None = None) -> BenchmarkPlan:
+    """The capacity scenario's plan (``python -m deepseekbench demo --capacity``).
+
+    Routes launched from the plan on the embedded engine (``[routes.launch]``, each
+    with ``DEMO_CAPACITY_COSTS``): ``off``; ``mtp`` with ``spec_tokens =
+    DEMO_CAPACITY_DEPTHS`` (the depth grid: routes ``mtp-k1``, ``mtp-k2``,
+    ``mtp-k4``); ``mtp-mistuned`` (depth 2, ``mistuned_draft``: fast and wrong).
+    One cell (output capped at ``DEMO_MAX_TOKENS`` tokens, answers at their natural
+    length) swept over closed-loop concurrency ``DEMO_CAPACITY_CONCURRENCY``,
+    ``DEMO_CAPACITY_REQUESTS`` measured requests per route and load in 3 rounds, no
+    warm-up (the parity pass runs first); ``[slo] tpot_ms =
+    DEMO_CAPACITY_SLO_TPOT_MS`` (ms/token) and ``[search]`` (``target`` 0.9,
+    ``resolution`` 2 streams, ``max_level`` 5 streams); the smoke tasks as the
+    parity set (16 in flight). The scorecard then names the best depth per load,
+    each route's capacity with its bracket, and the ratio of each depth's
+    capacity to ``off``'s (docs/plan.md).
+
+    Raises:
+        PlanError: the plan fails validation (never with the built-in values).
+    """
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._plan._tasks import smoke_tasks
+
+    prompts = {t.id: t.prompt for t in smoke_tasks()}
+
+    def route(label: str, speculative: str, depth: object = None, **args: object) -> object:
+        engine_args = {**DEMO_CAPACITY_COSTS, "eos_counted": True, **args}
+        launch: dict[str, object] = {"engine": "embedded", "engine_args": engine_args}
+        if depth is not None:
+            launch["spec_tokens"] = depth
+        return {"label": label, "speculative": speculative, "dialect": "vllm", "launch": launch}
+
+    return BenchmarkPlan.from_mapping(
+        {
+            "model": "deepseekbench-ref",
+            "provider_route": "local",
+            "engine_route": "embedded",
+            "hosting": "embedded",
+            "routes": [
+                route("off", "off"),
+                route("mtp", "mtp", list(DEMO_CAPACITY_DEPTHS)),
+                route("mtp-mistuned", "mtp", 2, mistuned_draft=True),
+            ],
+            "workload": {"prompts": [prompts[i] for i in _DEMO_CAPACITY_PROMPT_IDS]},
+            "requests_per_cell": DEMO_CAPACITY_REQUESTS,
+            "warmup_per_cell": 0,
+            "repeats": 3,
+            "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
+            "arrival": {"mode": "concurrency", "concurrency": list(DEMO_CAPACITY_CONCURRENCY)},
+            "parity": {"concurrency": 16, "max_tokens": DEMO_MAX_TOKENS},
+            "slo": {"tpot_ms": DEMO_CAPACITY_SLO_TPOT_MS},
+            "search": {"target": 0.9, "resolution": 2, "max_level": 5},
+            "results": results,
+        }
+    )
+
+
+async def run_demo_capacity(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Issue 24's demo scenario: :func:`demo_capacity_plan` run through ``run_plan``
+    (which launches and stops the engines), its scorecard printed."""
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner._run import run_plan
+
+    t0 = time.perf_counter()
+    path: Path = args.results
+    prog = StderrProgress(err)
+    try:
+        result = await run_plan(
+            demo_capacity_plan(), gate=LiveGate(), results_path=path, progress=prog
+        )
+    finally:
+        prog.close()
+    out.write(Scorecard.from_run(result).render(args.format))
+    out.flush()
+    err.write("\n")
+    write_error_summary(result, err, [])
+    err.write(
+        f"results: {path}\n"
+        f"re-render: python -m deepseekbench report {path} --best-config best.json "
+        "--plot capacity.png\n"
+        f"demo wall time: {time.perf_counter() - t0:.1f} s\n"
+    )
+    return exit_for(result)
+
+
+def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``demo``: the scenario the flags name, its results file chosen (a stamped name in
+    the working folder without ``--results``; the main scenario's copied to
+    ``DEMO_LATEST`` when it finishes)."""
+    import anyio
+
+    if args.requests < 1:
+        err.write("deepseekbench: --requests must be >= 1\n")
+        return EXIT_USAGE
+    if args.numerics and args.capacity:  # issue 24
+        err.write("deepseekbench: demo: --numerics and --capacity are two scenarios\n")
+        return EXIT_USAGE
+    args.latest = None
+    if args.results is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        if args.capacity:  # issue 24: its own file; the latest-demo copy is the main one's
+            stamp = f"capacity-{stamp}"
+        args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
+        args.latest = None if args.capacity else results_path(Path.cwd() / DEMO_LATEST)
+    args.results = results_path(args.results)
+    if args.numerics:  # issue 21
+        return anyio.run(run_demo_numerics, args, out, err)
+    if args.capacity:  # issue 24
+        return anyio.run(run_demo_capacity, args, out, err)
+    return anyio.run(run_demo, args, out, err)

@@ -1,0 +1,21 @@
+"""The command line's exit codes (the table is in :mod:`deepseekbench._cli`).
+
+Holds ``EXIT_OK``, ``EXIT_ERRORS``, ``EXIT_USAGE``, ``EXIT_GATE`` and ``EXIT_INTERRUPTED``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EXIT_ERRORS", "EXIT_GATE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE"]
+
+EXIT_OK = 0
+"""Finished (refused speedups included)."""
+EXIT_ERRORS = 1
+"""Finished with measured requests that errored, or stopped at a calibration pass
+whose requests errored (``CalibrationError``, issue 23; a rerun resumes it)."""
+EXIT_USAGE = 2
+"""Bad arguments, invalid plan, a launched engine that did not start, or an unreadable
+results file."""
+EXIT_GATE = 3
+"""The LiveGate refused (or would refuse, in a dry run)."""
+EXIT_INTERRUPTED = 130
+"""Interrupted; results so far kept, a rerun resumes."""

@@ -1,0 +1,148 @@
+"""``main``: the command line parsed, its command run, its exit code returned.
+
+Holds :func:`main` (the console script ``deepseekbench`` and ``python -m
+deepseekbench``), :func:`package_version` and the mapping from the library's errors
+to exit codes (:mod:`deepseekbench._cli._exits`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TextIO
+
+from deepseekbench._cli._commands import report_command, run_command, serve_command
+from deepseekbench._cli._demo import demo_command
+from deepseekbench._cli._exits import (
+    EXIT_ERRORS,
+    EXIT_GATE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+)
+from deepseekbench._cli._parser import build_parser
+from deepseekbench._errors import (
+    CalibrationError,
+    KeyFormatError,
+    LiveGateError,
+    PlanError,
+    ResultsFormatError,
+    ServerError,
+    TokenizeError,
+)
+
+__all__ = ["main", "package_version"]
+
+
+def package_version() -> str:
+    """The installed distribution's version (``importlib.metadata``); in a source
+    checkout that is not installed, ``deepseekbench.__version__`` (the same string as
+    ``pyproject.toml``'s ``version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("deepseekbench")
+    except PackageNotFoundError:  # the package (this module's parent) is loaded already
+        return str(getattr(sys.modules["deepseekbench"], "__version__", "unknown"))
+
+
+def main(
+    argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Run the CLI; returns the exit code (see :mod:`deepseekbench._cli`)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    if args.version:
+        out.write(f"deepseekbench {package_version()}\n")
+        return EXIT_OK
+    with _warnings_as_lines(err):
+        return _command(parser, args, out, err)
+
+
+@contextmanager
+def _warnings_as_lines(err: TextIO) -> Iterator[None]:
+    """The library's own warnings (:class:`~deepseekbench.WorkloadCoverageWarning`) as one
+    clean line each on ``err`` (``deepseekbench: warning: ...``), not Python's
+    ``path:line: Category: message`` form; other warnings print as Python prints them.
+    Library callers still get ``warnings.warn`` of the named category."""
+    from deepseekbench._plan._coverage import WorkloadCoverageWarning
+
+    python_show = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, WorkloadCoverageWarning):
+            err.write(f"deepseekbench: warning: {message}\n")
+        else:
+            python_show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():  # restores showwarning on the way out
+        warnings.showwarning = show
+        yield
+
+
+def _dispatch(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    """The parsed command, run (help on ``err`` when none was given)."""
+    if args.command == "demo":
+        return demo_command(args, out, err)
+    if args.command == "run":
+        return run_command(args, out, err)
+    if args.command == "report":
+        return report_command(args, out, err)
+    if args.command == "serve":
+        return serve_command(args, err)
+    parser.print_help(err)
+    return EXIT_USAGE
+
+
+def _command(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    """The parsed command, run; its exit code (see :mod:`deepseekbench._cli`)."""
+    # the stages load only now, so that --help and usage errors stay fast
+    from pydantic import ValidationError
+
+    from deepseekbench._plan._messages import validation_error_lines
+
+    try:
+        return _dispatch(parser, args, out, err)
+    except KeyboardInterrupt:
+        err.write(
+            "\ninterrupted: finished measurements are kept in the results file; "
+            "rerun the same command to resume\n"
+        )
+        return EXIT_INTERRUPTED
+    except LiveGateError as exc:
+        err.write(f"deepseekbench: {exc}\n")
+        return EXIT_GATE
+    except ServerError as exc:  # a launched engine did not start (secrets redacted)
+        from deepseekbench._types._secrets import printable
+
+        err.write(f"deepseekbench: {printable(str(exc), keep_newlines=True)}\n")
+        return EXIT_USAGE
+    except CalibrationError as exc:  # issue 23: off gave no natural length; rerun resumes
+        err.write(f"deepseekbench: {exc}\n")
+        return EXIT_ERRORS
+    except ValidationError as exc:
+        err.write(f"deepseekbench: invalid {exc.title}:\n")
+        err.writelines(f"  {line}\n" for line in validation_error_lines(exc))
+        return EXIT_USAGE
+    except (PlanError, ResultsFormatError, TokenizeError, KeyFormatError) as exc:
+        err.write(f"deepseekbench: {exc}\n")
+        return EXIT_USAGE

@@ -1,0 +1,200 @@
+"""The command line's argument parser: ``deepseekbench`` and its subcommands.
+
+Holds :func:`build_parser` (demo, run, report, serve), ``FORMATS`` (the scorecard
+formats ``--format`` offers) and the budget flags' value check.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from deepseekbench._cli._demo import DEMO_LATEST, DEMO_REQUESTS
+
+__all__ = ["FORMATS", "build_parser"]
+
+FORMATS = ("text", "markdown", "json", "csv", "html")
+_FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
+
+
+def _budget(text: str) -> int:
+    """A budget flag's value: an integer >= 0 (argparse exits 2 otherwise)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``deepseekbench`` argument parser (subcommands demo, run, report, serve)."""
+    parser = argparse.ArgumentParser(
+        prog="deepseekbench",
+        description="Benchmark speculative decoding with speed and quality parity in one run.",
+        epilog="exit codes: 0 ok, 1 finished with request errors, 2 usage/plan error "
+        "(or a route failed the reachability probe), "
+        "3 LiveGate refusal, 130 interrupted (rerun resumes)",
+    )
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print the installed deepseekbench version (package metadata) and exit",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    _add_demo(sub)
+    run = sub.add_parser("run", help="run a benchmark plan (TOML or JSON)")
+    _add_run(run)
+    _add_run_client(run)
+    _add_report(sub)
+
+    serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
+    from deepseekbench._engine import add_serve_arguments
+
+    add_serve_arguments(serve)
+    return parser
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``demo`` subcommand and its flags."""
+    demo = sub.add_parser(
+        "demo",
+        help="run off, mtp and mis-tuned mtp on embedded loopback engines at concurrency "
+        "1, 2 and 8; print the scorecard and the crossover",
+    )
+    demo.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="results JSONL (default: ./deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl, "
+        f"copied to ./{DEMO_LATEST} when the demo finishes)",
+    )
+    demo.add_argument(
+        "--requests",
+        type=int,
+        default=DEMO_REQUESTS,
+        help="measured requests per route and load point, >= 1, after one warm-up "
+        "(default: %(default)s)",
+    )
+    demo.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
+    demo.add_argument(  # issue 21
+        "--numerics",
+        action="store_true",
+        help="the numerics scenario: off and mtp engines whose verify passes flip near-ties, "
+        "and the mis-tuned mtp; one run judged under parity.exact = bit_exact, then "
+        "within_noise (the same results file, nothing measured twice)",
+    )
+    demo.add_argument(  # issue 24
+        "--capacity",
+        action="store_true",
+        help="the capacity scenario: off, mtp at depths 1, 2 and 4 and the mis-tuned mtp, "
+        "each launched from the plan; concurrency 1 and 5 and a [search] for the capacity "
+        "under a TPOT SLO; prints the best depth per load and each route's capacity "
+        "(--requests applies to the main scenario only)",
+    )
+
+
+def _add_run(run: argparse.ArgumentParser) -> None:
+    """``run``'s plan, gate, budget, dry-run and results flags."""
+    run.add_argument("plan", type=Path, help="plan file (.toml or .json)")
+    run.add_argument(
+        "--spend",
+        action="store_true",
+        help="allow non-loopback hosts (also needs DEEPSEEKBENCH_API_KEY or a route key)",
+    )
+    run.add_argument(
+        "--max-requests",
+        type=_budget,
+        default=None,
+        metavar="N",
+        help="the run's request budget: the gate admits at most N requests (probes, parity, "
+        "scrapes included); once spent the run stops with exit 3, keeping every request it "
+        "admitted and recording the refused ones as budget_refused (a rerun resumes them)",
+    )
+    run.add_argument(
+        "--max-output-tokens",
+        type=_budget,
+        default=None,
+        metavar="N",
+        help="the run's output-token budget (tokens charged after each request); spent as "
+        "--max-requests",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate, list the rows it would measure and what the gate would refuse; "
+        "open no connection",
+    )
+    run.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="results JSONL path (default: the plan's 'results', else "
+        "./deepseekbench-results-<plan hash>.jsonl)",
+    )
+
+
+def _add_run_client(run: argparse.ArgumentParser) -> None:
+    """``run``'s client flags (workers, executor, Ray address), format, probe and retry."""
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="client workers sending each block, 1-256 (default: the plan's 'workers', else 1)",
+    )
+    run.add_argument(
+        "--executor",
+        choices=["process", "ray"],
+        default=None,
+        help="where the workers run: processes on this host or Ray actors "
+        "(default: the plan's 'executor', else process)",
+    )
+    run.add_argument(
+        "--ray-address",
+        default=None,
+        help="an existing Ray cluster's address (default: the plan's, else a local "
+        "instance on 127.0.0.1)",
+    )
+    run.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
+    run.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="skip the reachability probe (one GET /models per route before measuring; "
+        "default: the plan's 'probe_routes', else on)",
+    )
+    run.add_argument(
+        "--no-retry-errors",
+        action="store_true",
+        help="on resume, keep measurements that ended in an error (default: measure them again)",
+    )
+
+
+def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``report`` subcommand and its flags."""
+    report = sub.add_parser("report", help="re-render the scorecard of a results file")
+    report.add_argument("results", type=Path, help="results JSONL written by run or demo")
+    report.add_argument(
+        "--run",
+        metavar="HASH",
+        default=None,
+        help="the plan hash (or a prefix) of the run to show when the file holds "
+        "several (default: the last)",
+    )
+    report.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
+    report.add_argument(
+        "--plot",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="also draw speedup vs load and TPOT vs output throughput per route to PATH "
+        "(.png, .svg or .pdf; needs: pip install 'deepseekbench[plot]')",
+    )
+    report.add_argument(  # issue 24: the depth grid's choice per load
+        "--best-config",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="also write the best configuration per load of each depth grid to PATH (JSON)",
+    )
