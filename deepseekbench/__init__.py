@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         NoiseVerdict,
         within_noise_verdict,
     )
+    from deepseekbench._analysis._lines import ScorecardLine
     from deepseekbench._analysis._speedup import (
         MIN_REQUESTS_FOR_SPEEDUP,
         CompareSpeedup,
@@ -235,11 +236,10 @@ if TYPE_CHECKING:
         load_spec_bench,
         synthetic_items,
     )
+    from deepseekbench._report._notes import crossover_text
     from deepseekbench._report._scorecard import (
         Scorecard,
-        ScorecardLine,
         bootstrap_speedup_ci,
-        crossover_text,
         paired_speedup_ci,
     )
     from deepseekbench._runner import (
@@ -436,7 +436,7 @@ _IMPORTS: dict[str, str] = {
     "RunningVllmServer": "deepseekbench._launch._vllm",
     "SCHEMA_VERSION": "deepseekbench._types._row",
     "Scorecard": "deepseekbench._report._scorecard",
-    "ScorecardLine": "deepseekbench._report._scorecard",
+    "ScorecardLine": "deepseekbench._analysis._lines",
     "SelfCheck": "deepseekbench._measure._selfcheck",
     "Clock": "deepseekbench._types._clock",  # issue 22
     "CLOCK_TOLERANCE": "deepseekbench._types._clock",  # issue 22
@@ -485,7 +485,7 @@ _IMPORTS: dict[str, str] = {
     "check_bucket": "deepseekbench._plan._workload",
     "coerce_request": "deepseekbench._types._request",
     "compare_speedup": "deepseekbench._analysis._speedup",
-    "crossover_text": "deepseekbench._report._scorecard",
+    "crossover_text": "deepseekbench._report._notes",
     "determinism_control": "deepseekbench._types._parity",
     "dialect_for": "deepseekbench._dialects",
     "dry_run": "deepseekbench._runner",

@@ -65,6 +65,7 @@ from deepseekbench._errors import (
     ServerError,
     TokenizeError,
 )
+from deepseekbench._report._formats import FORMAT_NAMES
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -139,7 +140,7 @@ DEMO_LATEST = "deepseekbench-demo.jsonl"
 when it finishes, copies it to this stable name in the working folder (replacing an earlier
 copy), so that ``dsb.load_results("deepseekbench-demo.jsonl")`` reads the latest demo."""
 
-FORMATS = ("text", "markdown", "json", "csv", "html")
+FORMATS = FORMAT_NAMES  # the format registry's names
 _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
 
 
