@@ -10,7 +10,6 @@ already implies and are not carried (:data:`OMITS`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -53,29 +52,28 @@ def line_dict(ln: ScorecardLine) -> dict[str, Any]:
     return out
 
 
-_KEYS: Final[dict[str, tuple[str, Callable[[Scorecard], Any]]]] = {
-    "title": ("metric", lambda c: c.metric.value),
-    "run": ("run", lambda c: c.meta.model_dump(mode="json") if c.meta is not None else None),
-    "table": ("lines", lambda c: [line_dict(ln) for ln in c.lines]),
-    "best_config": (
-        "best_configs",
-        lambda c: [b.model_dump(mode="json") for b in c.best_configs()],
-    ),
-    "capacity": ("capacity", lambda c: c.capacity.to_dict() if c.capacity is not None else None),
-}
-"""Section kind -> (key, its data). The integrity note is inside ``run``; the
-categories, turns and latency percentiles inside each line."""
+def _value(kind: str, card: Scorecard) -> tuple[str, Any] | None:
+    """Section kind -> (its key, its data), ``None`` for a section carried elsewhere:
+    the integrity note inside ``run``; the categories, turns and latency
+    percentiles inside each line; the notes nowhere (:data:`OMITS`)."""
+    if kind == "title":
+        return "metric", card.metric.value
+    if kind == "run":
+        return "run", card.meta.model_dump(mode="json") if card.meta is not None else None
+    if kind == "table":
+        return "lines", [line_dict(ln) for ln in card.lines]
+    if kind == "best_config":
+        return "best_configs", [c.model_dump(mode="json") for c in card.best_configs()]
+    if kind == "capacity" and card.capacity is not None:
+        return "capacity", card.capacity.to_dict()
+    return None
 
 
 def to_dict(card: Scorecard) -> dict[str, Any]:
     """``{"metric", "run", "lines": [...]}``, then ``best_configs`` and ``capacity``
     when the run had a depth grid or a ``[search]``."""
-    out: dict[str, Any] = {}
-    for s in report_sections(card):
-        if s.kind in _KEYS:
-            key, value = _KEYS[s.kind]
-            out[key] = value(card)
-    return out
+    pairs = (_value(s.kind, card) for s in report_sections(card))
+    return dict(p for p in pairs if p is not None)
 
 
 def render(card: Scorecard) -> str:
