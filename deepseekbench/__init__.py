@@ -16,9 +16,9 @@ functions and ``if TYPE_CHECKING:`` blocks too)::
     __init__             the public surface (everything re-exported, lazily)
     __main__             ``python -m deepseekbench``
     _cli/                the command line: parser, commands, demo, output
-    _runner/             wires the stages into one run: its steps, preflight, resume, search, dry run
-    _report/             scorecard and plots: renders rows
-    _analysis/           rows, statistics, speed-ups, parity verdicts (pure)
+    _runner/             wires the stages into one run: steps, preflight, resume, search, dry run
+    _report/             renders: one module per format in a registry, notes, plots
+    _analysis/           rows, statistics, speed-ups, parity verdicts, judged lines (pure)
     _store/              the results file and its one writer: append-only JSONL, digest
                          chain, resume, lock
     _execute/            preflight (what servers say of themselves), prepare the workload;
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
         NoiseVerdict,
         within_noise_verdict,
     )
+    from deepseekbench._analysis._lines import ScorecardLine
     from deepseekbench._analysis._route_parity import RouteParity
     from deepseekbench._analysis._speedup import (
         MIN_REQUESTS_FOR_SPEEDUP,
@@ -229,11 +230,10 @@ if TYPE_CHECKING:
         synthetic_items,
     )
     from deepseekbench._records._measurement import ErrorKind, StreamError, StreamMeasurement
+    from deepseekbench._report._notes import crossover_text
     from deepseekbench._report._scorecard import (
         Scorecard,
-        ScorecardLine,
         bootstrap_speedup_ci,
-        crossover_text,
         paired_speedup_ci,
     )
     from deepseekbench._runner._dry_run import DryRunResult, dry_run
@@ -430,7 +430,7 @@ _IMPORTS: dict[str, str] = {
     "RunningVllmServer": "deepseekbench._launch._vllm",
     "SCHEMA_VERSION": "deepseekbench._types._row",
     "Scorecard": "deepseekbench._report._scorecard",
-    "ScorecardLine": "deepseekbench._report._scorecard",
+    "ScorecardLine": "deepseekbench._analysis._lines",
     "SelfCheck": "deepseekbench._measure._selfcheck",
     "Clock": "deepseekbench._types._clock",  # issue 22
     "CLOCK_TOLERANCE": "deepseekbench._types._clock",  # issue 22
@@ -479,7 +479,7 @@ _IMPORTS: dict[str, str] = {
     "check_bucket": "deepseekbench._plan._workload",
     "coerce_request": "deepseekbench._types._request",
     "compare_speedup": "deepseekbench._analysis._speedup",
-    "crossover_text": "deepseekbench._report._scorecard",
+    "crossover_text": "deepseekbench._report._notes",
     "determinism_control": "deepseekbench._types._parity",
     "dialect_for": "deepseekbench._dialects",
     "dry_run": "deepseekbench._runner._dry_run",

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-import deepseekbench._report._scorecard as scorecard_mod
+import deepseekbench._analysis._lines as lines_mod
 from deepseekbench._analysis._speedup import compare_speedup
 from deepseekbench._report._scorecard import (
     MissingExtraError,
@@ -116,7 +116,7 @@ def test_the_property_fails_against_a_scorecard_that_ignores_parity(
             **kw,
         )
 
-    monkeypatch.setattr(scorecard_mod, "compare_speedup", ignores_parity)
+    monkeypatch.setattr(lines_mod, "compare_speedup", ignores_parity)
     counterexample = find(
         judged_pairs(), unearned_speedup_shown, settings=settings(max_examples=500, deadline=None)
     )

@@ -10,10 +10,11 @@ import argparse
 from pathlib import Path
 
 from deepseekbench._cli._demo import DEMO_LATEST, DEMO_REQUESTS
+from deepseekbench._report._formats import FORMAT_NAMES
 
 __all__ = ["FORMATS", "build_parser"]
 
-FORMATS = ("text", "markdown", "json", "csv", "html")
+FORMATS = FORMAT_NAMES  # the format registry's names
 _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
 
 

@@ -20,7 +20,13 @@ The flag names the cause, since the remedies are opposite:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+
+from deepseekbench._analysis._client_flag import (
+    SATURATED_CPU_SHARE,
+    STARVED_WAIT_SHARE,
+    ClientHealth,
+    client_flag,
+)
 
 __all__ = [
     "SATURATED_CPU_SHARE",
@@ -29,49 +35,6 @@ __all__ = [
     "run_diagnoses",
     "run_diagnosis",
 ]
-
-SATURATED_CPU_SHARE = 0.8
-"""Event-loop thread CPU time per wall second (0..1) at or above which a flagged
-client is ``saturated``."""
-
-STARVED_WAIT_SHARE = 0.1
-"""Share of wall time waiting for a core (0..1) at or above which a lagging client
-that did not read in bursts is flagged ``waited``."""
-
-
-class ClientHealth(Protocol):
-    """What the diagnosis reads from a scorecard line (or a row)."""
-
-    @property
-    def client_saturated(self) -> bool: ...
-    @property
-    def client_starved(self) -> bool: ...
-    @property
-    def client_cpu_share(self) -> float | None: ...
-    @property
-    def client_core_wait_share(self) -> float | None: ...
-    @property
-    def client_stall_ms(self) -> float | None: ...
-    @property
-    def client_cores(self) -> int | None: ...
-    @property
-    def client_load_1m(self) -> float | None: ...
-
-
-def client_flag(ln: ClientHealth) -> str:
-    """``"starved"``, ``"saturated"``, ``"waited"``, ``"lagged"`` or ``""`` (healthy)
-    for one line; ``"starved"`` exactly when the line's TPOT speedup is refused
-    ``client_starved``."""
-    if ln.client_starved:
-        return "starved"
-    if not ln.client_saturated:
-        return ""
-    if ln.client_cpu_share is not None and ln.client_cpu_share >= SATURATED_CPU_SHARE:
-        return "saturated"
-    wait = ln.client_core_wait_share
-    if wait is not None and wait >= STARVED_WAIT_SHARE:
-        return "waited"
-    return "lagged"
 
 
 def _most(values: Sequence[float | int | None]) -> float | None:

@@ -1,0 +1,227 @@
+"""The scorecard's notes: prose under the tables on what was refused, flagged or explained.
+
+Holds :func:`crossover_text` and :func:`crossovers` (where a route stops paying
+as the load grows), :func:`scorecard_notes` (every note, in the order every
+format prints them) and the per-topic note builders it gathers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from deepseekbench._analysis._lines import ScorecardLine
+from deepseekbench._report._client_diagnosis import run_diagnoses
+from deepseekbench._report._past_eos import past_eos_notes
+from deepseekbench._report._server_side import server_side_notes
+from deepseekbench._report._tables import server_wide_marked
+from deepseekbench._types._axes import QualityParity, Speculative
+from deepseekbench._types._identity import RouteIdentity
+
+__all__ = ["crossover_text", "crossovers", "positions_text", "scorecard_notes"]
+
+
+def _x(v: float) -> str:
+    """A speedup figure, e.g. ``1.60×``."""
+    return f"{v:.2f}×"
+
+
+def crossover_text(route: str, cell: str, points: Sequence[tuple[str, float]]) -> str:
+    """One sentence on where ``route`` stops paying in ``cell``.
+
+    ``points``: ``(load phrase, credited speedup)`` in ascending load, e.g.
+    ``[("concurrency 1", 1.6), ("concurrency 16", 1.2), ("concurrency 64", 0.91)]``
+    gives "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.20×); at
+    concurrency 64 it is 0.91×". Only credited loads are points, so the sentence
+    speaks of credited loads (:meth:`~deepseekbench.Scorecard.crossovers` names the others).
+    """
+    head = f"{route} @ {cell}: "
+    paying = 0
+    while paying < len(points) and points[paying][1] > 1.0:
+        paying += 1
+    if len(points) == 1:
+        load, v = points[0]
+        return head + ("pays" if paying else "does not pay") + f" at {load} ({_x(v)})"
+    if paying == len(points):
+        first, last = points[0], points[-1]
+        return (
+            head
+            + f"pays at every credited load ({_x(first[1])} at {first[0]} → "
+            + (f"{_x(last[1])} at {last[0]})")
+        )
+    if paying == 0:
+        listing = ", ".join(f"{_x(v)} at {p}" for p, v in points)
+        return head + f"does not pay at any credited load ({listing})"
+    text = (
+        head + f"pays up to {points[paying - 1][0]} ({_x(points[0][1])} → "
+        f"{_x(points[paying - 1][1])}); at {points[paying][0]} it is {_x(points[paying][1])}"
+    )
+    rest = [f"{_x(v)} at {p}" for p, v in points[paying + 1 :]]
+    return text + (f" (then {', '.join(rest)})" if rest else "")
+
+
+def crossovers(lines: Sequence[ScorecardLine]) -> tuple[str, ...]:
+    """Per route and cell measured at 2 or more load points: where it stops paying
+    (:func:`crossover_text` over its credited speedups, ascending load), plus the
+    loads where no speedup was credited."""
+    groups: dict[tuple[str, str], list[ScorecardLine]] = {}
+    for ln in lines:
+        if ln.row.speculative is not Speculative.off and ln.load_level is not None:
+            groups.setdefault((ln.route, ln.cell), []).append(ln)
+    out: list[str] = []
+    for (route, cell), lns in groups.items():
+        if len(lns) < 2:
+            continue
+        lns.sort(key=lambda x: x.load_level or 0.0)
+        points = [
+            (x.load_phrase, x.verdict.speedup)
+            for x in lns
+            if x.verdict is not None and x.verdict.speedup is not None
+        ]
+        refused = [x.load_phrase for x in lns if not x.credited]
+        text = crossover_text(route, cell, points) if points else f"{route} @ {cell}: "
+        if refused:
+            text += ("; " if points else "") + "no speedup credited at " + ", ".join(refused)
+        out.append(text)
+    return tuple(out)
+
+
+def positions_text(by_pos: tuple[float, ...] | None) -> str | None:
+    """Per-position acceptance as ``0.74 0.65 0.52``, ``None`` when unknown."""
+    return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
+
+
+def _where(ln: ScorecardLine) -> str:
+    return f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
+
+
+def _loads_of(lines: Sequence[ScorecardLine]) -> str:
+    """`` (c=1, c=3, c=5)``: the lines' load points in ascending load (a ``[search]``
+    level is measured after the sweep's), or nothing for a run without load points."""
+    loads = [ln.load for ln in sorted(lines, key=lambda x: x.load_level or 0.0)]
+    return f" ({', '.join(loads)})" if loads != ["—"] else ""
+
+
+def _parity_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """One note per route, cell and explanation of an uncredited line; the load
+    points it holds at are listed, then its first divergence and task flips."""
+    groups: dict[tuple[Any, ...], list[ScorecardLine]] = {}
+    for ln in lines:
+        r = ln.row
+        if ln.credited or (
+            r.speculative is Speculative.off and r.quality_parity is QualityParity.verified
+        ):
+            continue
+        key = (ln.route, ln.cell, r.speculative is Speculative.off, r.quality_parity,
+               r.parity_detail, ln.first_divergence, ln.task_flips)  # fmt: skip
+        groups.setdefault(key, []).append(ln)
+    notes: list[str] = []
+    for (route, cell, is_off, parity, detail, first, flips), lns in groups.items():
+        where = f"{route} @ {cell}{_loads_of(lns)}"
+        if is_off:
+            notes.append(f"{where}: baseline parity {parity.value} — {detail or 'no detail'}")
+            continue
+        notes.append(
+            f"{where}: no speedup credited; parity {parity.value} — {detail or 'no detail'}"
+        )
+        if first:
+            notes.append(f"  first divergence: {first}")
+        if flips:
+            notes.append(f"  task flips ({len(flips)}):")
+            notes.extend(f"    {f}" for f in flips)
+    return notes
+
+
+def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Per-position acceptance and ignored SSE lines, one note per line that has them
+    (the client's health: one note per client flag, :func:`run_diagnoses`)."""
+    notes: list[str] = []
+    for ln in lines:
+        r = ln.row
+        if r.acceptance_by_position is not None:
+            depth = f", depth {r.spec_tokens}" if r.spec_tokens is not None else ""
+            notes.append(
+                f"{_where(ln)}: acceptance by draft position 1.."
+                f"{len(r.acceptance_by_position)}{depth}: "
+                f"{positions_text(r.acceptance_by_position)}"
+            )
+        if r.sse_ignored_lines:
+            notes.append(
+                f"{_where(ln)}: {r.sse_ignored_lines} SSE line(s) ignored "
+                "(unknown or padded field names): streamed text may be incomplete"
+            )
+    return notes
+
+
+def _identity_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """One note per distinct refused or flagged route identity (the loads listed)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for ln in lines:
+        identity = ln.row.route_identity
+        if identity in (RouteIdentity.refused, RouteIdentity.flagged):
+            status = identity.value if identity else ""
+            key = (status, ln.row.route_identity_detail or "no detail")
+            groups.setdefault(key, []).append(ln.load)
+    out = []
+    for (status, detail), loads in groups.items():
+        where = f" ({', '.join(dict.fromkeys(loads))})" if loads != ["—"] else ""
+        out.append(f"route identity {status}{where}: {detail}")
+    return out
+
+
+def _divergence_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """One line per route and cell (and load points) explaining its divergences
+    by ``off``'s margins."""
+    groups: dict[tuple[str, str, str], list[ScorecardLine]] = {}
+    for ln in lines:
+        note = ln.row.divergence_note
+        if note and ln.row.speculative is not Speculative.off:
+            groups.setdefault((ln.route, ln.cell, note), []).append(ln)
+    return [
+        f"{route} @ {cell}{_loads_of(lns)}: {note}" for (route, cell, note), lns in groups.items()
+    ]
+
+
+def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Short outputs, then the footnotes of the ``*`` and ``!`` markers and of rounds."""
+    notes = [
+        f"{_where(ln)}: {ln.row.n_output_short} of {ln.row.n_requests} outputs "
+        "fell short of max_tokens: decode is under-measured at this output target"
+        for ln in lines
+        if ln.row.output_short
+    ]
+    if any(server_wide_marked(ln) for ln in lines):  # the footnote of a shown "*"
+        notes.append("* acceptance is a server-wide /metrics delta, not per request")
+    if any(ln.row.schedule_lagged for ln in lines):
+        notes.append(
+            "! the open-loop schedule lagged (p90 queue_ms above arrival.max_lag_ms): "
+            "the client, not the server, may have limited the load"
+        )
+    if any(ln.verdict is not None and ln.verdict.rounds for ln in lines):
+        notes.append(
+            "speedups with rounds: geometric mean of the paired round ratios, 95% CI a "
+            "Student-t interval on their logs"
+        )
+    return notes
+
+
+def scorecard_notes(lines: Sequence[ScorecardLine], client_workers: int | None) -> list[str]:
+    """Every note of a scorecard, in order: crossovers, parity, per-line details,
+    the client's health, the server's side, route identity, divergences explained,
+    tokens past ``off``'s end of sequence, then the footnotes."""
+    notes: list[str] = [f"crossover: {c}" for c in crossovers(lines)]
+    notes.extend(_parity_notes(lines))
+    notes.extend(_detail_notes(lines))
+    notes.extend(run_diagnoses([ln.row for ln in lines], client_workers))
+    notes.extend(server_side_notes(lines))
+    notes.extend(_identity_notes(lines))
+    notes.extend(_divergence_notes(lines))
+    notes.extend(
+        past_eos_notes(
+            (_where(ln), ln.row.tokens_past_eos)
+            for ln in lines
+            if ln.row.speculative is not Speculative.off
+        )
+    )
+    notes.extend(_footnotes(lines))
+    return notes

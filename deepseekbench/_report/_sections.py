@@ -1,0 +1,108 @@
+"""The report model: a scorecard as an ordered list of sections, the one thing every format walks.
+
+Holds :class:`Section`, :data:`SECTION_KINDS` (every kind, in report order) and
+:func:`report_sections`, which builds a scorecard's sections: the title, the
+run line, the integrity warning, the main table, the per-category and per-turn
+tables, the best configuration per load, the latency percentiles, capacity
+under SLO and the notes. A section with nothing to show is left out, except the
+title, the run line and the main table, which every report has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from deepseekbench._report._grid import grid_text
+from deepseekbench._report._notes import scorecard_notes
+from deepseekbench._report._tables import (
+    CATEGORY_COLUMNS,
+    CATEGORY_TITLE,
+    LATENCY_TITLE,
+    TURN_COLUMNS,
+    TURN_TITLE,
+    category_cells,
+    latency_cells,
+    latency_columns,
+    main_cells,
+    main_columns,
+    turn_cells,
+)
+from deepseekbench._types._clock import Clock
+
+if TYPE_CHECKING:
+    from deepseekbench._report._scorecard import Scorecard
+
+__all__ = ["SECTION_KINDS", "Section", "report_sections"]
+
+SECTION_KINDS: Final = (
+    "title",
+    "run",
+    "integrity",
+    "table",
+    "categories",
+    "turns",
+    "best_config",
+    "latency",
+    "capacity",
+    "notes",
+)
+"""Every section kind, in the order a report shows them."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of a report.
+
+    ``kind``: one of :data:`SECTION_KINDS`. ``heading``: its title line (empty
+    for the run line, the main table and the notes). ``columns`` and ``rows``:
+    a table's heads and text cells. ``items``: its prose lines, as the text
+    format prints them (a nested line keeps its leading spaces).
+    """
+
+    kind: str
+    heading: str = ""
+    columns: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
+    items: tuple[str, ...] = ()
+
+
+def _table(kind: str, heading: str, columns: tuple[str, ...], rows: list[list[str]]) -> Section:
+    return Section(kind, heading, columns, tuple(tuple(r) for r in rows))
+
+
+def _head_and_items(kind: str, lines: list[str]) -> list[Section]:
+    if not lines:
+        return []
+    return [Section(kind, lines[0], items=tuple(lines[1:]))]
+
+
+def report_sections(card: Scorecard) -> list[Section]:
+    """``card``'s sections in report order (:data:`SECTION_KINDS`)."""
+    lines, meta = card.lines, card.meta
+    on = " on the server clock" if card.clock is Clock.server else ""
+    title = (
+        f"Scorecard (speedup by {card.metric.value}{on}; credited only with parity "
+        "verified on both sides)"
+    )
+    note = meta.results_integrity if meta is not None else None
+    out = [
+        Section("title", title),
+        Section("run", items=(f"Run: {meta.describe()}",) if meta is not None else ()),
+        *([Section("integrity", items=(f"Results file: {note}",))] if note else []),
+        _table("table", "", main_columns(lines, card.clock), main_cells(lines, card.clock)),
+    ]
+    cats, turns, latency = category_cells(lines), turn_cells(lines), latency_cells(lines)
+    if cats:
+        out.append(_table("categories", CATEGORY_TITLE, CATEGORY_COLUMNS, cats))
+    if turns:
+        out.append(_table("turns", TURN_TITLE, TURN_COLUMNS, turns))
+    out += _head_and_items("best_config", grid_text(card.best_configs(), card.metric))
+    if latency:
+        out.append(_table("latency", LATENCY_TITLE, latency_columns(lines), latency))
+    if card.capacity is not None:
+        out += _head_and_items("capacity", card.capacity.lines())
+    notes = scorecard_notes(lines, card.client_workers)
+    if notes:
+        out.append(Section("notes", items=tuple(notes)))
+    return out
