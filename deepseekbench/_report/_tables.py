@@ -13,7 +13,7 @@ from deepseekbench._analysis._lines import ScorecardLine
 from deepseekbench._analysis._speedup import RefusalReason
 from deepseekbench._types._axes import AcceptanceScope, Speculative
 from deepseekbench._types._clock import Clock
-from deepseekbench._types._row import Percentiles
+from deepseekbench._types._row import PER_REQUEST_FIGURES, Percentiles
 
 __all__ = [
     "CATEGORY_COLUMNS",
@@ -200,13 +200,12 @@ def turn_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
     ]
 
 
-_LATENCY_METRICS: tuple[tuple[str, str, int], ...] = (
-    ("ttft_ms", "TTFT ms", 1),
-    ("tpot_ms", "TPOT ms", 2),
-    ("itl_ms", "ITL ms", 2),
-    ("e2e_ms", "E2E ms", 1),
+_LATENCY_METRICS: tuple[tuple[str, str, int], ...] = tuple(
+    (f.name, f.head, f.decimals) for f in PER_REQUEST_FIGURES if f.head is not None
 )
-"""``(Dispersion field, column head, decimals)`` of the latency table."""
+"""``(Dispersion field, column head, decimals)`` of the latency table, in the order of
+:data:`~deepseekbench._types._row.PER_REQUEST_FIGURES` (the one list of figures)."""
+_TPOT_AT = [name for name, _, _ in _LATENCY_METRICS].index("tpot_ms")
 _SERVER_COLUMNS: tuple[str, ...] = ("server TTFT ms", "server queue ms")
 _SERVER_TPOT_COLUMN = "server TPOT ms"  # the engine's clock, where it judges
 LATENCY_TITLE = (
@@ -265,9 +264,9 @@ def latency_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
     for ln in lines:
         r = ln.row
         cells = [_pct_text(getattr(r.dispersion, f), d) for f, _, d in _LATENCY_METRICS]
-        if _with_server(lines):
+        if _with_server_tpot(lines):  # just before the client's TPOT
+            cells.insert(_TPOT_AT, fmt(r.server_tpot_ms, 2))
+        if _with_server(lines):  # just after the client's TTFT
             cells[1:1] = [fmt(r.server_ttft_ms, 1), fmt(r.server_queue_ms, 1)]
-        if _with_server_tpot(lines):
-            cells.insert(len(cells) - 3, fmt(r.server_tpot_ms, 2))
         out.append([ln.cell, ln.load, ln.route, *cells])
     return out

@@ -105,20 +105,28 @@ class PerRequestFigure:
     figure is read from and the :class:`Dispersion` field it fills; ``per_chunk``:
     the attribute is a sequence (one value per chunk, as ``itl_ms``) pooled over the
     row's requests; ``head`` and ``decimals``: its column in the scorecard's latency
-    table (``None``: not shown there, still in JSON/CSV through the row).
+    table (``None``: not shown there; JSON carries every :class:`Dispersion` field);
+    ``csv``: the percentiles (``"p50"``, ``"p90"``, ``"p99"``) given their own flat
+    column (:meth:`column`) in CSV and the pandas view.
     """
 
     name: str
     head: str | None
     decimals: int
     per_chunk: bool = False
+    csv: tuple[str, ...] = ()
+
+    def column(self, q: str) -> str:
+        """The flat (CSV, pandas) column of percentile ``q``: ``ttft_ms`` -> ``ttft_p90_ms``."""
+        stem, ms = (self.name[:-3], "_ms") if self.name.endswith("_ms") else (self.name, "")
+        return f"{stem}_{q}{ms}"
 
 
 PER_REQUEST_FIGURES: tuple[PerRequestFigure, ...] = (
-    PerRequestFigure("ttft_ms", "TTFT ms", 1),
-    PerRequestFigure("tpot_ms", "TPOT ms", 2),
-    PerRequestFigure("itl_ms", "ITL ms", 2, per_chunk=True),
-    PerRequestFigure("e2e_ms", "E2E ms", 1),
+    PerRequestFigure("ttft_ms", "TTFT ms", 1, csv=("p90", "p99")),
+    PerRequestFigure("tpot_ms", "TPOT ms", 2, csv=("p90", "p99")),
+    PerRequestFigure("itl_ms", "ITL ms", 2, per_chunk=True, csv=("p50", "p90", "p99")),
+    PerRequestFigure("e2e_ms", "E2E ms", 1, csv=("p90", "p99")),
     PerRequestFigure("output_toks_per_s", None, 1),
 )
 """The per-request figures, in the latency table's column order: the one list the

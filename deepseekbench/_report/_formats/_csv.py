@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from deepseekbench._analysis._lines import ScorecardLine
 from deepseekbench._report._notes import positions_text
 from deepseekbench._report._sections import report_sections
 from deepseekbench._types._axes import Speculative
-from deepseekbench._types._row import Percentiles
+from deepseekbench._types._row import PER_REQUEST_FIGURES, Dispersion, Percentiles
 
 if TYPE_CHECKING:
     from deepseekbench._analysis._analysis import RunMeta
@@ -33,7 +32,7 @@ OMITS: Final[frozenset[str]] = frozenset(
 )
 """What one flat record per line cannot carry."""
 
-CSV_FIELDS: Final = (
+_FIXED_FIELDS: Final = (
     "cell", "load", "route", "speculative", "baseline", "quality_parity",
     "accepted_token_ratio", "acceptance_length", "acceptance_scope", "ttft_ms", "ttft_p90_ms",
     "ttft_p99_ms", "server_ttft_ms", "server_queue_ms", "tpot_ms", "tpot_p90_ms", "tpot_p99_ms",
@@ -46,7 +45,11 @@ CSV_FIELDS: Final = (
     "client_stall_ms", "client_cpu_share", "client_core_wait_share", "server_tpot_ms",
     "parity_basis", "first_divergence_margin_nats", "divergence_note",
 )  # fmt: skip
-"""The CSV columns, in order (also the pandas DataFrame's)."""
+_FIGURE_FIELDS: Final = tuple(f.column(q) for f in PER_REQUEST_FIGURES for q in f.csv)
+CSV_FIELDS: Final = _FIXED_FIELDS + tuple(c for c in _FIGURE_FIELDS if c not in _FIXED_FIELDS)
+"""The CSV columns, in order (also the pandas DataFrame's): a per-request figure's
+percentile columns come from its :data:`~deepseekbench._types._row.PER_REQUEST_FIGURES`
+entry (placed by the fixed list when it names them, else appended)."""
 
 _ROW_FIELDS: Final = (
     "quality_parity", "accepted_token_ratio", "acceptance_length", "acceptance_scope",
@@ -59,9 +62,13 @@ _ROW_FIELDS: Final = (
 """Columns that are the row's own field of the same name (an enum as its value)."""
 
 
-def _pct_fields(name: str, p: Percentiles | None, which: Sequence[str]) -> dict[str, Any]:
-    """``{"<name>_p90_ms": ..., ...}`` of ``p`` (``None`` where unknown)."""
-    return {f"{name}_{q}_ms": getattr(p, q) if p is not None else None for q in which}
+def _figure_fields(d: Dispersion) -> dict[str, Any]:
+    """Every per-request figure's percentile columns (``None`` where unknown)."""
+    out: dict[str, Any] = {}
+    for f in PER_REQUEST_FIGURES:
+        p: Percentiles | None = getattr(d, f.name)
+        out |= {f.column(q): getattr(p, q) if p is not None else None for q in f.csv}
+    return out
 
 
 def _verdict_fields(ln: ScorecardLine) -> dict[str, Any]:
@@ -90,10 +97,7 @@ def _record(ln: ScorecardLine, meta: RunMeta | None) -> dict[str, Any]:
         "speculative": r.speculative.value,
         "baseline": ln.baseline,
         **{k: getattr(v, "value", v) for k, v in own.items()},
-        **_pct_fields("ttft", d.ttft_ms, ("p90", "p99")),
-        **_pct_fields("tpot", d.tpot_ms, ("p90", "p99")),
-        **_pct_fields("itl", d.itl_ms, ("p50", "p90", "p99")),
-        **_pct_fields("e2e", d.e2e_ms, ("p90", "p99")),
+        **_figure_fields(d),
         **_verdict_fields(ln),
         "first_divergence": ln.first_divergence,
         "task_flips": " | ".join(ln.task_flips),
