@@ -24,12 +24,17 @@ from typing import Any
 
 import orjson
 
-from deepseekbench._analysis._speedup import SpeedupVerdict
-from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+from deepseekbench import (
+    BenchmarkPlan,
+    CostModel,
+    Dialect,
+    EmbeddedEngine,
+    EngineConfig,
+    Row,
+    Speculative,
+    SpeedupVerdict,
+)
 from deepseekbench._measure._selfcheck import SchedSample
-from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._types._axes import Dialect, Speculative
-from deepseekbench._types._row import Row
 
 COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)
 

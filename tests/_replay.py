@@ -23,7 +23,7 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
-from deepseekbench._net._route import EngineRoute
+from deepseekbench import EngineRoute
 
 __all__ = ["RecordedRequest", "ReplayServer", "Script", "Write", "replay_server"]
 

@@ -7,7 +7,7 @@ destination outside 127.0.0.0/8 and ::1 is refused before the packet leaves
 it, so a library that swallows the error cannot hide it. Unix-socket paths and
 socketpairs are not network traffic and pass. Subprocesses (engines, workers, Ray's
 raylets) are outside an in-process hook: their tests check their sockets themselves
-(tests/test_ray_executor.py, tests/test_worker_orphans.py).
+(tests/execute/test_ray_executor.py, tests/execute/test_worker_orphans.py).
 
 Every Hypothesis test runs under the ``deepseekbench`` settings profile: no deadline
 (a busy machine's pauses are not a failure; a property's speed is not what it checks)

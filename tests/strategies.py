@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from deepseekbench import (
     KEY_AXES,
+    AcceptanceScope,
     Arrival,
     ContextBucket,
     Dispersion,
@@ -19,7 +20,6 @@ from deepseekbench import (
     Row,
     Speculative,
 )
-from deepseekbench._types._axes import AcceptanceScope
 
 ms = st.floats(min_value=0.0, max_value=1e7, allow_nan=False, allow_infinity=False)
 positive_ms = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)

@@ -17,27 +17,29 @@ import pytest
 
 from deepseekbench import (
     BenchmarkPlan,
+    CostModel,
+    EmbeddedEngine,
+    EngineConfig,
     EngineRoute,
+    ErrorKind,
     LiveGate,
+    ProgressEvent,
     RouteUnreachableError,
     Scorecard,
+    Speculative,
     compare_speedup,
     load_results,
+    measure_streamed,
     run_plan,
 )
 from deepseekbench._cli._exits import EXIT_OK, EXIT_USAGE
 from deepseekbench._cli._main import main
 from deepseekbench._cli._progress import StderrProgress
-from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
-from deepseekbench._measure._measure import measure_streamed
 from deepseekbench._net._probe import probe_route
 from deepseekbench._net._transport import connect_error_text
-from deepseekbench._records._measurement import ErrorKind
-from deepseekbench._runner._progress import ProgressEvent
-from deepseekbench._types._axes import Speculative
 from tests._helpers import verdict_judged
 from tests._replay import Script, Write, replay_server
-from tests.test_cli import served
+from tests.cli.test_cli import served
 
 COSTS = CostModel(target_step_ms=1.0, verify_token_ms=0.05, draft_step_ms=0.1)
 MODEL = "deepseekbench-ref"  # what the embedded engine serves at /v1/models

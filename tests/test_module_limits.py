@@ -28,9 +28,7 @@ def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) 
     ):
         start = (first.end_lineno or first.lineno) + 1
     end = node.end_lineno or node.lineno
-    return sum(
-        1 for ln in lines[start - 1 : end] if ln.strip() and not ln.strip().startswith("#")
-    )
+    return sum(1 for ln in lines[start - 1 : end] if ln.strip() and not ln.strip().startswith("#"))
 
 
 def long_modules(root: Path) -> list[str]:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import html
 import re
 
-from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._types._row import Row
+from deepseekbench import Row, Scorecard
 from tests._helpers import make_row
 
 MTP = {"speculative": "mtp", "route_label": "mtp"}

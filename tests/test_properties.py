@@ -27,10 +27,10 @@ from deepseekbench import (
     RefusalReason,
     Row,
     Speculative,
+    SpeedupMetric,
     SpeedupVerdict,
     compare_speedup,
 )
-from deepseekbench._analysis._speedup import SpeedupMetric
 from tests.strategies import creditable_pairs, rows, unknown_loads
 from tests.test_foundation import make_row
 

@@ -23,12 +23,7 @@ from pathlib import Path
 import pytest
 from anyio.from_thread import start_blocking_portal
 
-from deepseekbench._launch._llamacpp import (
-    LlamaServerSpec,
-    RunningLlamaServer,
-    find_llama_server,
-    llama_servers,
-)
+from deepseekbench import LlamaServerSpec, RunningLlamaServer, find_llama_server, llama_servers
 from tests.engine.gguf_models import EngineModels, ensure_models
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,10 +11,8 @@ from typing import Any
 import httpx
 import orjson
 
-from deepseekbench._launch._llamacpp import RunningLlamaServer
+from deepseekbench import BenchmarkPlan, Dialect, ReasoningMode, RunningLlamaServer
 from deepseekbench._measure._sse import SSEDecoder
-from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._types._axes import Dialect, ReasoningMode
 
 MODE = ReasoningMode.non_think
 

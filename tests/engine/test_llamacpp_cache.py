@@ -18,12 +18,8 @@ import anyio
 import httpx
 import pytest
 
-from deepseekbench._launch._llamacpp import RunningLlamaServer
+from deepseekbench import Dialect, EngineRoute, LiveGate, RunningLlamaServer, scrape_metrics
 from deepseekbench._measure._cache_metrics import cache_window, while_sampling
-from deepseekbench._measure._server_metrics import scrape_metrics
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._net._route import EngineRoute
-from deepseekbench._types._axes import Dialect
 
 pytestmark = pytest.mark.engine
 

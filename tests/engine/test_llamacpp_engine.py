@@ -17,15 +17,16 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
-from deepseekbench._launch._llamacpp import (
+from deepseekbench import (
     LlamaServerError,
     LlamaServerSpec,
     RunningLlamaServer,
     find_llama_server,
     llama_server,
     llama_servers,
+    mtp_depth_from_gguf,
+    probe_model_capability,
 )
-from deepseekbench._plan._capability import mtp_depth_from_gguf, probe_model_capability
 from tests import _procs
 from tests.engine.gguf_models import EngineModels
 

@@ -16,11 +16,7 @@ import anyio
 import orjson
 import pytest
 
-from deepseekbench._analysis._analysis import load_results
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._runner._run import run_plan
-from deepseekbench._types._identity import RouteIdentity
+from deepseekbench import BenchmarkPlan, LiveGate, RouteIdentity, load_results, run_plan
 from tests._helpers import read_records
 from tests._procs import running
 from tests.engine.gguf_models import EngineModels

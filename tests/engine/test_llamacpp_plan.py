@@ -35,15 +35,20 @@ import httpx
 import orjson
 import pytest
 
-from deepseekbench._analysis._analysis import RunResult
-from deepseekbench._analysis._speedup import MIN_REQUESTS_FOR_SPEEDUP, RefusalReason
+from deepseekbench import (
+    MIN_REQUESTS_FOR_SPEEDUP,
+    AcceptanceScope,
+    BenchmarkPlan,
+    Dialect,
+    LiveGate,
+    QualityParity,
+    RefusalReason,
+    RunningLlamaServer,
+    RunResult,
+    Scorecard,
+    run_plan,
+)
 from deepseekbench._execute._forensics import TOP_LOGPROBS
-from deepseekbench._launch._llamacpp import RunningLlamaServer
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._report._scorecard import Scorecard
-from deepseekbench._runner._run import run_plan
-from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity
 from tests.engine.plans import MODE, TimingsRecorder, llamacpp_plan
 
 pytestmark = pytest.mark.engine

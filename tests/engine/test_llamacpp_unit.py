@@ -13,8 +13,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from deepseekbench._errors import DeepseekBenchError
-from deepseekbench._launch._llamacpp import (
+from deepseekbench import (
+    DeepseekBenchError,
     LlamaServerError,
     LlamaServerSpec,
     find_llama_server,

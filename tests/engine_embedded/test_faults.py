@@ -11,15 +11,15 @@ import httpx
 import orjson
 import pytest
 
-from deepseekbench._engine import (
-    FAST_COSTS,
+from deepseekbench import (
     FAULT_HEADER,
     EmbeddedEngine,
     EngineConfig,
     FaultConfig,
+    Speculative,
     reference_tasks,
 )
-from deepseekbench._types._axes import Speculative
+from deepseekbench._engine import FAST_COSTS
 
 pytestmark = pytest.mark.anyio
 

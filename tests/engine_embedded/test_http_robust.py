@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Found
 
-from deepseekbench._engine import FAST_COSTS, EmbeddedEngine, EngineConfig
+from deepseekbench import EmbeddedEngine, EngineConfig
+from deepseekbench._engine import FAST_COSTS
 from deepseekbench._engine._http import (
     HttpRequest,
     Responder,

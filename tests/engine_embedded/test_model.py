@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
+from deepseekbench import all_reference_tasks, reference_tasks
 from deepseekbench._engine._model import CATEGORIES, corpus, greedy_answer, reference_lm
-from deepseekbench._engine._tasks import all_reference_tasks, reference_tasks
 from deepseekbench._engine._tokenizer import EOS, TOKENIZER, UNK
 
 

@@ -10,10 +10,9 @@ import httpx
 import orjson
 import pytest
 
-from deepseekbench._engine import EmbeddedEngine, EngineConfig, reference_tasks
+from deepseekbench import DivergenceKind, EmbeddedEngine, EngineConfig, Speculative, reference_tasks
 from deepseekbench._engine._numerics import NEAR_TIE_MAX_NATS
-from deepseekbench._types._axes import Speculative
-from deepseekbench._types._margin import DivergenceKind, align_divergence, parse_chat_logprobs
+from deepseekbench._types._margin import align_divergence, parse_chat_logprobs
 from tests.engine_embedded.test_server import FREE, body, running, stream
 
 pytestmark = pytest.mark.anyio

@@ -15,19 +15,17 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from deepseekbench._engine import (
-    FAST_COSTS,
+from deepseekbench import (
     FAULT_HEADER,
     CostModel,
+    Dialect,
     EmbeddedEngine,
     EngineConfig,
-    add_serve_arguments,
+    Speculative,
     all_reference_tasks,
-    config_from_args,
     reference_tasks,
-    serve,
 )
-from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._engine import FAST_COSTS, add_serve_arguments, config_from_args, serve
 
 pytestmark = pytest.mark.anyio
 

@@ -10,12 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepseekbench._engine import CostModel, EngineConfig, FaultConfig
-from deepseekbench._engine._faults import FaultKind, faults_for_request, parse_fault_header
+from deepseekbench import (
+    CostModel,
+    Dialect,
+    EngineConfig,
+    EngineTask,
+    FaultConfig,
+    FaultKind,
+    Speculative,
+    all_reference_tasks,
+)
+from deepseekbench._engine._faults import faults_for_request, parse_fault_header
 from deepseekbench._engine._model import EOS_CH, context_of, reference_lm
 from deepseekbench._engine._speculative import DEFAULT_DEPTH, Decoder, StepOutcome
-from deepseekbench._engine._tasks import EngineTask, all_reference_tasks
-from deepseekbench._types._axes import Dialect, Speculative
 
 SPECULATIVE = [s for s in Speculative if s is not Speculative.off]
 TASKS = all_reference_tasks()

@@ -10,9 +10,14 @@ from typing import Any
 
 import pytest
 
-from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric
-from deepseekbench._types._axes import AcceptanceScope, Dialect, QualityParity
-from deepseekbench._types._clock import CLOCK_TOLERANCE
+from deepseekbench import (
+    CLOCK_TOLERANCE,
+    AcceptanceScope,
+    Dialect,
+    QualityParity,
+    RefusalReason,
+    SpeedupMetric,
+)
 from tests.vllm.observe import Completion, per_position_accepted
 from tests.vllm.plans import (
     MAX_TOKENS,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from deepseekbench._launch._vllm import VllmServerSpec, find_vllm_python
+from deepseekbench import VllmServerSpec, find_vllm_python
 from tests.vllm import hf_models
 from tests.vllm.plans import append_report
 from tests.vllm.pool import ServerPool, session_pool

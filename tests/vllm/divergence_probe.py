@@ -32,7 +32,7 @@ from typing import Any
 import anyio
 import httpx
 
-from deepseekbench._launch._vllm import VllmServerSpec, vllm_servers
+from deepseekbench import VllmServerSpec, vllm_servers
 from tests.vllm import hf_models
 from tests.vllm.conftest import MLA_ATTENTION_BACKEND
 

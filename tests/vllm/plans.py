@@ -19,14 +19,17 @@ import anyio
 import httpx
 import orjson
 
-from deepseekbench._analysis._analysis import RunResult
-from deepseekbench._launch._vllm import RunningVllmServer
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._report._scorecard import Scorecard
+from deepseekbench import (
+    BenchmarkPlan,
+    Dialect,
+    LiveGate,
+    ReasoningMode,
+    RunningVllmServer,
+    RunResult,
+    Scorecard,
+    run_plan,
+)
 from deepseekbench._runner._progress import ProgressFn
-from deepseekbench._runner._run import run_plan
-from deepseekbench._types._axes import Dialect, ReasoningMode
 from tests.vllm import hf_models
 from tests.vllm.observe import (
     ZERO_COUNTERS,

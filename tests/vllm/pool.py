@@ -36,7 +36,7 @@ from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from deepseekbench._launch._vllm import RunningVllmServer, VllmServerSpec, vllm_servers
+from deepseekbench import RunningVllmServer, VllmServerSpec, vllm_servers
 
 DEFAULT_LIMIT = 2
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from deepseekbench._plan._capability import mtp_depth_from_hf_config
+from deepseekbench import mtp_depth_from_hf_config
 from tests.vllm.checks import check_counts, check_requests, check_verdict
 from tests.vllm.conftest import (
     DEEPSEEK_MODEL,

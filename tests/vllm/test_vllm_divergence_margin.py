@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from deepseekbench._types._axes import QualityParity
+from deepseekbench import QualityParity
 from tests.vllm import hf_models
 from tests.vllm.checks import check_clocks
 from tests.vllm.conftest import DEEPSEEK_MODEL, SEED, VllmModels, deepseek_specs

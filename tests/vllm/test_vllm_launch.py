@@ -37,12 +37,15 @@ import httpx
 import orjson
 import pytest
 
-from deepseekbench._launch._vllm import SERVER_MODULE, find_vllm_python
-from deepseekbench._net._gate import LiveGate
-from deepseekbench._plan._plan import BenchmarkPlan
-from deepseekbench._runner._progress import ProgressEvent
-from deepseekbench._runner._run import run_plan
-from deepseekbench._types._axes import QualityParity
+from deepseekbench import (
+    BenchmarkPlan,
+    LiveGate,
+    ProgressEvent,
+    QualityParity,
+    find_vllm_python,
+    run_plan,
+)
+from deepseekbench._launch._vllm import SERVER_MODULE
 from tests.vllm.checks import check_counts, check_requests, check_verdict, measured_texts
 from tests.vllm.conftest import MAX_MODEL_LEN, SERVER_THREADS, VllmModels
 from tests.vllm.plans import append_report, command_port, pair_plan, run_launched

@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from deepseekbench._launch._vllm import VllmServerError, VllmServerSpec
-from deepseekbench._types._axes import QualityParity
+from deepseekbench import QualityParity, VllmServerError, VllmServerSpec
 from tests.vllm.checks import (
     check_counts,
     check_requests,

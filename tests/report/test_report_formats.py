@@ -1,0 +1,143 @@
+"""The scorecard's formats: every format renders every section, and saved results
+render byte for byte as they did before the formats became one registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deepseekbench import CapacityReport, Scorecard, SliceStats
+from deepseekbench._report._formats import FORMAT_NAMES, omitted_sections, render
+from deepseekbench._report._sections import SECTION_KINDS, report_sections
+from tests._helpers import make_row
+
+DATA = Path(__file__).parent.parent / "data" / "render"
+
+# How each section shows in each format: a heading, a key or a column of its own
+# (for the notes: the last note, as the format prints it).
+MARKERS: dict[str, dict[str, str]] = {
+    "text": {
+        "title": "Scorecard (speedup by",
+        "run": "Run: model deepseekbench",
+        "integrity": "Results file:",
+        "table": "  speedup\n",
+        "categories": "Per category (",
+        "turns": "Per turn (",
+        "best_config": "Best configuration per load (",
+        "latency": "Latency percentiles (",
+        "capacity": "Capacity under SLO (",
+        "notes": "\n{note}\n",
+    },
+    "markdown": {
+        "title": "## Scorecard (speedup by",
+        "run": "Run: model deepseekbench",
+        "integrity": "**Results file:",
+        "table": "| speedup |",
+        "categories": "| category |",
+        "turns": "| turn |",
+        "best_config": "Best configuration per load (",
+        "latency": "Latency percentiles (",
+        "capacity": "Capacity under SLO (",
+        "notes": "- {note}\n",
+    },
+    "html": {
+        "title": "<h2>Scorecard (speedup by",
+        "run": "<p>Run: model deepseekbench",
+        "integrity": "<p><strong>Results file:",
+        "table": "<th>speedup</th>",
+        "categories": "<h3>Per category (",
+        "turns": "<h3>Per turn (",
+        "best_config": "<h3>Best configuration per load (",
+        "latency": "<h3>Latency percentiles (",
+        "capacity": "<h3>Capacity under SLO (",
+        "notes": "<li>{note}</li>",
+    },
+    "json": {
+        "title": '"metric": "tpot_ms"',
+        "run": '"run": {',
+        "integrity": '"results_integrity": ',
+        "table": '"lines": [',
+        "categories": '"categories": [',
+        "turns": '"turns": [',
+        "best_config": '"best_configs": [',
+        "latency": '"dispersion": {',
+        "capacity": '"capacity": {',
+    },
+    "csv": {
+        "run": ",model,plan_hash,",
+        "integrity": ",results_integrity,",
+        "table": "cell,load,route,",
+        "latency": ",ttft_p90_ms,ttft_p99_ms,",
+    },
+}
+
+
+def test_every_format_is_registered_with_its_markers() -> None:
+    assert set(MARKERS) == set(FORMAT_NAMES)
+    for name in FORMAT_NAMES:
+        # a section a format leaves out is declared by the format, never lost silently
+        assert set(MARKERS[name]) | omitted_sections(name) == set(SECTION_KINDS), name
+        assert not set(MARKERS[name]) & omitted_sections(name), name
+    for name in ("text", "markdown", "html"):
+        assert omitted_sections(name) == frozenset(), name
+
+
+def _slice(name: str, tpot: float) -> SliceStats:
+    return SliceStats(
+        name=name, n_requests=4, ttft_ms=10.0, tpot_ms=tpot, e2e_ms=100.0,
+        output_toks_per_s=10.0, accepted_token_ratio=0.5, acceptance_length=2.0,
+    )  # fmt: skip
+
+
+def _every_section() -> Scorecard:
+    """A scorecard with every section: categories, turns, a depth grid, capacity
+    under SLO and an unverified results file on top of a saved run's metadata."""
+    load: dict[str, Any] = {"arrival": "closed", "concurrency": 8, "schedule_lagged": True}
+    cats = (_slice("qa", 4.0), _slice("code", 4.0))
+    turns = (_slice("turn 1", 4.0), _slice("turn 2", 4.0))
+    off = make_row(**load, categories=cats, turns=turns, server_ttft_ms=7.0)
+    mtp = make_row(
+        **load, speculative="mtp", route_label="mtp-k2", tpot_ms=5.0, categories=cats,
+        turns=turns, server_ttft_ms=7.0,
+    )  # fmt: skip
+    card = Scorecard.from_rows([off, mtp])
+    meta = Scorecard.from_results(DATA / "numerics.jsonl").meta
+    assert meta is not None
+    card.meta = meta.model_copy(update={"results_integrity": "edited after the run"})
+    card.grids = {"mtp-k2": "mtp"}
+    card.capacity = CapacityReport(target=0.9, unit="streams", routes=(), ratios=())
+    return card
+
+
+@pytest.mark.parametrize("source", ["saved run", "every section"])
+def test_every_format_renders_every_section_of_the_same_results(source: str) -> None:
+    if source == "saved run":
+        card = Scorecard.from_results(DATA / "demo.jsonl")
+    else:
+        card = _every_section()
+    sections = report_sections(card)
+    kinds = [s.kind for s in sections]
+    note = next(s.items[-1] for s in sections if s.kind == "notes")  # the last note
+    if source == "every section":
+        assert kinds == list(SECTION_KINDS)
+    for name in FORMAT_NAMES:
+        out = render(name, card)
+        for kind in kinds:
+            if kind in omitted_sections(name):
+                continue
+            assert MARKERS[name][kind].replace("{note}", note) in out, (name, kind)
+
+
+def test_an_unknown_format_is_refused_with_the_choices() -> None:
+    card = Scorecard.from_results(DATA / "numerics.jsonl")
+    with pytest.raises(ValueError, match="allowed: text, markdown, json, csv, html"):
+        card.render("yaml")
+
+
+@pytest.mark.parametrize("results", ["demo", "numerics"])
+@pytest.mark.parametrize("fmt", ["text", "json", "csv"])
+def test_saved_results_render_byte_for_byte(results: str, fmt: str) -> None:
+    card = Scorecard.from_results(DATA / f"{results}.jsonl")
+    assert card.render(fmt).encode() == (DATA / f"{results}.{fmt}").read_bytes()
