@@ -65,13 +65,13 @@ if TYPE_CHECKING:
     from deepseekbench._analysis._breakdown import (
         category_speedups,
     )
-    from deepseekbench._analysis._capacity import (  # issue 24: capacity under SLO
+    from deepseekbench._analysis._capacity import (  # capacity under SLO
         CapacityRatio,
         CapacityReport,
         RouteCapacity,
         capacity_report,
     )
-    from deepseekbench._analysis._divergence import (  # issue 21
+    from deepseekbench._analysis._divergence import (  # the noise floor
         NoiseFloor,
         NoiseVerdict,
         within_noise_verdict,
@@ -199,13 +199,13 @@ if TYPE_CHECKING:
         probe_model_capability,
     )
     from deepseekbench._plan._coverage import WorkloadCoverage, WorkloadCoverageWarning
-    from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench  # issue 23
-    from deepseekbench._plan._launch_spec import LaunchSpec  # issue 24
+    from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench
+    from deepseekbench._plan._launch_spec import LaunchSpec  # launched routes
     from deepseekbench._plan._output_length import OutputLength
     from deepseekbench._plan._plan import BenchmarkPlan
-    from deepseekbench._plan._prefix import SharedPrefix  # issue 23
+    from deepseekbench._plan._prefix import SharedPrefix  # shared-prefix workloads
     from deepseekbench._plan._routes import CellPlan, RoutePlan
-    from deepseekbench._plan._search import SearchPlan  # issue 24
+    from deepseekbench._plan._search import SearchPlan  # capacity under SLO
     from deepseekbench._plan._sections import ParityPlan, WorkloadPlan
     from deepseekbench._plan._sources import PlanSources
     from deepseekbench._plan._tasks import (
@@ -267,15 +267,15 @@ if TYPE_CHECKING:
         Speculative,
         SpeculativeName,
     )
-    from deepseekbench._types._cache import CacheWindow  # issue 23
+    from deepseekbench._types._cache import CacheWindow  # the cache window
     from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock, ServerClockFault
-    from deepseekbench._types._identity import (  # issue 24
+    from deepseekbench._types._identity import (  # launched routes, the route-identity check
         LaunchRecord,
         RouteIdentity,
         RouteIdentityName,
     )
     from deepseekbench._types._load import LoadPoint
-    from deepseekbench._types._margin import (  # issue 21
+    from deepseekbench._types._margin import (  # divergence margins
         DEFAULT_TAU_NATS,
         DivergenceKind,
         DivergenceMargin,
@@ -317,7 +317,7 @@ from deepseekbench._version import __version__
 
 # public name -> the module that defines it
 _IMPORTS: dict[str, str] = {
-    "CacheWindow": "deepseekbench._types._cache",  # issue 23
+    "CacheWindow": "deepseekbench._types._cache",  # the cache window
     "SharedPrefix": "deepseekbench._plan._prefix",
     "load_mt_bench": "deepseekbench._plan._datasets",
     "load_speed_bench": "deepseekbench._plan._datasets",
@@ -375,7 +375,7 @@ _IMPORTS: dict[str, str] = {
     "LiveGateError": "deepseekbench._errors",
     "LlamaServerError": "deepseekbench._errors",
     "LlamaServerSpec": "deepseekbench._launch._llamacpp",
-    # issue 24: launched engines, route identity
+    # launched engines, route identity
     "LaunchSpec": "deepseekbench._plan._launch_spec",
     "LaunchRecord": "deepseekbench._types._identity",
     "RouteIdentity": "deepseekbench._types._identity",
@@ -432,14 +432,14 @@ _IMPORTS: dict[str, str] = {
     "Scorecard": "deepseekbench._report._scorecard",
     "ScorecardLine": "deepseekbench._analysis._lines",
     "SelfCheck": "deepseekbench._measure._selfcheck",
-    "Clock": "deepseekbench._types._clock",  # issue 22
-    "CLOCK_TOLERANCE": "deepseekbench._types._clock",  # issue 22
+    "Clock": "deepseekbench._types._clock",  # the server clock witness
+    "CLOCK_TOLERANCE": "deepseekbench._types._clock",
     "ServerClockFault": "deepseekbench._types._clock",
     "SelfCheckSummary": "deepseekbench._measure._selfcheck",
     "ServerError": "deepseekbench._errors",
     "SliceStats": "deepseekbench._types._row",
     "SloPlan": "deepseekbench._plan._arrival",
-    # issue 24: capacity under SLO
+    # capacity under SLO
     "SearchPlan": "deepseekbench._plan._search",
     "CapacityRatio": "deepseekbench._analysis._capacity",
     "CapacityReport": "deepseekbench._analysis._capacity",
@@ -521,7 +521,7 @@ _IMPORTS: dict[str, str] = {
     "vllm_server_args": "deepseekbench._launch._vllm",
     "vllm_servers": "deepseekbench._launch._vllm",
     "write_rows": "deepseekbench._types._row",
-    # issue 21: parity within the engine's own numerics
+    # parity within the engine's own numerics
     "DEFAULT_TAU_NATS": "deepseekbench._types._margin",
     "DivergenceKind": "deepseekbench._types._margin",
     "DivergenceMargin": "deepseekbench._types._margin",
@@ -534,7 +534,7 @@ _IMPORTS: dict[str, str] = {
 
 __all__ = [
     "BASELINE_NONDETERMINISTIC",
-    "CLOCK_TOLERANCE",  # issue 22
+    "CLOCK_TOLERANCE",
     "DEFAULT_LAG_THRESHOLD_MS",
     "DEFAULT_TAU_NATS",
     "DEFAULT_TOLERANCE",
@@ -558,7 +558,7 @@ __all__ = [
     "CapacityReport",
     "CellPlan",
     "ChatRequest",
-    "Clock",  # issue 22
+    "Clock",
     "CompareSpeedup",
     "ContextBucket",
     "ContextBucketName",
@@ -593,7 +593,7 @@ __all__ = [
     "HostingName",
     "InputLength",
     "KeyFormatError",
-    "LaunchRecord",  # issue 24
+    "LaunchRecord",
     "LaunchSpec",
     "LiveGate",
     "LiveGateError",

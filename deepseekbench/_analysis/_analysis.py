@@ -187,7 +187,7 @@ class RunResult:
         measurements: every measured request, in completion order.
         parity: :class:`RouteParity` (the parity set) per ``(route label, reasoning mode)``.
         results_path: the JSONL file, when one was written.
-        resumed: measured requests, parity outputs and calibration outputs (issue 23)
+        resumed: measured requests, parity outputs and calibration outputs
             taken from an earlier run's file.
         complete: False when the run stopped before every request was made.
         retried: errored measurements of an earlier run measured again on resume.
@@ -390,7 +390,7 @@ class RunResult:
 
 
 def run_loads(plan: BenchmarkPlan, state: ResultsState) -> tuple[LoadPoint, ...]:
-    """The plan's load points, then (issue 24) the ``[search]`` levels its records
+    """The plan's load points, then the ``[search]`` levels its records
     probed that the plan does not list, ascending by level."""
     keys = {lp.key for lp in plan.load_points}
     extra = sorted(
@@ -432,7 +432,7 @@ def build_result(
                 keys.append(key)
                 if tr is not None:
                     traffic[key] = tr
-            rows.extend(with_identity(inp, cell, load, point))  # issue 24
+            rows.extend(with_identity(inp, cell, load, point))
     measurements = tuple(
         MeasuredRequest(
             route=k[0],

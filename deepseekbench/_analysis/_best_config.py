@@ -1,4 +1,4 @@
-"""The best configuration per load of a depth grid (issue 24, item 4).
+"""The best configuration per load of a depth grid.
 
 A launched route whose ``spec_tokens`` (or draft model, or method) is a list expands
 into one route per configuration (``grid_of`` names the grid). At every cell and

@@ -2,7 +2,7 @@
 
 * :func:`output_tokens_of` / :func:`is_short`: a request's output length and
   whether it fell short of its ``max_tokens``.
-* :func:`workload_fields`: the row fields issue 13 adds (short-output flag,
+* :func:`workload_fields`: the row fields the workload breakdown adds (short-output flag,
   output and prompt length percentiles).
 * :func:`slice_stats`: medians and summed acceptance of one slice of requests
   (a dataset category, a conversation turn) as :class:`~deepseekbench.SliceStats`.

@@ -1,4 +1,4 @@
-"""Capacity under SLO (issue 24): each route's capacity and the ratio to ``off`` (pure).
+"""Capacity under SLO: each route's capacity and the ratio to ``off`` (pure).
 
 Read from a :class:`~deepseekbench.RunResult`'s rows alone (so ``report``
 rebuilds it from the results file): every load the run measured — the plan's
@@ -398,7 +398,7 @@ def overlap_refusal(off: RouteCapacity, cap: RouteCapacity) -> str | None:
     above 1 only when the route passed a level ``off`` failed (``cap.low >= off.high``)
     and surely below 1 only when it failed a level ``off`` passed
     (``cap.high <= off.low``). Overlapping brackets allow a ratio on either side of 1:
-    refused, as an interval that includes 1 credits nothing (issue 22). A route with no
+    refused, as an interval that includes 1 credits nothing. A route with no
     capacity (no level passed) is for the caller to refuse."""
     if cap.low is None or off.low is None:
         return None

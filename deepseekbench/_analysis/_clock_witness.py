@@ -1,4 +1,4 @@
-"""Issue 22: the engine's own clock as a witness of the client's speed figures.
+"""The engine's own clock as a witness of the client's speed figures.
 
 Where the engine reports its own per-request timings (``StreamMeasurement.server_*``,
 read by each dialect's ``server_times``), a row carries the server-side TTFT

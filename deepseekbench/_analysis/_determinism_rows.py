@@ -1,4 +1,4 @@
-"""A row's engine deterministic mode, from the results file (issue 21, item 6; pure).
+"""A row's engine deterministic mode, from the results file (pure).
 
 Reads the ``engine_determinism`` records (:class:`~deepseekbench._types._determinism.
 EngineDeterminism` per route, written before measuring) into the row fields
@@ -33,7 +33,7 @@ def determinism_note(modes: Mapping[str, EngineDeterminism], route: str, off: st
 def determinism_fields(
     modes: Mapping[str, EngineDeterminism], route: str, off: str, fields: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """``fields`` (a row's issue-21 fields) with the route's deterministic mode, and
+    """``fields`` (a row's margin fields) with the route's deterministic mode, and
     :func:`determinism_note` appended to ``divergence_note`` when there is one."""
     mine = modes.get(route, EngineDeterminism())
     out = dict(fields)

@@ -1,4 +1,4 @@
-"""Parity within the engine's own noise (issue 21): noise floor, τ, and the verdict.
+"""Parity within the engine's own noise: noise floor, τ, and the verdict.
 
 Pure functions over classified divergences (:class:`~deepseekbench._types._margin.
 DivergenceMargin`). Definitions:

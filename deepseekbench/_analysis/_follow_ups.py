@@ -1,4 +1,4 @@
-"""Which divergences the forensics step asks ``off`` about (issue 21; pure).
+"""Which divergences the forensics step asks ``off`` about (pure).
 
 From a run's records and its schedule: every parity-set prompt where a speculative
 route's output differs from ``off``'s (pass 1), every prompt where ``off``'s determinism

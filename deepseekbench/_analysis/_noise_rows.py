@@ -1,4 +1,4 @@
-"""A row's divergences explained, and its verdict under ``parity.exact`` (issue 21; pure).
+"""A row's divergences explained, and its verdict under ``parity.exact`` (pure).
 
 Reads the ``divergence_margin`` records of the forensics step
 (:mod:`deepseekbench._execute._forensics`) for one row: the route's parity-set
@@ -9,7 +9,7 @@ calibrate_tau`); a divergence never followed up is ``unexplained``. The noise fl
 (:class:`~deepseekbench._analysis._divergence.NoiseFloor`).
 
 Under ``parity.exact = "bit_exact"`` (default) the row keeps today's verdict (a row
-with nothing to explain keeps every issue-21 field at its default, so rows rebuilt from
+with nothing to explain keeps every margin field at its default, so rows rebuilt from
 an old results file are the rows it wrote); the fields and a one-line
 :attr:`~deepseekbench.Row.divergence_note` say what the divergences were and, when
 all are near-ties, what would make the row verifiable.
@@ -146,7 +146,7 @@ def judge_speculative(
     tasks: QualityParity | None,
     floor: NoiseFloor,
 ) -> tuple[QualityParity, str, dict[str, Any]]:
-    """A speculative row's ``(parity, reason, issue-21 row fields)``: ``parity`` (the
+    """A speculative row's ``(parity, reason, margin row fields)``: ``parity`` (the
     bit-exact verdict) kept under ``bit_exact``, replaced under ``within_noise``."""
     tau = calibrate_tau(floor, plan.parity.tau_nats)
     margins = _margins(state, where, exact, traffic, tau[0])

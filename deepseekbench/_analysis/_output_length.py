@@ -1,4 +1,4 @@
-"""Output-length figures of a row (issue 23): how much was decoded past EOS.
+"""Output-length figures of a row: how much was decoded past EOS.
 
 The calibration pass (``deepseekbench._execute._calibrate``) records the
 ``off`` route's natural output length of every (cell, item, turn). A measured

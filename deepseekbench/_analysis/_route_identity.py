@@ -1,4 +1,4 @@
-"""Route identity: does each route serve what its label says? (issue 24, item 2)
+"""Route identity: does each route serve what its label says?
 
 A plan names each route's method (``speculative``) and, optionally, its depth
 (``spec_tokens``); nothing stops a user from pointing ``off`` at the MTP server and

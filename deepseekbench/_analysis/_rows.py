@@ -174,8 +174,8 @@ def _client_fields(rows: RowRequests, threshold_ms: float) -> dict[str, Any]:
     return {
         "client_saturated": client_saturated(measured, threshold_ms),
         "client_pool_wait_ms": max_pool_wait_ms(measured),
-        **client_clock_fields(measured, threshold_ms),  # issue 22
-        **server_clock_fields(measured),  # issue 22: the engine's own clock, beside it
+        **client_clock_fields(measured, threshold_ms),
+        **server_clock_fields(measured),  # the engine's own clock, beside it
     }
 
 
@@ -192,7 +192,7 @@ def _server_window(
 
 
 def _cache_fields(state: ResultsState, route: str, cell: str, load: LoadPoint) -> dict[str, Any]:
-    """issue 23: the row's prefix-cache hit rate and KV/queue peaks over its windows."""
+    """The row's prefix-cache hit rate and KV/queue peaks over its windows."""
     windows = [
         rec
         for (label, cid, lk, _), rec in sorted(state.cache.items(), key=lambda kv: kv[0][3])
@@ -209,7 +209,7 @@ def _cache_fields(state: ResultsState, route: str, cell: str, load: LoadPoint) -
 
 
 def _trace_fields(plan: BenchmarkPlan) -> dict[str, Any]:
-    """issue 23: which trace was replayed, at which speed-up."""
+    """Which trace was replayed, at which speed-up."""
     trace = plan.workload.trace
     if trace is None:
         return {}
@@ -236,7 +236,7 @@ class RowInput:
     plan: BenchmarkPlan
     state: ResultsState
     parity: dict[tuple[str, ReasoningMode], RouteParity]
-    launched: Mapping[str, LaunchRecord] = field(default_factory=dict)  # issue 24
+    launched: Mapping[str, LaunchRecord] = field(default_factory=dict)
 
 
 def build_row(
@@ -269,10 +269,10 @@ def build_row(
             speculative=route.speculative is not Speculative.off,
             declared_spec_tokens=route.spec_tokens,
         ),
-        **_output_length_fields(  # issue 23
+        **_output_length_fields(  # natural-length decode
             plan, inp.state, cell.cell_id, mine, _workload_breakdown(mine, cell.request_max_tokens)
         ),
-        **_cache_fields(inp.state, route.label, cell.cell_id, load),  # issue 23
+        **_cache_fields(inp.state, route.label, cell.cell_id, load),
         **_trace_fields(plan),
         **noise,
     )
@@ -288,7 +288,7 @@ def _within_noise(
     traffic: ParityResult | None,
     off: Indexed,
 ) -> tuple[QualityParity, str, dict[str, Any]]:
-    """Issue 21: the row's divergences explained by ``off``'s margins, against ``off``'s
+    """The row's divergences explained by ``off``'s margins, against ``off``'s
     noise floor at this load; the verdict under ``parity.exact``
     (:mod:`deepseekbench._analysis._noise_rows`)."""
     plan, mode = inp.plan, cell.reasoning_mode
@@ -308,7 +308,7 @@ def _within_noise(
 def _output_length_fields(
     plan: BenchmarkPlan, state: ResultsState, cell: str, mine: Indexed, fields: dict[str, Any]
 ) -> dict[str, Any]:
-    """issue 23: ``fields`` (:func:`_workload_breakdown`) with the run's
+    """``fields`` (:func:`_workload_breakdown`) with the run's
     ``output_length`` and the row's ``tokens_past_eos``; a pinned row judges
     "short" against each prompt's pinned (natural) length, not the cell's cap."""
     natural = {(item, t): m for (c, item, t), m in state.calibration.items() if c == cell}

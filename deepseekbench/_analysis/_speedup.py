@@ -99,7 +99,7 @@ class RefusalReason(_ClosedEnum):
     candidate_metric_not_positive = "candidate_metric_not_positive"
     speedup_not_finite = "speedup_not_finite"
     tokens_estimated = "tokens_estimated"
-    # issue 22: no credit without significance
+    # no credit without significance
     client_starved = "client_starved"
     """A row's client was starved for a core (``Row.client_starved``): its TPOT holds
     client delay, so no TPOT speedup; parity and acceptance still stand."""
@@ -123,7 +123,7 @@ class RefusalReason(_ClosedEnum):
     no_significant_difference = "no_significant_difference"
     """The speedup's 95 % interval includes 1: the run cannot tell the routes apart.
     The verdict keeps the interval (its only numbers) and no figure."""
-    # issue 24: a row whose route contradicts its label (see _route_identity)
+    # a row whose route contradicts its label (see _route_identity)
     route_identity_refused = "route_identity_refused"
     speculative_counters_missing = "speculative_counters_missing"
     """The speculative row's server exported no speculative counters at all — no drafted
@@ -145,7 +145,7 @@ class SpeedupVerdict(BaseModel):
     interval excludes 1, or on an *inconclusive* verdict (its one reason
     :attr:`RefusalReason.no_significant_difference`, its interval including 1).
 
-    **No credit without significance** (issue 22): a speedup (or slowdown) whose
+    **No credit without significance**: a speedup (or slowdown) whose
     95 % interval includes 1 is not credited; it reads "no significant difference
     (0.94–1.07)" and carries the interval but no figure. :meth:`with_interval` and
     :meth:`with_paired_rounds` make that verdict, so :func:`compare_speedup` and the
@@ -189,7 +189,7 @@ class SpeedupVerdict(BaseModel):
     )
     clock: Clock = Field(
         default=Clock.client,
-        description="issue 22: the clock judged on: client (arrival times) or server (the "
+        description="the clock judged on: client (arrival times) or server (the "
         "engine's own per-request timings; excludes network and client)",
     )
 
@@ -217,7 +217,7 @@ class SpeedupVerdict(BaseModel):
     def within_noise(self) -> bool:
         """True when the verdict's 95 % interval includes 1 (no clear difference).
 
-        Since issue 22 only an :attr:`inconclusive` verdict can be within noise: such
+        Since the significance rule only an :attr:`inconclusive` verdict can be within noise: such
         a difference is not distinguishable from no change at this sample size and
         is not credited.
         """
@@ -481,7 +481,7 @@ def compare_speedup(
     medians and there is no interval. An interval that includes 1 credits nothing:
     the verdict is refused with ``no_significant_difference`` and keeps the interval
     (reads "no significant difference (0.94–1.07) by tpot_ms"), for a gain and a
-    loss alike (issue 22).
+    loss alike.
 
     Args:
         baseline: the ``speculative=off`` row.
@@ -499,7 +499,7 @@ def compare_speedup(
             instead of ``result``.
         n_resamples, seed: of the bootstrap.
         clock: ``"client"`` (default: the client's arrival times) or ``"server"``
-            (issue 22: the engine's own per-request figures, ``Row.server_tpot_ms`` /
+            (the engine's own per-request figures, ``Row.server_tpot_ms`` /
             ``server_ttft_ms``; they exclude network and client; refused with
             ``server_clock_missing`` where a row has none, and with the fault's name
             where the engine's figures contradict the client's own clock:
@@ -547,7 +547,7 @@ def compare_speedup(
 def _witnessed(
     verdict: SpeedupVerdict, baseline: Row, candidate: Row, tolerance: float
 ) -> SpeedupVerdict:
-    """Issue 22: the figure finally printed is held against the engine's clock too.
+    """The figure finally printed is held against the engine's clock too.
 
     With paired rounds the printed figure is the rounds' geometric mean, not the ratio
     of the row medians :func:`_judge` checked; a client-clock figure further than
@@ -666,7 +666,7 @@ def _evidence_reasons(
         and metric is SpeedupMetric.tpot_ms
         and (baseline.client_starved or candidate.client_starved)
     ):
-        reasons.append(R.client_starved)  # issue 22: bunched chunks make TPOT meaningless
+        reasons.append(R.client_starved)  # bunched chunks make TPOT meaningless
     if RouteIdentity.refused in (baseline.route_identity, candidate.route_identity):
         reasons.append(R.route_identity_refused)
     if candidate.speculative is not Speculative.off and no_speculative_counters(candidate):
@@ -685,7 +685,7 @@ def _clock_values(
     (missing or not positive; on the server clock, the engine's figures' faults)."""
     reasons: list[RefusalReason] = []
     R = RefusalReason
-    if clock is Clock.server:  # issue 22: the engine's own figures
+    if clock is Clock.server:  # the engine's own figures
         b, c = server_value(baseline, metric.value), server_value(candidate, metric.value)
         if b is None or c is None:
             reasons.append(R.server_clock_missing)

@@ -104,7 +104,7 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     from deepseekbench._types._row import write_rows
 
     gate = _gate(args)
-    with warnings.catch_warnings():  # issue 23: said once, below, with the counts
+    with warnings.catch_warnings():  # said once, below, with the counts
         warnings.simplefilter("ignore", WorkloadCoverageWarning)
         result = dry_run(plan, gate=gate)
     if args.results is not None:
@@ -132,7 +132,7 @@ def _dry_run(args: argparse.Namespace, plan: BenchmarkPlan, out: TextIO, err: Te
     if result.ray_address is not None:
         verdict = f"gate would refuse: {result.ray_refusal}" if result.ray_refusal else "admitted"
         err.write(f"  ray cluster {result.ray_address}: {verdict}\n")
-    for warning in result.warnings:  # issue 23: workload items that would go unsent
+    for warning in result.warnings:  # workload items that would go unsent
         err.write(f"  warning: {warning}\n")
     return EXIT_GATE if result.refused else EXIT_OK
 
@@ -173,7 +173,7 @@ def report_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"{path}: this run did not finish (no run_end record): rows hold only what was "
             "measured; rerun the same `run` command to resume it\n"
         )
-    if args.best_config is not None:  # issue 24
+    if args.best_config is not None:
         args.best_config.write_text(card.best_config_json() + "\n", encoding="utf-8")
         err.write(f"best configuration per load: {args.best_config}\n")
     if args.plot is not None:

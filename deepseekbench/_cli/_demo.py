@@ -62,7 +62,7 @@ DEMO_PROMPT_IDS: tuple[str, ...] = (
     "code-increment",
 )
 """The smoke tasks whose prompts the demo measures: 8, so each is sent once a round
-(issue 23: no workload item left unsent; all 16 would double the demo's time)."""
+(nothing dropped silently: no workload item left unsent; all 16 would double the demo's time)."""
 DEMO_COMPUTE_MS_PER_TOKEN = 3.0
 """The demo engines' compute cost per scored position (ms/token; the default is 1.5): the
 knee comes at a few sequences, so the crossover shows at loads one process drives easily."""
@@ -178,11 +178,11 @@ async def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 DEMO_NUMERICS_REQUESTS = 8
-"""Issue 21's scenario: measured requests per route at concurrency 4 (one load point)."""
+"""The numerics scenario: measured requests per route at concurrency 4 (one load point)."""
 
 
 async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Issue 21's demo scenario: ``off`` and ``mtp`` in the embedded engine's numerics mode
+    """The numerics demo scenario: ``off`` and ``mtp`` in the embedded engine's numerics mode
     (verify passes flip near-ties, docs/engine.md) and the mis-tuned mtp, measured once,
     then judged under ``parity.exact = "bit_exact"`` and ``"within_noise"`` (an analysis
     key: the second run resumes the same results file and sends nothing new)."""
@@ -204,7 +204,7 @@ async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) 
         data = demo_plan(urls, requests=DEMO_NUMERICS_REQUESTS).model_dump(mode="json")
         data["arrival"]["concurrency"] = [4]
         data["workload"]["output_length"] = "forced"  # near-ties live in long outputs
-        # the first 8 smoke prompts (the scenario as it was measured for issue 21): the
+        # the first 8 smoke prompts (the scenario as it was measured for the margin follow-up): the
         # embedded off never flips against itself, so the rate test's verdict depends on
         # how many near-ties the sample meets (docs/engine.md, "Numerics mode")
         data["workload"]["prompts"] = [t.prompt for t in smoke_tasks()[:DEMO_NUMERICS_REQUESTS]]
@@ -226,7 +226,7 @@ async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) 
     return exit_for(result)
 
 
-# issue 24: `demo --capacity`, engines launched from the plan, the depth grid, [search]
+# `demo --capacity`, engines launched from the plan, the depth grid, [search]
 DEMO_CAPACITY_DEPTHS: tuple[int, ...] = (1, 2, 4)
 """The capacity scenario's mtp depth grid (draft tokens per verify step): one launched
 route per depth, ``mtp-k1``, ``mtp-k2``, ``mtp-k4``."""
@@ -321,7 +321,7 @@ def demo_capacity_plan(*, results: str | None = None) -> BenchmarkPlan:
 
 
 async def run_demo_capacity(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Issue 24's demo scenario: :func:`demo_capacity_plan` run through ``run_plan``
+    """The capacity demo scenario: :func:`demo_capacity_plan` run through ``run_plan``
     (which launches and stops the engines), its scorecard printed."""
     from deepseekbench._net._gate import LiveGate
     from deepseekbench._report._scorecard import Scorecard
@@ -358,19 +358,19 @@ def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.requests < 1:
         err.write("deepseekbench: --requests must be >= 1\n")
         return EXIT_USAGE
-    if args.numerics and args.capacity:  # issue 24
+    if args.numerics and args.capacity:
         err.write("deepseekbench: demo: --numerics and --capacity are two scenarios\n")
         return EXIT_USAGE
     args.latest = None
     if args.results is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        if args.capacity:  # issue 24: its own file; the latest-demo copy is the main one's
+        if args.capacity:  # its own file; the latest-demo copy is the main one's
             stamp = f"capacity-{stamp}"
         args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
         args.latest = None if args.capacity else results_path(Path.cwd() / DEMO_LATEST)
     args.results = results_path(args.results)
-    if args.numerics:  # issue 21
+    if args.numerics:
         return anyio.run(run_demo_numerics, args, out, err)
-    if args.capacity:  # issue 24
+    if args.capacity:
         return anyio.run(run_demo_capacity, args, out, err)
     return anyio.run(run_demo, args, out, err)

@@ -11,7 +11,7 @@ EXIT_OK = 0
 """Finished (refused speedups included)."""
 EXIT_ERRORS = 1
 """Finished with measured requests that errored, or stopped at a calibration pass
-whose requests errored (``CalibrationError``, issue 23; a rerun resumes it)."""
+whose requests errored (``CalibrationError``; a rerun resumes it)."""
 EXIT_USAGE = 2
 """Bad arguments, invalid plan, a launched engine that did not start, or an unreadable
 results file."""

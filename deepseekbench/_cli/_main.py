@@ -136,7 +136,7 @@ def _command(
 
         err.write(f"deepseekbench: {printable(str(exc), keep_newlines=True)}\n")
         return EXIT_USAGE
-    except CalibrationError as exc:  # issue 23: off gave no natural length; rerun resumes
+    except CalibrationError as exc:  # off gave no natural length; rerun resumes
         err.write(f"deepseekbench: {exc}\n")
         return EXIT_ERRORS
     except ValidationError as exc:

@@ -80,14 +80,14 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: %(default)s)",
     )
     demo.add_argument("--format", choices=FORMATS, default="text", help=_FORMAT_HELP)
-    demo.add_argument(  # issue 21
+    demo.add_argument(  # the embedded engine's numerics mode
         "--numerics",
         action="store_true",
         help="the numerics scenario: off and mtp engines whose verify passes flip near-ties, "
         "and the mis-tuned mtp; one run judged under parity.exact = bit_exact, then "
         "within_noise (the same results file, nothing measured twice)",
     )
-    demo.add_argument(  # issue 24
+    demo.add_argument(  # capacity under SLO
         "--capacity",
         action="store_true",
         help="the capacity scenario: off, mtp at depths 1, 2 and 4 and the mis-tuned mtp, "
@@ -192,7 +192,7 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="also draw speedup vs load and TPOT vs output throughput per route to PATH "
         "(.png, .svg or .pdf; needs: pip install 'deepseekbench[plot]')",
     )
-    report.add_argument(  # issue 24: the depth grid's choice per load
+    report.add_argument(  # the depth grid's choice per load
         "--best-config",
         metavar="PATH",
         type=Path,

@@ -212,7 +212,7 @@ def _banner(config: EngineConfig, base_url: str) -> str:
     )
     if config.mistuned_draft:
         line += " MISTUNED DRAFT (lossy verify: outputs are not exact)"
-    if config.numerics:  # issue 21
+    if config.numerics:
         line += " NUMERICS (verify flips near-ties)"
     faults = sorted(k.value for k in config.faults.enabled())
     if faults:
@@ -343,7 +343,7 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser, config: EngineConfi
         help="count the end-of-sequence token as an output token, as vLLM does (usage, "
         "max_tokens and min_tokens include it; it is never streamed as text) (default: off)",
     )
-    parser.add_argument(  # issue 21
+    parser.add_argument(  # the margin follow-up
         "--numerics",
         action="store_true",
         help="numerics mode: hashed near-ties (margin <= 0.03 nats) that multi-token verify "

@@ -105,7 +105,7 @@ class ChatRequest(BaseModel):
     thinking: dict[str, Any] | bool | None = None
     ignore_eos: bool = False
     min_tokens: int = Field(default=0, ge=0)
-    # issue 21: OpenAI chat log-probabilities
+    # OpenAI chat log-probabilities
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
@@ -193,7 +193,7 @@ class EngineState:
     def __init__(self, config: EngineConfig, lm: ReferenceLM) -> None:
         self.config = config
         self.lm = lm
-        self.numerics = NumericsLM(lm) if config.numerics else None  # issue 21
+        self.numerics = NumericsLM(lm) if config.numerics else None
         depth = config.effective_draft_depth
         self.metrics = EngineMetrics(config.model_name, depth)
         model_draft = config.speculative.value not in ("off", "ngram")
@@ -201,7 +201,7 @@ class EngineState:
             config.cost, self.metrics, model_draft=model_draft,
             kv_cache_tokens=config.kv_cache_tokens, eos_counted=config.eos_counted,
         )  # fmt: skip
-        self.prefix_cache = PrefixCache(enabled=config.prefix_cache_hits_allowed)  # issue 23
+        self.prefix_cache = PrefixCache(enabled=config.prefix_cache_hits_allowed)
         self.send_times: dict[str, list[ChunkSend]] = {}
         self.arrivals: dict[str, tuple[float, str | None]] = {}
         self.timelines_dropped = 0
@@ -344,7 +344,7 @@ class EngineState:
             "speculative_algorithm": algorithm,
             "speculative_num_steps": depth or None,
         }
-        if cfg.deterministic_inference is not None:  # issue 21: a ServerArgs field
+        if cfg.deterministic_inference is not None:  # a ServerArgs field
             info["enable_deterministic_inference"] = cfg.deterministic_inference
         return info
 
@@ -484,7 +484,7 @@ class EngineState:
             mistuned=self.config.mistuned_draft,
             verify_argmax=self.numerics.verify_argmax if self.numerics is not None else None,
         )
-        cached = self.prefix_cache.lookup(prompt)  # issue 23
+        cached = self.prefix_cache.lookup(prompt)
         self.metrics.prefix_lookup(prompt_tokens, cached)
         ctx = context_of(question[-MODEL_WINDOW_CHARS:])
         seq, receive = self.scheduler.submit(

@@ -1,4 +1,4 @@
-"""Forensics (issue 21): ``off``'s log-probabilities at every divergence, asked of ``off`` only.
+"""Forensics: ``off``'s log-probabilities at every divergence, asked of ``off`` only.
 
 After measurement, each divergence found (a speculative route against ``off`` on the
 parity set or the measured traffic, and ``off`` against itself) gets one follow-up

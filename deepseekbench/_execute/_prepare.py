@@ -143,7 +143,7 @@ async def prepare_workload(
     cache: dict[str, int] = {}
     cells: dict[str, tuple[WorkloadItem, ...]] = {}
     for cell in plan.cells:
-        if base is None and w.shared_prefix is not None:  # issue 23
+        if base is None and w.shared_prefix is not None:
             assert counter is not None  # the plan validator requires a tokenizer
             chosen = await shared_prefix_items(counter, w.shared_prefix)
         elif base is None and w.trace is not None:

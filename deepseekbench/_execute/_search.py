@@ -1,4 +1,4 @@
-"""The ``[search]`` loop (issue 24): measure, judge, pick the next level, until done.
+"""The ``[search]`` loop: measure, judge, pick the next level, until done.
 
 The loop owns no measurement and no judgement: the runner hands it ``observe``
 (every route's probes, rebuilt from the results store's records) and ``measure``

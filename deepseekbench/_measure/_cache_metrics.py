@@ -1,4 +1,4 @@
-"""The server's side of a window: prefix-cache hit rate, KV-cache and queue peaks (issue 23).
+"""The server's side of a window: prefix-cache hit rate, KV-cache and queue peaks.
 
 Speculation can cost the rest of the server what it saves in decode: vLLM's MTP
 drops prefix-cache hits to 0 on hybrid models (vllm-project/vllm #54360, #22230),

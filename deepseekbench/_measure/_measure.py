@@ -338,7 +338,7 @@ def _start_at_handover(acc: StreamAccumulator, clock: PoolClock) -> None:
         return  # a transport that does not stamp (a test's MockTransport, a caller's own)
     acc.pool_wait_ns = clock.acquired_ns - acc.start_ns
     acc.start_ns = clock.acquired_ns
-    # issue 22 (item 6): the client's own wait to write the request is not server time
+    # the client's own wait to write the request is not server time
     if clock.written_ns is not None and clock.written_ns >= clock.acquired_ns:
         acc.send_wait_ns = clock.written_ns - clock.acquired_ns
         acc.start_ns = clock.written_ns

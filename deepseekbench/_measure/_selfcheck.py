@@ -15,7 +15,7 @@ takes the core away: under load such a read took 2-4 ms at p99 (15 ms at worst) 
 periods (50 ms by default), one reading shared by every request that starts or ends in
 that time (:meth:`SelfCheck.sched_now`), and the ticker reads the process CPU time once
 per ten periods; never once per request: at 256 streams, per-request reads put 512
-such yields per wave on the event loop (issue 22, item 6;
+such yields per wave on the event loop (fidelity at 256 streams;
 ``benchmarks/check_request_path.py`` holds it).
 
 Usage::
@@ -55,7 +55,7 @@ _CURRENT: contextvars.ContextVar[SelfCheck | None] = contextvars.ContextVar(
 )
 
 
-# --- issue 22: the client's CPU share and its wait for a core --------------------
+# --- the client's CPU share and its wait for a core ----------------------------------
 _SCHEDSTAT = Path("/proc/thread-self/schedstat")
 
 
@@ -243,7 +243,7 @@ class SelfCheck:
         if last is None:
             return None
         if hi == len(self._t):
-            # issue 22: a stall that ends with the request (the loop blocked until the
+            # a stall that ends with the request (the loop blocked until the
             # end was stamped) has not let the next tick wake yet: account the overdue
             # tick now, by how far ``end_ns`` passed its due time (0 when on time).
             lags.append(max(0, end_ns - (last + int(self.interval_s * 1e9))))
@@ -255,7 +255,7 @@ class SelfCheck:
         the window, the last one open until ``end_ns`` when the next tick has not woken
         yet. A loop blocked for N ms inside the window gives at least N ms; a healthy
         loop about ``interval_s``. ``None`` when the check was never started.
-        (issue 22: stall-proof self-check.)
+        (The stall-proof lag self-check.)
         """
         if self._started_ns is None:
             return None

@@ -106,7 +106,7 @@ def _gauge_sets() -> tuple[tuple[Dialect, GaugeSet], ...]:
 
 
 def cache_sets() -> tuple[tuple[Dialect, CacheSet], ...]:
-    """Every registered engine's cache/queue family sets (issue 23), each once, in
+    """Every registered engine's cache/queue family sets, each once, in
     registry order (vLLM's, then llama.cpp's, then SGLang's for the built-in engines)."""
     found: dict[CacheSet, Dialect] = {}
     for adapter in all_dialects():
@@ -119,7 +119,7 @@ def _families() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """``(wanted, per_position, gauges)``: the family names a scrape keeps; ``wanted``
     holds the counters and gauges, ``per_position`` the per-position families."""
     counters = [cs for _, cs in _counter_sets()]
-    caches = [cs for _, cs in cache_sets()]  # issue 23: prefix cache, KV cache, queue
+    caches = [cs for _, cs in cache_sets()]  # prefix cache, KV cache, queue
     gauges = frozenset(n for _, gs in _gauge_sets() for n in (gs.rate, gs.length))
     gauges |= frozenset(n for cs in caches for n in cs.gauges)
     wanted = frozenset(n for cs in counters for n in cs.names) | gauges

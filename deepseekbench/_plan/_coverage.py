@@ -1,4 +1,4 @@
-"""Workload coverage (issue 23, item 7): is every workload item sent?
+"""Workload coverage: is every workload item sent?
 
 Measured request ``i`` of a (route, cell, load point) sends item
 ``(i // rounds) % n_items`` (:func:`~deepseekbench._plan._schedule.measure_slot`),
@@ -18,7 +18,7 @@ __all__ = ["WorkloadCoverage", "WorkloadCoverageWarning", "items_used", "workloa
 
 
 class WorkloadCoverageWarning(UserWarning):
-    """Some workload items would never be sent (issue 23): the message gives the
+    """Some workload items would never be sent: the message gives the
     counts and the ``requests_per_cell`` that sends them all."""
 
 

@@ -1,4 +1,4 @@
-"""Spec-decoding datasets as users have them: SPEED-Bench and MT-bench files (issue 23, item 6).
+"""Spec-decoding datasets as users have them: SPEED-Bench and MT-bench files.
 
 Both are read from local copies (a path; nothing is downloaded at run time):
 

@@ -28,13 +28,13 @@ NOT_HASHED = {
     "executor",
     "ray_address",
     "probe_routes",
-    "clock",  # issue 22: judging, not measuring
+    "clock",  # judging, not measuring
 }
 
 
 _ADDED_AT_DEFAULT: dict[tuple[str, ...], Any] = {
-    ("search",): None,  # issue 24
-    ("workload", "shared_prefix"): None,  # issue 23
+    ("search",): None,
+    ("workload", "shared_prefix"): None,
     ("workload", "trace"): None,
     ("workload", "speed_bench_by"): "category",
     ("workload", "output_tokens"): None,
@@ -70,8 +70,8 @@ def plan_hash(plan: BenchmarkPlan) -> str:
     """The 16-hex-digit digest :meth:`BenchmarkPlan.plan_hash` returns (its docstring
     says what is left out)."""
     exclude: dict[str, Any] = {k: True for k in NOT_HASHED}
-    exclude["parity"] = _PARITY_NOT_HASHED  # issue 21
-    exclude["routes"] = {"__all__": {"deterministic"}}  # issue 21: changes no request
+    exclude["parity"] = _PARITY_NOT_HASHED
+    exclude["routes"] = {"__all__": {"deterministic"}}  # changes no request
     data = plan.model_dump(mode="json", exclude=exclude)
     _as_before(data)
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]

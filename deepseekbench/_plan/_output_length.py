@@ -1,4 +1,4 @@
-"""Output length (issue 23): how long each measured answer is, and why.
+"""Output length: how long each measured answer is, and why.
 
 Acceptance depends on the text decoded, so a benchmark of speculative decoding
 must decode the text the model would write. Two settings decide it:

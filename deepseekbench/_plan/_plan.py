@@ -106,7 +106,7 @@ class BenchmarkPlan(BaseModel):
             set, :meth:`validate_sources` probes its MTP (NextN) depth and refuses
             an ``mtp`` route on a model whose depth is 0; the run records it.
         clock: ``"client"`` (default) or ``"server"``: the clock speedups are judged on
-            (issue 22; the server clock is the engine's own per-request timings, which
+            (the server clock is the engine's own per-request timings, which
             exclude network and client; docs/measurement.md). Not part of the plan hash.
         probe_routes: ask every route once (``GET {base_url}/models``) before
             measuring and stop with :class:`~deepseekbench.RouteUnreachableError`
@@ -138,7 +138,7 @@ class BenchmarkPlan(BaseModel):
     parity: ParityPlan = ParityPlan()
     slo: SloPlan = SloPlan()
     results: str | None = None
-    # issue 24: capacity under SLO (left out of the plan's content and hash when unset)
+    # capacity under SLO (left out of the plan's content and hash when unset)
     search: SearchPlan | None = Field(
         default=None, description="[search]: find each route's capacity under [slo]"
     )
@@ -166,7 +166,7 @@ class BenchmarkPlan(BaseModel):
     base_dir: str | None = Field(
         default=None, description="directory relative paths resolve against (set by load)"
     )
-    # issue 22: the clock speed is judged on
+    # the clock speed is judged on
     clock: Clock = Field(
         default=Clock.client,
         description="clock speedups are judged on: client (arrival times, the default) or "
@@ -196,7 +196,7 @@ class BenchmarkPlan(BaseModel):
     @field_validator("routes")
     @classmethod
     def _expand_grids(cls, v: tuple[RoutePlan, ...]) -> tuple[RoutePlan, ...]:
-        # issue 24: a launched route with a list of depths, draft models or methods
+        # a launched route with a list of depths, draft models or methods
         # becomes one route per configuration (docs/plan.md, "The depth grid").
         return tuple(itertools.chain.from_iterable(expand_grid(r) for r in v))
 
@@ -213,7 +213,7 @@ class BenchmarkPlan(BaseModel):
             same = same_server(self.off_route, route, self.model)
             if same is not None:
                 raise ValueError(same)
-        if self.search is not None and not self.slo.limits:  # issue 24
+        if self.search is not None and not self.slo.limits:
             raise ValueError("[search] needs at least one [slo] limit (ttft_ms, tpot_ms, e2e_ms)")
         cells = [c.cell_id for c in self.cells]
         dup_cells = sorted({x for x in cells if cells.count(x) > 1})
@@ -223,7 +223,7 @@ class BenchmarkPlan(BaseModel):
 
     # ---------------------------------------------------------------- access
     def search_load(self, level: float) -> LoadPoint:
-        """The load point of a ``[search]`` level (issue 24): closed loop of
+        """The load point of a ``[search]`` level: closed loop of
         ``level`` streams, or the arrival's open loop at ``level`` requests/s."""
         if self.arrival.mode == "rate":
             cap = self.arrival.concurrency
@@ -233,7 +233,7 @@ class BenchmarkPlan(BaseModel):
 
     @property
     def effective_search(self) -> SearchPlan | None:
-        """``search`` as the run applies it (issue 24): a closed loop's levels are capped
+        """``search`` as the run applies it: a closed loop's levels are capped
         at the requests of one round (``requests_per_cell // rounds``; more streams than
         requests cannot fill), ``start`` and ``max_level`` both; ``None`` without it."""
         s = self.search
@@ -246,7 +246,7 @@ class BenchmarkPlan(BaseModel):
 
     def admits_load(self, key: str) -> bool:
         """Whether a record's load key belongs to this plan: one of its load points,
-        or, with ``[search]``, a load of the arrival's kind (issue 24)."""
+        or, with ``[search]``, a load of the arrival's kind."""
         if any(lp.key == key for lp in self.load_points):
             return True
         if self.search is None:
@@ -363,7 +363,7 @@ class BenchmarkPlan(BaseModel):
             tasks=tasks, prompts=prompts, capability=capability, items=items, coverage=coverage
         )
 
-    # issue 23 (length23): nothing dropped silently
+    # nothing dropped silently
     def coverage(self, items: Sequence[WorkloadItem] | None) -> WorkloadCoverage:
         """How many workload items each cell sends (``items``: the source's, ``None``
         for synthetic: see :meth:`generated_item_count`); warns when some are never sent.

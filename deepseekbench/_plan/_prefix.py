@@ -1,4 +1,4 @@
-"""Shared-prefix workloads: groups of prompts that open with the same text (issue 23, item 3).
+"""Shared-prefix workloads: groups of prompts that open with the same text.
 
 Production DeepSeek traffic shares system prompts and conversation history, and
 leans on the engine's prefix cache; speculation can silently disable that cache

@@ -50,13 +50,13 @@ class RoutePlan(BaseModel):
             endpoint is declared to serve; checked against what the server says
             before measuring (``deepseekbench._execute._preflight``). Left out of the
             plan's content (and hash) when not set.
-        launch: start the endpoint from the plan (issue 24):
+        launch: start the endpoint from the plan:
             :class:`~deepseekbench.LaunchSpec` (``[routes.launch]``, docs/plan.md);
             ``base_url`` is then a fixed placeholder and ``spec_tokens`` the launch's
             depth. A list of depths, draft models or methods is a grid, expanded by
             :class:`BenchmarkPlan` into one route per configuration.
         grid_of: set on a route expanded from a grid: the grid route's label.
-        deterministic: issue 21: the engine's deterministic mode as declared by the
+        deterministic: the engine's deterministic mode as declared by the
             plan (``true``/``false``; unset: unknown), for an engine that does not
             report it (vLLM ``VLLM_BATCH_INVARIANT=1``); a server that reports it
             (SGLang ``enable_deterministic_inference``) is believed instead.
@@ -81,7 +81,7 @@ class RoutePlan(BaseModel):
     request_extras: dict[str, Any] = Field(default_factory=dict)
     continuous_usage: bool = False
     spec_tokens: int | None = Field(default=None, ge=1)
-    # issue 24: engines launched from the plan (deepseekbench._launch._plan_launch)
+    # engines launched from the plan (deepseekbench._launch._plan_launch)
     launch: LaunchSpec | None = None
     grid_of: str | None = Field(
         default=None, description="the label of the grid route this one was expanded from"
@@ -122,8 +122,8 @@ class RoutePlan(BaseModel):
         data = handler(self)
         if isinstance(data, dict) and data.get("spec_tokens") is None:
             data.pop("spec_tokens", None)  # plans written before the field keep their hash
-        if isinstance(data, dict):  # issue 24: likewise for plans without launches
-            for key in ("launch", "grid_of", "deterministic"):  # issue 21: deterministic
+        if isinstance(data, dict):  # likewise for plans without launches
+            for key in ("launch", "grid_of", "deterministic"):  # launches, grids, determinism
                 if data.get(key) is None:
                     data.pop(key, None)
         return data

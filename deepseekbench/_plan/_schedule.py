@@ -77,12 +77,12 @@ def parity_conversations(plan: BenchmarkPlan) -> tuple[WorkloadItem, ...]:
 
 class Phase(StrEnum):
     """What a block is for: the ``parity`` set, a ``measure`` round, the ``control``
-    pass, or the ``calibrate`` pass (``off``'s natural output lengths, issue 23)."""
+    pass, or the ``calibrate`` pass (``off``'s natural output lengths)."""
 
     parity = "parity"
     measure = "measure"
     control = "control"
-    calibrate = "calibrate"  # issue 23: off's natural output lengths
+    calibrate = "calibrate"  # off's natural output lengths
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +227,7 @@ def _parity_request(plan: BenchmarkPlan, p: ParityPrompt, mode: ReasoningMode) -
 
 def measure_request(plan: BenchmarkPlan, cell: CellPlan, item: WorkloadItem) -> ChatRequest:
     """The measured request for ``item``'s first turn in ``cell``: its own output target
-    (tokens; drawn, or pinned by calibration, issue 23) else the cell's cap, at the
+    (tokens; drawn, or pinned by calibration) else the cell's cap, at the
     plan's temperature and seed; decoded past EOS when the plan forces it, to exactly the
     natural length (its end-of-sequence allowed there) when the plan pins it."""
     return ChatRequest(
@@ -283,7 +283,7 @@ def _measure_blocks(
         )
         salt = (cell_index * 1000 + load_index) * 1000 + r
         offsets = plan.arrival.offsets_s(len(items), salt=salt, rate_per_s=load.rate_per_s)
-        if plan.workload.trace is not None:  # issue 23: the trace's own arrival times
+        if plan.workload.trace is not None:  # the trace's own arrival times
             cycles = [((i // rounds) // len(prompts)) for i in indices]
             offsets = trace_offsets_s(
                 [(it.workload, c) for it, c in zip(items, cycles, strict=True) if it.workload],
@@ -306,7 +306,7 @@ def _measure_blocks(
                     warmup=tuple(
                         measure_request(plan, cell, prompts[i % len(prompts)]) for i in range(warm)
                     ),
-                    # issue 23: off is scraped too (its prefix cache, KV and queue)
+                    # off is scraped too (its prefix cache, KV and queue)
                     scrape=plan.hosting.value != "managed_api",
                 )
             )

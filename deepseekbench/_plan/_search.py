@@ -5,7 +5,7 @@ rate for an open loop) at which ``slo_attainment`` — the fraction of measured
 requests meeting every ``[slo]`` limit (``deepseekbench._analysis._rowstats``,
 after vLLM's ``bench serve --goodput``) — is at least ``target``.
 
-The search (issue 24) brackets, then bisects: from ``start`` it multiplies the
+The search brackets, then bisects: from ``start`` it multiplies the
 load by ``growth`` until a level fails (the bracket), then halves the bracket
 until it is at most ``resolution`` wide. Sources of the idea, not of the code:
 vLLM's ``vllm/benchmarks/sweep/serve_sla.py`` (``vllm bench sweep serve_sla``,

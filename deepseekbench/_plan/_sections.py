@@ -22,7 +22,7 @@ from deepseekbench._plan._workload import MAX_CONTEXT_TOKENS, InputLength
 __all__ = ["DATASET_SOURCES", "ParityPlan", "WorkloadPlan"]
 
 DATASET_SOURCES = ("speed_bench", "mt_bench")
-"""Dataset sources read by ``deepseekbench._plan._datasets`` (issue 23)."""
+"""Dataset sources read by ``deepseekbench._plan._datasets``."""
 
 
 class WorkloadPlan(BaseModel):
@@ -53,7 +53,7 @@ class WorkloadPlan(BaseModel):
     checked (a prompt of fewer UTF-8 bytes than the bucket's lower bound is
     refused).
 
-    ``output_length`` (issue 23): ``pinned`` (default: a calibration pass on
+    ``output_length``: ``pinned`` (default: a calibration pass on
     ``off`` finds each prompt's natural length, every route decodes exactly
     that), ``natural`` (stop at EOS under the cap) or ``forced`` (decode to the
     cap past EOS; rows carry ``tokens_past_eos``); parity requests always stop
@@ -74,7 +74,7 @@ class WorkloadPlan(BaseModel):
 
     source: Literal[
         "default", "sharegpt", "spec_bench", "jsonl", "synthetic", "speed_bench", "mt_bench"
-    ] = "default"  # issue 23: speed_bench, mt_bench
+    ] = "default"  # speed_bench, mt_bench
     prompts: tuple[str, ...] = ()
     prompts_file: str | None = None
     path: str | None = None
@@ -82,7 +82,7 @@ class WorkloadPlan(BaseModel):
     input_length: InputLength | None = None
     n_prompts: int | None = Field(default=None, ge=1, le=10_000)
     tokenizer: str | None = Field(default=None, min_length=1)
-    # issue 23: shared-prefix workloads (groups x prefix x suffixes, multi-turn)
+    # shared-prefix workloads (groups x prefix x suffixes, multi-turn)
     shared_prefix: SharedPrefix | None = Field(
         default=None,
         description="synthetic only: groups x a shared prefix of prefix_tokens tokens x "
@@ -114,7 +114,7 @@ class WorkloadPlan(BaseModel):
             raise ValueError("give one of shared_prefix or trace (a trace has its own prefixes)")
         return self
 
-    # issue 23 (length23): output length (replaces reach_max_tokens; see _output_length)
+    # output length (replaces reach_max_tokens; see _output_length)
     output_length: OutputLengthMode = Field(
         default="pinned",
         description="pinned: decode each prompt's natural length (calibrated on off) on "
@@ -132,7 +132,7 @@ class WorkloadPlan(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _old_reach_max_tokens(cls, data: Any) -> Any:
-        """Plans written before issue 23: ``reach_max_tokens`` true → ``forced``,
+        """Plans written before natural-length decode: ``reach_max_tokens`` true → ``forced``,
         false → ``natural`` (deprecated; a FutureWarning says so)."""
         if not isinstance(data, dict) or "reach_max_tokens" not in data:
             return data
@@ -204,7 +204,7 @@ class ParityPlan(BaseModel):
             parity alone.
         determinism_control: run ``off`` twice (needed for a verified ``off`` row).
         concurrency: parity requests in flight per route (requests, 1..256).
-        exact: issue 21's verdict rule: ``bit_exact`` (default; every output identical
+        exact: the parity verdict's rule: ``bit_exact`` (default; every output identical
             to ``off``'s) or ``within_noise`` (every divergence a near-tie of ``off``'s
             own logprobs, at a rate not above ``off``'s own; docs/rows-and-gate.md).
         tau_nats: the near-tie bound τ (nats, >= 0); ``None`` calibrates it from
@@ -231,7 +231,7 @@ class ParityPlan(BaseModel):
     task_temperature: float = Field(default=0.0, ge=0, le=2)
     determinism_control: bool = True
     concurrency: int = Field(default=1, ge=1, le=256)
-    # issue 21: parity within the engine's own numerics (analysis keys: not hashed)
+    # parity within the engine's own numerics (analysis keys: not hashed)
     exact: Literal["bit_exact", "within_noise"] = "bit_exact"
     tau_nats: float | None = Field(
         default=None, ge=0, description="near-tie bound τ (nats); None: calibrated"

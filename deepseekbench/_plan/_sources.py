@@ -67,7 +67,7 @@ class PlanSources:
     prompts: tuple[str, ...]
     capability: ModelCapability | None
     items: tuple[WorkloadItem, ...] | None = None
-    coverage: WorkloadCoverage | None = None  # issue 23: items sent per cell
+    coverage: WorkloadCoverage | None = None  # items sent per cell
 
 
 def plan_tasks(plan: BenchmarkPlan) -> tuple[Task, ...]:
@@ -126,7 +126,7 @@ def workload_items(plan: BenchmarkPlan) -> tuple[WorkloadItem, ...] | None:
 def _dataset_items(plan: BenchmarkPlan) -> tuple[WorkloadItem, ...]:
     w = plan.workload
     assert w.path is not None
-    if w.source in DATASET_SOURCES:  # issue 23: SPEED-Bench, MT-bench
+    if w.source in DATASET_SOURCES:  # SPEED-Bench, MT-bench
         ds = cast(Literal["speed_bench", "mt_bench"], w.source)
         sample = dataset_sample_path(ds, by=w.speed_bench_by)
         path = sample if w.path == "sample" else plan.resolve(w.path)

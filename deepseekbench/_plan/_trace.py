@@ -1,4 +1,4 @@
-"""Mooncake-style trace replay: real arrival times and prefix structure (issue 23, item 5).
+"""Mooncake-style trace replay: real arrival times and prefix structure.
 
 A trace is a JSONL file, one request a line (the Mooncake FAST'25 format, as
 AIPerf's and GuideLLM's trace replay read it):

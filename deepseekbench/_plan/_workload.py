@@ -72,7 +72,7 @@ class WorkloadItem(BaseModel):
         prompt_tokens: the first turn's length in tokens when it was counted
             (synthetic items always; loaded ones after a check), else ``None``.
         arrival_ms: a trace item's arrival (ms from the trace's start), ``None``
-            otherwise (issue 23).
+            otherwise.
         output_tokens: the output target per turn (tokens), ``()`` = the cell's (a
             trace item: its ``output_length``).
         references: the dataset's reference answers (not sent).
@@ -88,9 +88,9 @@ class WorkloadItem(BaseModel):
     category: str | None = None
     source: str = "inline"
     prompt_tokens: int | None = Field(default=None, ge=0)
-    # issue 23 (trace replay): the item's own arrival
+    # trace replay: the item's own arrival
     arrival_ms: float | None = Field(default=None, ge=0, description="trace arrival, ms")
-    # issue 23 (length23): output length
+    # output length
     output_tokens: tuple[int, ...] = Field(
         default=(),
         description="output target per turn (tokens; the last repeats for later turns); "
@@ -253,7 +253,7 @@ def load_jsonl(path: str | Path) -> tuple[WorkloadItem, ...]:
             raise WorkloadFormatError(
                 f"{where}: 'id' must be a non-empty string", path=p, line_number=number
             )
-        ref = obj.get("reference")  # issue 23: optional reference answer (not sent)
+        ref = obj.get("reference")  # optional reference answer (not sent)
         if ref is not None and (not isinstance(ref, str) or not ref.strip()):
             raise WorkloadFormatError(
                 f"{where}: 'reference' must be a non-empty string", path=p, line_number=number
@@ -375,7 +375,7 @@ def _sharegpt_item(
         if turn["from"] in ("human", "user") and turn["value"].strip():
             human.append(turn["value"])
         elif turn["from"] in _ANSWER_ROLES and human and len(answers) < len(human):
-            answers.append(turn["value"])  # issue 23: the reference answer of that turn
+            answers.append(turn["value"])  # the reference answer of that turn
     if not human:
         raise WorkloadFormatError(f"{where}: no human turn", path=p, line_number=number)
     item_id = entry.get("id", f"sharegpt-{index}")

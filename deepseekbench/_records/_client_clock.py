@@ -1,4 +1,4 @@
-"""Issue 22: was the client's clock fit to judge speed? Bursts, starvation, row figures.
+"""Was the client's clock fit to judge speed? Bursts, starvation, row figures.
 
 A starved client (its event-loop thread waiting for a CPU core, or its loop blocked)
 cannot read chunks as they arrive: the kernel buffers them, and when the loop runs

@@ -289,7 +289,7 @@ class StreamMeasurement(BaseModel):
         description="Largest lag of the client's own event loop during this request (ms), "
         "from a running SelfCheck; None without one.",
     )
-    # issue 22: client clock health (stall, CPU share, wait for a core)
+    # client clock health (stall, CPU share, wait for a core)
     client_stall_ms: float | None = Field(
         default=None,
         ge=0,
@@ -324,7 +324,7 @@ class StreamMeasurement(BaseModel):
         description="The client host's 1-minute load average at this request's end "
         "(runnable tasks); None without a running SelfCheck or where the OS has none.",
     )
-    # issue 22 (item 6): the client's wait to write the request, kept out of TTFT
+    # the client's wait to write the request, kept out of TTFT
     send_wait_ms: float | None = Field(
         default=None,
         ge=0,

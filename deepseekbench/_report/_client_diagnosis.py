@@ -1,4 +1,4 @@
-"""Issue 22: one line per run on the measuring client's health, and a flag per line.
+"""One line per run on the measuring client's health, and a flag per line.
 
 A row is flagged when its client's event loop lagged past the plan's threshold
 (``Row.client_saturated``) or read token chunks in bursts (``Row.client_starved``).

@@ -1,4 +1,4 @@
-"""The scorecard's depth-grid section: the best configuration per load (issue 24).
+"""The scorecard's depth-grid section: the best configuration per load.
 
 Builds :class:`~deepseekbench._analysis._best_config.GridCandidate` values from a
 scorecard's lines, rows and paired rounds, and renders the choice as text and as

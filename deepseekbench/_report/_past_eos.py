@@ -1,4 +1,4 @@
-"""The scorecard's output-length note (issue 23): rows measured past EOS.
+"""The scorecard's output-length note: rows measured past EOS.
 
 A row whose ``tokens_past_eos`` is above 0 decoded text after the ``off``
 route's natural end of the same prompt (``workload.output_length = "forced"``):

@@ -19,7 +19,7 @@ Two panels:
   line is drawn grey, dashed, with hollow markers, under the credited curves and
   labelled "refused", so a fast but wrong route never looks like the best curve.
 
-With ``[search]`` (issue 24) a third panel:
+With ``[search]`` a third panel:
 
 * **capacity under SLO** — per route, a bar at its capacity (the highest load
   meeting the SLO target) with an error bar up to the lowest failing load (the
@@ -288,7 +288,7 @@ def _curve_panel(ax: Axes, points: Sequence[LinePoint]) -> None:
 
 
 def _capacity_panel(ax: Axes, report: CapacityReport) -> None:
-    """Issue 24: capacity per route, a bar with its bracket as the error bar."""
+    """Capacity per route, a bar with its bracket as the error bar."""
     refused = {r.route for r in report.ratios if not r.credited}
     refused |= {c.route for c in report.routes if c.unverified}
     names = [c.route for c in report.routes]
@@ -342,7 +342,7 @@ def plot_lines(
 
     ``lines``: scorecard lines in row order; ``rows``: their rows; ``metric``:
     the speedup metric's name (axis label); ``capacity``: a run's capacity under
-    SLO (issue 24), drawn as a third panel (bars with the bracket as error bar).
+    SLO, drawn as a third panel (bars with the bracket as error bar).
     Figure size 12 × 4.8 inches (18 × 4.8 with the capacity panel). The
     Figure has ``_repr_png_``, so a notebook cell ending in ``card.plot()`` shows
     it inline with no pyplot and no ``%matplotlib``.

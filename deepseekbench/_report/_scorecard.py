@@ -134,7 +134,7 @@ class Scorecard:
             rounds: ``metric`` per round keyed by :func:`line_key`; where both sides
                 share 2 or more rounds, a printed speedup's figure and interval come
                 from the paired rounds (:func:`paired_speedup_ci`) instead.
-            clock: ``"client"`` or ``"server"`` (issue 22; see
+            clock: ``"client"`` or ``"server"`` (see
                 :func:`~deepseekbench.compare_speedup`); ``samples``/``rounds`` are then
                 of the clock's own field (:func:`evidence_field`).
             results_tampered: the rows come from an edited results file: every
@@ -174,7 +174,7 @@ class Scorecard:
         samples: dict[str, list[float]] = {}
         rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
-        clock = result.plan.clock  # issue 22: the plan's clock judges
+        clock = result.plan.clock  # the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
             row_samples, rounds[key] = result.speedup_evidence(row, evidence_field(m, clock))
@@ -202,7 +202,7 @@ class Scorecard:
         card.client_workers = result.plan.workers
         card.meta = result.meta
         card.grids = {r.label: r.grid_of for r in result.plan.routes if r.grid_of is not None}
-        card.capacity = capacity_report(result, metric=m)  # issue 24
+        card.capacity = capacity_report(result, metric=m)
         return card
 
     @classmethod

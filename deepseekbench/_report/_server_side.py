@@ -1,4 +1,4 @@
-"""Scorecard flags for the server's side of a route (issue 23).
+"""Scorecard flags for the server's side of a route.
 
 A speculative route can buy its TPOT with the rest of the server: vLLM's MTP
 turns prefix-cache hits to 0 on hybrid models (vllm-project/vllm #54360), and

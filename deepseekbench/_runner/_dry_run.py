@@ -58,7 +58,7 @@ class DryRunResult(BaseModel):
     ray_refusal: str | None = Field(
         default=None, description="why the gate (or the resolution) refuses that address"
     )
-    # issue 23 (length23): nothing dropped silently
+    # nothing dropped silently
     warnings: tuple[str, ...] = Field(
         default=(),
         description="what the run would not measure, e.g. '8 items, 4 will be sent: raise "
@@ -100,7 +100,7 @@ def grid_text(plan: BenchmarkPlan) -> str:
         f"{n(len(plan.routes), 'route')} × {n(len(plan.cells), 'cell')} × "
         f"{n(len(loads), 'load point')} ({what}) × {n(plan.rounds, 'round')}"
     )
-    if plan.search is not None:  # issue 24: levels chosen as the run goes
+    if plan.search is not None:  # levels chosen as the run goes
         s = plan.search
         text += f", then [search] up to {n(s.max_probes, 'level')} ≤ {s.max_level:g}"
     return text
@@ -156,7 +156,7 @@ def dry_run(plan: BenchmarkPlan, *, gate: LiveGate) -> DryRunResult:
         for r in plan.routes
     )
     n = sum(to_send(b.items) + len(b.warmup) for b in schedule)
-    if plan.workload.output_length != "natural":  # issue 23: the calibration pass
+    if plan.workload.output_length != "natural":  # the calibration pass
         n += _calibration_requests(plan, items, sources.coverage)
     ray_address, ray_refusal = _dry_ray_address(plan, gate)
     cov = sources.coverage

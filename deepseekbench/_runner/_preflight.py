@@ -80,7 +80,7 @@ class Checked:
     plan_hash: str
     secrets: tuple[str, ...]
     """Every key a server may echo (any route's, the gate's): none lands in the file."""
-    launched: dict[str, LaunchRecord] = dataclasses.field(default_factory=dict)  # issue 24
+    launched: dict[str, LaunchRecord] = dataclasses.field(default_factory=dict)
 
 
 def preflight(

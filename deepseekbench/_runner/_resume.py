@@ -82,7 +82,7 @@ def to_send(items: Iterable[WorkItem]) -> int:
 
 
 def _resumed(state: ResultsState) -> int:
-    calibrated = sum(1 for m in state.calibration.values() if m.error is None)  # issue 23
+    calibrated = sum(1 for m in state.calibration.values() if m.error is None)
     return (
         len(state.measurements) + sum(1 for o in state.outputs.values() if o.complete) + calibrated
     )

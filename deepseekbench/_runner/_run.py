@@ -17,14 +17,14 @@ the same plan already recorded, hands each block to the executor, appends every
 finished request to the results file as it arrives, and builds the rows from
 the records at the end.
 
-**Steps.** :func:`run_plan` runs six named steps (and issue 21's ``.forensics``
+**Steps.** :func:`run_plan` runs six named steps (and the margin follow-up's ``.forensics``
 between execute and finish: ``off``'s logprobs at every divergence), each one short function:
 :func:`~deepseekbench._runner._preflight.preflight` (read the plan's files, build the
 routes, ask the gate), :func:`~deepseekbench._runner._resume.open_store` (lock the
 results file, index what it holds), then
-``Steps.prepare`` (probe, served depth, issue 21's engine deterministic mode, count
+``Steps.prepare`` (probe, served depth, the engine's deterministic mode, count
 the workload), ``.outputs`` and
-``.calibrate`` (issue 23: output-length draws and the calibration pass on
+``.calibrate`` (output-length draws and the calibration pass on
 ``off``, recorded and resumable; :mod:`deepseekbench._execute._calibrate`),
 ``.schedule``,
 ``.execute`` (every finished request recorded as it arrives) and ``.finish``
@@ -42,7 +42,7 @@ errored parity outputs are always retried (the latest record of a key wins).
 Rows are a pure function of the records (:mod:`deepseekbench._analysis._analysis`), so
 :func:`~deepseekbench.load_results` rebuilds exactly what the run returned.
 
-**Capacity search** (issue 24). With ``[search]``, step 5 goes on after the
+**Capacity search.** With ``[search]``, step 5 goes on after the
 schedule: :class:`~deepseekbench._execute._search.SearchLoop` (driven by
 :class:`~deepseekbench._runner._search.SearchDriver`) measures every
 route at one level after another, each level announced by ``search_probe``
@@ -77,7 +77,7 @@ def _in_flight(plan: BenchmarkPlan) -> int:
     sweep (an open loop's in-flight cap) or the parity set's, whichever is larger."""
     top = max(max(lp.concurrency for lp in plan.load_points), plan.parity.concurrency)
     search = plan.effective_search
-    if search is not None and plan.arrival.mode != "rate":  # issue 24: search levels
+    if search is not None and plan.arrival.mode != "rate":  # search levels
         top = max(top, int(search.max_level))
     return top
 
@@ -112,7 +112,7 @@ async def run_plan(
 
     Returns:
         :class:`RunResult`: one row per route, cell and load point (and, with
-        ``[search]``, per level the search measured; issue 24) (medians in ms,
+        ``[search]``, per level the search measured) (medians in ms,
         throughput in tokens/s and requests/s), every per-request measurement,
         and parity per route.
 
@@ -151,7 +151,7 @@ async def run_plan(
             unset ``launch.env_from`` variable a ``PlanError`` (nothing started).
     """
     checked = preflight(plan, gate, client, results_path)
-    async with launched_routes(launch_targets(plan), gate=gate) as launched:  # issue 24
+    async with launched_routes(launch_targets(plan), gate=gate) as launched:
         run = with_launched(checked, launched, gate)
         return await _run(plan, gate, client, run, retry_errors, progress)
 
@@ -177,13 +177,13 @@ async def _run(
     steps = Steps(plan, gate, http, run, store, previous, Progress(progress, 0))
     try:
         counter, prepared = await steps.prepare()
-        prepared, calibration = await steps.outputs(prepared, counter)  # issue 23
+        prepared, calibration = await steps.outputs(prepared, counter)
         steps.schedule(prepared, sum(to_send(b.items) for b in calibration))  # sizes progress
         steps.record_start(prepared)
         prepared = await steps.calibrate(prepared, calibration, counter)
         work = steps.schedule(prepared)  # with the pinned lengths
         await steps.execute(work, counter, prepared)
-        await steps.forensics()  # issue 21
+        await steps.forensics()
         return steps.finish()
     except BaseExceptionGroup as group:
         # a failed write inside a task group: say so plainly, not as a group

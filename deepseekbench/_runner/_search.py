@@ -1,4 +1,4 @@
-"""The capacity search's driver: the runner's side of the ``[search]`` loop (issue 24).
+"""The capacity search's driver: the runner's side of the ``[search]`` loop.
 
 Holds :class:`SearchDriver`, what :class:`~deepseekbench._execute._search.SearchLoop`
 needs from a run: probes rebuilt from the store's records, a level's blocks sent,

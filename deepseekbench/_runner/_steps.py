@@ -73,13 +73,13 @@ class Steps:
         self.store, self.previous, self.prog = store, previous, prog
         self.started_at = previous.started_at  # the plan's first start; set when recorded
         self.blocks: list[Block] = []
-        self.determinism: dict[str, EngineDeterminism] = {}  # issue 21: read in prepare
+        self.determinism: dict[str, EngineDeterminism] = {}  # read in prepare
         speculative = {r.label: r.speculative.value for r in plan.routes}
         self.recorder = Recorder(store, run.plan_hash, uuid.uuid4().hex[:12], speculative)
 
     async def prepare(self) -> tuple[TokenCounter | None, PreparedWorkload]:
         """Step 3: probe the routes, check served depths, read each engine's
-        deterministic mode (issue 21), count each cell's items.
+        deterministic mode, count each cell's items.
 
         Raises:
             RouteUnreachableError, PlanError, WorkloadLengthError, TokenizeError.
@@ -89,7 +89,7 @@ class Steps:
             probe_timeout = min(plan.timeout_s, PROBE_TIMEOUT_S)
             await probe_routes(routes, gate=self.gate, client=self.http, timeout_s=probe_timeout)
         await check_spec_config(plan.routes, routes, gate=self.gate, client=self.http)
-        self.determinism = await engine_determinism(  # issue 21
+        self.determinism = await engine_determinism(  # the engine's deterministic mode
             plan.routes, routes, gate=self.gate, client=self.http
         )
         counter = make_counter(
@@ -102,7 +102,7 @@ class Steps:
     async def outputs(
         self, prepared: PreparedWorkload, counter: TokenCounter | None
     ) -> tuple[PreparedWorkload, list[Block]]:
-        """Step 3b (issue 23): draw each item's output cap; the calibration blocks
+        """Step 3b: draw each item's output cap; the calibration blocks
         still to send on ``off`` (none for ``natural`` or when the file has them all)."""
         prepared = await draw_outputs(self.plan, prepared, counter)
         return prepared, calibration_blocks(self.plan, prepared, self.store.state.calibration)
@@ -110,7 +110,7 @@ class Steps:
     async def calibrate(
         self, prepared: PreparedWorkload, blocks: list[Block], counter: TokenCounter | None
     ) -> PreparedWorkload:
-        """Step 3c (issue 23): the calibration pass (each output recorded as it
+        """Step 3c: the calibration pass (each output recorded as it
         arrives, resumable); ``pinned`` items then carry their natural lengths.
 
         Raises:
@@ -134,9 +134,9 @@ class Steps:
         (``calibration``: requests of the calibration pass still to send)."""
         parity = parity_prompts(self.plan, self.run.sources.tasks)
         schedule = build_schedule(self.plan, self.run.sources.prompts, parity, items=prepared.cells)
-        self.blocks = list(schedule)  # issue 21: what each request was, for the forensics step
+        self.blocks = list(schedule)  # what each request was, for the forensics step
         work = pending(schedule, self.store.state)
-        done = self.prog.done + calibration  # issue 23: the calibration pass
+        done = self.prog.done + calibration  # the calibration pass
         self.prog.total = done + sum(to_send(items) + len(b.warmup) for b, items in work)
         self.prog.remaining = sum(to_send(items) for b, items in work if b.phase is Phase.measure)
         self.prog.kept = self.previous.kept
@@ -150,7 +150,7 @@ class Steps:
             self.plan, now, self.previous.resumed, self.run.sources,
             (prepared.tokenizer, prepared.cells), self.run.parity_set, dict(self.run.launched),
         )  # fmt: skip
-        self.recorder.determinism(self.determinism)  # issue 21
+        self.recorder.determinism(self.determinism)
         if self.previous.resumed:
             self.prog.set_phase("resume")  # the first event says what was kept and what is left
         else:
@@ -181,7 +181,7 @@ class Steps:
         prepared: PreparedWorkload | None = None,
     ) -> None:
         """Step 5: send every block; each finished request is recorded as it arrives.
-        With ``[search]`` (issue 24), then the search's levels, one after another."""
+        With ``[search]``, then the search's levels, one after another."""
         async with executor_for(
             self.plan, self.run.routes, self.gate, self.http, self._on_workers,
             counter=counter, on_cache=self.recorder.cache,
@@ -210,7 +210,7 @@ class Steps:
             self.recorder.window(block, delta)
 
     async def forensics(self) -> None:
-        """Step 5b (issue 21): for every divergence, one follow-up request to ``off``
+        """Step 5b: for every divergence, one follow-up request to ``off``
         only, with logprobs (:mod:`deepseekbench._execute._forensics`); each margin is
         recorded as it arrives. Nothing is sent when nothing diverged."""
         todo = follow_ups(self.plan, self.store.state, self.blocks)

@@ -112,7 +112,7 @@ class RunStartRecord(_Base):
     library_version: str | None = Field(
         default=None, description="the deepseekbench version that wrote it"
     )
-    # issue 24: what was launched per route label ([routes.launch]); None: nothing
+    # what was launched per route label ([routes.launch]); None: nothing
     launched: dict[str, LaunchRecord] | None = None
 
 
@@ -161,7 +161,7 @@ class ServerMetricsRecord(_Base):
     acceptance: AcceptanceRecord
 
 
-# issue 23: the server's side of a window
+# the server's side of a window
 class ServerCacheRecord(_Base):
     """Prefix-cache hit rate, KV-cache and queue peaks over one block's ``/metrics`` window."""
 
@@ -234,7 +234,7 @@ class WorkloadRecord(_Base):
     cells: dict[str, tuple[WorkloadEntry, ...]]
 
 
-# issue 21: divergence forensics
+# divergence forensics
 class DivergenceMarginRecord(_Base):
     """``off``'s logprobs at one divergence (the forensics step's follow-up to ``off``):
     ``route`` is the diverging route (``off`` for a self-flip), ``source`` ``parity`` or
@@ -251,7 +251,7 @@ class DivergenceMarginRecord(_Base):
 
 
 class EngineDeterminismRecord(_Base):
-    """Issue 21: a route's engine deterministic mode, as read before measuring (the
+    """A route's engine deterministic mode, as read before measuring (the
     server's word, the plan's declaration, or unknown); the latest per route wins."""
 
     record: Literal["engine_determinism"] = "engine_determinism"
@@ -259,7 +259,7 @@ class EngineDeterminismRecord(_Base):
     determinism: EngineDeterminism = EngineDeterminism()
 
 
-# issue 24: capacity under SLO
+# capacity under SLO
 class SearchProbeRecord(_Base):
     """One route measured at one ``[search]`` level, as the run judged it (the
     analysis recomputes it from the measurements): which load was probed, so a
@@ -278,9 +278,9 @@ class SearchProbeRecord(_Base):
     passed: bool = False
 
 
-# issue 23 (length23): the calibration pass
+# the calibration pass
 class CalibrationRecord(_Base):
-    """One calibration request on the ``off`` route (issue 23): turn ``turn`` of
+    """One calibration request on the ``off`` route: turn ``turn`` of
     workload item ``item`` of ``cell``, decoded to its natural end (EOS) under
     ``max_tokens``; its output length pins what every route decodes
     (``workload.output_length = "pinned"``), or measures what lies past EOS
@@ -306,10 +306,10 @@ Record = Annotated[
     | RunEndRecord
     | WorkersRecord
     | WorkloadRecord
-    | ServerCacheRecord  # issue 23
-    | DivergenceMarginRecord  # issue 21
-    | EngineDeterminismRecord  # issue 21
-    | SearchProbeRecord,  # issue 24
+    | ServerCacheRecord
+    | DivergenceMarginRecord
+    | EngineDeterminismRecord
+    | SearchProbeRecord,
     Field(discriminator="record"),
 ]
 """Any results record, told apart by its ``record`` field."""

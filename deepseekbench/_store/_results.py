@@ -119,11 +119,11 @@ RECORD_KINDS = frozenset(
         "run_end",
         "workers",
         "workload",
-        "server_cache",  # issue 23
-        "divergence_margin",  # issue 21
-        "engine_determinism",  # issue 21
-        "search_probe",  # issue 24
-        "calibration",  # issue 23
+        "server_cache",
+        "divergence_margin",
+        "engine_determinism",
+        "search_probe",
+        "calibration",
     }
 )
 """Every record kind a results file may hold."""
@@ -366,7 +366,7 @@ MeasureKey = tuple[str, str, str | None, int, int]
 """``(route, cell, load key, index, turn)`` of a measured request (turn 0-based;
 0 for a single-turn item and in files written before conversations)."""
 MarginKey = tuple[str, str, str, str | None, str | None, str]
-"""Issue 21: ``(route, source, reasoning mode, cell, load key, prompt id)`` of a margin."""
+"""``(route, source, reasoning mode, cell, load key, prompt id)`` of a margin."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,7 +397,7 @@ class ResultsState:
     Keys: a measurement is ``(route, cell, load key, index, turn)`` (load key
     :attr:`~deepseekbench.LoadPoint.key`, ``None`` in files written before load
     sweeps); a parity output ``(route, reasoning mode, pass, prompt id)``; a
-    calibration output ``(cell, item id, turn)`` (issue 23); a
+    calibration output ``(cell, item id, turn)``; a
     ``/metrics`` window ``(route, cell, load key, round)``.
     """
 
@@ -407,15 +407,15 @@ class ResultsState:
     outputs: dict[tuple[str, str, int, str], ParityOutput] = field(default_factory=dict)
     server: dict[tuple[str, str, str | None, int], AcceptanceRecord] = field(default_factory=dict)
     plan: BenchmarkPlan | None = None
-    # issue 23: each block's cache window, keyed as ``server``
+    # each block's cache window, keyed as ``server``
     cache: dict[tuple[str, str, str | None, int], CacheWindow] = field(default_factory=dict)
-    # issue 21: forensics margins by (route, source, reasoning mode, cell, load, prompt id)
+    # forensics margins by (route, source, reasoning mode, cell, load, prompt id)
     margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
-    # issue 21: each route's engine deterministic mode (the latest record wins)
+    # each route's engine deterministic mode (the latest record wins)
     determinism: dict[str, EngineDeterminism] = field(default_factory=dict)
-    # issue 24: the [search] levels probed, by load key, in the order first recorded
+    # the [search] levels probed, by load key, in the order first recorded
     search_loads: dict[str, LoadPoint] = field(default_factory=dict)
-    # issue 23: calibration outputs by (cell, item id, turn); the latest wins
+    # calibration outputs by (cell, item id, turn); the latest wins
     calibration: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
     problems: list[IntegrityProblem] = field(default_factory=list)
     """Duplicated measurement records :func:`state_from` found (see ``_chain``)."""
@@ -481,20 +481,20 @@ class ResultsState:
             self._check_load(rec.load)
             self._check_round(rec.round)
             self.server[(rec.route, rec.cell, rec.load, rec.round)] = rec.acceptance
-        elif isinstance(rec, ServerCacheRecord):  # issue 23
+        elif isinstance(rec, ServerCacheRecord):
             self._check_route(rec.route)
             self._check_cell(rec.cell)
             self._check_load(rec.load)
             self._check_round(rec.round)
             self.cache[(rec.route, rec.cell, rec.load, rec.round)] = rec.cache
-        elif isinstance(rec, DivergenceMarginRecord):  # issue 21
+        elif isinstance(rec, DivergenceMarginRecord):
             self._check_route(rec.route)
             mkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
             self.margins[mkey] = rec.margin
-        elif isinstance(rec, EngineDeterminismRecord):  # issue 21
+        elif isinstance(rec, EngineDeterminismRecord):
             self._check_route(rec.route)
             self.determinism[rec.route] = rec.determinism
-        elif isinstance(rec, SearchProbeRecord):  # issue 24
+        elif isinstance(rec, SearchProbeRecord):
             self._check_route(rec.route)
             self._check_load(rec.load)
             load = LoadPoint(Arrival(rec.arrival), rec.concurrency, rec.rate_per_s)

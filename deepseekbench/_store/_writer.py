@@ -92,7 +92,7 @@ class Recorder:
     def _calibration(
         self, block: Block, item: WorkItem, measurement: StreamMeasurement, turn: int
     ) -> None:
-        """issue 23: one calibration output on ``off`` (natural length, resumable)."""
+        """One calibration output on ``off`` (natural length, resumable)."""
         assert item.workload is not None
         w = item.workload
         self.store.append(
@@ -203,7 +203,7 @@ class Recorder:
         )
 
     def cache(self, block: Block, window: CacheWindow) -> None:
-        """issue 23: one ``server_cache`` record per scraped block."""
+        """One ``server_cache`` record per scraped block."""
         assert block.load is not None
         self.store.append(
             ServerCacheRecord(
@@ -246,12 +246,12 @@ class Recorder:
         )
 
     def determinism(self, modes: Mapping[str, EngineDeterminism]) -> None:
-        """Issue 21: each route's engine deterministic mode, as read before measuring."""
+        """Each route's engine deterministic mode, as read before measuring."""
         for route, mode in modes.items():
             self.store.append(EngineDeterminismRecord(**self.base, route=route, determinism=mode))
 
     def margin(self, f: FollowUp, margin: DivergenceMargin) -> None:
-        """Issue 21: one divergence explained by ``off``'s logprobs."""
+        """One divergence explained by ``off``'s logprobs."""
         self.store.append(
             DivergenceMarginRecord(
                 **self.base,
@@ -268,7 +268,7 @@ class Recorder:
     def search_probe(
         self, route: str, load: LoadPoint, probe: Probe | None, *, passed: bool
     ) -> None:
-        """issue 24: one ``search_probe`` record: ``route`` at the search level ``load``,
+        """One ``search_probe`` record: ``route`` at the search level ``load``,
         with what its ``probe`` measured there (``None``: nothing yet) and the verdict."""
         self.store.append(
             SearchProbeRecord(
