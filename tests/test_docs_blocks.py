@@ -1,4 +1,4 @@
-"""Every code block in README.md and docs/*.md works as written (issue 10, item 21).
+"""Every code block in README.md and docs/*.md works as written.
 
 * ``python``: run twice in one fresh temporary directory (the second run sees what
   the first left, as a reader rerunning a cell does). Notebook code (top-level
@@ -207,7 +207,7 @@ def test_shell_block_commands_exist(block: Block) -> None:
 
 
 _CLIENT_NOTE = re.compile(r"client (starved|saturated|waited|lagged)\b")
-# a verified route whose speed a busy machine left uncredited (issue 22) gets a note
+# a verified route whose speed a busy machine left uncredited (the client-clock checks) gets a note
 # that the README's run, on a quieter machine, did not print
 _NOISE_NOTE = re.compile(r"\S+ @ \S+ \([^)]*\): no speedup credited; parity verified")
 
@@ -240,7 +240,7 @@ def _shape(text: str) -> list[str]:
     out: list[str] = []
     for line in text.strip("\n").splitlines():
         line = line.replace(" within noise", "")
-        # a speed verdict's figure or "no significant difference" (issue 22), and the
+        # a speed verdict's figure or "no significant difference" (the significance rule), and the
         # crossover's wording, follow the machine's noise: their place is checked
         line = _VERDICT.sub("SPEED", line)
         line = _CROSSOVER.sub(r"crossover: \1", line)

@@ -1,4 +1,4 @@
-"""Unit tests of the axes, Row, compare_speedup and LiveGate (issue 2)."""
+"""Unit tests of the axes, Row, compare_speedup and LiveGate."""
 
 from __future__ import annotations
 
@@ -248,7 +248,7 @@ def test_verdict_invariant_and_interval() -> None:
     credited = compare_speedup(make_row(), make_row(speculative="mtp", tpot_ms=10.0))
     assert "95% CI 1.50–2.50" in str(credited.with_interval(1.5, 2.5))
     assert not credited.with_interval(1.5, 2.5).within_noise
-    noisy = credited.with_interval(0.9, 2.5)  # issue 22: an interval spanning 1 credits nothing
+    noisy = credited.with_interval(0.9, 2.5)  # an interval spanning 1 credits nothing
     assert noisy.within_noise and not noisy and noisy.speedup is None
     assert str(noisy) == "no significant difference (0.90–2.50) by tpot_ms"
 

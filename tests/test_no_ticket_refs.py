@@ -3,9 +3,10 @@
 A comment, docstring or page that says "issue 23" means something only while the
 tracker is at hand; "the served-depth probe" or "capacity under SLO" says it to
 every later reader. This test lists every ticket citation in ``deepseekbench/``,
-``docs/`` and ``README.md``: "issue 23", "Issue 21:", "(issue 24)", "issues 19–24",
-"issues 23, 24", "issue-21 fields", "ticket 12", or a bare "#21" standing for a
-ticket. Another project's tracker ("vllm-project/vllm issue #57082", "PR #40982"),
+``docs/``, ``README.md`` and the tests' own Python files (this file aside: it plants
+citations to prove the detector finds them): "issue 23", "Issue 21:", "(issue 24)",
+"issues 19–24", "issues 23, 24", "issue-21 fields", "ticket 12", or a bare "#21"
+standing for a ticket. Another project's tracker ("vllm-project/vllm issue #57082", "PR #40982"),
 an anchor ("quickstart.md#3-measure"), an id ("request-3#2") and any number of 100
 or more are not citations.
 """
@@ -36,9 +37,14 @@ def citations(line: str) -> list[str]:
 
 
 def scanned_files() -> list[Path]:
-    """The package's Python sources, the docs' pages and the README."""
+    """The package's Python sources, the docs' pages, the README and the tests.
+
+    This file is left out: its planted lines are citations on purpose.
+    """
     paths = sorted((ROOT / "deepseekbench").rglob("*.py"))
     paths += sorted((ROOT / "docs").rglob("*.md"))
+    itself = Path(__file__).resolve()
+    paths += [p for p in sorted((ROOT / "tests").rglob("*.py")) if p.resolve() != itself]
     return [*paths, ROOT / "README.md"]
 
 
@@ -64,7 +70,14 @@ def test_the_detector_finds_planted_citations_and_spares_foreign_ones() -> None:
         assert not citations(line), line
 
 
-def test_no_ticket_citations_in_code_or_docs() -> None:
+def test_the_scan_covers_the_tests_but_not_its_own_planted_lines() -> None:
+    scanned = {path.resolve() for path in scanned_files()}
+    assert Path(__file__).resolve() not in scanned
+    assert (ROOT / "tests" / "test_foundation.py").resolve() in scanned
+    assert (ROOT / "deepseekbench" / "__init__.py").resolve() in scanned
+
+
+def test_no_ticket_citations_in_code_docs_or_tests() -> None:
     found = []
     for path in scanned_files():
         text = path.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Issue-2 properties, each run against the real code AND a deliberately broken one.
+"""Properties of the foundation, each run against the real code AND a deliberately broken one.
 
 A property that cannot fail proves nothing, so every property here is written
 as a function of the implementation under test; the ``*_catches_broken`` tests

@@ -1,4 +1,4 @@
-"""Issue 10, item 19: the documented string usage type-checks in user code.
+"""Typing for users: the documented string usage type-checks in user code.
 
 ``EngineRoute(dialect="vllm", speculative="mtp")`` and ``Row(hosting="...")``
 pass ``mypy --strict`` in a user's file, and ``mypy`` finds the package from

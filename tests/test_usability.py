@@ -1,4 +1,4 @@
-"""Issue 10, items 18 and 20: what fresh users tripped on (truthiness, notebooks, results)."""
+"""What fresh users tripped on: verdict truthiness, notebook use, results."""
 
 from __future__ import annotations
 

@@ -253,7 +253,7 @@ def test_client_health_is_per_route_cell_and_load_point(tmp_path: Path) -> None:
         ("mtp", 8): 0.5,
     }
     text = Scorecard.from_run(result).to_text()
-    assert "client lagged" in text and "(1 of 4 rows)" in text  # issue 22: one line per run
+    assert "client lagged" in text and "(1 of 4 rows)" in text  # the one-line client diagnosis
     assert text.count("client lagged") == 1
 
 

@@ -1,4 +1,4 @@
-"""The depth grid's best configuration per load (issue 24, item 4)."""
+"""The depth grid's best configuration per load."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 22 (item 3): the engine's own clock as a witness of the client's speed figures."""
+"""The engine's own clock as a witness of the client's speed figures."""
 
 from __future__ import annotations
 

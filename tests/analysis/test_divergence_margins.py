@@ -1,4 +1,4 @@
-"""Issue 21: margins at a divergence, their classification, and the within-noise verdict."""
+"""Divergence margins, their classification, and the within-noise verdict."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Route identity (issue 24, item 2): a route that contradicts its label is refused,
+"""The route-identity check: a route that contradicts its label is refused,
 one whose engine reports no acceptance at all is flagged."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Issue 22 (item 4): no credit without significance.
+"""The significance rule: no credit without significance.
 
 A speedup or slowdown whose 95 % interval includes 1 is reported as "no significant
 difference (lo–hi)" and is not credited; ``compare_speedup`` and the scorecard agree.
 The property runs against the real comparator AND one that credits an interval
-spanning 1 (the behaviour before issue 22), which it must catch.
+spanning 1 (the behaviour before the significance rule), which it must catch.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def check_significance(compare: Comparator, cfg: settings = PROPERTY_SETTINGS) -
 
 
 def credits_a_ci_spanning_one(base: Row, cand: Row, **kw: Any) -> SpeedupVerdict:
-    """The comparator before issue 22: an interval that includes 1 is still credited."""
+    """The comparator before the significance rule: an interval holding 1 is credited."""
     verdict = compare_speedup(base, cand, **kw)
     if not verdict.inconclusive:
         return verdict

@@ -1,4 +1,4 @@
-"""Issue 13 on rows: tokens_estimated refusal (property), EOS controls per dialect,
+"""Token-true workloads on rows: tokens_estimated refusal (property), EOS controls per dialect,
 the embedded engine reaching max_tokens, short outputs and per-category slices."""
 
 from __future__ import annotations

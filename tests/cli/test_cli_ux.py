@@ -1,4 +1,4 @@
-"""CLI details a new user meets first (issue 19, item 7): ``--version``, a dry run's
+"""CLI details a new user meets first: ``--version``, a dry run's
 formats."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 24's first done-when: ``demo --capacity``.
+"""Capacity under SLO, first of all: ``demo --capacity``.
 
 Engines launched from the plan (``off``, mtp at depths 1, 2 and 4, the mis-tuned mtp),
 a concurrency sweep, ``[slo]`` and ``[search]``: the scorecard names the best depth per
@@ -12,7 +12,7 @@ head); ``off`` holds the 20 ms TPOT SLO at 1 stream (about 14 ms) and misses it 
 (about 23 ms), where the depths meet it (10 to 12 ms). Which shallower depth wins at 5
 streams, and whether depth 4 saturates at 3, sit near their thresholds and are not
 asserted. A verdict the library withholds because this machine's client could not time
-well (``client_starved``, ``clock_disagreement``: issue 22) is the library working, and
+well (``client_starved``, ``clock_disagreement``) is the library working, and
 is accepted in place of the figure.
 """
 

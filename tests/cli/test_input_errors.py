@@ -1,4 +1,4 @@
-"""Issue 10, items 14-15: bad input gets a one-line error naming the file or field (exit 2)."""
+"""One-line input errors: bad input gets a one-line error naming the file or field (exit 2)."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ class TimingsRecorder(httpx.AsyncBaseTransport):
     def __init__(self) -> None:
         self._inner = httpx.AsyncHTTPTransport()
         self.timings: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        # issue 21: every chat request body per port (the forensics' follow-ups included)
+        # every chat request body per port (the forensics' follow-ups included)
         self.bodies: dict[int, list[dict[str, Any]]] = defaultdict(list)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

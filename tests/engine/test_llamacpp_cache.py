@@ -1,4 +1,4 @@
-"""Issue 23 on a real llama-server: the prefix-cache hit rate and the queue from ``/metrics``.
+"""The cache window on a real llama-server: prefix-cache hit rate and the queue from ``/metrics``.
 
 Run with ``python -m pytest -m engine tests/engine/test_llamacpp_cache.py`` (needs a built
 ``llama-server`` and the ``gguf`` package, as ``.ci/engine.sh`` provides). The server is

@@ -1,4 +1,4 @@
-"""Real llama-server routes launched from a plan (issue 24, items 1 and 6).
+"""Real llama-server routes launched from a plan.
 
 One plan, no server started by hand: ``off`` and a draft-model route whose
 ``spec_tokens = [2, 4]`` expands into two routes at two ``--spec-draft-n-max`` values

@@ -1,4 +1,4 @@
-"""Issue 21, item 8: real margins from llama-server's logprobs, through ``run_plan``.
+"""Real margins from llama-server's logprobs, through ``run_plan``.
 
 A small plan over ``off``, the lossless ``draft`` route and the mis-tuned draft route
 (``--spec-synth-len``: drafts accepted without verification; tests/engine/conftest.py),

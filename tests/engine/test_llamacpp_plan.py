@@ -9,7 +9,7 @@ run with :func:`run_plan` through ``LiveGate()``, and judged by the :class:`Scor
 * ``off`` is ``verified`` (the determinism control ran ``off`` twice, bit-identical);
 * ``draft`` matches ``off`` on every parity prompt, is ``verified`` and gets a speedup;
 * ``draft-mistuned`` is ``differs`` and refused, its first divergence shown; each of
-  its divergences carries a real margin from llama-server's logprobs (issue 21: the
+  its divergences carries a real margin from llama-server's logprobs (the margin follow-up:
   forensics ask ``off`` only, never a speculative route), at least one ``decisive``;
 * per-request ``timings.draft_n`` / ``draft_n_accepted`` sum to the server's
   ``llamacpp:spec_decode_*`` Prometheus counter deltas, both for the runner's own
@@ -164,8 +164,8 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
         assert (row.n_requests, row.n_errors) == (REQUESTS_PER_CELL, 0), row.route_label
     n_parity = len(PARITY_PROMPTS)
     per_route = n_parity + WARMUP_PER_CELL + REQUESTS_PER_CELL
-    margins = _results_records(results, "divergence_margin")  # issue 21: one per follow-up
-    # issue 23: off also runs the calibration pass (each item's natural output length)
+    margins = _results_records(results, "divergence_margin")  # one per margin follow-up
+    # natural-length decode: off also runs the calibration pass (each item's natural output length)
     n_calibration = len(_results_records(results, "calibration"))
     for label, s in servers.items():
         seen = recorder.timings[s.port]
@@ -173,7 +173,7 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
         off_only = n_parity + n_calibration if label == "off" else 0
         assert len(seen) == per_route + off_only, label
         assert all(t.get("predicted_n") for t in seen), label  # every stream ended in timings
-        # issue 21: logprobs are asked of off only, in one follow-up per divergence; the
+        # the margin follow-up: logprobs are asked of off only, in one follow-up per divergence; the
         # speculative routes' requests never ask for them (vLLM #34497 turns speculation off)
         asked = [b for b in recorder.bodies[s.port] if "logprobs" in b or "top_logprobs" in b]
         assert len(asked) == (len(margins) if label == "off" else 0), label
@@ -206,7 +206,7 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
     assert REQUESTS_PER_CELL >= MIN_REQUESTS_FOR_SPEEDUP
     assert draft_line.verdict is not None
     if not draft_line.credited:
-        # issue 22: a client starved by the engine's own CPU use, or an interval that
+        # the client-clock checks: a client starved by the engine's own CPU use, or an interval that
         # spans 1, withholds the figure; only such clock reasons may (parity stands)
         clock = {
             RefusalReason.client_starved,
@@ -245,7 +245,7 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
     assert "draft-mistuned @ 1k/256/non_think (c=1): no speedup credited; parity differs" in text
     assert f"  first divergence: {bad.first_divergence}" in text
     assert texts["draft-mistuned"] != texts["off"]
-    # issue 21: every divergence of the mis-tuned draft is explained by llama.cpp's own
+    # divergence margins: every divergence of the mis-tuned draft is explained by llama.cpp's own
     # logprobs (off's top-1 minus top-2, nats): a real margin, never None, and at least
     # one decisive (its unverified draft token was not a near-tie of off's)
     bad_margins = [

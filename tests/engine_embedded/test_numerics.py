@@ -1,4 +1,4 @@
-"""Issue 21: the engine serves OpenAI logprobs; its numerics mode flips exactly near-ties."""
+"""The embedded engine serves OpenAI logprobs; its numerics mode flips exactly near-ties."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 21: the forensics follow-up against engines that serve no logprobs or fail."""
+"""The margin follow-up (forensics) against engines that serve no logprobs or fail."""
 
 from __future__ import annotations
 

@@ -204,7 +204,7 @@ def test_every_workload_example_in_docs_plan_md_is_a_valid_plan() -> None:
             continue  # a user's own trace file, read (and bounded) by validate_sources
         p.validate_sources()
     assert sources == {"default", "sharegpt", "spec_bench", "synthetic", "speed_bench"}
-    # the six sources, the output-length example, shared prefixes and a trace (issue 23)
+    # the six sources, the output-length example, shared prefixes and a trace
     assert len(blocks) == 9
 
 

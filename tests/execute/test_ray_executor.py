@@ -192,7 +192,7 @@ async def test_ray_actors_measure_keep_budgets_and_report_deaths(tmp_path: Path)
     assert measured and all(len(r["clock_offsets_ns"]) == r["workers"] == 2 for r in measured)
 
 
-# -- issue 19 item 4: a local instance stays on loopback and phones nowhere ------------
+# -- every door of the gate: a local instance stays on loopback and phones nowhere ------------
 def _descendants(root: int) -> set[int]:
     children: dict[int, set[int]] = {}
     for entry in Path("/proc").iterdir():

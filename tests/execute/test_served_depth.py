@@ -1,5 +1,5 @@
 """The draft depth a server says it serves is recorded, also where the plan declares none
-(issue 15's gap): on the route, in every measurement, in the results file and in the rows.
+(the served-depth probe): on the route, in every measurement, in the results file and in the rows.
 
 Against the embedded engine over loopback, which serves llama.cpp's ``/props`` and
 SGLang's ``/get_server_info`` when it speaks those dialects.

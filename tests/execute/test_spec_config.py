@@ -1,4 +1,4 @@
-"""The declared speculative depth against what the server says (issue 15, item 6)."""
+"""The declared speculative depth against what the server says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 19 item 4: client workers carry no key in their environment and die with
+"""Every door of the gate: client workers carry no key in their environment and die with
 their parent (SIGKILL or SIGTERM), so an orphan never sends unrecorded requests.
 
 A counting HTTP server on 127.0.0.1 answers every chat request; a parent process

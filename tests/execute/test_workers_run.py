@@ -87,7 +87,7 @@ def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) ->
 
 
 def test_a_saturated_client_is_told_to_add_workers() -> None:
-    busy = {"client_saturated": True, "client_cpu_share": 0.97}  # issue 22: a busy client
+    busy = {"client_saturated": True, "client_cpu_share": 0.97}  # a busy client
     rows = [make_row(), make_row(speculative="mtp", route_label="mtp", **busy)]
     card = Scorecard.from_rows(rows)
     assert "client saturated: 97% CPU (1 of 2 rows); add workers (plan key workers" in (

@@ -1,4 +1,4 @@
-"""Engines launched from the plan (issue 24, item 1): ``[routes.launch]``.
+"""Engines launched from the plan: ``[routes.launch]``.
 
 The plan's launch table, each engine's argv, SGLang against a fake server, a run of
 launched embedded-engine routes recording what it launched, and no engine process

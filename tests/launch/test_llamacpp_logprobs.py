@@ -1,4 +1,4 @@
-"""llama.cpp's chat logprobs read into margins (issue 21, item 8).
+"""llama.cpp's chat logprobs read into margins.
 
 llama-server's ``/v1/chat/completions`` answers ``logprobs: true, top_logprobs: k`` with
 OpenAI's ``choices[0].logprobs.content[]``, plus ``id`` and ``bytes`` on every entry and

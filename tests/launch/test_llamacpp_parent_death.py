@@ -1,4 +1,4 @@
-"""``llama_servers`` children die with their parent, however the parent dies (issue 10, 13).
+"""``llama_servers`` children die with their parent, however the parent dies.
 
 A real parent process (``python -c``) starts two fake llama-servers (a Python script
 serving ``/health``) through :func:`~deepseekbench.llama_servers`, prints their pids

@@ -1,4 +1,4 @@
-"""Issue 23, item 4: the server's side of a window (prefix cache, KV cache, queue).
+"""The cache window: the server's side of a window (prefix cache, KV cache, queue).
 
 Exposition texts are written in each engine's format with the family names its
 docs and sources give (vLLM ``v1/metrics/loggers.py``: ``vllm:prefix_cache_queries``,

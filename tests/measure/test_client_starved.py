@@ -1,4 +1,4 @@
-"""Issue 22 (item 2): burst detection. A starved client reads token chunks in bursts;
+"""Burst detection. A starved client reads token chunks in bursts;
 such a row gets no TPOT speedup (``client_starved``), while parity and acceptance stand."""
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def test_a_starved_client_is_refused_for_tpot_and_a_clean_one_credited(starve: b
 
 
 def test_the_server_clock_still_judges_a_starved_run() -> None:
-    """Issue 22 (item 3): the engine's own timings are not bunched by the client, so a
+    """The server clock witness: the engine's own timings are not bunched by the client, so a
     plan with ``clock = "server"`` is judged on them and says so."""
     result = _run(True, clock="server")
     line = next(ln for ln in Scorecard.from_run(result).lines if ln.route == "mtp")

@@ -1,4 +1,4 @@
-"""Counter windows that lie (issue 15, item 4) and per-position acceptance (item 3).
+"""Counter windows that lie and per-position acceptance.
 
 Members of each kind beyond ``shared/cases/metrics``: other restart signals,
 partial families, data-parallel engines that appear or restart alone, and the

@@ -1,4 +1,4 @@
-"""Per-position acceptance end to end on the embedded engine (issue 15, items 2 and 3).
+"""Per-position acceptance end to end on the embedded engine (with vLLM's per-request metrics).
 
 The engine's per-request ``per_step_*`` lists (read by ``measure_streamed``), its
 Prometheus ``vllm:spec_decode_num_accepted_tokens_per_pos`` window (read by

@@ -102,7 +102,7 @@ def test_the_scorecard_names_a_saturated_row() -> None:
     card = Scorecard.from_rows(
         [make_row(), make_row(speculative="mtp", route_label="mtp", client_saturated=True)]
     )
-    text = card.to_text()  # issue 22: one diagnosis line per run, a flag per line
+    text = card.to_text()  # one diagnosis line per run, a flag per line
     assert "client lagged" in text and card.lines[1].client_flag == "lagged"
     assert card.to_dict()["lines"][1]["client_saturated"] is True
     assert "client lagged" not in Scorecard.from_rows([make_row()]).to_text()

@@ -1,4 +1,4 @@
-"""Members of each stream fault kind beyond the shared samples (issue 15, item 5; issue 10, 12).
+"""Members of each stream fault kind beyond the shared samples (and the SSE line-size bound).
 
 Most members are folded through the measurement's own layers without a socket
 (decoder -> accumulator -> measurement, the same calls ``_read_stream`` makes),
@@ -302,7 +302,7 @@ def test_one_choice_keeps_the_usage_count() -> None:
     assert m.tpot_ms == pytest.approx(((m.e2e_ms or 0) - (m.ttft_ms or 0)) / 1)
 
 
-# -- size bounds (issue 10, item 12) -------------------------------------------------------
+# -- size bounds (the SSE line-size bound) -------------------------------------------------------
 
 
 @pytest.mark.parametrize("framing", ["lf", "split3", "crlf"])
@@ -392,7 +392,7 @@ async def test_kinds_over_a_socket(frames: list[str], want: str | None) -> None:
 
 @pytest.mark.anyio
 async def test_an_endless_data_line_is_recorded_not_raised() -> None:
-    """Issue 10, item 12: 4 MB in one line against a 64 KiB bound, then a normal stream."""
+    """The SSE line-size bound: 4 MB in one line against a 64 KiB bound, then a normal stream."""
     writes = [Write(0, b"data: ")] + [Write(0, b"q" * 65536) for _ in range(64)]
     writes += [Write(0, f"\n\n{chunk('ok', finish='stop')}{usage(1)}{DONE}".encode())]
     async with replay_server(Script(writes=tuple(writes))) as server:

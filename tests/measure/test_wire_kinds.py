@@ -1,4 +1,4 @@
-"""Wire kinds of issue 19 beyond the shared samples (sse/24-32, requests/03, metrics/03-04).
+"""The new wire kinds beyond the shared samples (sse/24-32, requests/03, metrics/03-04).
 
 Each kind is exercised with variations of its own over real loopback sockets (asyncio
 and trio), or through the reader it lives in: abnormal finish reasons, typed content

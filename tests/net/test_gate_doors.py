@@ -1,4 +1,4 @@
-"""Issue 19 item 4: every door of the gate (keys echoed by servers, blank keys,
+"""Every door of the gate (keys echoed by servers, blank keys,
 terminal escapes, proxies on any transport, Ray's address).
 
 Everything here talks to 127.0.0.1 only; a would-be non-loopback connection is

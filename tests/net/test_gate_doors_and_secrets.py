@@ -1,4 +1,4 @@
-"""Issue 10, items 1-6: the gate's side doors, and secrets that never land anywhere.
+"""The gate's side doors, and secrets that never land anywhere.
 
 Everything here talks to 127.0.0.1 only; a would-be non-loopback connection is
 either refused by the gate before a socket opens or recorded by an in-memory

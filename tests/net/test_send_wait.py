@@ -1,4 +1,4 @@
-"""Issue 22 (item 6): the client's own wait to write a request is not server time.
+"""Fidelity at 256 streams: the client's own wait to write a request is not server time.
 
 aiohttp on Python < 3.12 writes a request body in a task of its own, run only after
 every callback already ready; at 256 streams started together that put the building

@@ -1,4 +1,4 @@
-"""Issue 23, item 6: SPEED-Bench and MT-bench loaders, per-category and per-tier figures."""
+"""Spec-decoding datasets: SPEED-Bench and MT-bench loaders, per-category and per-tier figures."""
 
 from __future__ import annotations
 

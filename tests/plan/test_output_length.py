@@ -1,4 +1,4 @@
-"""Issue 23 (items 1, 2, 7): honest output length, output-length draws, coverage.
+"""Natural-length decode: honest output length, output-length draws, coverage.
 
 Done-when: on the embedded engine a default plan measures no token past EOS
 (each measured output is compared with the ``off`` route's natural output of

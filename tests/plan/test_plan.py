@@ -260,7 +260,7 @@ def test_plan_hash_tracks_content_not_the_results_path() -> None:
     assert p1.plan_hash() == p2.plan_hash() != p3.plan_hash()
 
 
-# --- model capability probe at plan validation (issue 6) ---------------------------
+# --- model capability probe at plan validation ---------------------------
 def _hf_model(tmp_path: Path, depth: int | None) -> Path:
     folder = tmp_path / f"ckpt-{depth}"
     folder.mkdir()

@@ -1,4 +1,4 @@
-"""Issue 23, item 3: shared-prefix and growing multi-turn workloads."""
+"""Shared-prefix and growing multi-turn workloads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 23, item 5: Mooncake trace replay (arrival times and shared blocks)."""
+"""Mooncake trace replay (arrival times and shared blocks)."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ def test_a_20_line_trace_replays_with_its_timestamps_and_its_shared_blocks(
         starts = [m.measurement.start_perf_ns or 0 for m in mine]
         assert all(starts)
         # each request's send start (the client asks the pool for a connection): the
-        # clock starts at the body write (issue 22), after the waits for a connection
+        # clock starts at the body write (the client-clock checks), after the waits for a connection
         # and for the client's own loop to write, both recorded apart
         handed = [
             s - 1e6 * ((m.measurement.pool_wait_ms or 0.0) + (m.measurement.send_wait_ms or 0.0))

@@ -1,4 +1,4 @@
-"""Issue 22 (item 1): a stall-proof self-check.
+"""A stall-proof self-check.
 
 A loop blocked for N ms inside a request reports at least N ms of stall (and a lag
 of at least N ms less one ticker period), wherever the block sits in the request,

@@ -1,5 +1,5 @@
 """The derived figures (output tokens, TPOT, output speed, acceptance over requests)
-are defined once and every stage that reports them agrees (issue 20 item 5)."""
+are defined once and every stage that reports them agrees."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 22 (item 5): one line per run on the client's health, and a flag column in
+"""The one-line client diagnosis: one line per run on the client's health, and a flag column in
 every rendering (text, markdown, HTML, CSV, JSON, pandas)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a new user looks for in every rendering (issue 19, item 7): the load of the
+"""What a new user looks for in every rendering: the load of the
 per-category and per-turn lines, HTML with those tables, p90/p99 beside the medians,
 and the engine's own TTFT and queueing time."""
 

@@ -100,7 +100,7 @@ def test_no_rendering_shows_a_speedup_without_parity_on_both_sides(
         # the control: an earned speedup is shown, so the check above can see one
         card = Scorecard.from_rows([base, cand], samples=samples, n_resamples=50)
         v = card.lines[1].verdict
-        if v is not None and v.inconclusive:  # issue 22: an interval spanning 1 credits nothing
+        if v is not None and v.inconclusive:  # an interval spanning 1 credits nothing
             assert "no significant difference (" in card.to_text()
         else:
             assert card.lines[1].credited and FIGURE.search(card.to_text())

@@ -1,4 +1,4 @@
-"""Capacity under SLO (issue 24, item 3): the ``[search]`` bracketing rule, on
+"""Capacity under SLO: the ``[search]`` bracketing rule, on
 synthetic attainment curves and end to end on the embedded engine."""
 
 from __future__ import annotations

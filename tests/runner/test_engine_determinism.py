@@ -1,4 +1,4 @@
-"""Issue 21, item 6: each route's engine deterministic mode, read and recorded.
+"""The engine's deterministic mode, per route, read and recorded.
 
 SGLang reports it (``GET /get_server_info`` ``enable_deterministic_inference``); other
 engines take the plan's ``[[routes]] deterministic``. Against the embedded engine on

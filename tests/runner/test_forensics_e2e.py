@@ -1,5 +1,5 @@
-"""Issue 21 end to end: run_plan's forensics step asks ``off`` (only) for logprobs at every
-divergence, records the margins, and the rows judge them."""
+"""The margin follow-up end to end: run_plan's forensics step asks ``off`` (only) for
+logprobs at every divergence, records the margins, and the rows judge them."""
 
 from __future__ import annotations
 

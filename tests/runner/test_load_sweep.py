@@ -145,7 +145,7 @@ def test_drift_between_route_windows_is_not_credited_as_a_speedup() -> None:
     assert paired is not None and not paired.printed and paired.rounds == 3
     assert paired.ci_low is not None and paired.ci_high is not None
     assert paired.ci_low <= 1.0 <= paired.ci_high and paired.within_noise
-    assert paired.reasons == (RefusalReason.no_significant_difference,)  # issue 22
+    assert paired.reasons == (RefusalReason.no_significant_difference,)  # the significance rule
     # the old sequential design (one window per route) credits the drift itself:
     # a 4x "difference" between two identical routes, its interval far from 1
     sequential = _drift_run(repeats=1)

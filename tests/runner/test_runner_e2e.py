@@ -91,7 +91,7 @@ def test_verdicts_credit_correct_mtp_and_refuse_the_mistuned_one(tmp_path: Path)
     lines = {ln.route: ln for ln in card.lines}
     for label in ("mtp", "mtp-openai"):
         # earned on every condition; with 5 requests over 3 rounds on a busy machine the
-        # interval may include 1, which issue 22 reports as no significant difference
+        # interval may include 1, which the significance rule reports as no significant difference
         v = lines[label].verdict
         assert v is not None and (v.printed or v.inconclusive), lines[label].speedup_text
     assert "mtp @ " in card.to_text() and "acceptance by draft position 1.." in card.to_text()
@@ -147,7 +147,7 @@ def test_cancelled_run_keeps_its_measurements_and_a_rerun_resumes(
 
     kept, result, events = anyio.run(main, backend=backend)
     # full work: 2 routes x 6 measured + 2 prompts x (2 routes + control) = 18 requests,
-    # plus the calibration pass on off (issue 23): the 2 workload items measured = 20
+    # plus the calibration pass on off (natural-length decode): the 2 workload items measured = 20
     assert kept >= 1 + stop_after  # run_start + everything finished before the cancel
     assert result.resumed >= stop_after
     assert events[0].total == 20 - result.resumed
@@ -185,7 +185,7 @@ def test_torn_last_line_is_dropped_on_resume(tmp_path: Path) -> None:
             return await run_plan(plan, gate=LiveGate(), results_path=results)
 
     result = anyio.run(main)
-    # 10 measured, 3 parity outputs, and (issue 23) the 2 items' calibration outputs
+    # 10 measured, 3 parity outputs, and (natural-length decode) the 2 items' calibration outputs
     assert result.resumed == 10 + 3 + 2 and result.complete
     records = read_records(results)  # every line parses again
     assert sum(r["record"] == "run_end" for r in records) == 2

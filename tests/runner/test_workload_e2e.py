@@ -1,4 +1,4 @@
-"""Issue 13's done-when, end to end against the embedded engine over loopback:
+"""Token-true workloads, end to end against the embedded engine over loopback:
 a 32k synthetic cell sized by the engine's tokenizer with outputs reaching the
 target; the Spec-Bench sample with per-category acceptance and a two-turn item
 measured per turn; a 128k cell of ten-token prompts refused before any request."""

@@ -1,4 +1,4 @@
-"""Typed results records (issue 20 items 3 and 4): old files still read, and a
+"""Typed results records: old files still read, and a
 results file stands alone (the plan's task and dataset files are never read again)."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _old_file(tmp_path: Path) -> Path:
     return out
 
 
-# issue 22: measurement and row fields added since the fixture was written
+# the client-clock checks: measurement and row fields added since the fixture was written
 _CLIENT_CLOCK = ("client_stall_ms", "client_cpu_share", "client_core_wait_share")
 ISSUE_22_FIELDS: dict[str, tuple[str, ...]] = {
     "measurement": (*_CLIENT_CLOCK, "client_cores", "client_load_1m", "send_wait_ms"),
@@ -72,7 +72,7 @@ ISSUE_21_ROW_FIELDS = (
     "tau_source",
     "first_divergence_margin_nats",
     "divergence_note",
-    "engine_deterministic",  # issue 21 item 6 (llama2)
+    "engine_deterministic",  # the engine's deterministic mode (llama2)
     "engine_deterministic_source",
 )
 
@@ -88,21 +88,21 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
         if out["record"] == "run_start":
             # the fields added since
             assert out.pop("parity_set") is None and out.pop("library_version") is None
-            assert out.pop("launched") is None  # issue 24: nothing launched
+            assert out.pop("launched") is None  # nothing launched
         for name in ISSUE_22_FIELDS.get(out["record"], ()):  # added since, at their defaults
             body = out[out["record"]]
             assert body.pop(name) in (None, 0, False), name
-        if out["record"] == "row":  # issues 23, 24: the row fields added since, None on old rows
+        if out["record"] == "row":  # traffic, capacity: row fields added since, None on old rows
             for name in (*_ROW_FIELDS_23, *_ROW_FIELDS_24):
                 assert out["row"].pop(name) is None, name
-        if out["record"] == "row":  # issue 21's fields, at their defaults
+        if out["record"] == "row":  # the margin fields, at their defaults
             defaults = {"parity_basis": "bit_exact", "divergence_note": None}
             for name in ISSUE_21_ROW_FIELDS:
                 assert out["row"].pop(name) == defaults.get(name), name
         if out["record"] == "measurement":  # TPOT's decode window, added since
             for name in ("finish_ms", "tpot_tokens"):
                 assert out["measurement"].pop(name) is None, name
-        if out["record"] == "row":  # the row fields added since (issue 23)
+        if out["record"] == "row":  # the row fields added since (traffic)
             assert out["row"].pop("output_length") is None
             assert out["row"].pop("tokens_past_eos") is None
             assert out["row"].pop("server_clock_faults") == []  # the engine's clock checked
@@ -115,11 +115,11 @@ def test_an_old_results_file_reports_the_rows_its_run_wrote(tmp_path: Path) -> N
     with pytest.warns(FutureWarning, match="reach_max_tokens is deprecated"):
         result = load_results(path)
     assert len(written) == 3
-    # the same rows, plus what issue 22 derives from the same measurements (the engine's
-    # TPOT, the client-clock counts), issue 24's route identity check, which applies
-    # to old files too, and issue 23's output_length: the old plan's reach_max_tokens =
-    # true reads as "forced"; with no calibration pass in the file, nothing says how
-    # much was past EOS
+    # the same rows, plus what the client-clock checks derive from the same
+    # measurements (the engine's TPOT, the client-clock counts), the route-identity
+    # check, which applies to old files too, and natural-length decode's output_length:
+    # the old plan's reach_max_tokens = true reads as "forced"; with no calibration pass
+    # in the file, nothing says how much was past EOS
     new = {*ISSUE_22_FIELDS["row"], "route_identity", "route_identity_detail", "output_length"}
     assert [r.model_dump(exclude=new) for r in result.rows] == [
         r.model_dump(exclude=new) for r in written

@@ -1,4 +1,4 @@
-"""Issue 19 (items 5 and 7) on the results file: line separators inside strings,
+"""Nothing crashes a run, on the results file: line separators inside strings,
 dry runs that never replace measured rows, no empty file after a failed probe,
 and exports that say which run they show."""
 

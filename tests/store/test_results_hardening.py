@@ -1,4 +1,4 @@
-"""Issue 10, items 7-11, 16, 17 and 21 (dry run): results that survive anything.
+"""Results that survive anything.
 
 Runs go to replay servers on 127.0.0.1 (``tests/_replay.py``); the CLI runs
 in-process with the servers in a background event loop (a blocking portal).

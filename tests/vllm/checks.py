@@ -64,7 +64,7 @@ def check_verdict(run: PairRun, label: str) -> list[bool]:
     """The library's parity verdict equals what the raw texts say; returns the matches.
 
     Verified only when every parity prompt matched and off was deterministic, and then
-    credited unless the clock refuses it (:func:`check_clocks`, issue 22); otherwise
+    credited unless the clock refuses it (:func:`check_clocks`); otherwise
     ``differs`` with the first divergence shown, refused.
     """
     matches, deterministic = independent_parity(run, label)
@@ -80,7 +80,7 @@ def check_verdict(run: PairRun, label: str) -> list[bool]:
     line = next(ln for ln in run.card.lines if ln.route == label)
     if all(matches):
         assert rows[label].quality_parity is QualityParity.verified
-        # issue 22: verified parity earns a figure only where the clock allows one
+        # the client-clock checks: verified parity earns a figure only where the clock allows one
         # (check_clocks holds the figure against the engine's own clock)
         assert line.verdict is not None
         if line.credited:
@@ -106,11 +106,11 @@ def check_verdict(run: PairRun, label: str) -> list[bool]:
 
 
 def _measured(seen: list[Completion]) -> list[Completion]:
-    # concurrency 1: a workload prompt goes first to off's calibration pass (issue 23's
+    # concurrency 1: a workload prompt goes first to off's calibration pass (natural-length decode's
     # default output_length = "pinned"), then to the warm-up, then to the measured
     # requests, each at max_tokens <= MAX_TOKENS (pinned: the natural length); parity
-    # prompts, or the margin test's 256-token parity, and forensics follow-ups (issue 21:
-    # logprobs) are left out
+    # prompts, or the margin test's 256-token parity, and forensics follow-ups
+    # (the margin follow-up: logprobs) are left out
     work = [
         c
         for c in seen
@@ -123,7 +123,7 @@ def _measured(seen: list[Completion]) -> list[Completion]:
 
 
 def calibration_requests(run: PairRun, route: str) -> int:
-    """Requests of ``route``'s calibration pass (issue 23; ``off`` only)."""
+    """Requests of ``route``'s calibration pass (``off`` only)."""
     return sum(1 for r in run.records("calibration") if r["route"] == route)
 
 
@@ -245,7 +245,7 @@ def measured_texts(run: PairRun) -> dict[str, dict[int, str]]:
     return texts
 
 
-# issue 22: the refusals a verified row may get from the clock alone
+# the client-clock checks: the refusals a verified row may get from the clock alone
 CLOCK_REFUSALS = frozenset(
     {
         RefusalReason.clock_disagreement,
@@ -261,7 +261,7 @@ def _within_tolerance(client: float, server: float) -> bool:
 
 
 def check_clocks(run: PairRun, label: str) -> dict[str, tuple[float, float]]:
-    """Issue 22: the speed verdict cannot contradict vLLM's own clock.
+    """The server clock witness: the speed verdict cannot contradict vLLM's own clock.
 
     Each row's ``server_tpot_ms`` is the median of the measured requests' own
     ``metrics.mean_itl_ms`` (vLLM: decode time / (generated tokens - 1), the TPOT

@@ -40,7 +40,7 @@ class Completion:
     spec: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
     finished: bool = False
-    logprobs: bool = False  # the body asked for logprobs (issue 21's forensics follow-ups)
+    logprobs: bool = False  # the body asked for logprobs (the margin follow-ups)
 
 
 @dataclass

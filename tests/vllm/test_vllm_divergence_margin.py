@@ -1,4 +1,4 @@
-"""Issue 21 on real vLLM (CPU): the probe's known DeepSeek MTP divergence, through run_plan.
+"""Divergence margins on real vLLM (CPU): the probe's known DeepSeek MTP divergence via run_plan.
 
 The less-trained (30-step) generated DeepSeek-V3 model of ``divergence_probe.py``
 (docs/engines.md, "The DeepSeek divergence") diverges under MTP on the 16th of
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.vllm
 # (method mtp) on the 30-step model: prompt 15, first differing token 46, off's margin
 PROBE_TOKEN = 46
 PROBE_MARGIN_NATS = 0.01443  # 19:29 UTC 2026-12-01, vLLM 0.32.0 CPU (no AMX)
-MARGIN_TOLERANCE_NATS = 0.005  # issue 21's "within 0.005 nats of the probe's figure"
+MARGIN_TOLERANCE_NATS = 0.005  # the margin follow-up's "within 0.005 nats of the probe's figure"
 PROMPTS = hf_models.prompt_words(SEED, 16)
 
 

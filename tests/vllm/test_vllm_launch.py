@@ -1,4 +1,4 @@
-"""Real vLLM launched by the plan itself (``[routes.launch]``, issue 24): ``off`` beside
+"""Real vLLM launched by the plan itself (``[routes.launch]``): ``off`` beside
 ``ngram`` on the generated Llama model.
 
 ``run_plan`` starts both vLLM servers on free ``127.0.0.1`` ports, measures and stops
