@@ -51,18 +51,18 @@ def _old_file(tmp_path: Path) -> Path:
 
 # the client-clock checks: measurement and row fields added since the fixture was written
 _CLIENT_CLOCK = ("client_stall_ms", "client_cpu_share", "client_core_wait_share")
-ISSUE_22_FIELDS: dict[str, tuple[str, ...]] = {
+CLIENT_CLOCK_FIELDS: dict[str, tuple[str, ...]] = {
     "measurement": (*_CLIENT_CLOCK, "client_cores", "client_load_1m", "send_wait_ms"),
     "row": (*_CLIENT_CLOCK, "client_cores", "client_load_1m", "n_client_starved",
             "server_tpot_ms", "client_starved"),
 }  # fmt: skip
-_ROW_FIELDS_23 = (
+_TRAFFIC_ROW_FIELDS = (
     "prefix_cache_hit_rate", "kv_cache_usage_peak", "queue_depth_peak", "trace", "trace_speedup"
 )  # fmt: skip
-_ROW_FIELDS_24 = (
+_CAPACITY_ROW_FIELDS = (
     "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config"
 )  # fmt: skip
-ISSUE_21_ROW_FIELDS = (
+MARGIN_ROW_FIELDS = (
     "parity_basis",
     "divergences_near_tie",
     "divergences_decisive",
@@ -89,15 +89,15 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
             # the fields added since
             assert out.pop("parity_set") is None and out.pop("library_version") is None
             assert out.pop("launched") is None  # nothing launched
-        for name in ISSUE_22_FIELDS.get(out["record"], ()):  # added since, at their defaults
+        for name in CLIENT_CLOCK_FIELDS.get(out["record"], ()):  # added since, at their defaults
             body = out[out["record"]]
             assert body.pop(name) in (None, 0, False), name
         if out["record"] == "row":  # traffic, capacity: row fields added since, None on old rows
-            for name in (*_ROW_FIELDS_23, *_ROW_FIELDS_24):
+            for name in (*_TRAFFIC_ROW_FIELDS, *_CAPACITY_ROW_FIELDS):
                 assert out["row"].pop(name) is None, name
         if out["record"] == "row":  # the margin fields, at their defaults
             defaults = {"parity_basis": "bit_exact", "divergence_note": None}
-            for name in ISSUE_21_ROW_FIELDS:
+            for name in MARGIN_ROW_FIELDS:
                 assert out["row"].pop(name) == defaults.get(name), name
         if out["record"] == "measurement":  # TPOT's decode window, added since
             for name in ("finish_ms", "tpot_tokens"):
@@ -120,7 +120,7 @@ def test_an_old_results_file_reports_the_rows_its_run_wrote(tmp_path: Path) -> N
     # check, which applies to old files too, and natural-length decode's output_length:
     # the old plan's reach_max_tokens = true reads as "forced"; with no calibration pass
     # in the file, nothing says how much was past EOS
-    new = {*ISSUE_22_FIELDS["row"], "route_identity", "route_identity_detail", "output_length"}
+    new = {*CLIENT_CLOCK_FIELDS["row"], "route_identity", "route_identity_detail", "output_length"}
     assert [r.model_dump(exclude=new) for r in result.rows] == [
         r.model_dump(exclude=new) for r in written
     ]
