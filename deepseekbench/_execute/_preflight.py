@@ -107,7 +107,7 @@ async def server_info(
         LiveGateError: the gate refuses a URL (nothing is sent to it).
     """
     headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
-    for path in dialect_for(route.dialect).depth_paths:
+    for path in route.adapter.depth_paths:
         url = _origin(route) + path
         refusal = gate.refusal(url, has_auth_header=route.has_api_key)
         if refusal is not None:
@@ -154,7 +154,7 @@ async def check_spec_config(
     found: dict[str, int] = {}
     for rp in plans:
         route = routes[rp.label]
-        if rp.speculative is Speculative.off or not dialect_for(route.dialect).depth_paths:
+        if rp.speculative is Speculative.off or not route.adapter.depth_paths:
             continue
         served = await served_spec_tokens(route, gate=gate, client=client)
         if served is None:
@@ -180,7 +180,7 @@ async def served_determinism(
         LiveGateError: the gate refuses the URL, or ``client`` has a transport
             (default or mount) the gate does not wrap (nothing is sent).
     """
-    dialect = dialect_for(route.dialect)
+    dialect = route.adapter
     if not dialect.reports_determinism:
         return None
     gate.check_client(client)

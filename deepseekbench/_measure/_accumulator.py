@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepseekbench._dialects import SERVER_TIME_FIELDS, dialect_for
+from deepseekbench._dialects import SERVER_TIME_FIELDS, EngineDialect, dialect_for
 from deepseekbench._measure._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -266,9 +266,16 @@ def _is_done(data: str) -> bool:
 class StreamAccumulator:
     """Folds timed events into running totals. One per measurement."""
 
-    def __init__(self, dialect: Dialect, start_ns: int, limits: StreamLimits | None = None) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        start_ns: int,
+        limits: StreamLimits | None = None,
+        adapter: EngineDialect | None = None,
+    ) -> None:
+        """``adapter``: the route's own (``EngineRoute.adapter``), else looked up by ``dialect``."""
         self.dialect = dialect
-        self.adapter = dialect_for(dialect)
+        self.adapter = adapter if adapter is not None else dialect_for(dialect)
         self.start_ns = start_ns
         self.limits = limits or StreamLimits()
         self.text: list[str] = []

@@ -180,7 +180,7 @@ async def _measure(
     http_request = client.build_request(
         "POST", url, content=body, headers=headers, timeout=http_timeout
     )
-    acc = StreamAccumulator(route.dialect, 0, limits)
+    acc = StreamAccumulator(route.dialect, 0, limits, adapter=route.adapter)
     with anyio.move_on_after(math.inf if timeouts.total_s is None else timeouts.total_s) as total:
         first = math.inf if timeouts.first_token_s is None else timeouts.first_token_s
         with anyio.move_on_after(first) as first_token:
