@@ -64,6 +64,7 @@ MARKERS: dict[str, dict[str, str]] = {
         "best_config": '"best_configs": [',
         "latency": '"dispersion": {',
         "capacity": '"capacity": {',
+        "notes": '"notes": [\n',
     },
     "csv": {
         "run": ",model,plan_hash,",
@@ -80,7 +81,7 @@ def test_every_format_is_registered_with_its_markers() -> None:
         # a section a format leaves out is declared by the format, never lost silently
         assert set(MARKERS[name]) | omitted_sections(name) == set(SECTION_KINDS), name
         assert not set(MARKERS[name]) & omitted_sections(name), name
-    for name in ("text", "markdown", "html"):
+    for name in ("text", "markdown", "html", "json"):
         assert omitted_sections(name) == frozenset(), name
 
 

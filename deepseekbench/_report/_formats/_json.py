@@ -4,8 +4,8 @@ Holds :func:`to_dict`, :func:`line_dict` and :func:`render`. The sections walk
 into keys: the title's metric (``metric``), the run line (``run``, its
 integrity note inside), the main table (``lines``; each line carries its
 categories, turns and latency percentiles), the best configuration
-(``best_configs``) and capacity (``capacity``). The notes are prose the data
-already implies and are not carried (:data:`OMITS`).
+(``best_configs``), capacity (``capacity``) and the notes under the tables
+(``notes``, one string each, as the text format prints them).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import orjson
 from pydantic_core import to_jsonable_python
 
 from deepseekbench._analysis._lines import ScorecardLine
-from deepseekbench._report._sections import report_sections
+from deepseekbench._report._sections import Section, report_sections
 
 if TYPE_CHECKING:
     from deepseekbench._report._scorecard import Scorecard
 
 __all__ = ["LINE_FIELDS", "OMITS", "line_dict", "render", "to_dict"]
 
-OMITS: Final[frozenset[str]] = frozenset({"notes"})
-"""The notes are prose: a JSON reader has their facts in each line's fields."""
+OMITS: Final[frozenset[str]] = frozenset()
+"""JSON carries every section."""
 
 LINE_FIELDS: Final = (
     "cell", "route", "speculative", "baseline", "load", "load_level", "load_phrase",
@@ -52,10 +52,11 @@ def line_dict(ln: ScorecardLine) -> dict[str, Any]:
     return out
 
 
-def _value(kind: str, card: Scorecard) -> tuple[str, Any] | None:
-    """Section kind -> (its key, its data), ``None`` for a section carried elsewhere:
+def _value(section: Section, card: Scorecard) -> tuple[str, Any] | None:
+    """Section -> (its key, its data), ``None`` for a section carried elsewhere:
     the integrity note inside ``run``; the categories, turns and latency
-    percentiles inside each line; the notes nowhere (:data:`OMITS`)."""
+    percentiles inside each line."""
+    kind = section.kind
     if kind == "title":
         return "metric", card.metric.value
     if kind == "run":
@@ -66,13 +67,15 @@ def _value(kind: str, card: Scorecard) -> tuple[str, Any] | None:
         return "best_configs", [c.model_dump(mode="json") for c in card.best_configs()]
     if kind == "capacity" and card.capacity is not None:
         return "capacity", card.capacity.to_dict()
+    if kind == "notes":
+        return "notes", list(section.items)
     return None
 
 
 def to_dict(card: Scorecard) -> dict[str, Any]:
     """``{"metric", "run", "lines": [...]}``, then ``best_configs`` and ``capacity``
-    when the run had a depth grid or a ``[search]``."""
-    pairs = (_value(s.kind, card) for s in report_sections(card))
+    when the run had a depth grid or a ``[search]``, and ``notes`` when there are any."""
+    pairs = (_value(s, card) for s in report_sections(card))
     return dict(p for p in pairs if p is not None)
 
 
