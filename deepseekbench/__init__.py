@@ -21,7 +21,7 @@ functions and ``if TYPE_CHECKING:`` blocks too)::
     _analysis/           rows, statistics, speed-ups, parity verdicts, judged lines (pure)
     _store/              the results file and its one writer: append-only JSONL, digest
                          chain, resume, lock
-    _execute/            preflight (what servers say of themselves), prepare the workload;
+    _execute/            the served-configuration probes, prepare the workload;
                          send and measure each block (in-process, worker pool, Ray)
     _measure/            one request measured: SSE, timing, self-check, tokens,
                          server metrics
@@ -789,7 +789,7 @@ _MOVED: dict[str, str] = {
     "deepseekbench._selfcheck": "deepseekbench._measure._selfcheck",
     "deepseekbench._server_metrics": "deepseekbench._measure._server_metrics",
     "deepseekbench._servers": "deepseekbench._launch._servers",
-    "deepseekbench._spec_config": "deepseekbench._execute._preflight",
+    "deepseekbench._spec_config": "deepseekbench._execute._served_config",
     "deepseekbench._spec_fields": "deepseekbench._analysis._spec_fields",
     "deepseekbench._speedup": "deepseekbench._analysis._speedup",
     "deepseekbench._sse": "deepseekbench._measure._sse",

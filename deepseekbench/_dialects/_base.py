@@ -17,9 +17,9 @@ name themselves:
   :attr:`~EngineDialect.gauge_sets`, :attr:`~EngineDialect.cache_sets`,
   :meth:`~EngineDialect.metrics_query`;
 * ``_measure/_tokens.py``: :meth:`~EngineDialect.tokenize_body`;
-* ``_plan/_spec_config.py``: :attr:`~EngineDialect.depth_paths`,
+* ``_execute/_served_config.py``: :attr:`~EngineDialect.depth_paths`,
   :meth:`~EngineDialect.spec_tokens_from_info`;
-* ``_plan/_determinism.py``: :meth:`~EngineDialect.deterministic_from_info`.
+* ``_execute/_served_config.py``: :meth:`~EngineDialect.deterministic_from_info`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Routes: ``POST /v1/chat/completions`` (stream and non-stream), ``GET /v1/models`
 ``GET /health``, ``GET /metrics`` (Prometheus text), ``POST /tokenize``, ``GET /v1/timelines``
 (ground truth, with ``record_send_times``), the configuration endpoint of the dialect it
 speaks (``GET /props`` as llama.cpp, ``GET /get_server_info`` as SGLang: the draft depth,
-as :mod:`deepseekbench._execute._preflight` reads it); ``HEAD`` on any ``GET`` route.
+as :mod:`deepseekbench._execute._served_config` reads it); ``HEAD`` on any ``GET`` route.
 Streaming follows vLLM's layout: a role-only first frame at the first output, one content chunk per
 verify step (all tokens the step accepted), a finish chunk, a usage chunk with
 ``choices: []`` when ``stream_options.include_usage`` is true, then ``[DONE]``.

@@ -6,7 +6,7 @@ STANDALONE / NGRAM, ``--speculative-draft-model-path``, ``--speculative-num-step
 ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``). A chain draft
 (top-k 1) of depth ``k`` is ``num_steps = k`` and ``num_draft_tokens = k + 1``, so
 ``GET /get_server_info`` reports ``speculative_num_steps = k``, the depth
-:mod:`deepseekbench._plan._spec_config` reads back. Not run here (no SGLang on
+:mod:`deepseekbench._execute._served_config` reads back. Not run here (no SGLang on
 this CPU); tested against a fake server. What remains for a GPU run: start it once
 with a real checkpoint and check the flags and the version field.
 """

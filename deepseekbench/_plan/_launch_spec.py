@@ -156,7 +156,7 @@ class LaunchSpec(BaseModel):
             list of argv strings: no shell runs it), ``llamacpp``/``vllm``/
             ``sglang`` without ``model``, a depth below 1, an empty grid list, an
             ``env`` entry or a flag of ``engine_args``/``extra_args``/``command``
-            that looks like a secret (:func:`~deepseekbench._launch._exposure.looks_secret`:
+            that looks like a secret (:func:`~deepseekbench._plan._launch_spec.looks_secret`:
             name it in ``env_from`` instead), an ``env_from`` name that is not a
             variable name, or an unknown field. The refused value is never shown.
     """

@@ -48,7 +48,7 @@ class RoutePlan(BaseModel):
         continuous_usage: ask for usage on every chunk (vLLM/SGLang).
         spec_tokens: the speculative depth (draft tokens per verify step) the
             endpoint is declared to serve; checked against what the server says
-            before measuring (``deepseekbench._execute._preflight``). Left out of the
+            before measuring (``deepseekbench._execute._served_config``). Left out of the
             plan's content (and hash) when not set.
         launch: start the endpoint from the plan:
             :class:`~deepseekbench.LaunchSpec` (``[routes.launch]``, docs/plan.md);
@@ -86,7 +86,7 @@ class RoutePlan(BaseModel):
     grid_of: str | None = Field(
         default=None, description="the label of the grid route this one was expanded from"
     )
-    # the engine's deterministic mode as declared (deepseekbench._execute._preflight reads it)
+    # the engine's deterministic mode as declared (deepseekbench._execute._served_config reads it)
     deterministic: bool | None = None
 
     @model_validator(mode="before")

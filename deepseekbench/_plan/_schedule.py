@@ -91,7 +91,7 @@ class ParityPrompt:
 
     ``conversation``: a multi-turn workload item whose every turn joins the parity
     set (``text`` is its first turn; turn ``k``'s prompt id is
-    :func:`~deepseekbench._execute._prepare.conversation_pid`).
+    :func:`~deepseekbench._plan._schedule.conversation_pid`).
     """
 
     prompt_id: str

@@ -25,8 +25,8 @@ from deepseekbench._execute._calibrate import (
 from deepseekbench._execute._executor import Executor, Sent
 from deepseekbench._execute._forensics import explain_divergences
 from deepseekbench._execute._pool_executor import BlockExecutor, executor_for
-from deepseekbench._execute._preflight import check_spec_config, engine_determinism
 from deepseekbench._execute._prepare import PreparedWorkload, make_counter, prepare_workload
+from deepseekbench._execute._served_config import check_spec_config, engine_determinism
 from deepseekbench._execute._workers import PoolReport
 from deepseekbench._measure._measure import Timeouts
 from deepseekbench._measure._redact import redact_measurement

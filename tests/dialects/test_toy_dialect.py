@@ -37,7 +37,7 @@ from deepseekbench import (
     unregister_dialect,
 )
 from deepseekbench._dialects import all_dialects, can_ignore_eos
-from deepseekbench._execute._preflight import served_spec_tokens
+from deepseekbench._execute._served_config import served_spec_tokens
 from deepseekbench._net._probe import probe_route
 from tests._replay import Script, Write, replay_server
 

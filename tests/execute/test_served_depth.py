@@ -27,7 +27,7 @@ from deepseekbench import (
     measure_streamed,
     run_plan,
 )
-from deepseekbench._execute._preflight import check_spec_config
+from deepseekbench._execute._served_config import check_spec_config
 from deepseekbench._net._route_plan import engine_route
 
 COSTS = CostModel(target_step_ms=2.0, verify_token_ms=0.1, draft_step_ms=0.15)

@@ -16,7 +16,7 @@ from deepseekbench import (
     RoutePlan,
     Speculative,
 )
-from deepseekbench._execute._preflight import (
+from deepseekbench._execute._served_config import (
     check_spec_config,
     served_spec_tokens,
     spec_tokens_from_info,

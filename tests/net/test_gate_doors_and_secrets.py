@@ -31,7 +31,7 @@ from deepseekbench import (
     scrape_metrics,
 )
 from deepseekbench._cli._main import main
-from deepseekbench._execute._preflight import served_spec_tokens
+from deepseekbench._execute._served_config import served_spec_tokens
 from tests._fakes import Spy
 from tests._replay import Script, Write, replay_server
 

@@ -30,7 +30,7 @@ from deepseekbench import (
     run_plan,
 )
 from deepseekbench._analysis._determinism_rows import determinism_fields, determinism_note
-from deepseekbench._execute._preflight import engine_determinism
+from deepseekbench._execute._served_config import engine_determinism
 from deepseekbench._net._route_plan import engine_route
 from deepseekbench._types._determinism import DeterminismSource, EngineDeterminism
 from tests._helpers import COSTS, plan_of, read_records

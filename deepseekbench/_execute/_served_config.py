@@ -1,4 +1,5 @@
-"""Preflight: what each route's server says about itself, read before any measured request.
+"""The served configuration: what each route's server says about itself, read before any
+measured request (a preflight step of the run).
 
 Two questions, asked once per route through the gate (an HTTP step above the plan,
 which stays data): the speculative depth a server serves, checked against the
