@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepseekbench._engine._costs import CostModel
@@ -28,7 +30,11 @@ class EngineConfig(BaseModel):
     ``argmax_acceptance``: the verify accepts and emits the target's argmax at
     temperature > 0 (mistral.rs PR #2424). ``draft_ignores_temperature``: the draft
     samples at temperature 1 while the verify's ratio assumes the tempered draft
-    (z-lab/dflash issue #74). The sampler faults are defined in
+    (z-lab/dflash issue #74). ``relaxed_scope``: ``"answer"`` applies relaxed acceptance
+    to the answer; ``"reasoning"`` only to the reasoning, which then must be decoded
+    (``decoded_reasoning``: the reasoning text is decoded by the model, speculatively
+    for a speculative method, instead of streamed as fixed text; greedy exact decoding
+    gives the same text, :mod:`deepseekbench._engine._reasoning`). The sampler faults are defined in
     :mod:`deepseekbench._engine._speculative`. ``cost``: step costs (ms).
     ``faults``: injected faults. ``seed``: sampling and fault draws.
     ``max_context_tokens``: prompt + output limit (tokens).
@@ -51,7 +57,8 @@ class EngineConfig(BaseModel):
     Raises:
         pydantic.ValidationError: an unknown field, a dialect the engine cannot
             speak (``auto``, ``deepseek``), a ``draft_depth`` on ``off`` or outside
-            1..16, ``max_context_tokens`` below 16, or ``default_max_tokens`` below 1.
+            1..16, ``max_context_tokens`` below 16, ``default_max_tokens`` below 1, or
+            ``relaxed_scope="reasoning"`` without ``decoded_reasoning``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -64,8 +71,10 @@ class EngineConfig(BaseModel):
     relaxed_acceptance: bool = False
     relaxed_topk: int = Field(default=3, ge=1, le=20, description="Relaxed top-k (tokens).")
     relaxed_delta: float = Field(default=1.0, ge=0, description="Relaxed bound (nats).")
+    relaxed_scope: Literal["answer", "reasoning"] = "answer"
     argmax_acceptance: bool = False
     draft_ignores_temperature: bool = False
+    decoded_reasoning: bool = False
     cost: CostModel = CostModel()
     faults: FaultConfig = FaultConfig()
     seed: int = 0
@@ -100,14 +109,22 @@ class EngineConfig(BaseModel):
             raise ValueError(f"the engine cannot serve dialect {self.dialect.value!r}; {allowed}")
         if self.speculative is Speculative.off and self.draft_depth is not None:
             raise ValueError("draft_depth is meaningless with speculative='off'")
+        if self.relaxed_scope == "reasoning" and not self.decoded_reasoning:
+            raise ValueError("relaxed_scope='reasoning' needs decoded_reasoning=True")
         return self
 
     @property
     def sampler_faults(self) -> SamplerFaults:
-        """The decoder's lossy verify faults from these switches."""
+        """The answer decoder's lossy verify faults from these switches."""
+        return self.faults_for("answer")
+
+    def faults_for(self, phase: Literal["answer", "reasoning"]) -> SamplerFaults:
+        """The lossy verify faults of the ``phase`` decoder: relaxed acceptance only in
+        its ``relaxed_scope``, the other faults in both phases."""
+        relaxed = self.relaxed_acceptance and self.relaxed_scope == phase
         return SamplerFaults(
             mistuned=self.mistuned_draft,
-            relaxed_topk=self.relaxed_topk if self.relaxed_acceptance else 0,
+            relaxed_topk=self.relaxed_topk if relaxed else 0,
             relaxed_delta=self.relaxed_delta,
             argmax_acceptance=self.argmax_acceptance,
             draft_ignores_temperature=self.draft_ignores_temperature,

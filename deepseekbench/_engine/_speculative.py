@@ -50,9 +50,9 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
-from deepseekbench._engine._model import EOS_CH, Dist, ReferenceLM
+from deepseekbench._engine._model import EOS_CH, Dist
 from deepseekbench._types._axes import Speculative
 
 LOOSE_ACCEPT_PROB: Final[float] = 0.15
@@ -78,6 +78,28 @@ HEAD_ORDER: Final[dict[Speculative, int]] = {
 
 NGRAM_MAX_MATCH: Final[int] = 4
 """Longest suffix (chars) the n-gram proposer looks up in the prompt."""
+
+
+class LanguageModel(Protocol):
+    """What a decoder reads of a model (:class:`~deepseekbench._engine._model.ReferenceLM`,
+    :class:`~deepseekbench._engine._reasoning.ReasoningLM`): target and draft
+    distributions over characters and their greedy tokens."""
+
+    def target(self, ctx: str) -> Dist:
+        """The target's next-token distribution at ``ctx``."""
+        ...
+
+    def target_argmax(self, ctx: str) -> str:
+        """The target's greedy token at ``ctx``."""
+        ...
+
+    def draft(self, order: int, ctx: str) -> Dist:
+        """A draft head of ``order`` context characters at ``ctx``."""
+        ...
+
+    def draft_argmax(self, order: int, ctx: str) -> str:
+        """That draft head's greedy token at ``ctx``."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +193,7 @@ class Decoder:
 
     def __init__(
         self,
-        lm: ReferenceLM,
+        lm: LanguageModel,
         method: Speculative,
         k: int,
         *,

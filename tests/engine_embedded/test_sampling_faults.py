@@ -187,3 +187,39 @@ async def test_a_relaxed_engine_serves_other_greedy_answers_over_http() -> None:
                 texts[relaxed].append(r.json()["choices"][0]["message"]["content"])
     assert texts[False] == [t.answer for t in reference_tasks(30, seed=2)]
     assert texts[True] != texts[False]
+
+
+async def _think(config: EngineConfig, prompts: list[str]) -> list[tuple[str, str]]:
+    import httpx
+
+    out = []
+    async with EmbeddedEngine(config) as engine, httpx.AsyncClient(timeout=30) as client:
+        for prompt in prompts:
+            r = await client.post(
+                f"{engine.base_url}/chat/completions",
+                json={"messages": [{"role": "user", "content": prompt}], "temperature": 0,
+                      "chat_template_kwargs": {"thinking": True}},
+            )  # fmt: skip
+            message = r.json()["choices"][0]["message"]
+            out.append((message["reasoning_content"], message["content"]))
+    return out
+
+
+@pytest.mark.anyio
+async def test_relaxed_acceptance_inside_reasoning_changes_the_reasoning_only() -> None:
+    prompts = [t.prompt for t in reference_tasks(10, seed=2)]
+    mtp = EngineConfig(cost=FREE, speculative=Speculative.mtp, draft_depth=3)
+    forced = await _think(EngineConfig(cost=FREE), prompts)
+    decoded = await _think(mtp.model_copy(update={"decoded_reasoning": True}), prompts)
+    loose = await _think(
+        mtp.model_copy(
+            update={"decoded_reasoning": True, "relaxed_acceptance": True,
+                    "relaxed_scope": "reasoning"}
+        ),
+        prompts,
+    )  # fmt: skip
+    assert decoded == forced  # exact speculative decoding of the learnt reasoning
+    assert [c for _, c in loose] == [c for _, c in forced]  # every answer unchanged
+    assert sum(r != f for (r, _), (f, _) in zip(loose, forced, strict=True)) >= 3
+    with pytest.raises(ValueError, match="decoded_reasoning"):
+        EngineConfig(relaxed_scope="reasoning")
