@@ -20,9 +20,20 @@ Definitions (all log-probabilities natural-log, so differences are in **nats**):
   flipped between its measured run and the follow-up): the same near-tie seen from
   the other side, still bounded by the margin.
 
-Alignment is by tokens, not characters: the follow-up's ``logprobs.content[]``
-tokens are walked along the candidate's text (:func:`align_divergence`), over the
-UTF-8 bytes of each token when the engine sends them (``bytes``), else its string.
+Margins never guess. :func:`parse_chat_logprobs` checks the answer before any
+margin is read, and an answer that fails is ``unexplained`` with the failure named
+(:attr:`ChatLogprobs.problem`): logprobs that cannot be (positive, NaN, ±inf,
+``top_logprobs`` not most likely first as sent), a truncated distribution (top-1 at
+0.0, every alternative at or below :data:`FLOOR_NATS`: post-sampling logprobs), and
+tokens that do not spell the answer's own text (``message.content``, or the reasoning
+then the content, which locates the content's first token). A ``null`` alternative is
+dropped alone; a run of U+FFFD tokens (partial UTF-8 shown as the replacement
+character) spells one whole span of non-ASCII characters.
+
+Alignment is by tokens, not characters: the follow-up's content tokens are placed on
+its content's bytes, and the first byte where the candidate's text differs names the
+token holding it (:func:`align_divergence`), over the UTF-8 bytes of each token when
+the engine sends them (``bytes``), else its string.
 The wire format read is OpenAI chat completions' ``choices[].logprobs.content[]``
 (``token``, ``logprob``, ``top_logprobs[]``, optional ``bytes``), which vLLM, SGLang
 and llama.cpp's ``/v1/chat/completions`` all serve. llama.cpp's server (tools/server,
