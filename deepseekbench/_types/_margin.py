@@ -48,6 +48,7 @@ gives a token its speculative route accepted from a draft ``logprob`` 0 with no
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import re
@@ -413,40 +414,55 @@ def _wild(count: int) -> bytes:
 def _spell(pieces: Sequence[bytes], text: bytes, base: int = 0) -> tuple[_Unit, ...] | None:
     """The tokens' byte spans in ``text`` when their bytes, concatenated, spell ``text``
     exactly, a run of U+FFFD standing for one whole span of non-ASCII characters
-    (:func:`_wild`); ``None`` when they do not. Positions are numbered from ``base``."""
+    (:func:`_wild`); ``None`` when they do not. Positions are numbered from ``base``.
+    Linear in the bytes: each run can end at one place only (the span's end)."""
     joined = b"".join(pieces)
     parts = _FFFD_RUN.split(joined)  # odd items: the U+FFFD runs
     pattern = b"".join(_wild(len(p) // 3) if k % 2 else re.escape(p) for k, p in enumerate(parts))
     m = re.fullmatch(pattern, text)
     if m is None:
         return None
-    edges: dict[int, int] = {}  # joined offset -> text offset, at every literal byte
+    starts: list[int] = []  # joined offset where each part starts
+    text_at: list[int] = []  # the text offset there
     wild: list[tuple[int, int]] = []  # joined spans of the U+FFFD runs
     j = t = 0
     for k, p in enumerate(parts):
+        starts.append(j)
         if k % 2:
             wild.append((j, j + len(p)))
-            edges[j], t = m.span(len(wild))
+            t = m.start(len(wild))
+            text_at.append(t)
+            t = m.end(len(wild))
         else:
-            edges.update((j + d, t + d) for d in range(len(p) + 1))
+            text_at.append(t)
             t += len(p)
         j += len(p)
-    edges[j] = t
-    return _units(pieces, edges, wild, base)
+
+    def to_text(x: int) -> int:  # a unit edge: never strictly inside a run
+        k = bisect.bisect_right(starts, x) - 1
+        return text_at[k] + (0 if k % 2 else x - starts[k])
+
+    return tuple(
+        _Unit(u.first, u.last, to_text(u.start), to_text(u.end)) for u in _units(pieces, wild, base)
+    )
 
 
-def _units(
-    pieces: Sequence[bytes], edges: dict[int, int], wild: list[tuple[int, int]], base: int
-) -> tuple[_Unit, ...]:
-    """Group tokens touching the same U+FFFD run into one unit; map each unit's edges
-    (never strictly inside a run) to text offsets."""
+def _units(pieces: Sequence[bytes], wild: list[tuple[int, int]], base: int) -> list[_Unit]:
+    """The tokens as units over the joined bytes: tokens touching the same U+FFFD run
+    (``wild``, joined spans in order) form one unit."""
     units: list[_Unit] = []
     touched: set[int] = set()
-    j = 0
+    j = w = 0
     for i, piece in enumerate(pieces):
         a, b = j, j + len(piece)
         j = b
-        mine = {w for w, (s, e) in enumerate(wild) if a < e and b > s}
+        while w < len(wild) and wild[w][1] <= a:
+            w += 1
+        mine = set()
+        for v in range(w, len(wild)):
+            if wild[v][0] >= b:
+                break
+            mine.add(v)
         if units and mine & touched:
             last = units[-1]
             units[-1] = _Unit(last.first, base + i, last.start, b)
@@ -454,12 +470,12 @@ def _units(
             continue
         units.append(_Unit(base + i, base + i, a, b))
         touched = mine
-    return tuple(_Unit(u.first, u.last, edges[u.start], edges[u.end]) for u in units)
+    return units
 
 
 def _is_marker(piece: bytes) -> bool:
     """An empty token or a special one (``<think>``, ``</think>``, ``<|end▁of▁sentence|>``)."""
-    return _END_TOKEN.match(piece.decode("utf-8", errors="replace")) is not None
+    return _END_TOKEN.fullmatch(piece.decode("utf-8", errors="replace")) is not None
 
 
 def _spells_reasoning(pieces: Sequence[bytes], reasoning: bytes) -> bool:
@@ -485,14 +501,44 @@ def _locate(
     if not reasoning:
         return None
     for tail in tails:
-        for k in range(1, tail + 1):
-            head = pieces[k] if k < tail else b""
-            if head and not (content.startswith(head) or _FFFD in head):
-                continue
+        for k in _content_starts(pieces, tail, content):
             units = _spell(pieces[k:tail], content, base=k)
             if units is not None and _spells_reasoning(pieces[:k], reasoning):
                 return units, tail
     return None
+
+
+_MAX_STARTS = 16
+"""At most this many content starts are tried per answer (each costs a pass over the
+answer): more would let one long answer hold the run; past it, ``unexplained``."""
+
+
+def _content_starts(pieces: Sequence[bytes], tail: int, content: bytes) -> list[int]:
+    """Where the content may start (``k`` in ``1..tail``), likeliest first: right
+    after a marker token (``</think>``), whitespace tokens after it skipped or not,
+    the last marker first; then starts whose bytes fit the content exactly; then
+    starts of a suffix holding U+FFFD (its length is not known), the latest first.
+    Each start's first token must begin the content."""
+    size = list(itertools.accumulate((len(p) for p in reversed(pieces[:tail])), initial=0))
+    size.reverse()  # size[k]: bytes of pieces[k:tail]
+    wild = list(itertools.accumulate((_FFFD in p for p in reversed(pieces[:tail])), max))
+    wild.reverse()  # wild[k]: a U+FFFD in pieces[k:tail]
+
+    def fits(k: int) -> bool:
+        head = pieces[k] if k < tail else b""
+        return not head or content.startswith(head) or _FFFD in head
+
+    marked: list[int] = []
+    for k in range(tail, 0, -1):
+        if pieces[k - 1] and _is_marker(pieces[k - 1]):
+            j = k
+            while j < tail and pieces[j] and not pieces[j].strip():
+                j += 1
+            marked += [j, k] if j != k else [k]
+    exact = [k for k in range(1, tail + 1) if size[k] == len(content)]
+    unsized = [k for k in range(tail - 1, 0, -1) if wild[k]]
+    out = list(dict.fromkeys(k for k in (*marked, *exact, *unsized) if fits(k)))
+    return out[:_MAX_STARTS]
 
 
 def _text_of(message: Any, key: str) -> bytes | None:
@@ -582,7 +628,7 @@ def _rank(top: Sequence[TopLogprob], rest: bytes) -> tuple[int | None, TopLogpro
     ``rest`` is empty (the candidate ended there), the end-of-sequence alternative."""
     best: tuple[int | None, TopLogprob | None] = (None, None)
     if not rest:
-        return next(((i + 1, t) for i, t in enumerate(top) if _END_TOKEN.match(t.token)), best)
+        return next(((i + 1, t) for i, t in enumerate(top) if _END_TOKEN.fullmatch(t.token)), best)
     for i, t in enumerate(top):
         longer = best[1] is None or len(t.piece) > len(best[1].piece)
         if t.piece and rest.startswith(t.piece) and longer:

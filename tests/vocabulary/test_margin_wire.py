@@ -78,17 +78,17 @@ def test_no_message_content_is_unexplained() -> None:
 
 def test_reasoning_then_content_locates_the_content_start() -> None:
     think = [entry(b"<think>", [(b"<think>", -0.01), (b"I", -5.0)])]
-    reasoning = simple(["I", " think", "."], 99)
+    reasoning = simple(["I", " think", "\n", "."], 99)  # a newline token is no marker
     close = [entry(b"</think>", [(b"</think>", -0.01), (b"\n", -5.0)])]
     gap = [entry(b"\n\n", [(b"\n\n", -0.01), (b"\n", -5.0)])]
     content = simple(["Yes", " it", " is"], 1)
     body = answer(
-        think + reasoning + close + gap + content, "Yes it is", reasoning_content="I think."
+        think + reasoning + close + gap + content, "Yes it is", reasoning_content="I think\n."
     )
     pos = parse_chat_logprobs(body)
-    assert pos is not None and pos.content_start == 6 and not pos.problem
+    assert pos is not None and pos.content_start == 7 and not pos.problem
     m = explain(body, "YesZ is")
-    assert (m.kind, m.token_index, m.candidate_rank) == (DivergenceKind.near_tie, 7, 2)
+    assert (m.kind, m.token_index, m.candidate_rank) == (DivergenceKind.near_tie, 8, 2)
     assert m.margin_nats == pytest.approx(0.02)
     # the same tokens with reasoning that does not match them: never a guess
     wrong = answer(think + reasoning + close + gap + content, "Yes it is", reasoning="Hmm.")
