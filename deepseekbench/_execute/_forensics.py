@@ -8,8 +8,10 @@ The speculative route is never asked: some vLLM releases turn speculation off fo
 request that asks for logprobs (vLLM #34497), and the measured requests never carry a
 logprobs request. The answer's ``choices[0].logprobs.content[]`` is aligned, token by
 token, with the diverging output (:func:`~deepseekbench._types._margin.align_divergence`);
-an engine that serves no logprobs, an HTTP error or a transport failure gives an
-``unexplained`` margin (``margin_nats = None``) whose note says why, never a guess.
+the answer is read whole within the route's ``timeout_s`` (a total deadline) and a
+size cap (:func:`~deepseekbench._net._bounded.read_bounded`); an engine that serves no
+logprobs, an HTTP error, a transport failure, an answer past the deadline or over the
+cap gives an ``unexplained`` margin (``margin_nats = None``) whose note says why, never a guess.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import httpx
 import orjson
 
 from deepseekbench._errors import LiveGateError
+from deepseekbench._net._bounded import BoundedReadError, read_bounded
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._records._follow_up import FollowUp
@@ -59,21 +62,23 @@ async def _explain(
     }
     headers = {**off.request_headers(), "accept": "application/json"}
     try:
-        r = await client.post(
+        r = await read_bounded(
+            client,
+            "POST",
             off.chat_url,
+            deadline_s=timeout_s,
             content=orjson.dumps(follow_up_body(off, f.request)),
             headers=headers,
-            timeout=timeout_s,
         )
-    except httpx.HTTPError as exc:
-        return no_margin(f.prompt_id, note=f"follow-up failed: {type(exc).__name__}", **common)
     except LiveGateError as exc:  # e.g. max_requests spent by the measurement: keep the run
         return no_margin(f.prompt_id, note=f"gate refused the follow-up: {exc}", **common)
+    if isinstance(r, BoundedReadError):
+        return no_margin(f.prompt_id, note=f"follow-up failed: {r.reason}: {r}", **common)
     if r.status_code != 200:
         return no_margin(f.prompt_id, note=f"follow-up HTTP {r.status_code}", **common)
     try:
-        data = orjson.loads(r.content)
-    except orjson.JSONDecodeError:
+        data = r.json()
+    except ValueError:
         return no_margin(f.prompt_id, note="follow-up answered no JSON", **common)
     usage = data.get("usage") if isinstance(data, dict) else None
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):

@@ -95,7 +95,7 @@ def make_counter(
     if spec is None:
         return None
     if spec == "endpoint":
-        return EndpointTokenCounter(off_route, gate=gate, client=client)
+        return EndpointTokenCounter(off_route, gate=gate, client=client, deadline_s=plan.timeout_s)
     return HFTokenizerCounter(plan.resolve(spec))
 
 

@@ -45,6 +45,7 @@ import httpx
 
 from deepseekbench._dialects import dialect_for
 from deepseekbench._errors import PlanError
+from deepseekbench._net._bounded import BoundedReadError, read_bounded
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._routes import RoutePlan
@@ -98,14 +99,16 @@ async def server_info(
     route: EngineRoute, gate: LiveGate, client: httpx.AsyncClient, timeout_s: float
 ) -> tuple[str, Any] | None:
     """``(path, parsed JSON body)`` of the first of the dialect's configuration
-    endpoints (``depth_paths``: SGLang ``/get_server_info`` then ``/server_info``,
-    llama.cpp ``/props``) that answers through ``gate``; a 404 tries the next name,
-    any other server fault (connection, HTTP error, not JSON) gives ``None``.
-    Shared by the served depth above and the deterministic mode
-    (:func:`served_determinism`).
+        endpoints (``depth_paths``: SGLang ``/get_server_info`` then ``/server_info``,
+        llama.cpp ``/props``) that answers through ``gate``; a 404 tries the next name,
+        any other server fault (connection, HTTP error, not JSON, no whole answer within
+    ``timeout_s`` s in total or over the 64 MiB cap of
+    :func:`~deepseekbench._net._bounded.read_bounded`) gives ``None``.
+        Shared by the served depth above and the deterministic mode
+        (:func:`served_determinism`).
 
-    Raises:
-        LiveGateError: the gate refuses a URL (nothing is sent to it).
+        Raises:
+            LiveGateError: the gate refuses a URL (nothing is sent to it).
     """
     headers = {k: v for k, v in route.request_headers().items() if k == "authorization"}
     for path in route.adapter.depth_paths:
@@ -113,9 +116,8 @@ async def server_info(
         refusal = gate.refusal(url, has_auth_header=route.has_api_key)
         if refusal is not None:
             raise refusal
-        try:
-            response = await client.get(url, headers=headers, timeout=timeout_s)
-        except httpx.HTTPError:
+        response = await read_bounded(client, "GET", url, deadline_s=timeout_s, headers=headers)
+        if isinstance(response, BoundedReadError):
             return None
         if response.status_code == 404:
             continue  # an older or newer name for the same endpoint may follow
@@ -134,12 +136,15 @@ async def check_spec_config(
     *,
     gate: LiveGate,
     client: httpx.AsyncClient,
+    timeout_s: float = 10.0,
 ) -> dict[str, int]:
     """Ask each speculative route's server its depth; check it against the declared one.
 
     Args:
         plans: the plan's routes; every speculative one whose dialect has a
             configuration endpoint is asked (``off`` routes are not).
+        timeout_s: the deadline of each configuration read (s, total: the plan's
+            ``timeout_s``).
         routes: the :class:`EngineRoute` per route label; a route whose server
             said its depth is replaced by a copy with ``served_spec_tokens`` set,
             so what is measured with it carries the depth.
@@ -157,7 +162,7 @@ async def check_spec_config(
         route = routes[rp.label]
         if rp.speculative is Speculative.off or not route.adapter.depth_paths:
             continue
-        served = await served_spec_tokens(route, gate=gate, client=client)
+        served = await served_spec_tokens(route, gate=gate, client=client, timeout_s=timeout_s)
         if served is None:
             continue
         if rp.spec_tokens is not None and served != rp.spec_tokens:
@@ -201,16 +206,20 @@ async def engine_determinism(
     *,
     gate: LiveGate,
     client: httpx.AsyncClient,
+    timeout_s: float = 10.0,
 ) -> dict[str, EngineDeterminism]:
     """Every route's deterministic mode by label: the server's word, else the plan's
-    ``deterministic`` declaration, else unknown (module docstring).
+    ``deterministic`` declaration, else unknown (module docstring); each read within
+    ``timeout_s`` s in total.
 
     Raises:
         LiveGateError: the gate refuses a configuration URL.
     """
     out: dict[str, EngineDeterminism] = {}
     for rp in plans:
-        served = await served_determinism(routes[rp.label], gate=gate, client=client)
+        served = await served_determinism(
+            routes[rp.label], gate=gate, client=client, timeout_s=timeout_s
+        )
         if served is not None:
             out[rp.label] = served
         elif rp.deterministic is not None:

@@ -39,6 +39,7 @@ from deepseekbench._launch._vllm import (
     vllm_server_args,
 )
 from deepseekbench._launch._vllm import _server_env as _vllm_env
+from deepseekbench._net._bounded import BoundedReadError, read_bounded
 from deepseekbench._plan._launch_spec import LaunchSpec, engine_flags
 from deepseekbench._version import __version__
 
@@ -46,6 +47,9 @@ __all__ = ["COMMAND", "LAUNCHERS", "SGLANG_PYTHON_ENV", "LaunchTarget", "Launche
 
 SGLANG_PYTHON_ENV = "DEEPSEEKBENCH_SGLANG_PYTHON"
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding deepseekbench/
+VERSION_READ_S = 10.0
+"""Deadline of one engine-version read (s, total: ``GET /version``, ``/get_server_info``,
+``/props``), bounded like every whole read (:func:`~deepseekbench._net._bounded.read_bounded`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +123,9 @@ class Launcher(ABC):
         server fault."""
         if self.version_endpoint is not None:
             path, key = self.version_endpoint
-            with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
-                resp = await client.get(origin + path)
-                if resp.is_success:
+            resp = await read_bounded(client, "GET", origin + path, deadline_s=VERSION_READ_S)
+            with contextlib.suppress(ValueError, AttributeError):
+                if not isinstance(resp, BoundedReadError) and resp.is_success:
                     found = _text(resp.json().get(key))
                     if found is not None:
                         return f"{self.label} {found}"

@@ -49,6 +49,7 @@ from deepseekbench._launch._servers import (
     sigterm_as_interrupt,
     spawn,
 )
+from deepseekbench._net._bounded import BoundedReadError, read_bounded
 
 __all__ = [
     "LlamaServerError",
@@ -276,10 +277,11 @@ def _server_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 async def _healthy(client: httpx.AsyncClient, spec: LlamaServerSpec, port: int) -> bool:
-    """``GET /health`` answers 200 with ``{"status": "ok"}``."""
-    try:
-        resp = await client.get(f"http://127.0.0.1:{port}/health")
-    except httpx.TransportError:
+    """``GET /health`` answers 200 with ``{"status": "ok"}``, whole within the poll's
+    deadline (:func:`~deepseekbench._net._bounded.read_bounded`)."""
+    url = f"http://127.0.0.1:{port}/health"
+    resp = await read_bounded(client, "GET", url, deadline_s=_KIND.probe_timeout_s)
+    if isinstance(resp, BoundedReadError):
         return False
     if resp.status_code == 200:
         with contextlib.suppress(ValueError):

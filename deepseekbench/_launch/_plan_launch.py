@@ -38,6 +38,7 @@ from deepseekbench._launch._servers import (
     spawn,
 )
 from deepseekbench._launch._vllm import shown_argv
+from deepseekbench._net._bounded import BoundedReadError, read_bounded
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._plan._launch_spec import looks_secret
 from deepseekbench._types._identity import LaunchRecord
@@ -133,12 +134,11 @@ class Launched:
 
 
 async def _serves_model(client: httpx.AsyncClient, t: LaunchTarget, port: int) -> bool:
-    """``GET /v1/models`` answers 200 and lists the route's model."""
-    try:
-        resp = await client.get(f"http://127.0.0.1:{port}/v1/models")
-    except httpx.TransportError:
-        return False
-    if resp.status_code != 200:
+    """``GET /v1/models`` answers 200 and lists the route's model, read whole within the
+    poll's deadline (:func:`~deepseekbench._net._bounded.read_bounded`)."""
+    url = f"http://127.0.0.1:{port}/v1/models"
+    resp = await read_bounded(client, "GET", url, deadline_s=_KIND.probe_timeout_s)
+    if isinstance(resp, BoundedReadError) or resp.status_code != 200:
         return False
     with contextlib.suppress(ValueError, AttributeError):
         data = resp.json().get("data", [])

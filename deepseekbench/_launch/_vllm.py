@@ -52,6 +52,7 @@ from deepseekbench._launch._servers import (
     check_names,
     run_servers,
 )
+from deepseekbench._net._bounded import BoundedReadError, read_bounded
 
 __all__ = [
     "RunningVllmServer",
@@ -375,15 +376,14 @@ def _server_env(spec: VllmServerSpec, env: Mapping[str, str] | None) -> dict[str
 
 
 async def _ready(client: httpx.AsyncClient, spec: VllmServerSpec, port: int) -> bool:
-    """``GET /health`` answers 200 and ``GET /v1/models`` lists the served model."""
-    try:
-        health = await client.get(f"http://127.0.0.1:{port}/health")
-        if health.status_code != 200:
-            return False
-        models = await client.get(f"http://127.0.0.1:{port}/v1/models")
-    except httpx.TransportError:
+    """``GET /health`` answers 200 and ``GET /v1/models`` lists the served model, each
+    read whole within the poll's deadline (:func:`~deepseekbench._net._bounded.read_bounded`)."""
+    origin, deadline_s = f"http://127.0.0.1:{port}", _KIND.probe_timeout_s
+    health = await read_bounded(client, "GET", origin + "/health", deadline_s=deadline_s)
+    if isinstance(health, BoundedReadError) or health.status_code != 200:
         return False
-    if models.status_code != 200:
+    models = await read_bounded(client, "GET", origin + "/v1/models", deadline_s=deadline_s)
+    if isinstance(models, BoundedReadError) or models.status_code != 200:
         return False
     with contextlib.suppress(ValueError):
         data = models.json().get("data", [])

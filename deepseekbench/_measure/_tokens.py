@@ -36,6 +36,7 @@ import orjson
 
 from deepseekbench._errors import TokenizeError
 from deepseekbench._measure._measure import _check_gated
+from deepseekbench._net._bounded import BoundedReadError, read_bounded
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._records._figures import output_toks_per_s, tpot_ms
@@ -85,16 +86,28 @@ class EndpointTokenCounter:
         gate: the :class:`~deepseekbench.LiveGate`; every tokenize request is
             admitted by it (and counts against ``max_requests``).
         client: an ``httpx.AsyncClient`` made by ``gate.client()``.
+        deadline_s: each tokenize answer is read whole within this many seconds
+            in total (the plan's ``timeout_s``) and under the 64 MiB cap
+            (:func:`~deepseekbench._net._bounded.read_bounded`).
 
     Raises:
         LiveGateError: (from :meth:`count`) the gate refuses the URL, or the
             client is not gated by ``gate``.
         TokenizeError: (from :meth:`count`) a non-2xx answer, a transport
-            failure, or a body without a ``tokens`` list or ``count``.
+            failure, no whole answer within ``deadline_s`` or over the cap, or a
+            body without a ``tokens`` list or ``count``.
     """
 
-    def __init__(self, route: EngineRoute, *, gate: LiveGate, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        route: EngineRoute,
+        *,
+        gate: LiveGate,
+        client: httpx.AsyncClient,
+        deadline_s: float = 60.0,
+    ) -> None:
         self._route = route
+        self._deadline_s = deadline_s
         self._gate = gate
         self._client = client
         self._url = tokenize_url(route)
@@ -122,13 +135,15 @@ class EndpointTokenCounter:
 
     async def _one(self, text: str, headers: dict[str, str]) -> int:
         body = orjson.dumps(_tokenize_body(self._route, text))
-        try:
-            response = await self._client.post(self._url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
+        response = await read_bounded(
+            self._client, "POST", self._url, deadline_s=self._deadline_s, content=body,
+            headers=headers,
+        )  # fmt: skip
+        if isinstance(response, BoundedReadError):
             raise TokenizeError(
-                f"tokenize request to {self._url} failed: {type(exc).__name__}: {exc}",
+                f"tokenize request to {self._url} failed: {response.reason}: {response}",
                 source=self._url,
-            ) from exc
+            ) from response
         if not response.is_success:
             detail = response.text[:_ERROR_TEXT_LIMIT]
             raise TokenizeError(

@@ -8,14 +8,15 @@ DeepSeek API all serve; it generates nothing) through the
 :class:`~deepseekbench.LiveGate` like every request (loopback rules unchanged,
 counted against ``max_requests``), and judges the answer:
 
-* no connection, or no answer within the deadline: ``connect`` / ``timeout``;
+* no connection, or no whole answer within the deadline (total, however the body is
+  paced: :func:`~deepseekbench._net._bounded.read_bounded`): ``connect`` / ``timeout``;
 * an HTTP error status other than 404 (e.g. 401 for a wrong key, 5xx):
   ``http_status``; a 404 (a server without a model list) passes;
 * a model list that does not hold the route's ``model``: ``model_not_served`` —
   except on llama.cpp (``dialect = "llamacpp"``, or entries ``owned_by``
   ``llamacpp``), whose server answers any ``model`` name with its one model;
-* anything else (a list that holds the model, a body that is not a model list)
-  passes.
+* anything else (a list that holds the model, a body that is not a model list or
+  is over the 64 MiB cap) passes.
 
 Every route is probed; the failures are raised together as one
 :class:`~deepseekbench.RouteUnreachableError`. A plan opts out with
@@ -30,6 +31,7 @@ from typing import Any
 import httpx
 
 from deepseekbench._errors import RouteUnreachableError
+from deepseekbench._net._bounded import BoundedReadError, read_bounded
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 
@@ -78,12 +80,13 @@ async def probe_route(
         raise refusal
     headers = {"accept": "application/json", **route.headers}
     headers.update({k: v for k, v in route.request_headers().items() if k == "authorization"})
-    try:
-        response = await client.get(url, headers=headers, timeout=timeout_s)
-    except httpx.TimeoutException:
-        return "timeout", f"no answer within {timeout_s:g} s"
-    except httpx.TransportError as exc:
-        return "connect", str(exc) or type(exc).__name__
+    response = await read_bounded(client, "GET", url, deadline_s=timeout_s, headers=headers)
+    if isinstance(response, BoundedReadError):
+        if response.reason == "timeout":
+            return "timeout", f"no whole answer within {timeout_s:g} s"
+        if response.reason == "too_large":
+            return None  # a body that is not a model list passes
+        return "connect", str(response)
     if response.status_code == 404:
         return None
     if not response.is_success:

@@ -88,9 +88,12 @@ class Steps:
         if plan.probe_routes:  # a dead route stops the run before anything is measured
             probe_timeout = min(plan.timeout_s, PROBE_TIMEOUT_S)
             await probe_routes(routes, gate=self.gate, client=self.http, timeout_s=probe_timeout)
-        await check_spec_config(plan.routes, routes, gate=self.gate, client=self.http)
+        read_s = plan.timeout_s  # each configuration read's total deadline
+        await check_spec_config(
+            plan.routes, routes, gate=self.gate, client=self.http, timeout_s=read_s
+        )
         self.determinism = await engine_determinism(  # the engine's deterministic mode
-            plan.routes, routes, gate=self.gate, client=self.http
+            plan.routes, routes, gate=self.gate, client=self.http, timeout_s=read_s
         )
         counter = make_counter(
             plan, off_route=routes[plan.off_route.label], gate=self.gate, client=self.http

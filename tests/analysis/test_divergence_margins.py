@@ -201,18 +201,25 @@ def test_parse_openai_chat_logprobs() -> None:
                             "logprob": -0.1,
                             "bytes": [97],
                             "top_logprobs": [
-                                {"token": "b", "logprob": -2.5},
                                 {"token": "a", "logprob": -0.1},
+                                {"token": "b", "logprob": -2.5},
                             ],
                         }
                     ]
-                }
+                },
+                "message": {"role": "assistant", "content": "a"},
             }
         ]
     }
     pos = parse_chat_logprobs(body)
-    assert pos is not None and pos[0].top[0].token == "a"
+    assert pos is not None and pos[0].top[0].token == "a" and not pos.problem
     assert pos[0].margin_nats == pytest.approx(2.4)
+    entry = body["choices"][0]["logprobs"]["content"][0]  # type: ignore[index]
+    entry[
+        "top_logprobs"
+    ].reverse()  # as sent, most likely first is a must: out of order is impossible
+    pos = parse_chat_logprobs(body)
+    assert pos is not None and "out of order" in pos.problem
     assert parse_chat_logprobs({"choices": [{"logprobs": None}]}) is None
     assert parse_chat_logprobs({"choices": []}) is None
 

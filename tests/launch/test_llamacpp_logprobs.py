@@ -39,12 +39,16 @@ def entry(token: str, logprob: float, top: dict[str, float]) -> dict[str, Any]:
 
 
 def body(*entries: dict[str, Any]) -> dict[str, Any]:
+    """A chat answer whose ``message.content`` is what its tokens' bytes spell."""
+    raw = [e["bytes"] if isinstance(e["bytes"], list) else [] for e in entries]
+    ok = [b for b in raw if all(isinstance(x, int) and 0 <= x < 256 for x in b)]
+    text = b"".join(bytes(b) for b in ok)  # malformed bytes spell nothing
     return {
         "choices": [
             {
                 "finish_reason": "length",
                 "index": 0,
-                "message": {"role": "assistant", "content": "..."},
+                "message": {"role": "assistant", "content": text.decode(errors="replace")},
                 "logprobs": {"content": list(entries)},
             }
         ]
@@ -109,13 +113,22 @@ def test_a_divergence_inside_a_character_shows_its_bytes() -> None:
     assert m.kind is DivergenceKind.decisive and m.candidate_rank is None
 
 
-def test_log_of_zero_is_the_lowest_float_and_reads_as_decisive() -> None:
+def test_log_of_zero_as_the_runner_up_gives_no_margin() -> None:
+    # top-1 0.0 and the rest at the lowest float: a truncated (post-sampling) answer
     b = body(entry("a", 0.0, {"a": 0.0, "b": LOWEST}))
     pos = parse_chat_logprobs(b)
-    assert pos is not None
+    assert pos is not None and "truncated" in pos.problem
     m = align_divergence(pos, "b", prompt_id="p", candidate="mtp", tau_nats=TAU)
-    assert m.margin_nats is not None and m.margin_nats > 1e30
-    assert m.kind is DivergenceKind.decisive
+    assert m.margin_nats is None and m.kind is DivergenceKind.unexplained
+    assert "truncated" in m.note
+
+
+def test_log_of_zero_below_a_real_runner_up_keeps_the_margin() -> None:
+    b = body(entry("a", -0.01, {"a": -0.01, "b": -4.61, "c": LOWEST}))
+    pos = parse_chat_logprobs(b)
+    assert pos is not None and not pos.problem
+    m = align_divergence(pos, "b", prompt_id="p", candidate="mtp", tau_nats=TAU)
+    assert m.margin_nats == pytest.approx(4.6) and m.kind is DivergenceKind.decisive
 
 
 def test_a_draft_accepted_token_has_no_alternatives_and_no_margin() -> None:
