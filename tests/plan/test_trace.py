@@ -117,9 +117,9 @@ def test_a_20_line_trace_replays_with_its_timestamps_and_its_shared_blocks(
     sent: list[str] = []
     render = engine_server.render_prompt
 
-    def recording(messages: Any) -> str:
+    def recording(messages: Any, **options: Any) -> str:
         sent.append(messages[-1].content)
-        return render(messages)
+        return render(messages, **options)
 
     monkeypatch.setattr(engine_server, "render_prompt", recording)
 
