@@ -82,9 +82,13 @@ class DivergenceKind(_ClosedEnum):
 
 
 class TauSource(_ClosedEnum):
-    """Where a row's τ came from: the plan key, ``off``'s own self-flips, or the default."""
+    """Where a row's τ came from: the plan key; ``measured_jitter`` (a high quantile of
+    ``off``'s decode-vs-one-pass margin shifts and its flips among concurrent requests,
+    :func:`~deepseekbench._analysis._divergence.measure_tau`); the default.
+    ``off_self_flips`` (the largest self-flip margin) is only read from old results."""
 
     plan = "plan"
+    measured_jitter = "measured_jitter"
     off_self_flips = "off_self_flips"
     default = "default"
 
