@@ -232,11 +232,19 @@ class NoiseVerdict(BaseModel):
     p_value: float | None = None
 
 
+def _is_end(token: str) -> bool:
+    """An end-of-sequence token as served: empty (hidden) or a special ``<...>`` token."""
+    return token == "" or (token.startswith("<") and token.endswith(">") and " " not in token)
+
+
 def _shown_directly(m: DivergenceMargin, prof: OffProfile | None) -> bool:
-    """``off``'s one-pass score ranks the candidate's token first at the fork."""
+    """``off``'s one-pass score ranks the candidate's token first at the fork, or ranks
+    end-of-sequence first there (an output decoded past EOS, ``ignore_eos``, then shows
+    what followed the hidden end token instead of it)."""
     if prof is None or m.candidate_token is None or m.token_index is None:
         return False
-    return prof.one_pass_top1(m.token_index) == m.candidate_token
+    top1 = prof.one_pass_top1(m.token_index)
+    return top1 is not None and (top1 == m.candidate_token or _is_end(top1))
 
 
 def _explained(
@@ -404,7 +412,7 @@ def _decide(
         else "no off output profiled"
     )
     head = (
-        f"{c.near_tie} of {n_compared} outputs diverge, all at near-ties (largest margin "
+        f"{c.near_tie} of {n_compared} outputs diverge, all near-ties (largest margin "
         f"{max(m.margin_nats or 0.0 for m in ms):.3g} nats, {t.describe()}; "
         f"{fields['shown_one_pass']} shown by one-pass scoring)"
         if ms

@@ -32,7 +32,7 @@ error or a transport failure gives an ``unexplained`` margin (or a profile with 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import httpx
 import orjson
@@ -45,15 +45,16 @@ from deepseekbench._types._margin import (
     DEFAULT_TAU_NATS,
     DivergenceMargin,
     PositionLogprobs,
-    TopLogprob,
     align_divergence,
     no_margin,
     parse_chat_logprobs,
 )
 from deepseekbench._types._noise import PROFILE_MARGIN_CAP_NATS, OffProfile, OnePassFlip
 from deepseekbench._types._request import ChatRequest
+from deepseekbench._types._scored import ScoredOutput, ScoredPosition
 
 __all__ = [
+    "SCORE_MAX_BYTES",
     "TOP_LOGPROBS",
     "OnePassScorer",
     "explain_divergences",
@@ -67,21 +68,11 @@ TOP_LOGPROBS: Final[int] = 5
 """Alternatives asked per position (OpenAI allows up to 20; llama.cpp ``n_probs``)."""
 
 
-class _Scored(Protocol):
-    """One position scored in one pass (``ScoredPosition`` of the teacher-forcing API)."""
+SCORE_MAX_BYTES: Final[int] = 64 << 20
+"""Largest one-pass scoring answer read (bytes, 64 MiB): past it the scoring is a
+recorded reason, never a crash (:func:`~deepseekbench._execute._teacher_force.score_output`)."""
 
-    @property
-    def token_bytes(self) -> bytes: ...
-    @property
-    def top(self) -> tuple[TopLogprob, ...]: ...
-
-
-class _ScoredOutput(Protocol):
-    @property
-    def positions(self) -> Sequence[_Scored]: ...
-
-
-OnePassScorer = Callable[[ChatRequest, str], Awaitable["_ScoredOutput | str"]]
+OnePassScorer = Callable[[ChatRequest, str], Awaitable[ScoredOutput | str]]
 """Scores a given output of a request on ``off`` in one forward pass (teacher forcing:
 the verify shape); returns the scored positions (RAW top-k per position, most likely
 first) or the recorded reason it could not."""
@@ -179,7 +170,7 @@ async def explain_divergences(
 
 
 def _shifts(
-    positions: Sequence[PositionLogprobs], scored: Sequence[_Scored], n: int
+    positions: Sequence[PositionLogprobs], scored: Sequence[ScoredPosition], n: int
 ) -> tuple[tuple[float, ...], tuple[OnePassFlip, ...]]:
     """Decode-vs-one-pass margin shifts (nats) over the first ``n`` aligned positions,
     and the positions whose one-pass top-1 differs from the decode's."""
@@ -236,7 +227,10 @@ async def _profile(
         return OffProfile(note=positions)
     prof = off_profile(positions, f.off_text)
     if score is None:
-        return prof.model_copy(update={"one_pass_note": "no one-pass scoring for this engine"})
+        from deepseekbench._execute._teacher_force import teacher_force_reason
+
+        why = teacher_force_reason(off) or "no one-pass scoring asked"
+        return prof.model_copy(update={"one_pass_note": why})
     scored = await score(f.request, f.off_text)
     if isinstance(scored, str):
         return prof.model_copy(update={"one_pass_note": scored})
@@ -247,9 +241,23 @@ async def _profile(
 def one_pass_scorer(
     off: EngineRoute, gate: LiveGate, client: httpx.AsyncClient, timeout_s: float
 ) -> OnePassScorer | None:
-    """The engine's one-pass scoring of a given output on ``off`` (teacher forcing), or
-    ``None`` where the engine cannot score in one pass (then τ keeps its default)."""
-    return None
+    """The engine's one-pass scoring of a given output on ``off`` (teacher forcing,
+    :func:`~deepseekbench._execute._teacher_force.score_output`: ``TOP_LOGPROBS``
+    alternatives, the route's deadline ``timeout_s``, :data:`SCORE_MAX_BYTES`), or ``None``
+    where the engine cannot score in one pass
+    (:func:`~deepseekbench._execute._teacher_force.teacher_force_reason`)."""
+    from deepseekbench._execute._teacher_force import score_output, teacher_force_reason
+
+    if teacher_force_reason(off) is not None:
+        return None
+
+    async def score(request: ChatRequest, text: str) -> ScoredOutput | str:
+        return await score_output(
+            off, request, text, top_k=TOP_LOGPROBS, client=client, gate=gate,
+            timeout_s=timeout_s, max_bytes=SCORE_MAX_BYTES,
+        )  # fmt: skip
+
+    return score
 
 
 async def profile_off_outputs(
