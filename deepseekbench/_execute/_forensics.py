@@ -46,6 +46,7 @@ from deepseekbench._types._margin import (
     DivergenceMargin,
     PositionLogprobs,
     align_divergence,
+    classify_divergence,
     no_margin,
     parse_chat_logprobs,
 )
@@ -142,7 +143,39 @@ async def _explain(
         # that flipped; the token at the fork was emitted by off
         common["candidate"] = off_label
         m = align_divergence(positions, f.other_text, prompt_id=f.prompt_id, **common)
+    body = follow_up_body(off, f.request)
+    if "ignore_eos" in body or "min_tokens" in body:
+        m = _past_hidden_end(m, positions)
     return m
+
+
+def _past_hidden_end(
+    m: DivergenceMargin, positions: Sequence[PositionLogprobs]
+) -> DivergenceMargin:
+    """A forced output (``ignore_eos``/``min_tokens``) that left ``off`` where ``off``'s
+    runner-up is end-of-sequence shows what followed the hidden end token, not the token:
+    the route's token there is the end token (its rank and logprob)."""
+    if m.margin_nats is None or m.candidate_rank is not None or m.token_index is None:
+        return m
+    top = positions[m.token_index].top if m.token_index < len(positions) else ()
+    end = next(((i + 1, t) for i, t in enumerate(top[:2]) if _is_end(t.token)), None)
+    if end is None:
+        return m
+    kind = classify_divergence(m.margin_nats, end[0], m.tau_nats)
+    return m.model_copy(
+        update={
+            "candidate_rank": end[0],
+            "candidate_logprob": end[1].logprob,
+            "candidate_token": "<end>",
+            "kind": kind,
+            "note": "the route decoded past a hidden end-of-sequence token (forced length)",
+        }
+    )
+
+
+def _is_end(token: str) -> bool:
+    """An end-of-sequence alternative as served: empty (hidden) or a special ``<...>``."""
+    return token == "" or (token.startswith("<") and token.endswith(">") and " " not in token)
 
 
 async def explain_divergences(
