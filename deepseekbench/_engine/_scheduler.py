@@ -56,6 +56,9 @@ class Sequence:
     send: MemoryObjectSendStream[Emission]
     min_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    think: Decoder | None = None  # decoded reasoning (EngineConfig.decoded_reasoning)
+    think_ctx: str = ""
+    think_left: int = 0
     generated: int = 0
     prefilled: bool = False
     cancelled: bool = False
@@ -97,6 +100,7 @@ class Scheduler:
         max_tokens: int,
         min_tokens: int = 0,
         cached_tokens: int = 0,
+        think: tuple[Decoder, str, int] | None = None,
     ) -> tuple[Sequence, MemoryObjectReceiveStream[Emission]]:
         """Queue a sequence; returns it (for ``cancel``) and the stream of its emissions.
 
@@ -105,11 +109,14 @@ class Scheduler:
         ``min_tokens``: below this many output tokens an end-of-sequence is
         replaced by a line break and decoding goes on (``ignore_eos`` sets it to
         ``max_tokens``); ``cached_tokens``: prompt tokens found in the prefix
-        cache (not prefilled again).
+        cache (not prefilled again); ``think``: decoded reasoning instead of forced
+        (its decoder, starting model context and cap in tokens), decoded first.
         """
         send, receive = anyio.create_memory_object_stream[Emission](math.inf)
         seq = Sequence(ctx, decoder, prompt_tokens, reasoning, max_tokens, send, min_tokens)
         seq.cached_tokens = min(cached_tokens, prompt_tokens)
+        if think is not None:
+            seq.think, seq.think_ctx, seq.think_left = think
         self._metrics.admitted(prompt_tokens)
         self._pending.append(seq)
         self._metrics.waiting(len(self._pending))
@@ -171,7 +178,14 @@ class Scheduler:
         self._running = still
 
     def _advance(self, seq: Sequence) -> tuple[StepOutcome, str]:
-        """Run one step of ``seq``: forced reasoning, the prefill's token, or a verify."""
+        """Run one step of ``seq``: reasoning, the prefill's token, or a verify."""
+        if seq.think is not None and seq.think_left > 0:
+            out = seq.think.step(seq.think_ctx, seq.think_left)
+            text = "".join(t for t in out.tokens if t != EOS_CH)
+            seq.think_ctx += text
+            seq.think_left = 0 if EOS_CH in out.tokens else seq.think_left - len(text)
+            if text:
+                return StepOutcome((), out.drafted, out.accepted), text
         if seq.reasoning:
             text, seq.reasoning = seq.reasoning[0], seq.reasoning[1:]
             return StepOutcome((), 0, 0), text
@@ -194,7 +208,7 @@ class Scheduler:
         content = "".join(tokens)
         seq.ctx += content
         # an engine that counts the end-of-sequence token (vLLM) decoded one more token
-        produced = len(tokens) + (1 if reasoning_text else 0) + int(eos and self._eos_counted)
+        produced = len(tokens) + len(reasoning_text) + int(eos and self._eos_counted)
         seq.generated += produced
         self._metrics.generated(produced)
         self._metrics.verified(out.drafted, out.accepted)

@@ -44,8 +44,9 @@ from deepseekbench._engine._numerics import (
     prompt_logprobs,
 )
 from deepseekbench._engine._prefix_cache import PrefixCache
+from deepseekbench._engine._reasoning import REASONING_PREFIX, ReasoningLM, reasoning_cap
 from deepseekbench._engine._scheduler import Emission, Scheduler, Sequence
-from deepseekbench._engine._speculative import Decoder
+from deepseekbench._engine._speculative import Decoder, LanguageModel, SamplerFaults
 from deepseekbench._engine._tokenizer import TOKENIZER
 from deepseekbench._types._axes import Dialect
 
@@ -100,6 +101,8 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)  # -1 or 0: no cut (vLLM)
     seed: int | None = None
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1, le=1)
@@ -494,8 +497,9 @@ class EngineState:
     def _submit(
         self, req: ChatRequest, faults: ActiveFaults, prompt: str, max_tokens: int
     ) -> tuple[Sequence, MemoryObjectReceiveStream[Emission], _Stream]:
-        """The request's sequence queued on the scheduler: its decoder, forced reasoning
-        and prefix-cache hit; returns the sequence, its emissions and the output."""
+        """The request's sequence queued on the scheduler: its decoder, its reasoning
+        (forced text, or decoded with ``decoded_reasoning``) and prefix-cache hit;
+        returns the sequence, its emissions and the output."""
         prompt_tokens = len(prompt)
         users = [m for m in req.messages if m.role == "user"]
         question = _text_of(users[-1].content).strip() if users else ""
@@ -503,15 +507,16 @@ class EngineState:
         forced = _forced_text(req)  # a continued answer: its reasoning is over
         reasoning = reasoning_text(question, effort) if effort and not forced else ""
         seed = req.seed if req.seed is not None else self._request_rng.getrandbits(32)
-        decoder = Decoder(
-            self.lm,
-            self.config.speculative,
-            self.config.effective_draft_depth,
-            temperature=req.temperature if req.temperature is not None else 0.0,
-            rng=random.Random(seed),
-            mistuned=self.config.mistuned_draft,
-            verify_argmax=self.numerics.verify_argmax if self.numerics is not None else None,
-        )
+        numerics = self.numerics.verify_argmax if self.numerics is not None else None
+        rng = random.Random(seed)
+        decoder = _decoder_for(self, self.lm, req, rng, self.config.sampler_faults, numerics)
+        think: tuple[Decoder, str, int] | None = None
+        if reasoning and self.config.decoded_reasoning:  # its own draws: the answer's stay
+            lm, lossy = ReasoningLM(self.lm, reasoning), self.config.faults_for("reasoning")
+            think_rng = random.Random(f"{seed}:reasoning")
+            think = (_decoder_for(self, lm, req, think_rng, lossy), REASONING_PREFIX,
+                     reasoning_cap(reasoning))  # fmt: skip
+            reasoning = ""
         cached = self.prefix_cache.lookup(prompt)
         self.metrics.prefix_lookup(prompt_tokens, cached)
         ctx = context_of(question[-MODEL_WINDOW_CHARS:]) + forced
@@ -523,10 +528,29 @@ class EngineState:
             max_tokens=max_tokens,
             min_tokens=max_tokens if req.ignore_eos else min(req.min_tokens, max_tokens),
             cached_tokens=cached,
+            think=think,
         )
         stream = _Stream(self, req, faults, prompt_tokens, len(reasoning), ctx)
         stream.prompt = prompt
         return seq, receive, stream
+
+
+def _decoder_for(
+    state: EngineState, lm: LanguageModel, req: ChatRequest, rng: random.Random,
+    faults: SamplerFaults, verify_argmax: Any = None,
+) -> Decoder:  # fmt: skip
+    """The request's decoder over ``lm`` (its temperature, top-k and top-p)."""
+    return Decoder(
+        lm,
+        state.config.speculative,
+        state.config.effective_draft_depth,
+        temperature=req.temperature if req.temperature is not None else 0.0,
+        rng=rng,
+        verify_argmax=verify_argmax,
+        top_k=req.top_k or 0,
+        top_p=req.top_p if req.top_p is not None else 1.0,
+        faults=faults,
+    )
 
 
 def _check_teacher_forcing(req: ChatRequest) -> None:
