@@ -205,9 +205,7 @@ def test_one_pass_scoring_explains_a_divergence_above_tau() -> None:
     from deepseekbench._types._noise import OnePassFlip
 
     m = _flip("p1", "parity", 2, 0.2)
-    shown = OffProfile(
-        n_tokens=9, margins=((2, 0.2),), one_pass=(OnePassFlip(index=2, token="b"),)
-    )
+    shown = OffProfile(n_tokens=9, margins=((2, 0.2),), one_pass=(OnePassFlip(index=2, token="b"),))
     tau = TauEstimate(tau_nats=TAU, source=TauSource.plan)
     profiles = {("parity", "p1"): shown}
     v = within_noise_verdict([m], 64, profiles, alpha=0.05, tau=tau)
@@ -232,3 +230,27 @@ def test_tau_sources_and_one_outlier_does_not_set_it() -> None:
     assert t.source is TauSource.measured_jitter and t.sample == 201
     assert 0.02 < t.tau_nats < 0.04  # the 0.98 nats flip under batching does not set it
     assert t.sample >= TAU_MIN_SAMPLE and t.quantile == 0.99
+
+
+# --- attribution and reasoning ----------------------------------------------------
+
+
+def test_a_flip_of_off_s_own_is_charged_to_off_never_to_the_route() -> None:
+    from deepseekbench._analysis._noise_rows import _split_charged
+
+    own = _flip("request-1", "traffic", 4, 0.01)
+    offs = own.model_copy(update={"prompt_id": "request-2", "candidate": "off", "margin_nats": 0.9})
+    kept, charged = _split_charged([own, offs], "off", "mtp")
+    assert kept == [own] and charged == 1
+    assert "off emitted" in offs.describe()
+    assert _split_charged([offs], "off", "off") == ([offs], 0)  # off's own row keeps them
+
+
+def test_parity_compares_reasoning_text_as_well_as_content() -> None:
+    from deepseekbench._analysis._follow_ups import compared_text
+    from deepseekbench._types._parity import ParityOutput
+
+    a = ParityOutput(prompt_id="p", text="42", reasoning_text="so 6 x 7")
+    b = ParityOutput(prompt_id="p", text="42", reasoning_text="so 7 x 6")
+    assert compared_text(a) != compared_text(b)  # a divergence only inside the reasoning
+    assert compared_text(a) == "so 6 x 742"
