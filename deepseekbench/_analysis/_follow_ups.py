@@ -26,11 +26,22 @@ from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import Block, Phase
 from deepseekbench._records._follow_up import FollowUp, ProfileFollowUp
 from deepseekbench._records._measurement import StreamMeasurement
-from deepseekbench._store._results import ResultsState
+from deepseekbench._store._results import MarginKey, ResultsState
+from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._request import ChatRequest
 
-__all__ = ["compared_text", "follow_ups", "profile_follow_ups"]
+__all__ = [
+    "VERIFY_SHAPE_NOTE",
+    "compared_text",
+    "follow_ups",
+    "profile_follow_ups",
+    "shown_directly",
+]
+
+VERIFY_SHAPE_NOTE = "verify shape shown directly: off's one-pass top-1 here is the route's token"
+"""What a margin record's ``note`` says when ``off``'s one-pass score (teacher forcing)
+ranks the diverging route's token first at the fork."""
 
 
 def compared_text(o: ParityOutput | StreamMeasurement) -> str:
@@ -161,3 +172,19 @@ def profile_follow_ups(
             f = ProfileFollowUp(pid, sent_request, compared_text(m), "traffic", "", cell, load)
             groups.setdefault(("traffic", cell, load), []).append((_diverged(state, f), f))
     return [f for items in groups.values() for f in _bounded(items, state, limit)]
+
+
+def shown_directly(state: ResultsState) -> list[tuple[MarginKey, DivergenceMargin]]:
+    """Margins whose fork ``off``'s one-pass score ranks the route's token first (the
+    verify shape, shown directly) and whose record does not say so yet: each with
+    :data:`VERIFY_SHAPE_NOTE` added to its note, to be recorded again (the latest wins)."""
+    out = []
+    for key, m in state.margins.items():
+        prof = state.profiles.get((key[1], key[2], key[3], key[4], key[5]))
+        if prof is None or m.token_index is None or VERIFY_SHAPE_NOTE in m.note:
+            continue
+        top1 = prof.one_pass_top1(m.token_index)
+        if top1 is not None and top1 == m.candidate_token:
+            note = f"{m.note}; {VERIFY_SHAPE_NOTE}" if m.note else VERIFY_SHAPE_NOTE
+            out.append((key, m.model_copy(update={"note": note})))
+    return out

@@ -14,7 +14,7 @@ import uuid
 import httpx
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, build_result
-from deepseekbench._analysis._follow_ups import follow_ups, profile_follow_ups
+from deepseekbench._analysis._follow_ups import follow_ups, profile_follow_ups, shown_directly
 from deepseekbench._execute._calibrate import (
     calibrated_items,
     calibration_blocks,
@@ -239,6 +239,8 @@ class Steps:
         )  # fmt: skip
         for pf, prof in profiled:
             self.recorder.profile(pf, prof)
+        for key, m in shown_directly(self.store.state):
+            self.recorder.margin_at(key, m)
 
     def finish(self) -> RunResult:
         """Step 6: the result, built once from the store's records, then its

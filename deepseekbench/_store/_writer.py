@@ -39,7 +39,7 @@ from deepseekbench._store._records import (
     WorkloadEntry,
     WorkloadRecord,
 )
-from deepseekbench._store._results import ResultsStore
+from deepseekbench._store._results import MarginKey, ResultsStore
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._determinism import EngineDeterminism
@@ -266,6 +266,16 @@ class Recorder:
                 margin=margin,
             )
         )
+
+    def margin_at(self, key: MarginKey, margin: DivergenceMargin) -> None:
+        """A margin recorded again at ``key`` (its note completed; the latest wins)."""
+        route, source, mode, cell, load, pid = key
+        self.store.append(
+            DivergenceMarginRecord(
+                **self.base, route=route, source=source, reasoning_mode=mode, cell=cell,
+                load=load, prompt_id=pid, margin=margin,
+            )
+        )  # fmt: skip
 
     def profile(self, f: ProfileFollowUp, profile: OffProfile) -> None:
         """``off``'s margins over one whole compared output."""
