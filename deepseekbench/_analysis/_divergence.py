@@ -143,6 +143,8 @@ class TauEstimate(BaseModel):
     def describe(self) -> str:
         """E.g. ``τ 0.04 from measured_jitter (q0.99 of 31)``."""
         how = f" (q{self.quantile:g} of {self.sample})" if self.quantile is not None else ""
+        if self.note:
+            how = f" ({self.note})"
         return f"τ {self.tau_nats:.3g} from {self.source.value}{how}"
 
 
@@ -157,10 +159,14 @@ def measure_tau(
     Only nonzero shifts count: τ bounds the jitter where the verify shape differs."""
     if plan_tau_nats is not None:
         return TauEstimate(tau_nats=plan_tau_nats, source=TauSource.plan)
+    profiles = list(profiles)
     sample = [s for p in profiles for s in p.shifts_nats if s > 0]
     sample += [m for m in concurrent_nats if m > 0]
     if len(sample) < TAU_MIN_SAMPLE:
+        cannot = next((p.one_pass_note for p in profiles if p.one_pass_note), "")
         note = f"{len(sample)} nonzero jitter samples, fewer than {TAU_MIN_SAMPLE}"
+        if cannot and not any(p.shifts_nats for p in profiles):
+            note = f"no one-pass scoring: {cannot}"
         return TauEstimate(sample=len(sample), note=note)
     import numpy as np
 

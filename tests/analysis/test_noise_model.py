@@ -254,3 +254,9 @@ def test_parity_compares_reasoning_text_as_well_as_content() -> None:
     b = ParityOutput(prompt_id="p", text="42", reasoning_text="so 7 x 6")
     assert compared_text(a) != compared_text(b)  # a divergence only inside the reasoning
     assert compared_text(a) == "so 6 x 742"
+
+
+def test_an_engine_that_cannot_score_in_one_pass_keeps_the_default_and_says_why() -> None:
+    why = "llama.cpp serves no prompt logprobs"
+    t = measure_tau([OffProfile(n_tokens=5, one_pass_note=why)], None)
+    assert t.source is TauSource.default and why in t.describe()
