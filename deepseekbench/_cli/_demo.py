@@ -190,6 +190,10 @@ hold the 128 characters of context past which the numerics mode's near-ties live
 DEMO_NUMERICS_PROFILES = 16
 """``parity.profile_outputs`` of the numerics scenario: ``off``'s outputs profiled per group
 (those a route diverged from first), one follow-up each, to keep the demo near a minute."""
+DEMO_NUMERICS_RELAXED_DELTA = 1.0
+"""The lossy route of the numerics scenario: mtp with relaxed acceptance (TensorRT-LLM's
+MTP ``relaxed_topk``/``relaxed_delta`` rule as the embedded engine's fault, docs/engine.md),
+a draft token within this many nats of the target's top-1 accepted outright: far above τ."""
 DEMO_NUMERICS_PREAMBLE = (
     "Answer the exercise below. This preamble is long on purpose: the reference model's "
     "numerics mode only places near-ties past 128 characters of context. Exercise: (part E) "
@@ -201,7 +205,8 @@ that mtp's verify pass flips, so the scenario shows near-tie divergences."""
 
 
 def _numerics_plan(urls: Sequence[str], exact: str) -> BenchmarkPlan:
-    """The numerics scenario's plan for ``off``, ``mtp`` and the lossy mtp at ``urls``."""
+    """The numerics scenario's plan for ``off``, ``mtp`` and the lossy ``mtp-relaxed`` at
+    ``urls``."""
     from deepseekbench._plan._plan import BenchmarkPlan
     from deepseekbench._plan._tasks import smoke_tasks
 
@@ -212,12 +217,14 @@ def _numerics_plan(urls: Sequence[str], exact: str) -> BenchmarkPlan:
     data["cells"][0]["max_tokens"] = DEMO_NUMERICS_MAX_TOKENS
     data["parity"]["exact"] = exact
     data["parity"]["profile_outputs"] = DEMO_NUMERICS_PROFILES
+    data["routes"][2]["label"] = "mtp-relaxed"
     return BenchmarkPlan.model_validate(data)
 
 
 async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The numerics demo scenario: ``off`` and ``mtp`` in the embedded engine's numerics mode
-    (verify passes flip near-ties, docs/engine.md) and a lossy mtp (the mis-tuned draft),
+    (verify passes flip near-ties, docs/engine.md) and a lossy mtp (relaxed acceptance,
+    ``DEMO_NUMERICS_RELAXED_DELTA``),
     ``DEMO_NUMERICS_REQUESTS`` measured requests each, then judged under
     ``parity.exact = "bit_exact"`` and ``"within_noise"`` (analysis keys: the second run
     resumes the same results file, sends nothing new to the measured routes, and adds
@@ -232,7 +239,9 @@ async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) 
     cost = CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN)
     off = EngineConfig(cost=cost, numerics=True)
     mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH})
-    bad = mtp.model_copy(update={"numerics": False, "mistuned_draft": True})
+    bad = mtp.model_copy(
+        update={"relaxed_acceptance": True, "relaxed_delta": DEMO_NUMERICS_RELAXED_DELTA}
+    )
     async with EmbeddedEngine(off) as e0, EmbeddedEngine(mtp) as e1, EmbeddedEngine(bad) as e2:
         urls = [e0.base_url, e1.base_url, e2.base_url]
         for exact in ("bit_exact", "within_noise"):
