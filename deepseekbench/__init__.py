@@ -74,6 +74,9 @@ if TYPE_CHECKING:
     from deepseekbench._analysis._divergence import (  # the noise floor
         NoiseFloor,
         NoiseVerdict,
+        TauEstimate,
+        lossy_rate_bound,
+        measure_tau,
         within_noise_verdict,
     )
     from deepseekbench._analysis._lines import ScorecardLine
@@ -282,6 +285,7 @@ if TYPE_CHECKING:
         TauSource,
         classify_divergence,
     )
+    from deepseekbench._types._noise import OffProfile  # off's margins over whole outputs
     from deepseekbench._types._parity import (
         BASELINE_NONDETERMINISTIC,
         DeterminismControl,
@@ -530,6 +534,10 @@ _IMPORTS: dict[str, str] = {
     "NoiseFloor": "deepseekbench._analysis._divergence",
     "NoiseVerdict": "deepseekbench._analysis._divergence",
     "within_noise_verdict": "deepseekbench._analysis._divergence",
+    "TauEstimate": "deepseekbench._analysis._divergence",
+    "lossy_rate_bound": "deepseekbench._analysis._divergence",
+    "measure_tau": "deepseekbench._analysis._divergence",
+    "OffProfile": "deepseekbench._types._noise",
 }
 
 __all__ = [
@@ -609,6 +617,7 @@ __all__ = [
     "ModelCapabilityError",
     "NoiseFloor",
     "NoiseVerdict",
+    "OffProfile",
     "OutputLength",
     "OutputTarget",
     "OutputTargetName",
@@ -671,6 +680,7 @@ __all__ = [
     "TaskFlip",
     "TaskFormatError",
     "TaskParityResult",
+    "TauEstimate",
     "TauSource",
     "Timeouts",
     "TokenCounter",
@@ -719,7 +729,9 @@ __all__ = [
     "load_spec_bench",
     "load_speed_bench",
     "load_tasks",
+    "lossy_rate_bound",
     "measure_streamed",
+    "measure_tau",
     "metrics_delta",
     "mtp_depth_from_gguf",
     "mtp_depth_from_hf_config",

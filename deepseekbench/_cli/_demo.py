@@ -177,19 +177,60 @@ async def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return exit_for(result)
 
 
-DEMO_NUMERICS_REQUESTS = 8
-"""The numerics scenario: measured requests per route at concurrency 4 (one load point)."""
+DEMO_NUMERICS_REQUESTS = 48
+"""The numerics scenario: measured requests per route (one load point,
+``DEMO_NUMERICS_CONCURRENCY`` streams), with the 16 smoke parity prompts 64 comparisons
+per route: past the 23 the within-noise verdict's power needs (``parity.lossy_rate``), and
+the sample at which the replaced rate test refused the correct route."""
+DEMO_NUMERICS_CONCURRENCY = 2
+"""Streams of the numerics scenario: below the cost model's knee, so mtp's verify pass pays."""
+DEMO_NUMERICS_MAX_TOKENS = 64
+"""Forced output length of the numerics scenario (tokens): short, since its prompts already
+hold the 128 characters of context past which the numerics mode's near-ties live."""
+DEMO_NUMERICS_PROFILES = 16
+"""``parity.profile_outputs`` of the numerics scenario: ``off``'s outputs profiled per group
+(those a route diverged from first), one follow-up each, to keep the demo near a minute."""
+DEMO_NUMERICS_RELAXED_DELTA = 1.0
+"""The lossy route of the numerics scenario: mtp with relaxed acceptance (TensorRT-LLM's
+MTP ``relaxed_topk``/``relaxed_delta`` rule as the embedded engine's fault, docs/engine.md),
+a draft token within this many nats of the target's top-1 accepted outright: far above τ."""
+DEMO_NUMERICS_PREAMBLE = (
+    "Answer the exercise below. This preamble is long on purpose: the reference model's "
+    "numerics mode only places near-ties past 128 characters of context. Exercise: (part E) "
+)
+"""Prepended to each of the 16 smoke tasks' prompts in the numerics scenario's measured
+traffic (16 prompts, each sent once a round, 3 rounds). The numerics mode's near-ties are
+hashed from the context; with this wording 4 of the 16 outputs (64 forced tokens) meet one
+that mtp's verify pass flips, so the scenario shows near-tie divergences."""
+
+
+def _numerics_plan(urls: Sequence[str], exact: str) -> BenchmarkPlan:
+    """The numerics scenario's plan for ``off``, ``mtp`` and the lossy ``mtp-relaxed`` at
+    ``urls``."""
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._plan._tasks import smoke_tasks
+
+    data = demo_plan(urls, requests=DEMO_NUMERICS_REQUESTS).model_dump(mode="json")
+    data["arrival"]["concurrency"] = [DEMO_NUMERICS_CONCURRENCY]
+    data["workload"]["output_length"] = "forced"  # every route decodes the same positions
+    data["workload"]["prompts"] = [DEMO_NUMERICS_PREAMBLE + t.prompt for t in smoke_tasks()]
+    data["cells"][0]["max_tokens"] = DEMO_NUMERICS_MAX_TOKENS
+    data["parity"]["exact"] = exact
+    data["parity"]["profile_outputs"] = DEMO_NUMERICS_PROFILES
+    data["routes"][2]["label"] = "mtp-relaxed"
+    return BenchmarkPlan.model_validate(data)
 
 
 async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The numerics demo scenario: ``off`` and ``mtp`` in the embedded engine's numerics mode
-    (verify passes flip near-ties, docs/engine.md) and the mis-tuned mtp, measured once,
-    then judged under ``parity.exact = "bit_exact"`` and ``"within_noise"`` (an analysis
-    key: the second run resumes the same results file and sends nothing new)."""
+    (verify passes flip near-ties, docs/engine.md) and a lossy mtp (relaxed acceptance,
+    ``DEMO_NUMERICS_RELAXED_DELTA``),
+    ``DEMO_NUMERICS_REQUESTS`` measured requests each, then judged under
+    ``parity.exact = "bit_exact"`` and ``"within_noise"`` (analysis keys: the second run
+    resumes the same results file, sends nothing new to the measured routes, and adds
+    ``off``'s profiles: its margins over its compared outputs and their one-pass scores)."""
     from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
     from deepseekbench._net._gate import LiveGate
-    from deepseekbench._plan._plan import BenchmarkPlan
-    from deepseekbench._plan._tasks import smoke_tasks
     from deepseekbench._report._scorecard import Scorecard
     from deepseekbench._runner._run import run_plan
     from deepseekbench._types._axes import Speculative
@@ -198,24 +239,19 @@ async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) 
     cost = CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN)
     off = EngineConfig(cost=cost, numerics=True)
     mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH})
-    bad = mtp.model_copy(update={"numerics": False, "mistuned_draft": True})
+    bad = mtp.model_copy(
+        update={"relaxed_acceptance": True, "relaxed_delta": DEMO_NUMERICS_RELAXED_DELTA}
+    )
     async with EmbeddedEngine(off) as e0, EmbeddedEngine(mtp) as e1, EmbeddedEngine(bad) as e2:
         urls = [e0.base_url, e1.base_url, e2.base_url]
-        data = demo_plan(urls, requests=DEMO_NUMERICS_REQUESTS).model_dump(mode="json")
-        data["arrival"]["concurrency"] = [4]
-        data["workload"]["output_length"] = "forced"  # near-ties live in long outputs
-        # the first 8 smoke prompts (the scenario as it was measured for the margin follow-up): the
-        # embedded off never flips against itself, so the rate test's verdict depends on
-        # how many near-ties the sample meets (docs/engine.md, "Numerics mode")
-        data["workload"]["prompts"] = [t.prompt for t in smoke_tasks()[:DEMO_NUMERICS_REQUESTS]]
-        data["cells"][0]["max_tokens"] = 256
         for exact in ("bit_exact", "within_noise"):
-            data["parity"]["exact"] = exact
-            judged = BenchmarkPlan.model_validate(data)
             prog = StderrProgress(err)
             try:
                 result = await run_plan(
-                    judged, gate=LiveGate(), results_path=args.results, progress=prog
+                    _numerics_plan(urls, exact),
+                    gate=LiveGate(),
+                    results_path=args.results,
+                    progress=prog,
                 )
             finally:
                 prog.close()

@@ -62,7 +62,7 @@ def _as_before(data: dict[str, Any]) -> None:
         workload["reach_max_tokens"] = workload.pop("output_length") == "forced"
 
 
-_PARITY_NOT_HASHED = {"exact", "tau_nats", "forensics"}
+_PARITY_NOT_HASHED = {"exact", "tau_nats", "forensics", "profile_outputs", "lossy_rate"}
 """The within-noise parity keys change the verdict's rule, never a measured request."""
 
 

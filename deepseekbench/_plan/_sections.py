@@ -206,15 +206,25 @@ class ParityPlan(BaseModel):
         concurrency: parity requests in flight per route (requests, 1..256).
         exact: the parity verdict's rule: ``bit_exact`` (default; every output identical
             to ``off``'s) or ``within_noise`` (every divergence a near-tie of ``off``'s
-            own logprobs, at a rate not above ``off``'s own; docs/rows-and-gate.md).
-        tau_nats: the near-tie bound τ (nats, >= 0); ``None`` calibrates it from
-            ``off``'s self-flips, else the bfloat16 default (0.05 nats).
-        forensics: after measurement, ask ``off`` for logprobs at every divergence
-            (one follow-up request each; never the speculative route).
+            own logprobs, no more diverged outputs than near-tie opportunities in
+            ``off``'s outputs, and a sample that could catch a lossy route;
+            docs/rows-and-gate.md, "Parity within noise").
+        tau_nats: the near-tie bound τ (nats, >= 0); ``None`` measures it from the
+            engine's decode-vs-one-pass jitter, else the bfloat16 default (0.05 nats).
+        forensics: after measurement, ask ``off`` for logprobs at every divergence and
+            over its compared outputs (one follow-up at a time; never the speculative
+            route).
+        profile_outputs: most ``off`` outputs profiled per parity set and per cell and
+            load point (outputs some route diverged from first; 0: none): each costs
+            one follow-up request to ``off`` (and one one-pass scoring request).
+        lossy_rate: the decisive-divergence rate per compared output (a fraction) a
+            ``verified`` within-noise verdict must exclude at ``alpha`` (the
+            Clopper-Pearson bound); a smaller sample gives ``unknown``.
 
     Raises:
-        pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` outside
-            (0, 1), ``max_tokens`` below 1 or above ``MAX_CONTEXT_TOKENS``,
+        pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` or
+            ``lossy_rate`` outside (0, 1), ``profile_outputs`` negative,
+            ``max_tokens`` below 1 or above ``MAX_CONTEXT_TOKENS``,
             ``task_temperature`` outside [0, 2], an unknown ``task_mode``, or an
             unknown field.
     """
@@ -237,3 +247,5 @@ class ParityPlan(BaseModel):
         default=None, ge=0, description="near-tie bound τ (nats); None: calibrated"
     )
     forensics: bool = True
+    profile_outputs: int = Field(default=64, ge=0, le=100_000)
+    lossy_rate: float = Field(default=0.125, gt=0, lt=1)

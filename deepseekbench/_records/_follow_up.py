@@ -1,7 +1,9 @@
-"""The follow-up record: one divergence the forensics step asks ``off`` to explain.
+"""The follow-up records: one divergence the forensics step asks ``off`` to explain, and
+one compared ``off`` output it asks ``off`` to profile.
 
-Holds :class:`FollowUp`, chosen by the analysis (which divergences to ask about)
-and sent by the execute stage (``off``'s log-probabilities at the divergence).
+Holds :class:`FollowUp` and :class:`ProfileFollowUp`, chosen by the analysis (which
+divergences and outputs to ask about) and sent by the execute stage (``off``'s
+log-probabilities at the divergence, or over the whole output).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 
 from deepseekbench._types._request import ChatRequest
 
-__all__ = ["FollowUp"]
+__all__ = ["FollowUp", "ProfileFollowUp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +32,19 @@ class FollowUp:
     cell: str | None = None
     load: str | None = None
     other_text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileFollowUp:
+    """One compared ``off`` output to profile (``off``'s margins over the whole output,
+    :class:`~deepseekbench._types._noise.OffProfile`): the request ``off`` was sent,
+    ``off_text`` its measured output (reasoning text then content, as compared), and
+    where it was found (``source`` ``parity`` or ``traffic``; ``cell``/``load``)."""
+
+    prompt_id: str
+    request: ChatRequest
+    off_text: str
+    source: str = "parity"
+    reasoning_mode: str = ""
+    cell: str | None = None
+    load: str | None = None

@@ -14,7 +14,7 @@ import uuid
 import httpx
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, build_result
-from deepseekbench._analysis._follow_ups import follow_ups
+from deepseekbench._analysis._follow_ups import follow_ups, profile_follow_ups, shown_directly
 from deepseekbench._execute._calibrate import (
     calibrated_items,
     calibration_blocks,
@@ -23,7 +23,11 @@ from deepseekbench._execute._calibrate import (
     pin,
 )
 from deepseekbench._execute._executor import Executor, Sent
-from deepseekbench._execute._forensics import explain_divergences
+from deepseekbench._execute._forensics import (
+    explain_divergences,
+    one_pass_scorer,
+    profile_off_outputs,
+)
 from deepseekbench._execute._pool_executor import BlockExecutor, executor_for
 from deepseekbench._execute._prepare import PreparedWorkload, make_counter, prepare_workload
 from deepseekbench._execute._served_config import check_spec_config, engine_determinism
@@ -213,19 +217,33 @@ class Steps:
             self.recorder.window(block, delta)
 
     async def forensics(self) -> None:
-        """Step 5b: for every divergence, one follow-up request to ``off``
-        only, with logprobs (:mod:`deepseekbench._execute._forensics`); each margin is
-        recorded as it arrives. Nothing is sent when nothing diverged."""
+        """Step 5b: for every divergence, one follow-up request to ``off`` only, with
+        logprobs; then ``off``'s compared outputs profiled (its margins over each whole
+        output, and its one-pass scores where the engine serves them); one request at a
+        time (:mod:`deepseekbench._execute._forensics`), each recorded as it arrives."""
         todo = follow_ups(self.plan, self.store.state, self.blocks)
-        if not todo:
-            return
-        self.prog.set_phase("forensics")
-        off = self.run.routes[self.plan.off_route.label]
-        explained = await explain_divergences(
-            todo, off=off, gate=self.gate, client=self.http, timeout_s=self.plan.timeout_s
-        )
-        for f, m in explained:
-            self.recorder.margin(f, m)
+        label = self.plan.off_route.label
+        off = self.run.routes[label]
+        if todo:
+            self.prog.set_phase("forensics")
+            explained = await explain_divergences(
+                todo, off=off, gate=self.gate, client=self.http, timeout_s=self.plan.timeout_s,
+                off_label=label,
+            )  # fmt: skip
+            for f, m in explained:
+                self.recorder.margin(f, m)
+        profiles = profile_follow_ups(self.plan, self.store.state, self.blocks)
+        if not profiles or self.plan.parity.exact != "within_noise":
+            return  # opportunities and τ serve the within-noise verdict only
+        self.prog.set_phase("forensics: off's margins")
+        profiled = await profile_off_outputs(
+            profiles, off=off, gate=self.gate, client=self.http, timeout_s=self.plan.timeout_s,
+            score=one_pass_scorer(off, self.gate, self.http, self.plan.timeout_s),
+        )  # fmt: skip
+        for pf, prof in profiled:
+            self.recorder.profile(pf, prof)
+        for key, m in shown_directly(self.store.state):
+            self.recorder.margin_at(key, m)
 
     def finish(self) -> RunResult:
         """Step 6: the result, built once from the store's records, then its

@@ -30,6 +30,7 @@ from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._determinism import EngineDeterminism
 from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._margin import DivergenceMargin
+from deepseekbench._types._noise import OffProfile
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
 
@@ -39,6 +40,7 @@ __all__ = [
     "DivergenceMarginRecord",
     "EngineDeterminismRecord",
     "MeasurementRecord",
+    "OffProfileRecord",
     "ParityEntry",
     "ParityOutputRecord",
     "ParityRecord",
@@ -250,6 +252,21 @@ class DivergenceMarginRecord(_Base):
     margin: DivergenceMargin
 
 
+class OffProfileRecord(_Base):
+    """``off``'s margins over one whole compared output (the forensics step's follow-up
+    sent alone; :class:`~deepseekbench._types._noise.OffProfile`): ``source`` ``parity``
+    (``reasoning_mode``, ``prompt_id``) or ``traffic`` (``cell``, ``load``,
+    ``request-<i>``)."""
+
+    record: Literal["off_profile"] = "off_profile"
+    source: str = "parity"
+    reasoning_mode: str = ""
+    cell: str | None = None
+    load: str | None = None
+    prompt_id: str
+    profile: OffProfile
+
+
 class EngineDeterminismRecord(_Base):
     """A route's engine deterministic mode, as read before measuring (the
     server's word, the plan's declaration, or unknown); the latest per route wins."""
@@ -308,6 +325,7 @@ Record = Annotated[
     | WorkloadRecord
     | ServerCacheRecord
     | DivergenceMarginRecord
+    | OffProfileRecord
     | EngineDeterminismRecord
     | SearchProbeRecord,
     Field(discriminator="record"),

@@ -64,6 +64,7 @@ from deepseekbench._store._records import (
     DivergenceMarginRecord,
     EngineDeterminismRecord,
     MeasurementRecord,
+    OffProfileRecord,
     ParityEntry,
     ParityOutputRecord,
     Record,
@@ -80,6 +81,7 @@ from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._determinism import EngineDeterminism
 from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._margin import DivergenceMargin
+from deepseekbench._types._noise import OffProfile
 from deepseekbench._types._parity import ParityOutput
 
 __all__ = [
@@ -87,6 +89,7 @@ __all__ = [
     "RECORD_KINDS",
     "MeasureInfo",
     "MeasureKey",
+    "ProfileStoreKey",
     "ResultsFormatError",
     "ResultsInUseError",
     "ResultsRun",
@@ -121,6 +124,7 @@ RECORD_KINDS = frozenset(
         "workload",
         "server_cache",
         "divergence_margin",
+        "off_profile",
         "engine_determinism",
         "search_probe",
         "calibration",
@@ -367,6 +371,8 @@ MeasureKey = tuple[str, str, str | None, int, int]
 0 for a single-turn item and in files written before conversations)."""
 MarginKey = tuple[str, str, str, str | None, str | None, str]
 """``(route, source, reasoning mode, cell, load key, prompt id)`` of a margin."""
+ProfileStoreKey = tuple[str, str, str | None, str | None, str]
+"""``(source, reasoning mode, cell, load key, prompt id)`` of an ``off`` profile."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +417,8 @@ class ResultsState:
     cache: dict[tuple[str, str, str | None, int], CacheWindow] = field(default_factory=dict)
     # forensics margins by (route, source, reasoning mode, cell, load, prompt id)
     margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
+    # off's profiles of its compared outputs by (source, reasoning mode, cell, load, prompt id)
+    profiles: dict[ProfileStoreKey, OffProfile] = field(default_factory=dict)
     # each route's engine deterministic mode (the latest record wins)
     determinism: dict[str, EngineDeterminism] = field(default_factory=dict)
     # the [search] levels probed, by load key, in the order first recorded
@@ -491,6 +499,9 @@ class ResultsState:
             self._check_route(rec.route)
             mkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
             self.margins[mkey] = rec.margin
+        elif isinstance(rec, OffProfileRecord):
+            pk = (rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
+            self.profiles[pk] = rec.profile
         elif isinstance(rec, EngineDeterminismRecord):
             self._check_route(rec.route)
             self.determinism[rec.route] = rec.determinism

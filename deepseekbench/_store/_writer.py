@@ -18,13 +18,14 @@ from deepseekbench._plan._schedule import Block, Phase, WorkItem, conversation_p
 from deepseekbench._plan._search import Probe
 from deepseekbench._plan._sources import PlanSources
 from deepseekbench._plan._workload import WorkloadItem
-from deepseekbench._records._follow_up import FollowUp
+from deepseekbench._records._follow_up import FollowUp, ProfileFollowUp
 from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._store._records import (
     CalibrationRecord,
     DivergenceMarginRecord,
     EngineDeterminismRecord,
     MeasurementRecord,
+    OffProfileRecord,
     ParityEntry,
     ParityOutputRecord,
     ParityRecord,
@@ -38,13 +39,14 @@ from deepseekbench._store._records import (
     WorkloadEntry,
     WorkloadRecord,
 )
-from deepseekbench._store._results import ResultsStore
+from deepseekbench._store._results import MarginKey, ResultsStore
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._cache import CacheWindow
 from deepseekbench._types._determinism import EngineDeterminism
 from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._margin import DivergenceMargin
+from deepseekbench._types._noise import OffProfile
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
 from deepseekbench._version import __version__
@@ -262,6 +264,30 @@ class Recorder:
                 load=f.load,
                 prompt_id=f.prompt_id,
                 margin=margin,
+            )
+        )
+
+    def margin_at(self, key: MarginKey, margin: DivergenceMargin) -> None:
+        """A margin recorded again at ``key`` (its note completed; the latest wins)."""
+        route, source, mode, cell, load, pid = key
+        self.store.append(
+            DivergenceMarginRecord(
+                **self.base, route=route, source=source, reasoning_mode=mode, cell=cell,
+                load=load, prompt_id=pid, margin=margin,
+            )
+        )  # fmt: skip
+
+    def profile(self, f: ProfileFollowUp, profile: OffProfile) -> None:
+        """``off``'s margins over one whole compared output."""
+        self.store.append(
+            OffProfileRecord(
+                **self.base,
+                source=f.source,
+                reasoning_mode=f.reasoning_mode,
+                cell=f.cell,
+                load=f.load,
+                prompt_id=f.prompt_id,
+                profile=profile,
             )
         )
 

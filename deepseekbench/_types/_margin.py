@@ -63,6 +63,7 @@ from deepseekbench._types._axes import _ClosedEnum
 __all__ = [
     "DEFAULT_TAU_NATS",
     "FLOOR_NATS",
+    "REPRODUCED_NOTE",
     "ChatLogprobs",
     "DivergenceKind",
     "DivergenceMargin",
@@ -115,9 +116,13 @@ class DivergenceKind(_ClosedEnum):
 
 
 class TauSource(_ClosedEnum):
-    """Where a row's τ came from: the plan key, ``off``'s own self-flips, or the default."""
+    """Where a row's τ came from: the plan key; ``measured_jitter`` (a high quantile of
+    ``off``'s decode-vs-one-pass margin shifts and its flips among concurrent requests,
+    :func:`~deepseekbench._analysis._divergence.measure_tau`); the default.
+    ``off_self_flips`` (the largest self-flip margin) is only read from old results."""
 
     plan = "plan"
+    measured_jitter = "measured_jitter"
     off_self_flips = "off_self_flips"
     default = "default"
 
@@ -281,9 +286,12 @@ class ChatLogprobs(Sequence[PositionLogprobs]):
         problem: why no margin may be read from this answer (impossible values,
             a truncated distribution, tokens that do not spell the text); ``""``
             when none.
+        reasoning: the follow-up's reasoning text (``message.reasoning_content`` or
+            ``reasoning``) as UTF-8 bytes, ``b""`` when none; its tokens, when the
+            engine sends them, are the positions before :attr:`content_start`.
     """
 
-    __slots__ = ("content", "positions", "problem", "tail", "units")
+    __slots__ = ("content", "positions", "problem", "reasoning", "tail", "units")
 
     def __init__(
         self,
@@ -293,8 +301,10 @@ class ChatLogprobs(Sequence[PositionLogprobs]):
         units: tuple[_Unit, ...] = (),
         tail: int | None = None,
         problem: str = "",
+        reasoning: bytes = b"",
     ) -> None:
         self.positions = positions
+        self.reasoning = reasoning
         self.content = content
         self.units = units
         self.tail = len(positions) if tail is None else tail
@@ -595,7 +605,9 @@ def parse_chat_logprobs(body: Mapping[str, Any]) -> ChatLogprobs | None:
             ),
         )
     units, tail = found
-    return ChatLogprobs(positions, content=content, units=units, tail=tail)
+    return ChatLogprobs(
+        positions, content=content, units=units, tail=tail, reasoning=reasoning or b""
+    )
 
 
 def _as_chat(positions: Sequence[PositionLogprobs]) -> ChatLogprobs:
@@ -644,6 +656,11 @@ def _shown(piece: bytes, token: str) -> str:
     return piece.decode("utf-8", errors="backslashreplace")
 
 
+REPRODUCED_NOTE = "off's follow-up reproduced the candidate"
+"""The note of a divergence ``off``'s alone follow-up does not show: it reproduced the
+candidate's text (``off``'s measured output is then the one that flipped)."""
+
+
 def _fork(chat: ChatLogprobs, text: bytes) -> tuple[int, bytes] | str:
     """``(position, the candidate's bytes from there)`` where ``text`` leaves the
     follow-up's content, or why it cannot be placed."""
@@ -654,7 +671,7 @@ def _fork(chat: ChatLogprobs, text: bytes) -> tuple[int, bytes] | str:
         p += 1
     if p == len(chat.content):
         if p == len(text):
-            return "off's follow-up reproduced the candidate"
+            return REPRODUCED_NOTE
         if chat.tail >= len(chat.positions):
             return "off's follow-up ended before the divergence"
         return chat.tail, text[p:]
@@ -684,7 +701,11 @@ def align_divergence(
     distribution, tokens that do not spell the text) is ``unexplained``, the problem
     as the note. Otherwise the first content byte where ``candidate_text`` differs
     places the divergence at the token holding it: its margin, and the rank of the
-    alternative in ``off``'s top-k that continues the candidate's text. When the
+    alternative in ``off``'s top-k that continues the candidate's text.
+    ``candidate_text`` may be the content alone or the reasoning text then the content
+    (how parity compares a thinking output): the reading that agrees longer with the
+    follow-up is taken, and a fork inside the reasoning is placed on the reasoning
+    tokens when the engine sends them (SGLang #25055), else ``unexplained``. When the
     follow-up reproduces ``candidate_text`` (``off`` flipped between its measured run
     and the follow-up), when the divergence falls inside a character split over
     U+FFFD tokens, or when the candidate's token may be an alternative sent as U+FFFD,
@@ -708,9 +729,72 @@ def align_divergence(
     chat = _as_chat(positions)
     if chat.problem:
         return DivergenceMargin(**base, note=chat.problem)
-    fork = _fork(chat, candidate_text.encode())
+    fork = _fork_with_reasoning(chat, candidate_text.encode())
     if isinstance(fork, str):
         return DivergenceMargin(**base, note=fork)
+    return _margin_at(chat, fork, base, tau_nats)
+
+
+def _agreed(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of ``a`` and ``b`` (bytes)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _fork_with_reasoning(chat: ChatLogprobs, text: bytes) -> tuple[int, bytes] | str:
+    """The fork of ``text`` from the follow-up, ``text`` being either the content alone
+    or the reasoning text then the content (how parity compares a thinking output).
+    The reading under which ``text`` agrees longer with the follow-up is taken (neither,
+    when both part at the first byte: unexplained, never a guess); a fork inside the
+    reasoning is placed on the reasoning tokens (:func:`_reasoning_fork`)."""
+    r = chat.reasoning
+    alone, after = _agreed(chat.content, text), _agreed(r + chat.content, text)
+    if r and alone == after == 0:
+        return "the candidate's text leaves both the reasoning and the content at once"
+    if not r or alone >= after:
+        return _fork(chat, text)
+    p = _agreed(r, text)
+    if p == len(r):
+        return _fork(chat, text[len(r) :])
+    return _reasoning_fork(chat, p, text[p:])
+
+
+def _reasoning_fork(chat: ChatLogprobs, p: int, rest: bytes) -> tuple[int, bytes] | str:
+    """``(position, the candidate's bytes from there)`` for a fork at byte ``p`` of the
+    follow-up's reasoning text, ``rest`` the candidate's bytes from ``p``: the reasoning
+    tokens (before :attr:`ChatLogprobs.content_start`, special markers aside) spell the
+    reasoning text (checked at parse), so byte ``p`` falls in one token."""
+    k = chat.content_start
+    if k == 0:
+        return "the divergence is in the reasoning, which the follow-up's logprobs do not cover"
+    pieces = [(i, pos.piece) for i, pos in enumerate(chat.positions[:k])]
+    pieces = [(i, b) for i, b in pieces if not _is_marker(b)]
+    if any(_FFFD in b for _, b in pieces):
+        return "the divergence is in reasoning text sent as U+FFFD tokens: boundaries unknown"
+    joined = b"".join(b for _, b in pieces)
+    lead = len(chat.reasoning) - len(chat.reasoning.lstrip())
+    at = joined.find(chat.reasoning.strip())
+    if at < 0 or p < lead:
+        return (
+            "the divergence is in the reasoning's leading whitespace or its tokens do not spell it"
+        )
+    x, start = at + p - lead, 0
+    for i, b in pieces:
+        if start <= x < start + len(b):
+            return i, joined[start:x] + rest
+        start += len(b)
+    return "the divergence is at the reasoning's end (its closing marker): not placed"
+
+
+def _margin_at(
+    chat: ChatLogprobs, fork: tuple[int, bytes], base: dict[str, Any], tau_nats: float
+) -> DivergenceMargin:
+    """The divergence at follow-up position ``fork[0]``, the candidate continuing with
+    ``fork[1]``: ``off``'s margin there and the rank of the candidate's token."""
     i, rest = fork
     pos = chat[i]
     rank, alt = _rank(pos.top, rest)

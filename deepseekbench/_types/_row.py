@@ -489,8 +489,53 @@ class Row(BaseModel):
     tau_nats: float | None = Field(
         default=None, ge=0, description="near-tie bound the divergences were classified by, nats"
     )
-    tau_source: Literal["plan", "off_self_flips", "default"] | None = Field(
-        default=None, description="where tau_nats came from"
+    tau_source: Literal["plan", "measured_jitter", "off_self_flips", "default"] | None = Field(
+        default=None,
+        description="where tau_nats came from: the plan, a high quantile of off's measured "
+        "decode-vs-one-pass jitter, off's largest self-flip (old results), or the default",
+    )
+    tau_quantile: float | None = Field(
+        default=None, ge=0, le=1, description="the jitter quantile a measured tau_nats is"
+    )
+    tau_sample: int | None = Field(
+        default=None, ge=0, description="nonzero jitter samples tau_nats was measured from"
+    )
+    near_tie_opportunities: int | None = Field(
+        default=None,
+        ge=0,
+        description="positions of off's profiled outputs (before each fork) whose top-1 "
+        "margin <= tau_nats: where a correct engine may flip",
+    )
+    outputs_with_opportunity: int | None = Field(
+        default=None, ge=0, description="profiled off outputs holding a near-tie opportunity"
+    )
+    outputs_profiled: int | None = Field(
+        default=None, ge=0, description="off outputs whose margins were read over the whole output"
+    )
+    divergences_shown_one_pass: int | None = Field(
+        default=None,
+        ge=0,
+        description="divergences whose token is off's own top-1 when off scores its output "
+        "in one pass (the verify shape, shown directly)",
+    )
+    divergences_charged_to_off: int | None = Field(
+        default=None,
+        ge=0,
+        description="divergences where off's measured output flipped (its alone follow-up "
+        "reproduced the route's text): charged to off, not to the route",
+    )
+    parity_power_bound: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="upper confidence bound (Clopper-Pearson, parity.alpha) on the "
+        "decisive-divergence rate per compared output the sample establishes",
+    )
+    parity_lossy_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="the bound a verified within-noise row must reach (parity.lossy_rate)",
     )
     first_divergence_margin_nats: float | None = Field(
         default=None,
@@ -605,7 +650,17 @@ class Row(BaseModel):
             divergences_unexplained: int | None = None,
             noise_floor: float | None = None,
             tau_nats: float | None = None,
-            tau_source: Literal["plan", "off_self_flips", "default"] | None = None,
+            tau_source: Literal["plan", "measured_jitter", "off_self_flips", "default"]
+            | None = None,
+            tau_quantile: float | None = None,
+            tau_sample: int | None = None,
+            near_tie_opportunities: int | None = None,
+            outputs_with_opportunity: int | None = None,
+            outputs_profiled: int | None = None,
+            divergences_shown_one_pass: int | None = None,
+            divergences_charged_to_off: int | None = None,
+            parity_power_bound: float | None = None,
+            parity_lossy_rate: float | None = None,
             first_divergence_margin_nats: float | None = None,
             divergence_note: str | None = None,
             engine_deterministic: bool | None = None,

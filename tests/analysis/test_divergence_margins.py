@@ -10,17 +10,16 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from deepseekbench import (
-    DEFAULT_TAU_NATS,
     DivergenceKind,
     DivergenceMargin,
-    NoiseFloor,
+    OffProfile,
     QualityParity,
+    TauEstimate,
     TauSource,
     classify_divergence,
     within_noise_verdict,
 )
 from deepseekbench._analysis import _divergence as div_mod
-from deepseekbench._analysis._divergence import calibrate_tau, rate_above_floor_p
 from deepseekbench._types import _margin as margin_mod
 from deepseekbench._types._margin import (
     PositionLogprobs,
@@ -83,34 +82,43 @@ def explain(case: tuple[tuple[PositionLogprobs, ...], str, str], pid: str) -> Di
     return align_divergence(pos, cand_text, prompt_id=pid, candidate="mtp", tau_nats=TAU)
 
 
+Case = tuple[list[DivergenceMargin], int, dict[tuple[str, str], OffProfile], bool]
+
+
+def _profile_of(m: DivergenceMargin) -> OffProfile:
+    """off's profile of the output ``m`` diverged from: its margin at the fork."""
+    i = m.token_index or 0
+    return OffProfile(n_tokens=i + 4, margins=((i, m.margin_nats or 0.0),))
+
+
 @st.composite
-def scenario(draw: st.DrawFn) -> tuple[list[DivergenceMargin], int, NoiseFloor, bool]:
-    """Near-ties within the floor, plus (maybe) one decisive or unexplained divergence.
-    Returns (margins, n_compared, floor, expect_verified)."""
-    n = draw(st.integers(4, 64))
+def scenario(draw: st.DrawFn) -> Case:
+    """Near-ties at off's opportunities, plus (maybe) one decisive or unexplained divergence;
+    enough comparisons for the verdict's power. Returns (margins, n, profiles, expect_verified)."""
+    n = draw(st.integers(24, 96))
     k = draw(st.integers(0, n // 4))
-    floor = NoiseFloor(n_compared=n, n_diverged=draw(st.integers(k, n)), flip_margins_nats=())
     margins = [explain(draw(divergence("near_tie")), f"p{i}") for i in range(k)]
     bad = draw(st.sampled_from(["none", "decisive_margin", "decisive_rank", "unexplained"]))
     if bad == "unexplained":
         margins.append(no_margin("px", candidate="mtp", tau_nats=TAU, note="no logprobs"))
     elif bad != "none":
         margins.append(explain(draw(divergence(bad)), "px"))
-    if bad != "none" and len(margins) > n:
-        n = len(margins)
-    return margins, n, floor, bad == "none"
+    profiles = {("parity", m.prompt_id): _profile_of(m) for m in margins}
+    profiles[("parity", "quiet")] = OffProfile(n_tokens=9)
+    return margins, n, profiles, bad == "none"
 
 
-def verdict_is_right(case: tuple[list[DivergenceMargin], int, NoiseFloor, bool]) -> bool:
-    margins, n, floor, expect_verified = case
-    v = within_noise_verdict(margins, n, floor, alpha=0.05, tau=(TAU, TauSource.plan))
+def verdict_is_right(case: Case) -> bool:
+    margins, n, profiles, expect_verified = case
+    tau = TauEstimate(tau_nats=TAU, source=TauSource.plan)
+    v = within_noise_verdict(margins, n, profiles, alpha=0.05, tau=tau)
     return (v.parity is QualityParity.verified) == expect_verified
 
 
 @SETTINGS
 @given(scenario())
-def test_near_ties_within_the_floor_verify_and_any_decisive_or_unexplained_does_not(
-    case: tuple[list[DivergenceMargin], int, NoiseFloor, bool],
+def test_near_ties_at_opportunities_verify_and_any_decisive_or_unexplained_does_not(
+    case: Case,
 ) -> None:
     assert verdict_is_right(case)
 
@@ -136,6 +144,7 @@ def test_the_property_fails_against_a_classifier_that_ignores_the_margin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(margin_mod, "classify_divergence", ignores_margin)
+    monkeypatch.setattr(div_mod, "_opportunity_check", lambda ms, ps, tau: (None, 1, len(ms)))
     counterexample = find(scenario(), lambda c: not verdict_is_right(c), settings=BROKEN)
     assert any(m.margin_nats is not None and m.margin_nats > TAU for m in counterexample[0])
 
@@ -159,35 +168,6 @@ def test_classify_edges() -> None:
     assert classify_divergence(0.01, 1, TAU) is DivergenceKind.near_tie
     with pytest.raises(ValueError, match="tau"):
         classify_divergence(0.0, 2, -1.0)
-
-
-def test_fisher_one_sided() -> None:
-    floor = NoiseFloor(n_compared=64, n_diverged=2)
-    assert rate_above_floor_p(2, 64, floor) > 0.5
-    assert rate_above_floor_p(20, 64, floor) < 1e-4
-    assert rate_above_floor_p(0, 0, floor) == 1.0
-    # 3 of 64 against a silent floor is not significant at 0.05 (p ≈ 0.12)
-    assert 0.05 < rate_above_floor_p(3, 64, NoiseFloor(n_compared=64)) < 0.2
-    with pytest.raises(ValueError):
-        rate_above_floor_p(5, 4, floor)
-
-
-def test_rate_above_floor_refuses_even_when_all_are_near_ties() -> None:
-    near = [
-        DivergenceMargin(
-            prompt_id=f"p{i}", margin_nats=0.01, candidate_rank=2, kind=DivergenceKind.near_tie
-        )
-        for i in range(20)
-    ]
-    v = within_noise_verdict(near, 64, NoiseFloor(n_compared=64), alpha=0.05)
-    assert v.parity is QualityParity.differs and "noise floor" in v.reason
-
-
-def test_tau_sources() -> None:
-    assert calibrate_tau(NoiseFloor(), 0.2) == (0.2, TauSource.plan)
-    floor = NoiseFloor(n_compared=8, n_diverged=2, flip_margins_nats=(0.01, 0.03))
-    assert calibrate_tau(floor, None) == (0.03, TauSource.off_self_flips)
-    assert calibrate_tau(NoiseFloor(), None) == (DEFAULT_TAU_NATS, TauSource.default)
 
 
 def test_parse_openai_chat_logprobs() -> None:

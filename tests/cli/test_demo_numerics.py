@@ -21,18 +21,22 @@ def test_demo_numerics_prints_both_verdicts_with_margins(tmp_path: Path) -> None
     assert "== parity.exact = 'bit_exact' ==" in bit
     # bit_exact: the correct MTP differs at near-ties only, and says what would verify it
     assert "differs" in _line(bit, "mtp") and "×" not in _line(bit, "mtp")
-    assert re.search(r"mtp @ \S+ \(c=4\): \d+ divergences, all near-ties \(largest margin", bit)
+    assert re.search(r"mtp @ \S+ \(c=2\): \d+ divergences, all near-ties \(largest margin", bit)
     assert "parity.exact = 'within_noise', or the engine's deterministic mode" in bit
     assert re.search(r"\[off's margin 0\.0\d\d nats\]", bit)
-    # within_noise: verified, so the speed is judged: credited, or (one load point, 8
-    # requests, on a machine busy enough to starve the client) a clock refusal such as
-    # "no significant difference", never refused for parity; the mis-tuned route is
-    # refused under both, decisively
+    # within_noise: verified at 48 requests (64 comparisons), so the speed is judged:
+    # credited, or (on a machine busy enough to starve the client) a clock refusal such as
+    # "no significant difference", never refused for parity; the note gives τ, the
+    # opportunities, the one-pass evidence and the power; the lossy route (relaxed
+    # acceptance, relaxed_delta 1 nat) is refused under both, decisively
     mtp = _line(noise, "mtp")
     assert " verified " in mtp and "refused" not in mtp, mtp
     assert SPEED_JUDGED.search(mtp), mtp
+    assert re.search(r"mtp @ \S+ \(c=2\): \d+ of 64 outputs diverge, all near-ties", noise)
+    assert "near-tie opportunities in" in noise and "shown by one-pass scoring" in noise
+    assert re.search(r"power: 0 decisive in 64 compared outputs bounds", noise)
     for part in (bit, noise):
-        bad = _line(part, "mtp-mistuned")
+        bad = _line(part, "mtp-relaxed")
         assert "refused: candidate_parity_not_verified" in bad and "×" not in bad
         assert re.search(r"decisive divergence at \S+ token \d+: off's top-1 margin", part)
     # the wall time is reported (< 60 s on an idle machine), never judged: a busy one is slower

@@ -70,6 +70,15 @@ MARGIN_ROW_FIELDS = (
     "noise_floor",
     "tau_nats",
     "tau_source",
+    "tau_quantile",  # the noise model: tau measured, opportunities, attribution, power
+    "tau_sample",
+    "near_tie_opportunities",
+    "outputs_with_opportunity",
+    "outputs_profiled",
+    "divergences_shown_one_pass",
+    "divergences_charged_to_off",
+    "parity_power_bound",
+    "parity_lossy_rate",
     "first_divergence_margin_nats",
     "divergence_note",
     "engine_deterministic",  # the engine's deterministic mode (llama2)

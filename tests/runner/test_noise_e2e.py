@@ -1,0 +1,110 @@
+"""Parity within noise end to end, on the embedded engines in numerics mode (loopback).
+
+``off`` and ``mtp`` (depth 3) whose verify pass flips exactly the target's near-ties
+(correct by construction) are ``verified`` under ``parity.exact = "within_noise"`` at 8,
+48 and 256 measured requests: more data never flips the verdict, although the embedded
+``off`` never flips against itself. τ is measured (decode against one-pass scoring) once
+the sample holds enough jitter; every margin comes from a follow-up sent alone. A route
+with relaxed acceptance (``relaxed_delta`` above τ) is ``differs`` at each size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from deepseekbench import (
+    Dialect,
+    EmbeddedEngine,
+    EngineConfig,
+    LiveGate,
+    QualityParity,
+    RunResult,
+    Speculative,
+    run_plan,
+)
+from deepseekbench._analysis._divergence import TAU_MIN_SAMPLE
+from deepseekbench._engine._numerics import VERIFY_PERTURBATION_NATS
+from tests._helpers import COSTS, plan_of, read_records
+
+PROMPTS = [
+    f"Note {i}: the engine reads this long prompt so that every output position sits past "
+    f"the numerics mode's 128 characters of context; continue the list from item {i}."
+    for i in range(16)
+]
+PLAN: dict[str, Any] = {
+    "warmup_per_cell": 0,
+    "arrival": {"mode": "concurrency", "concurrency": 8},
+    "parity": {"concurrency": 8, "max_tokens": 64, "exact": "within_noise"},
+    # long prompts, short forced outputs: every position can carry a near-tie, and 256
+    # requests stay quick
+    "workload": {"output_length": "forced", "prompts": PROMPTS},
+    "cells": [{"max_tokens": 32}],
+}
+
+
+RELAXED_DELTA_NATS = 1.0
+"""The lossy route's ``relaxed_delta`` (nats): far above τ (default 0.05, measured 0.04)."""
+
+
+def run(tmp_path: Path, requests: int) -> RunResult:
+    async def main() -> RunResult:
+        off = EngineConfig(cost=COSTS, numerics=True)
+        mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": 3})
+        relaxed = mtp.model_copy(
+            update={"relaxed_acceptance": True, "relaxed_delta": RELAXED_DELTA_NATS}
+        )
+        async with (
+            EmbeddedEngine(off) as e0,
+            EmbeddedEngine(mtp) as e1,
+            EmbeddedEngine(relaxed) as e2,
+        ):
+            routes = [
+                ("off", "off", e0.base_url, Dialect.vllm),
+                ("mtp", "mtp", e1.base_url, Dialect.vllm),
+                ("mtp-relaxed", "mtp", e2.base_url, Dialect.vllm),
+            ]
+            plan = plan_of(routes, PLAN, {"requests_per_cell": requests})
+            return await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("requests", [8, 48, 256])
+def test_the_numerics_pair_is_verified_at_every_sample_size(tmp_path: Path, requests: int) -> None:
+    result = run(tmp_path, requests)
+    rows = {r.route_label: r for r in result.rows}
+    mtp, off = rows["mtp"], rows["off"]
+    assert mtp.quality_parity is QualityParity.verified, mtp.parity_detail
+    assert off.quality_parity is QualityParity.verified, off.parity_detail
+    assert mtp.parity_power_bound is not None and mtp.parity_power_bound <= 0.125
+    assert mtp.outputs_profiled and mtp.near_tie_opportunities is not None
+    assert not mtp.divergences_decisive and not mtp.divergences_charged_to_off
+    if mtp.divergences_near_tie:
+        assert mtp.near_tie_opportunities >= mtp.divergences_near_tie
+    # relaxed acceptance (TensorRT-LLM's MTP rule as a fault) with relaxed_delta above τ:
+    # differs at every sample size, decisively
+    bad = rows["mtp-relaxed"]
+    assert bad.quality_parity is QualityParity.differs, bad.parity_detail
+    assert bad.divergences_decisive, bad.divergence_note
+    records = read_records(tmp_path / "r.jsonl")
+    profiles = [r["profile"] for r in records if r["record"] == "off_profile"]
+    assert profiles and all(p["note"] == "" for p in profiles)
+    assert all(p["one_pass_note"] == "" for p in profiles)  # the embedded engine scores
+    # the one-pass score shows the verify shape directly: a near-tie's margin shifts by the
+    # verify pass's perturbation and its top-1 becomes the runner-up
+    mtp_margins = [r["margin"] for r in records if r["record"] == "divergence_margin"]
+    shown = [m for m in mtp_margins if "verify shape shown directly" in m["note"]]
+    if requests >= 48:  # the record says so where off's one-pass top-1 is mtp's token
+        assert shown and all(m["kind"] == "near_tie" for m in shown), mtp_margins
+    shifts = [x for p in profiles for x in p["shifts_nats"] if x > 0]
+    assert all(x == pytest.approx(VERIFY_PERTURBATION_NATS) for x in shifts), shifts
+    assert mtp.tau_sample == len(shifts)
+    if mtp.tau_source == "measured_jitter":
+        assert mtp.tau_nats == pytest.approx(VERIFY_PERTURBATION_NATS)
+    else:
+        assert mtp.tau_source == "default" and len(shifts) < TAU_MIN_SAMPLE
+    print(f"\n{requests} requests: {mtp.divergence_note}")
