@@ -19,7 +19,9 @@ name themselves:
 * ``_measure/_tokens.py``: :meth:`~EngineDialect.tokenize_body`;
 * ``_execute/_served_config.py``: :attr:`~EngineDialect.depth_paths`,
   :meth:`~EngineDialect.spec_tokens_from_info`;
-* ``_execute/_served_config.py``: :meth:`~EngineDialect.deterministic_from_info`.
+* ``_execute/_served_config.py``: :meth:`~EngineDialect.deterministic_from_info`;
+* ``_execute/_teacher_force.py``: :attr:`~EngineDialect.teacher_forcing`,
+  :attr:`~EngineDialect.teacher_forcing_refusal`, :attr:`~EngineDialect.prompt_logprobs_kind`.
 """
 
 from __future__ import annotations
@@ -167,6 +169,13 @@ class EngineDialect:
         depth_paths: GET paths, relative to the server origin, of an endpoint
             that reports the served speculative depth, tried in order (a 404
             moves to the next).
+        teacher_forcing: the wire that scores a given output in one forward pass
+            (``"vllm_prompt_logprobs"``: chat completions with ``prompt_logprobs``
+            and ``continue_final_message``; request and response shapes in
+            ``docs/rows-and-gate.md``, "Teacher forcing"), or ``None`` when the
+            engine cannot; then ``teacher_forcing_refusal`` says why.
+        prompt_logprobs_kind: whether those logprobs are the model's raw ones
+            (``"raw"``), processed, or ``"unknown"``.
 
     The defaults fit a plain OpenAI-compatible host: no reasoning controls
     beyond ``chat_template_kwargs``, no EOS override, no acceptance figures,
@@ -182,6 +191,9 @@ class EngineDialect:
     cache_sets: ClassVar[tuple[CacheSet, ...]] = ()  # the cache window
     depth_paths: ClassVar[tuple[str, ...]] = ()
     reports_determinism: ClassVar[bool] = False  # deterministic_from_info says
+    teacher_forcing: ClassVar[str | None] = None
+    teacher_forcing_refusal: ClassVar[str] = "the engine serves no prompt log-probabilities"
+    prompt_logprobs_kind: ClassVar[str] = "unknown"
 
     @property
     def engine(self) -> Dialect:

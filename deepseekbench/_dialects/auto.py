@@ -29,6 +29,9 @@ class AutoDialect(EngineDialect):
     """Every known place (module docstring)."""
 
     name: ClassVar[str] = "auto"
+    # tried with vLLM's wire; a host that ignores prompt_logprobs answers without the
+    # list, which is then the recorded reason
+    teacher_forcing: ClassVar[str | None] = "vllm_prompt_logprobs"
     continuous_usage: ClassVar[bool] = True
     spec_keys: ClassVar[frozenset[str]] = frozenset().union(*(d.spec_keys for d in _READERS))
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset().union(

@@ -20,6 +20,7 @@ class DeepseekDialect(EngineDialect):
     """The DeepSeek API's controls (module docstring)."""
 
     name: ClassVar[str] = "deepseek"
+    teacher_forcing_refusal: ClassVar[str] = "the DeepSeek API serves no prompt logprobs"
 
     def reasoning_controls(self, mode: ReasoningMode) -> dict[str, Any]:
         """``thinking.type`` enabled/disabled, plus ``reasoning_effort`` when set."""

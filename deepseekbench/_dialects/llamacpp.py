@@ -61,6 +61,10 @@ class LlamacppDialect(EngineDialect):
     """llama.cpp's wire extras (module docstring)."""
 
     name: ClassVar[str] = "llamacpp"
+    teacher_forcing_refusal: ClassVar[str] = (
+        "llama.cpp serves no prompt logprobs (n_probs and chat logprobs cover generated "
+        "tokens only)"
+    )
     spec_keys: ClassVar[frozenset[str]] = frozenset({"timings"})
     counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.llamacpp)
     cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # the cache window

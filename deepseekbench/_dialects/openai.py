@@ -24,6 +24,7 @@ class OpenaiDialect(EngineDialect):
     """A plain OpenAI-compatible host (module docstring)."""
 
     name: ClassVar[str] = "openai"
+    teacher_forcing_refusal: ClassVar[str] = "the OpenAI chat API serves no prompt logprobs"
 
     def reasoning_controls(self, mode: ReasoningMode) -> dict[str, Any]:
         """``{"reasoning_effort": "high"|"max"}`` when thinking with an effort, else ``{}``."""

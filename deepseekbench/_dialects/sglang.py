@@ -158,6 +158,11 @@ class SglangDialect(EngineDialect):
     """SGLang's wire extras (module docstring)."""
 
     name: ClassVar[str] = "sglang"
+    teacher_forcing_refusal: ClassVar[str] = (
+        "SGLang's OpenAI chat endpoint serves no prompt logprobs, and its /generate "
+        "(return_logprob, logprob_start_len, top_logprobs_num) needs the chat-templated "
+        "prompt, which the client does not have"
+    )
     continuous_usage: ClassVar[bool] = True
     spec_keys: ClassVar[frozenset[str]] = frozenset({"sglext", "meta_info"})
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset({"meta_info"})

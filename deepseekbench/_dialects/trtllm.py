@@ -90,6 +90,9 @@ class TrtllmDialect(EngineDialect):
     """TensorRT-LLM's wire extras (module docstring)."""
 
     name: ClassVar[str] = "trtllm"
+    teacher_forcing_refusal: ClassVar[str] = (
+        "TensorRT-LLM's chat prompt logprobs are not confirmed by this library"
+    )
     spec_keys: ClassVar[frozenset[str]] = frozenset({"usage"})
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset({_FIELD})
     counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.trtllm)

@@ -112,6 +112,10 @@ class VllmDialect(EngineDialect):
     """vLLM's wire extras (module docstring)."""
 
     name: ClassVar[str] = "vllm"
+    # chat completions' prompt_logprobs with continue_final_message (vLLM
+    # entrypoints/openai chat serving); raw under the default --logprobs-mode raw_logprobs
+    teacher_forcing: ClassVar[str | None] = "vllm_prompt_logprobs"
+    prompt_logprobs_kind: ClassVar[str] = "raw"
     continuous_usage: ClassVar[bool] = True
     spec_keys: ClassVar[frozenset[str]] = frozenset({"metrics"})
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset({"speculative_decoding_stats"})

@@ -22,16 +22,24 @@ and where the target's top two tokens are nearly tied the argmax may flip (vLLM 
 Log-probabilities are served in OpenAI chat's format (``choices[].logprobs.content[]``
 with ``token``, ``logprob``, ``bytes`` and ``top_logprobs[]``), one entry per generated
 character (the engine's token), from the target distribution in use (natural log).
+Prompt log-probabilities (teacher forcing) are served in vLLM's format (a top-level
+``prompt_logprobs`` list, :func:`prompt_logprobs`), computed as one pass over the prompt
+and the forced output: the verify shape, so in numerics mode the forced output's
+near-ties carry the verify perturbation (:meth:`NumericsLM.verify_target`), and
+scoring ``off``'s own greedy output in one pass ranks its near-tie tokens second.
+All served logprobs are raw (before temperature), as vLLM's ``raw_logprobs``.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Final
 
 from deepseekbench._engine._model import EOS_CH, Dist, ReferenceLM
+from deepseekbench._engine._tokenizer import TOKENIZER
 
 __all__ = [
     "NEAR_TIE_EVERY",
@@ -40,6 +48,7 @@ __all__ = [
     "VERIFY_PERTURBATION_NATS",
     "NumericsLM",
     "chat_logprobs",
+    "prompt_logprobs",
 ]
 
 NEAR_TIE_EVERY: Final[int] = 512
@@ -101,6 +110,19 @@ class NumericsLM:
         total = sum(lifted.values())
         return {ch: p / total for ch, p in lifted.items()}
 
+    def verify_target(self, ctx: str) -> Dist:
+        """The target as a verify pass computes it: at a near-tie the runner-up's logit
+        raised by :data:`VERIFY_PERTURBATION_NATS` (renormalised; it then ranks first,
+        the token :meth:`verify_argmax` picks), elsewhere :meth:`target` unchanged."""
+        dist = self.target(ctx)
+        if self.near_tie_margin(ctx) is None:
+            return dist
+        runner_up = _ranked(dist)[1][0]
+        lifted = dict(dist)
+        lifted[runner_up] *= math.exp(VERIFY_PERTURBATION_NATS)
+        total = sum(lifted.values())
+        return {ch: p / total for ch, p in lifted.items()}
+
     def target_argmax(self, ctx: str) -> str:
         """One-token decode's choice: ``base``'s argmax (the near-tie keeps its top-1)."""
         return self.base.target_argmax(ctx)
@@ -138,3 +160,57 @@ def chat_logprobs(dist_of: Any, ctx: str, text: str, top_logprobs: int) -> dict[
         ]
         content.append(entry)
     return {"content": content}
+
+
+_FLOOR_LOGPROB: Final[float] = -9999.0
+"""What vLLM serves for a probability of 0 (``clamp_prompt_logprobs``), nats."""
+
+
+def _prompt_entry(dist: Dist, ch: str, top_k: int) -> dict[str, Any]:
+    """vLLM's ``{token_id: {logprob, rank, decoded_token}}`` for prompt token ``ch``: the
+    forced token first (its 1-based rank in the whole distribution), then the top-k."""
+    ranked = [(c, q) for c, q in _ranked(dist) if q > 0]
+    place = next((i for i, (c, _) in enumerate(ranked) if c == ch), None)
+    p = dist.get(ch, 0.0)
+    entry = {
+        str(TOKENIZER.encode(ch)[0]): {
+            "logprob": math.log(p) if p > 0 else _FLOOR_LOGPROB,
+            "rank": place + 1 if place is not None else len(ranked) + 1,
+            "decoded_token": ch,
+        }
+    }
+    for i, (c, q) in enumerate(ranked[:top_k]):
+        key, shown = (str(TOKENIZER.encode(c)[0]), c) if c != EOS_CH else ("0", "")
+        entry.setdefault(key, {"logprob": math.log(q), "rank": i + 1, "decoded_token": shown})
+    return entry
+
+
+def prompt_logprobs(
+    prompt: str,
+    *,
+    forced_from: int,
+    model_ctx: str,
+    template_dist: Callable[[str], Dist],
+    forced_dist: Callable[[str], Dist],
+    top_k: int,
+) -> list[dict[str, Any] | None]:
+    """vLLM's top-level ``prompt_logprobs`` for ``prompt`` (one entry per character, the
+    first ``None``), all positions in one pass: positions before ``forced_from`` (the
+    chat template and the messages) from ``template_dist(prompt[:i])``, the forced output
+    ``prompt[forced_from:]`` from ``forced_dist(model_ctx + prompt[forced_from:i])``
+    (the model context it continues; the verify shape). Logprobs in nats, raw; a
+    probability of 0 reads ``-9999.0`` as vLLM clamps it.
+
+    Raises:
+        ValueError: ``top_k`` outside 0..:data:`MAX_TOP_LOGPROBS`.
+    """
+    if not 0 <= top_k <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"prompt_logprobs must be in 0..{MAX_TOP_LOGPROBS}")
+    out: list[dict[str, Any] | None] = [None]
+    for i in range(1, len(prompt)):
+        if i < forced_from:
+            dist = template_dist(prompt[:i])
+        else:
+            dist = forced_dist(model_ctx + prompt[forced_from:i])
+        out.append(_prompt_entry(dist, prompt[i], top_k))
+    return out

@@ -37,7 +37,12 @@ from deepseekbench._engine._faults import FAULT_HEADER, ActiveFaults, FaultKind,
 from deepseekbench._engine._http import Headers, HttpRequest, Responder
 from deepseekbench._engine._metrics import EngineMetrics
 from deepseekbench._engine._model import EOS_CH, ReferenceLM, context_of
-from deepseekbench._engine._numerics import MAX_TOP_LOGPROBS, NumericsLM, chat_logprobs
+from deepseekbench._engine._numerics import (
+    MAX_TOP_LOGPROBS,
+    NumericsLM,
+    chat_logprobs,
+    prompt_logprobs,
+)
 from deepseekbench._engine._prefix_cache import PrefixCache
 from deepseekbench._engine._scheduler import Emission, Scheduler, Sequence
 from deepseekbench._engine._speculative import Decoder
@@ -108,6 +113,11 @@ class ChatRequest(BaseModel):
     # OpenAI chat log-probabilities
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    # vLLM's teacher-forcing fields (prompt log-probabilities of a continued final message)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    continue_final_message: bool = False
+    add_generation_prompt: bool = True
+    return_token_ids: bool = False
 
 
 class ApiError(Exception):
@@ -135,9 +145,21 @@ def _text_of(content: str | list[dict[str, Any]] | None) -> str:
     return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
 
 
-def render_prompt(messages: list[_Message]) -> str:
-    """The chat template: ``<|role|>content`` lines then ``<|assistant|>`` (chars = tokens)."""
-    return "".join(f"<|{m.role}|>{_text_of(m.content)}\n" for m in messages) + "<|assistant|>"
+def render_prompt(
+    messages: list[_Message], *, add_generation_prompt: bool = True, continue_final: bool = False
+) -> str:
+    """The chat template: ``<|role|>content`` lines then ``<|assistant|>`` (chars = tokens).
+
+    ``continue_final``: the last message is left open (no line break) for the model to
+    continue, as vLLM's ``continue_final_message``; ``add_generation_prompt=False``
+    drops the trailing ``<|assistant|>``."""
+    if continue_final:
+        *head, last = messages
+        return render_prompt(head, add_generation_prompt=False) + (
+            f"<|{last.role}|>{_text_of(last.content)}"
+        )
+    lines = "".join(f"<|{m.role}|>{_text_of(m.content)}\n" for m in messages)
+    return lines + ("<|assistant|>" if add_generation_prompt else "")
 
 
 _CATEGORY_PATTERNS = (
@@ -404,6 +426,7 @@ class EngineState:
             )
         if req.top_logprobs is not None and not req.logprobs:
             raise ApiError(400, "top_logprobs needs logprobs = true", param="top_logprobs")
+        _check_teacher_forcing(req)
         if req.model is not None and req.model != self.config.model_name:
             raise ApiError(
                 404,
@@ -420,7 +443,11 @@ class EngineState:
         if FaultKind.drop in faults and not req.stream:
             await responder.drop()
             return
-        prompt = render_prompt(req.messages)
+        prompt = render_prompt(
+            req.messages,
+            add_generation_prompt=req.add_generation_prompt,
+            continue_final=req.continue_final_message,
+        )
         seq, receive, stream = self._submit(req, faults, prompt, self._max_tokens(req, prompt))
         if self.config.record_send_times:
             self.arrivals[stream.id] = (request.arrival_s, request.headers.get("x-request-id"))
@@ -473,7 +500,8 @@ class EngineState:
         users = [m for m in req.messages if m.role == "user"]
         question = _text_of(users[-1].content).strip() if users else ""
         effort = thinking_effort(req)
-        reasoning = reasoning_text(question, effort) if effort else ""
+        forced = _forced_text(req)  # a continued answer: its reasoning is over
+        reasoning = reasoning_text(question, effort) if effort and not forced else ""
         seed = req.seed if req.seed is not None else self._request_rng.getrandbits(32)
         decoder = Decoder(
             self.lm,
@@ -486,7 +514,7 @@ class EngineState:
         )
         cached = self.prefix_cache.lookup(prompt)
         self.metrics.prefix_lookup(prompt_tokens, cached)
-        ctx = context_of(question[-MODEL_WINDOW_CHARS:])
+        ctx = context_of(question[-MODEL_WINDOW_CHARS:]) + forced
         seq, receive = self.scheduler.submit(
             ctx,
             decoder,
@@ -496,7 +524,32 @@ class EngineState:
             min_tokens=max_tokens if req.ignore_eos else min(req.min_tokens, max_tokens),
             cached_tokens=cached,
         )
-        return seq, receive, _Stream(self, req, faults, prompt_tokens, len(reasoning), ctx)
+        stream = _Stream(self, req, faults, prompt_tokens, len(reasoning), ctx)
+        stream.prompt = prompt
+        return seq, receive, stream
+
+
+def _check_teacher_forcing(req: ChatRequest) -> None:
+    """vLLM's refusals of its teacher-forcing fields (HTTP 400)."""
+    if req.continue_final_message and req.add_generation_prompt:
+        raise ApiError(
+            400,
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+            param="continue_final_message",
+        )
+    if req.continue_final_message and req.messages[-1].role != "assistant":
+        raise ApiError(
+            400, "continue_final_message needs a final assistant message", param="messages"
+        )
+    if req.prompt_logprobs is not None and req.stream:
+        raise ApiError(
+            400, "`prompt_logprobs` are not available when `stream=True`.", param="stream"
+        )
+
+
+def _forced_text(req: ChatRequest) -> str:
+    """The final assistant message continued (``continue_final_message``), else ``""``."""
+    return _text_of(req.messages[-1].content) if req.continue_final_message else ""
 
 
 def _stops(req: ChatRequest) -> list[str]:
@@ -519,6 +572,7 @@ class _Stream:
     ) -> None:
         self.state = state
         self.ctx = ctx  # the model context the content continues (logprobs)
+        self.prompt = ""  # the rendered prompt (prompt logprobs)
         self.eos = False  # the model emitted end-of-sequence (logprobs show it, as vLLM's)
         self.req = req
         self.faults = faults
@@ -587,6 +641,26 @@ class _Stream:
         ctx = self.ctx + self.text[:start]
         return chat_logprobs(dist_of, ctx, text, self.req.top_logprobs or 0)
 
+    def _prompt_extras(self) -> dict[str, Any]:
+        """vLLM's top-level ``prompt_logprobs`` (asked) and ``prompt_token_ids``
+        (``return_token_ids``): one pass over the prompt, the forced output scored as a
+        verify pass scores it (:func:`~deepseekbench._engine._numerics.prompt_logprobs`)."""
+        out: dict[str, Any] = {}
+        if self.req.prompt_logprobs is not None:
+            state, forced = self.state, _forced_text(self.req)
+            numerics = state.numerics
+            out["prompt_logprobs"] = prompt_logprobs(
+                self.prompt,
+                forced_from=len(self.prompt) - len(forced),
+                model_ctx=self.ctx[: len(self.ctx) - len(forced)],
+                template_dist=state.lm.target,
+                forced_dist=numerics.verify_target if numerics is not None else state.lm.target,
+                top_k=self.req.prompt_logprobs,
+            )
+        if self.req.return_token_ids:
+            out["prompt_token_ids"] = TOKENIZER.encode(self.prompt)
+        return out
+
     # -- non-stream ---------------------------------------------------------
 
     async def whole(self, receive: Any, responder: Responder, cancel: Any) -> None:
@@ -617,6 +691,7 @@ class _Stream:
             "usage": usage_block(self.stats),
         }
         body.update(tail_extras(dialect, self.stats))
+        body.update(self._prompt_extras())
         sglext = sglang_sglext(self.stats) if dialect is Dialect.sglang else None
         if sglext is not None and self.req.return_spec_tokens_details:
             body["sglext"] = sglext
