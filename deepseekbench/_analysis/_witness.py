@@ -74,6 +74,7 @@ __all__ = [
     "sampling_order_reason",
     "score_positions",
     "witness",
+    "witness_groups",
 ]
 
 DEFAULT_WITNESS_POWER = 0.9
@@ -211,12 +212,20 @@ def sampling_order_reason(
     return f"{engine} applies top-k/top-p in an order the witness does not know"
 
 
-def _tail_bounds(logps: np.ndarray, spec: SamplingSpec) -> tuple[float, float] | str:
-    """The tail's tempered weight interval in units of ``exp(l_1/T)`` (see the module docstring)."""
+def _tail_bounds(
+    logps: np.ndarray, spec: SamplingSpec, *, complete: bool
+) -> tuple[float, float] | str:
+    """The tail's tempered weight interval in units of ``exp(l_1/T)`` (see the module
+    docstring). ``complete``: the engine listed fewer than k alternatives, so it listed
+    every token of positive probability (the tail is empty once the masses sum to 1)."""
     raw_sum = float(np.exp(logps).sum())
     if raw_sum > 1 + _RAW_SUM_SLACK:
         return "top-k masses sum above 1 (not raw logprobs)"
     rest = max(0.0, 1.0 - raw_sum)
+    if complete:
+        if rest > _RAW_SUM_SLACK:
+            return "fewer than top_k alternatives, and mass missing"
+        return (0.0, 0.0)
     if rest == 0.0:
         return (0.0, 0.0)
     inv_t = 1.0 / spec.temperature
@@ -310,9 +319,9 @@ def _rank_bins(law: np.ndarray, k: int) -> np.ndarray:
     return np.array([float(top[a:b].sum()) for a, b in zip(starts, ends, strict=True)] + [law[-1]])
 
 
-def _token_bin(cat: int, k: int) -> int:
-    """The rank bin of category ``cat`` (0-based; ``k`` is "other")."""
-    if cat >= k:
+def _token_bin(cat: int, listed: int, k: int) -> int:
+    """The rank bin of category ``cat`` (0-based; index ``listed`` is "other")."""
+    if cat >= listed:
         return sum(1 for s in RANK_BINS if s <= k)
     return sum(1 for s in RANK_BINS if s - 1 <= cat) - 1
 
@@ -323,12 +332,12 @@ def _one_position(
     """The kept position's figures, or why it is excluded; "outside support" when the
     truncated target gives the token probability 0."""
     top = sorted(pos.top, key=lambda a: -a.logprob)[:k]
-    if len(top) < k:
-        return "fewer than top_k alternatives at the position"
+    if not top:
+        return "no alternatives at the position"
     logps = np.array([a.logprob for a in top], dtype=float)
     if not np.all(np.isfinite(logps)):
         return "non-finite logprob in the top-k"
-    bounds = _tail_bounds(logps, spec)
+    bounds = _tail_bounds(logps, spec, complete=len(top) < k)
     if isinstance(bounds, str):
         return bounds
     w = np.exp((logps - logps[0]) / spec.temperature)
@@ -352,7 +361,7 @@ def _one_position(
         pit=(a + b) / 2,
         half=abs(a - b) / 2,
         bins=(bins_lo + bins_hi) / 2,
-        token_bin=_token_bin(cat, k),
+        token_bin=_token_bin(cat, len(w), k),
         bins_half=float(np.abs(bins_hi - bins_lo).max()) / 2,
     )
 
@@ -521,17 +530,47 @@ def witness(
     Raises:
         ValueError: ``top_k`` < 1, or ``alpha``/``power`` outside (0, 1).
     """
-    if top_k < 1:
-        raise ValueError("top_k must be >= 1")
-    _check_levels(alpha, power)
-    kept, excluded = score_positions(
-        positions,
-        spec,
+    return witness_groups(
+        [(spec, positions)],
         top_k=top_k,
-        rng=np.random.default_rng(seed),
+        alpha=alpha,
+        seed=seed,
+        power=power,
         slack=slack,
         tail_tolerance=tail_tolerance,
     )
+
+
+def witness_groups(
+    groups: Sequence[tuple[SamplingSpec, Sequence[WitnessPosition]]],
+    *,
+    top_k: int,
+    alpha: float,
+    seed: int,
+    power: float = DEFAULT_WITNESS_POWER,
+    slack: float = 1e-4,
+    tail_tolerance: float = 0.01,
+) -> WitnessResult:
+    """:func:`witness` over outputs sampled with different parameters: each group's
+    positions are scored with its own :class:`SamplingSpec` (one seeded RNG across the
+    groups, in order) and the PITs tested together (each is U(0,1) under its own law).
+
+    Raises:
+        ValueError: ``top_k`` < 1, or ``alpha``/``power`` outside (0, 1).
+    """
+    if top_k < 1:
+        raise ValueError("top_k must be >= 1")
+    _check_levels(alpha, power)
+    rng = np.random.default_rng(seed)
+    kept: list[_Scored] = []
+    excluded: dict[str, int] = {}
+    for spec, positions in groups:
+        got, why = score_positions(
+            positions, spec, top_k=top_k, rng=rng, slack=slack, tail_tolerance=tail_tolerance
+        )
+        kept += got
+        for reason, count in why.items():
+            excluded[reason] = excluded.get(reason, 0) + count
     outside = excluded.pop("outside support", 0)
     d, p_ks, delta = _ks(kept)
     x, p_chi, df = _rank_chi2(kept)

@@ -32,6 +32,7 @@ from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
+from deepseekbench._types._scored import ScoredOutput
 
 __all__ = [
     "RECORD_ADAPTER",
@@ -49,6 +50,7 @@ __all__ = [
     "SearchProbeRecord",
     "ServerCacheRecord",
     "ServerMetricsRecord",
+    "WitnessScoreRecord",
     "WorkersRecord",
     "WorkloadEntry",
     "WorkloadRecord",
@@ -250,6 +252,22 @@ class DivergenceMarginRecord(_Base):
     margin: DivergenceMargin
 
 
+class WitnessScoreRecord(_Base):
+    """One sampled output of ``route`` scored by ``off`` in one pass (the distribution
+    witness's follow-up to ``off``): ``scored``, or the ``reason`` it could not be;
+    keyed as :class:`DivergenceMarginRecord`. A run that resumes does not ask again."""
+
+    record: Literal["witness_score"] = "witness_score"
+    route: str
+    source: str = "parity"
+    reasoning_mode: str = ""
+    cell: str | None = None
+    load: str | None = None
+    prompt_id: str
+    scored: ScoredOutput | None = None
+    reason: str | None = None
+
+
 class EngineDeterminismRecord(_Base):
     """A route's engine deterministic mode, as read before measuring (the
     server's word, the plan's declaration, or unknown); the latest per route wins."""
@@ -308,6 +326,7 @@ Record = Annotated[
     | WorkloadRecord
     | ServerCacheRecord
     | DivergenceMarginRecord
+    | WitnessScoreRecord
     | EngineDeterminismRecord
     | SearchProbeRecord,
     Field(discriminator="record"),

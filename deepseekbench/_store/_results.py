@@ -71,6 +71,7 @@ from deepseekbench._store._records import (
     SearchProbeRecord,
     ServerCacheRecord,
     ServerMetricsRecord,
+    WitnessScoreRecord,
     parse_record,
     record_json,
 )
@@ -81,6 +82,7 @@ from deepseekbench._types._determinism import EngineDeterminism
 from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
+from deepseekbench._types._scored import ScoredOutput
 
 __all__ = [
     "MAX_RECORD_BYTES",
@@ -411,6 +413,8 @@ class ResultsState:
     cache: dict[tuple[str, str, str | None, int], CacheWindow] = field(default_factory=dict)
     # forensics margins by (route, source, reasoning mode, cell, load, prompt id)
     margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
+    # witness scores (off's one-pass scoring of a sampled output, or why not), keyed alike
+    witness_scores: dict[MarginKey, ScoredOutput | str] = field(default_factory=dict)
     # each route's engine deterministic mode (the latest record wins)
     determinism: dict[str, EngineDeterminism] = field(default_factory=dict)
     # the [search] levels probed, by load key, in the order first recorded
@@ -491,6 +495,10 @@ class ResultsState:
             self._check_route(rec.route)
             mkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
             self.margins[mkey] = rec.margin
+        elif isinstance(rec, WitnessScoreRecord):
+            self._check_route(rec.route)
+            wkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
+            self.witness_scores[wkey] = rec.scored if rec.scored is not None else rec.reason or ""
         elif isinstance(rec, EngineDeterminismRecord):
             self._check_route(rec.route)
             self.determinism[rec.route] = rec.determinism

@@ -34,6 +34,7 @@ from deepseekbench._store._records import (
     SearchProbeRecord,
     ServerCacheRecord,
     ServerMetricsRecord,
+    WitnessScoreRecord,
     WorkersRecord,
     WorkloadEntry,
     WorkloadRecord,
@@ -47,6 +48,7 @@ from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
+from deepseekbench._types._scored import ScoredOutput
 from deepseekbench._version import __version__
 
 __all__ = ["Recorder", "parity_pid"]
@@ -262,6 +264,22 @@ class Recorder:
                 load=f.load,
                 prompt_id=f.prompt_id,
                 margin=margin,
+            )
+        )
+
+    def witness_score(self, f: FollowUp, scored: ScoredOutput | str) -> None:
+        """One sampled output scored by ``off`` in one pass, or the reason it was not."""
+        self.store.append(
+            WitnessScoreRecord(
+                **self.base,
+                route=f.candidate,
+                source=f.source,
+                reasoning_mode=f.reasoning_mode,
+                cell=f.cell,
+                load=f.load,
+                prompt_id=f.prompt_id,
+                scored=scored if isinstance(scored, ScoredOutput) else None,
+                reason=scored if isinstance(scored, str) else None,
             )
         )
 
