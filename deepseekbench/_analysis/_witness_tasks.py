@@ -8,7 +8,12 @@ when the plan's ``temperature`` > 0 (source ``traffic``): the traffic is what us
 settings sample, the tasks are a small fixed set. Left out: failed requests, outputs
 with reasoning text (the scoring forces the content only, whose distribution depends on
 the reasoning), requests decoded past EOS or with a minimum length (the engine masks
-EOS there, so the sampled law is not ``off``'s), and later turns of conversations.
+EOS there, so the sampled law is not ``off``'s), later turns of conversations, and a
+second output sampled with a seed already taken (rounds send each workload item again
+with its seed; a seed shared by different prompts gives them the same uniforms position
+by position): only the first output of each seed is an independent draw. Above
+temperature 0 the schedule seeds each prompt apart
+(:func:`~deepseekbench._plan._schedule.sampled_seed`).
 
 Bounded by ``parity.witness_max_requests`` and ``parity.witness_max_tokens`` (the
 output tokens scored; usage's ``completion_tokens``, else the characters as an upper
@@ -81,9 +86,16 @@ def _tokens(f: FollowUp, state: ResultsState) -> int:
 
 
 def _in_turn(found: Iterable[FollowUp]) -> list[FollowUp]:
-    """One output of each route in turn (routes in first-seen order)."""
+    """One output of each route in turn (routes in first-seen order), one per seed and
+    route: a repeated seed replays the engine's random stream (a round repeating an item,
+    or one seed for every prompt), so those outputs are not independent draws."""
     by_route: dict[str, list[FollowUp]] = {}
+    seen: set[tuple[str, str]] = set()
     for f in found:
+        key = (f.candidate, f"seed {f.request.seed}")
+        if key in seen:
+            continue
+        seen.add(key)
         by_route.setdefault(f.candidate, []).append(f)
     return [f for group in zip_longest(*by_route.values()) for f in group if f is not None]
 
