@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepseekbench._engine._costs import CostModel
 from deepseekbench._engine._faults import FaultConfig
-from deepseekbench._engine._speculative import DEFAULT_DEPTH
+from deepseekbench._engine._speculative import DEFAULT_DEPTH, SamplerFaults
 from deepseekbench._types._axes import Dialect, Speculative
 
 SERVED_DIALECTS: frozenset[Dialect] = frozenset(
@@ -22,7 +22,14 @@ class EngineConfig(BaseModel):
     ``draft_depth``: draft tokens per verify step ``k`` (tokens); ``None`` picks
     the method's default (mtp 1 as in DeepSeek V4 Pro, dspark 4, eagle3/draft/
     ngram 3, off 0). ``dialect``: how per-request acceptance is reported.
-    ``mistuned_draft``: the lossy-verify fault. ``cost``: step costs (ms).
+    ``mistuned_draft``: the lossy-verify fault. ``relaxed_acceptance``: TensorRT-LLM's
+    MTP relaxed acceptance as a fault (accept a draft token among the target's
+    ``relaxed_topk`` within ``relaxed_delta`` nats of its top-1; greedy and sampled).
+    ``argmax_acceptance``: the verify accepts and emits the target's argmax at
+    temperature > 0 (mistral.rs PR #2424). ``draft_ignores_temperature``: the draft
+    samples at temperature 1 while the verify's ratio assumes the tempered draft
+    (z-lab/dflash issue #74). The sampler faults are defined in
+    :mod:`deepseekbench._engine._speculative`. ``cost``: step costs (ms).
     ``faults``: injected faults. ``seed``: sampling and fault draws.
     ``max_context_tokens``: prompt + output limit (tokens).
     ``default_max_tokens``: output cap when a request gives none (tokens).
@@ -53,6 +60,12 @@ class EngineConfig(BaseModel):
     draft_depth: int | None = Field(default=None, ge=1, le=16, description="Draft tokens per step.")
     dialect: Dialect = Dialect.vllm
     mistuned_draft: bool = False
+    # lossy sampler faults (deepseekbench/_engine/_speculative.py, SamplerFaults)
+    relaxed_acceptance: bool = False
+    relaxed_topk: int = Field(default=3, ge=1, le=20, description="Relaxed top-k (tokens).")
+    relaxed_delta: float = Field(default=1.0, ge=0, description="Relaxed bound (nats).")
+    argmax_acceptance: bool = False
+    draft_ignores_temperature: bool = False
     cost: CostModel = CostModel()
     faults: FaultConfig = FaultConfig()
     seed: int = 0
@@ -88,6 +101,17 @@ class EngineConfig(BaseModel):
         if self.speculative is Speculative.off and self.draft_depth is not None:
             raise ValueError("draft_depth is meaningless with speculative='off'")
         return self
+
+    @property
+    def sampler_faults(self) -> SamplerFaults:
+        """The decoder's lossy verify faults from these switches."""
+        return SamplerFaults(
+            mistuned=self.mistuned_draft,
+            relaxed_topk=self.relaxed_topk if self.relaxed_acceptance else 0,
+            relaxed_delta=self.relaxed_delta,
+            argmax_acceptance=self.argmax_acceptance,
+            draft_ignores_temperature=self.draft_ignores_temperature,
+        )
 
     @property
     def effective_draft_depth(self) -> int:

@@ -214,6 +214,18 @@ def _banner(config: EngineConfig, base_url: str) -> str:
         line += " MISTUNED DRAFT (lossy verify: outputs are not exact)"
     if config.numerics:
         line += " NUMERICS (verify flips near-ties)"
+    lossy = [
+        name
+        for name, on in (
+            (f"relaxed acceptance (top-{config.relaxed_topk}, {config.relaxed_delta} nats)",
+             config.relaxed_acceptance),
+            ("argmax acceptance at T > 0", config.argmax_acceptance),
+            ("draft ignores temperature", config.draft_ignores_temperature),
+        )
+        if on
+    ]  # fmt: skip
+    if lossy:
+        line += f" LOSSY SAMPLER: {', '.join(lossy)}"
     faults = sorted(k.value for k in config.faults.enabled())
     if faults:
         line += f" FAULTS: {', '.join(faults)}"

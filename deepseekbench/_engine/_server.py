@@ -100,6 +100,8 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)  # -1 or 0: no cut (vLLM)
     seed: int | None = None
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1, le=1)
@@ -509,8 +511,10 @@ class EngineState:
             self.config.effective_draft_depth,
             temperature=req.temperature if req.temperature is not None else 0.0,
             rng=random.Random(seed),
-            mistuned=self.config.mistuned_draft,
             verify_argmax=self.numerics.verify_argmax if self.numerics is not None else None,
+            top_k=req.top_k or 0,
+            top_p=req.top_p if req.top_p is not None else 1.0,
+            faults=self.config.sampler_faults,
         )
         cached = self.prefix_cache.lookup(prompt)
         self.metrics.prefix_lookup(prompt_tokens, cached)

@@ -14,14 +14,39 @@ argmax, so the output is identical to plain greedy decoding. Sampling
 ``min(1, p(x)/q(x))``, else resample from ``norm(max(0, p - q))`` — which keeps
 the target's distribution exactly.
 
-The *mis-tuned draft* fault replaces that test by a lossy one: a draft token is
-accepted whenever the target gives it probability ≥ ``LOOSE_ACCEPT_PROB`` (it is
-"plausible"), even when it is not the target's choice. It accepts more, so it is
-faster, and it changes the output of a share of prompts (see docs/engine.md).
+Sampling order (temperature > 0), as vLLM's sampler: the target's probabilities are
+raised to ``1/temperature`` and renormalised, then cut to the ``top_k`` most probable
+(``top_k`` ≤ 0: no cut), then to the smallest most-probable-first set whose mass reaches
+``top_p`` (at least one token), then renormalised (:func:`process`); ties rank the
+smaller code point first. No penalties (presence, frequency, repetition) exist. The
+draft is tempered the same way, never cut. Speculative sampling uses that processed
+target ``p`` and the draft's ``q``, so it keeps ``p`` exactly.
+
+Sampler faults, each lossy, each off by default (:class:`SamplerFaults`):
+
+- *mis-tuned draft*: a draft token is accepted whenever the target gives it
+  probability ≥ ``LOOSE_ACCEPT_PROB`` (it is "plausible"), even when it is not the
+  target's choice. It accepts more, so it is faster, and it changes the output of a
+  share of prompts (see docs/engine.md).
+- *relaxed acceptance* (TensorRT-LLM MTP ``use_relaxed_acceptance_for_thinking``): a
+  draft token is accepted outright when it is among the target's ``relaxed_topk`` most
+  probable tokens and its logprob is within ``relaxed_delta`` nats of the top-1's (the
+  target's raw, untempered distribution); otherwise the exact rule decides.
+  Greedy and sampled.
+- *argmax acceptance at T > 0* (mistral.rs PR #2424): the verify pass accepts a draft
+  token only when it is the target's argmax, and its correction and bonus token are the
+  argmax, whatever the temperature; only plain (non-verify) steps sample.
+- *draft ignores temperature* (z-lab/dflash issue #74): the draft samples its token from its
+  untempered distribution ``q_1`` while the verify computes the acceptance ratio
+  ``min(1, p(x)/q_T(x))`` and the residual ``max(0, p - q_T)`` with the tempered
+  ``q_T`` it expects. The proposal is then not the ``q`` of the ratio, and the output is
+  no longer distributed as ``p`` (rejection sampling is exact for any proposal only
+  when the ratio uses the proposal actually sampled from).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +81,24 @@ NGRAM_MAX_MATCH: Final[int] = 4
 
 
 @dataclass(frozen=True, slots=True)
+class SamplerFaults:
+    """The lossy verify faults of one decoder (module docstring); all off by default.
+
+    ``mistuned``: accept a draft token with target probability ≥ ``LOOSE_ACCEPT_PROB``.
+    ``relaxed_topk``: relaxed acceptance's top-k (tokens; 0 = off); ``relaxed_delta``:
+    its bound below the top-1 logprob (nats). ``argmax_acceptance``: verify by the
+    target's argmax at temperature > 0. ``draft_ignores_temperature``: the draft samples
+    at temperature 1 while the verify assumes its tempered distribution.
+    """
+
+    mistuned: bool = False
+    relaxed_topk: int = 0
+    relaxed_delta: float = 0.0
+    argmax_acceptance: bool = False
+    draft_ignores_temperature: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class StepOutcome:
     """What one verify step produced for one sequence.
 
@@ -76,6 +119,32 @@ def _temper(dist: Dist, temperature: float) -> Dist:
     return {ch: p / total for ch, p in powered.items()}
 
 
+def ranked(dist: Dist) -> list[tuple[str, float]]:
+    """``dist`` most probable first; ties rank the smaller code point first."""
+    return sorted(dist.items(), key=lambda kv: (-kv[1], ord(kv[0])))
+
+
+def process(dist: Dist, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Dist:
+    """The sampling distribution: ``dist`` tempered (``temperature`` > 0), then cut to the
+    ``top_k`` most probable (``top_k`` ≤ 0: no cut), then to the smallest most-probable-
+    first prefix whose mass reaches ``top_p`` (0 < ``top_p`` ≤ 1; at least one token),
+    renormalised. The embedded engine's order (module docstring); no penalties."""
+    kept = ranked(_temper(dist, temperature))
+    if top_k > 0:
+        kept = kept[:top_k]
+    if top_p < 1.0:
+        total = sum(p for _, p in kept)
+        mass, cut = 0.0, len(kept)
+        for i, (_, p) in enumerate(kept):
+            mass += p / total
+            if mass >= top_p:
+                cut = i + 1
+                break
+        kept = kept[:cut]
+    total = sum(p for _, p in kept)
+    return {ch: p / total for ch, p in kept}
+
+
 def _sample(dist: Dist, rng: random.Random) -> str:
     items = sorted(dist.items())
     r = rng.random() * sum(p for _, p in items)
@@ -90,8 +159,10 @@ def _sample(dist: Dist, rng: random.Random) -> str:
 class Decoder:
     """Decodes one sequence step by step with ``method`` and draft depth ``k``.
 
-    ``temperature`` 0 means greedy; ``rng`` drives sampling (seeded per request).
-    ``mistuned`` turns on the lossy verify fault. ``verify_argmax`` is the greedy
+    ``temperature`` 0 means greedy; ``rng`` drives sampling (seeded per request);
+    ``top_k`` / ``top_p`` cut the sampling distribution (:func:`process`).
+    ``mistuned`` turns on the mis-tuned verify fault, ``faults`` any of the lossy
+    verify faults (:class:`SamplerFaults`). ``verify_argmax`` is the greedy
     choice of a verify pass (a draft token's check and the bonus token); default the
     target's argmax, the numerics mode's flips near-ties
     (:mod:`deepseekbench._engine._numerics`). Raises ``ValueError`` for a negative
@@ -108,6 +179,9 @@ class Decoder:
         rng: random.Random,
         mistuned: bool = False,
         verify_argmax: Callable[[str], str] | None = None,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        faults: SamplerFaults | None = None,
     ) -> None:
         if k < 0 or temperature < 0:
             raise ValueError("draft depth and temperature must be non-negative")
@@ -116,8 +190,11 @@ class Decoder:
         self._k = 0 if method is Speculative.off else k
         self._temperature = temperature
         self._rng = rng
-        self._mistuned = mistuned
+        self._faults = faults or SamplerFaults()
+        self._mistuned = mistuned or self._faults.mistuned
         self._verify_argmax = verify_argmax or lm.target_argmax
+        self._top_k = top_k
+        self._top_p = top_p
 
     @property
     def depth(self) -> int:
@@ -151,12 +228,14 @@ class Decoder:
 
     def _target(self, ctx: str) -> Dist:
         p = self._lm.target(ctx)
-        return _temper(p, self._temperature) if self._temperature > 0 else p
+        if self._temperature == 0:
+            return p
+        return process(p, self._temperature, self._top_k, self._top_p)
 
     def _next(self, ctx: str, *, verify: bool = False) -> str:
         """One token from the target at ``ctx`` (argmax, or a sample); ``verify``: the
         token comes from a verify pass (the bonus token)."""
-        if self._temperature == 0:
+        if self._temperature == 0 or (verify and self._faults.argmax_acceptance):
             return self._verify_argmax(ctx) if verify else self._lm.target_argmax(ctx)
         return _sample(self._target(ctx), self._rng)
 
@@ -171,8 +250,10 @@ class Decoder:
         cur = ctx
         for _ in range(k):
             if self._temperature > 0:
-                q = _temper(self._lm.draft(order, cur), self._temperature)
-                d = _sample(q, self._rng)
+                raw = self._lm.draft(order, cur)
+                q = _temper(raw, self._temperature)
+                # the fault: the draft samples untempered; the verify still expects q
+                d = _sample(raw if self._faults.draft_ignores_temperature else q, self._rng)
             else:
                 q = {}
                 d = self._lm.draft_argmax(order, cur)
@@ -188,6 +269,11 @@ class Decoder:
 
         ``q`` is the draft distribution ``d`` was sampled from (unused when greedy).
         """
+        if self._relaxed_accepts(d, ctx):
+            return None
+        if self._faults.argmax_acceptance and self._temperature > 0:
+            t = self._verify_argmax(ctx)
+            return None if t == d else t
         if self._temperature == 0 and not self._mistuned:
             t = self._verify_argmax(ctx)
             return None if t == d else t
@@ -203,6 +289,17 @@ class Decoder:
             return None
         residual = {ch: pp - q.get(ch, 0.0) for ch, pp in p.items() if pp > q.get(ch, 0.0)}
         return _sample(residual if residual else p, self._rng)
+
+    def _relaxed_accepts(self, d: str, ctx: str) -> bool:
+        """Relaxed acceptance: ``d`` among the raw target's ``relaxed_topk`` and within
+        ``relaxed_delta`` nats of its top-1 (module docstring); ``False`` when off."""
+        f = self._faults
+        if f.relaxed_topk <= 0:
+            return False
+        raw = self._lm.target(ctx)
+        top = ranked(raw)[: f.relaxed_topk]
+        pd = raw.get(d, 0.0)
+        return any(ch == d for ch, _ in top) and math.log(top[0][1] / pd) <= f.relaxed_delta
 
 
 def _prompt_lookup(ctx: str, k: int) -> list[str]:
