@@ -44,6 +44,15 @@ towards more likely tokens at each position (argmax acceptance, a draft that ign
 the temperature, relaxed acceptance) has ``Δ`` equal to its total variation per token,
 so ``Δ`` is also the smallest such total-variation distortion caught.
 
+**The end of the output.** The scored text ends before the end-of-sequence token that
+stopped it, and no position of it holds one: every scored position is one where the
+sampler did *not* stop. So each position is tested against the law given "not the
+end": the end-of-sequence tokens (:data:`STOP_PIECES`, as engines decode them) are taken
+out of the categories after temperature and truncation, and the rest renormalised (the
+token given "not EOS" is a draw from that law under a correct sampler). An EOS outside
+the top-k stays in "other" (bounded by the tail; one more reason for a large k).
+Outputs cut by ``max_tokens`` need nothing: a stop by count selects no token.
+
 A token outside the truncated support (top-k or top-p cut it, with no doubt left by
 ``slack``) cannot come from a correct sampler; it is counted in ``outside_support``
 and the witness rejects.
@@ -64,6 +73,7 @@ from deepseekbench._types._margin import TopLogprob
 __all__ = [
     "DEFAULT_WITNESS_POWER",
     "RANK_BINS",
+    "STOP_PIECES",
     "SamplingSpec",
     "WitnessExclusion",
     "WitnessPosition",
@@ -83,6 +93,20 @@ DEFAULT_WITNESS_POWER = 0.9
 RANK_BINS = (1, 2, 3, 4, 7)
 """First 1-based rank of each rank bin of the chi-square: ranks 1, 2, 3, 4-6, 7-k, then
 "other" (bins past ``k`` dropped)."""
+
+STOP_PIECES: frozenset[bytes] = frozenset(
+    piece.encode()
+    for piece in (
+        "",  # the embedded engine's end-of-sequence (and any token that spells nothing)
+        "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek V3/R1/V4
+        "</s>",
+        "<|endoftext|>",
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|end_of_text|>",
+    )
+)
+"""End-of-sequence tokens as engines decode them: the scored text never holds them."""
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid")
 _RAW_SUM_SLACK = 1e-3  # top-k raw masses may sum past 1 by float rounding only
@@ -285,9 +309,14 @@ def _apply_top_p(
     return out, ((0.0, tail[1]) if reach[0] else (0.0, 0.0))
 
 
+def _piece(pos: WitnessPosition) -> bytes:
+    """The forced token's UTF-8 bytes."""
+    return pos.token_bytes if pos.token_bytes is not None else pos.token.encode()
+
+
 def _category(pos: WitnessPosition, top: Sequence[TopLogprob]) -> int:
     """Index of the sampled token among ``top`` (by UTF-8 bytes), ``len(top)`` for "other"."""
-    piece = pos.token_bytes if pos.token_bytes is not None else pos.token.encode()
+    piece = _piece(pos)
     for i, alt in enumerate(top):
         if alt.piece == piece:
             return i
@@ -348,6 +377,12 @@ def _one_position(
     if isinstance(nucleus, str):
         return nucleus
     w, (lo, hi) = nucleus
+    stops = np.array([a.piece in STOP_PIECES for a in top])
+    if _piece(pos) in STOP_PIECES:
+        return "the forced token is an end-of-sequence token"
+    w = np.where(stops, 0.0, w)  # the law given "not the end" (module docstring)
+    if float(w.sum()) + hi <= 0.0:
+        return "only end-of-sequence tokens in the support"
     law_lo, law_hi = _law_at(w, lo), _law_at(w, hi)
     if abs(float(law_hi[-1] - law_lo[-1])) > tol:
         return "tail mass uncertain beyond tail_tolerance"

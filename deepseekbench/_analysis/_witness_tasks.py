@@ -15,10 +15,10 @@ by position): only the first output of each seed is an independent draw. Above
 temperature 0 the schedule seeds each prompt apart
 (:func:`~deepseekbench._plan._schedule.sampled_seed`).
 
-Bounded by ``parity.witness_max_requests`` and ``parity.witness_max_tokens`` (the
-output tokens scored; usage's ``completion_tokens``, else the characters as an upper
-bound): the outputs are taken in turn across routes (one of each route, then the next),
-so a bound cuts every route alike. An output already scored in the results file (a
+Bounded per route by ``parity.witness_max_requests`` and ``parity.witness_max_tokens``
+(the output tokens scored; usage's ``completion_tokens``, else the characters as an
+upper bound), outputs taken in schedule order; the whole run costs at most the routes
+times those bounds. An output already scored in the results file (a
 ``witness_score`` record) is not asked again, and counts against the bounds.
 """
 
@@ -86,7 +86,8 @@ def _tokens(f: FollowUp, state: ResultsState) -> int:
 
 
 def _in_turn(found: Iterable[FollowUp]) -> list[FollowUp]:
-    """One output of each route in turn (routes in first-seen order), one per seed and
+    """One output of each route in turn (routes in first-seen order; the cost is asked of
+    ``off`` in that order, so every route's share arrives together), one per seed and
     route: a repeated seed replays the engine's random stream (a round repeating an item,
     or one seed for every prompt), so those outputs are not independent draws."""
     by_route: dict[str, list[FollowUp]] = {}
@@ -115,13 +116,15 @@ def witness_tasks(
         found += _parity(plan, state, bl)
     if plan.temperature > 0:
         found += _traffic(plan, state, bl)
-    requests, tokens = 0, 0
+    requests: dict[str, int] = {}
+    tokens: dict[str, int] = {}
     out: list[FollowUp] = []
     for f in _in_turn(found):
         cost = _tokens(f, state)
-        if requests + 1 > p.witness_max_requests or tokens + cost > p.witness_max_tokens:
-            break
-        requests, tokens = requests + 1, tokens + cost
+        n, t = requests.get(f.candidate, 0), tokens.get(f.candidate, 0)
+        if n + 1 > p.witness_max_requests or t + cost > p.witness_max_tokens:
+            continue
+        requests[f.candidate], tokens[f.candidate] = n + 1, t + cost
         if follow_up_key(f) not in state.witness_scores:
             out.append(f)
     return out

@@ -218,8 +218,8 @@ class ParityPlan(BaseModel):
         witness_top_k: alternatives asked per scored position (tokens, 1..20).
         witness_min_tokens: tested tokens a route needs before its witness can verify
             (tokens; the default detects a PIT-CDF distance of 0.066 at power 0.9).
-        witness_max_requests / witness_max_tokens: bounds on the witness's follow-up
-            requests per run, and on the output tokens they score (tokens).
+        witness_max_requests / witness_max_tokens: bounds per route on the witness's
+            follow-up requests, and on the output tokens they score (tokens).
 
     Raises:
         pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` outside
@@ -249,5 +249,5 @@ class ParityPlan(BaseModel):
     witness: bool = True
     witness_top_k: int = Field(default=20, ge=1, le=20)
     witness_min_tokens: int = Field(default=2000, ge=1)
-    witness_max_requests: int = Field(default=400, ge=0)
-    witness_max_tokens: int = Field(default=200_000, ge=0)
+    witness_max_requests: int = Field(default=200, ge=0)
+    witness_max_tokens: int = Field(default=50_000, ge=0)

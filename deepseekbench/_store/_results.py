@@ -123,6 +123,7 @@ RECORD_KINDS = frozenset(
         "workload",
         "server_cache",
         "divergence_margin",
+        "witness_score",
         "engine_determinism",
         "search_probe",
         "calibration",
