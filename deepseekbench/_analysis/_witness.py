@@ -360,6 +360,8 @@ def _one_position(
 ) -> _Scored | str:
     """The kept position's figures, or why it is excluded; "outside support" when the
     truncated target gives the token probability 0."""
+    if _piece(pos) in STOP_PIECES:
+        return "the forced token is an end-of-sequence token"
     top = sorted(pos.top, key=lambda a: -a.logprob)[:k]
     if not top:
         return "no alternatives at the position"
@@ -378,8 +380,6 @@ def _one_position(
         return nucleus
     w, (lo, hi) = nucleus
     stops = np.array([a.piece in STOP_PIECES for a in top])
-    if _piece(pos) in STOP_PIECES:
-        return "the forced token is an end-of-sequence token"
     w = np.where(stops, 0.0, w)  # the law given "not the end" (module docstring)
     if float(w.sum()) + hi <= 0.0:
         return "only end-of-sequence tokens in the support"

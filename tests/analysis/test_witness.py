@@ -145,6 +145,19 @@ def test_exclusions_and_support() -> None:
     assert short.detectable_distance == 1.0
 
 
+def test_a_complete_short_list_has_no_tail_and_the_end_is_conditioned_out() -> None:
+    spec = SamplingSpec(temperature=0.7)
+    full = _pos("t1", [math.log(0.5), math.log(0.3), math.log(0.2)])
+    assert witness([full], spec, top_k=20, alpha=ALPHA, seed=1).tokens_tested == 1
+    eos = (TopLogprob(token="", logprob=math.log(0.5)),)
+    ended = sim.Pos(
+        token="a", token_bytes=None, top=(*eos, TopLogprob(token="a", logprob=math.log(0.5)))
+    )
+    stopped = sim.Pos(token="", token_bytes=None, top=eos)
+    r = witness([ended, stopped], spec, top_k=2, alpha=ALPHA, seed=1)
+    assert r.tokens_tested == 1 and r.exclusions[0].reason.startswith("the forced token is an end")
+
+
 def test_the_same_inputs_give_the_same_result() -> None:
     spec = SamplingSpec(temperature=0.7)
     assert _run(sim.correct, 3, 200, spec) == _run(sim.correct, 3, 200, spec)
