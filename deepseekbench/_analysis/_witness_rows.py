@@ -202,7 +202,10 @@ def apply_witness(
         return parity[0], parity[1], {}
     w = witnesses.get((route, mode))
     verdict, note = witness_verdict(w, plan.parity.witness_min_tokens)
-    reason = f"{parity[1]}; {note}"
+    before = parity[1].replace(
+        "the row relies on task parity", "the distribution witness judges it"
+    )
+    reason = f"{before}; {note}"
     if QualityParity.differs in (parity[0], verdict):
         return QualityParity.differs, reason, _fields(w, note)
     if parity[0] is QualityParity.verified and verdict is QualityParity.verified:
