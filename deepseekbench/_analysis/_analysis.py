@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from deepseekbench._analysis._route_parity import RouteParity, build_parity
 from deepseekbench._analysis._rows import RowInput, build_row, row_identity, with_identity
 from deepseekbench._analysis._rowstats import WINDOW_METRICS, RowRequests
+from deepseekbench._analysis._witness_rows import route_witnesses
 from deepseekbench._errors import PlanError
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._records._measurement import StreamMeasurement, is_unsent
@@ -418,7 +419,13 @@ def build_result(
     (pure: same records, same result; no file is read). ``meta``, ``integrity`` and
     the counts are carried as given (see :class:`RunResult`); ``launched``: what was
     launched per route label (``[routes.launch]``), copied onto that route's rows."""
-    inp = RowInput(plan, state, build_parity(plan, state, parity_set), launched or {})
+    inp = RowInput(
+        plan,
+        state,
+        build_parity(plan, state, parity_set),
+        launched or {},
+        route_witnesses(plan, state),
+    )
     rows: list[Row] = []
     keys: list[RowKey] = []
     traffic: dict[RowKey, ParityResult] = {}

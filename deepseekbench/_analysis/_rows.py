@@ -35,6 +35,7 @@ from deepseekbench._analysis._rowstats import (
 from deepseekbench._analysis._spec_fields import cell_spec_fields
 from deepseekbench._analysis._stats import percentiles
 from deepseekbench._analysis._traffic import Indexed, traffic_control, traffic_parity
+from deepseekbench._analysis._witness_rows import RouteWitness, apply_witness
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._routes import CellPlan, RoutePlan
 from deepseekbench._records._client_clock import client_clock_fields
@@ -237,6 +238,7 @@ class RowInput:
     state: ResultsState
     parity: dict[tuple[str, ReasoningMode], RouteParity]
     launched: Mapping[str, LaunchRecord] = field(default_factory=dict)
+    witnesses: Mapping[tuple[str, str], RouteWitness] = field(default_factory=dict)
 
 
 def build_row(
@@ -255,6 +257,9 @@ def build_row(
         parity, reason = _join_parity(plan, rp, traffic)
     parity, reason, noise = _within_noise(inp, route, cell, load, (parity, reason), traffic, off)
     noise = determinism_fields(inp.state.determinism, route.label, plan.off_route.label, noise)
+    mode = cell.reasoning_mode.value
+    parity, reason, seen = apply_witness(plan, inp.witnesses, route.label, mode, (parity, reason))
+    noise = noise | seen
     server = _server_window(inp.state, route.label, cell.cell_id, load)
     row = Row(
         **row_identity(plan, cell, route, load),

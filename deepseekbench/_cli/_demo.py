@@ -8,8 +8,10 @@ capacity search) and the three scenario runs (main, ``--numerics``, ``--capacity
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import os
+import random
 import shutil
 import time
 from collections.abc import Sequence
@@ -44,6 +46,7 @@ __all__ = [
     "run_demo",
     "run_demo_capacity",
     "run_demo_numerics",
+    "run_demo_sampling",
 ]
 
 DEMO_CONCURRENCY: tuple[int, ...] = (1, 2, 8)
@@ -262,6 +265,75 @@ async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) 
     return exit_for(result)
 
 
+# `demo --sampling`: the distribution witness at temperature > 0
+DEMO_SAMPLING_TEMPERATURE = 0.7
+"""The sampling scenario's temperature."""
+DEMO_SAMPLING_PROMPTS = 120
+"""The sampling scenario's prompts (each sent once, its own seed): 3-digit sums and
+8-letter reversals the reference model has not seen, where its answers are uncertain;
+about 3000 sampled tokens per route, past the witness's default 2000."""
+
+
+def _sampling_prompts() -> list[str]:
+    rng = random.Random(5)
+    out: list[str] = []
+    for i in range(DEMO_SAMPLING_PROMPTS):
+        if i % 2:
+            out.append(f"What is {rng.randint(100, 999)} + {rng.randint(100, 999)}?")
+        else:
+            word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8))
+            out.append(f"Reverse the word {word}.")
+    return out
+
+
+async def run_demo_sampling(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The sampling demo scenario: at temperature 0.7, ``off``, an exact mtp and mtp with
+    each of the embedded engine's sampler faults (argmax acceptance, a draft that
+    ignores the temperature, relaxed acceptance), judged by the distribution witness
+    (``off`` scores every sampled output in one pass; docs/rows-and-gate.md)."""
+    from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
+    from deepseekbench._net._gate import LiveGate
+    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._report._scorecard import Scorecard
+    from deepseekbench._runner._run import run_plan
+    from deepseekbench._types._axes import Speculative
+
+    t0 = time.perf_counter()
+    off = EngineConfig(cost=CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN))
+    mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH})
+    faults = ("argmax_acceptance", "draft_ignores_temperature", "relaxed_acceptance")
+    configs = [off, mtp, *(mtp.model_copy(update={f: True}) for f in faults)]
+    async with contextlib.AsyncExitStack() as stack:
+        engines = [await stack.enter_async_context(EmbeddedEngine(c)) for c in configs]
+        data = demo_plan([e.base_url for e in engines[:3]]).model_dump(mode="json")
+        labels = ["off", "mtp", *(f"mtp-{f.split('_')[0]}" for f in faults)]
+        base = data["routes"][1]
+        data["routes"] = [data["routes"][0]] + [
+            {**base, "label": label, "base_url": e.base_url}
+            for label, e in zip(labels[1:], engines[1:], strict=True)
+        ]
+        data |= {"temperature": DEMO_SAMPLING_TEMPERATURE, "repeats": 1, "warmup_per_cell": 0}
+        data |= {"requests_per_cell": DEMO_SAMPLING_PROMPTS}
+        data["arrival"]["concurrency"] = [8]
+        data["workload"] = {"prompts": _sampling_prompts(), "output_length": "natural"}
+        prog = StderrProgress(err)
+        try:
+            result = await run_plan(
+                BenchmarkPlan.model_validate(data),
+                gate=LiveGate(),
+                results_path=args.results,
+                progress=prog,
+            )
+        finally:
+            prog.close()
+    out.write(Scorecard.from_run(result).render(args.format))
+    for row in result.rows:
+        out.write(f"{row.route_label}: {row.quality_parity.value}: {row.witness_note}\n")
+    out.flush()
+    err.write(f"\nresults: {args.results}\ndemo wall time: {time.perf_counter() - t0:.1f} s\n")
+    return exit_for(result)
+
+
 # `demo --capacity`, engines launched from the plan, the depth grid, [search]
 DEMO_CAPACITY_DEPTHS: tuple[int, ...] = (1, 2, 4)
 """The capacity scenario's mtp depth grid (draft tokens per verify step): one launched
@@ -407,6 +479,8 @@ def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     args.results = results_path(args.results)
     if args.numerics:
         return anyio.run(run_demo_numerics, args, out, err)
+    if getattr(args, "sampling", False):
+        return anyio.run(run_demo_sampling, args, out, err)
     if args.capacity:
         return anyio.run(run_demo_capacity, args, out, err)
     return anyio.run(run_demo, args, out, err)

@@ -87,6 +87,12 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "and the mis-tuned mtp; one run judged under parity.exact = bit_exact, then "
         "within_noise (the same results file, nothing measured twice)",
     )
+    demo.add_argument(  # the distribution witness at temperature > 0
+        "--sampling",
+        action="store_true",
+        help="the sampling scenario: at temperature 0.7, off, mtp and mtp with each "
+        "sampler fault, judged by the distribution witness",
+    )
     demo.add_argument(  # capacity under SLO
         "--capacity",
         action="store_true",

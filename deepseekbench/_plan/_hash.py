@@ -62,7 +62,18 @@ def _as_before(data: dict[str, Any]) -> None:
         workload["reach_max_tokens"] = workload.pop("output_length") == "forced"
 
 
-_PARITY_NOT_HASHED = {"exact", "tau_nats", "forensics", "profile_outputs", "lossy_rate"}
+_PARITY_NOT_HASHED = {
+    "exact",
+    "tau_nats",
+    "forensics",
+    "profile_outputs",
+    "lossy_rate",
+    "witness",
+    "witness_top_k",
+    "witness_min_tokens",
+    "witness_max_requests",
+    "witness_max_tokens",
+}
 """The within-noise parity keys change the verdict's rule, never a measured request."""
 
 

@@ -23,6 +23,7 @@ determinism control of the measured traffic.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -213,6 +214,17 @@ def measure_slot(plan: BenchmarkPlan, index: int) -> tuple[int, int]:
     return index % rounds, index // rounds
 
 
+def sampled_seed(seed: int, key: str, temperature: float) -> int:
+    """The seed sent for the prompt ``key``: ``seed`` at temperature 0; above it, ``seed``
+    offset by the CRC-32 of ``key`` (mod 2^31), so distinct prompts draw from distinct
+    random streams. One seed for every prompt would couple the sampled outputs position
+    by position (the same uniforms), and the distribution witness needs independent
+    draws (docs/rows-and-gate.md)."""
+    if temperature == 0:
+        return seed
+    return (seed + zlib.crc32(key.encode())) % 2**31
+
+
 def _parity_request(plan: BenchmarkPlan, p: ParityPrompt, mode: ReasoningMode) -> ChatRequest:
     temperature = plan.parity.task_temperature if p.task is not None else 0.0
     max_tokens = (p.task.max_tokens if p.task is not None else None) or plan.parity.max_tokens
@@ -220,21 +232,22 @@ def _parity_request(plan: BenchmarkPlan, p: ParityPrompt, mode: ReasoningMode) -
         messages=({"role": "user", "content": p.text},),
         max_tokens=max_tokens,
         temperature=temperature,
-        seed=plan.parity.seed,
+        seed=sampled_seed(plan.parity.seed, p.prompt_id, temperature),
         reasoning_mode=mode,
     )
 
 
 def measure_request(plan: BenchmarkPlan, cell: CellPlan, item: WorkloadItem) -> ChatRequest:
     """The measured request for ``item``'s first turn in ``cell``: its own output target
-    (tokens; drawn, or pinned by calibration) else the cell's cap, at the
-    plan's temperature and seed; decoded past EOS when the plan forces it, to exactly the
-    natural length (its end-of-sequence allowed there) when the plan pins it."""
+    (tokens; drawn, or pinned by calibration) else the cell's cap, at the plan's
+    temperature and seed (per prompt above temperature 0: :func:`sampled_seed`); decoded
+    past EOS when the plan forces it, to exactly the natural length (its end-of-sequence
+    allowed there) when the plan pins it."""
     return ChatRequest(
         messages=({"role": "user", "content": item.turns[0]},),
         max_tokens=item.output_target(0) or cell.request_max_tokens,
         temperature=plan.temperature,
-        seed=plan.seed,
+        seed=sampled_seed(plan.seed, item.id, plan.temperature),
         reasoning_mode=cell.reasoning_mode,
         reach_max_tokens=plan.reach_max_tokens,
         pinned_length=plan.workload.output_length == "pinned",

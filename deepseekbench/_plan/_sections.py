@@ -220,6 +220,15 @@ class ParityPlan(BaseModel):
         lossy_rate: the decisive-divergence rate per compared output (a fraction) a
             ``verified`` within-noise verdict must exclude at ``alpha`` (the
             Clopper-Pearson bound); a smaller sample gives ``unknown``.
+        witness: above temperature 0, after measurement, ask ``off`` to score every
+            route's sampled outputs in one pass (teacher forcing) and test that the
+            tokens are draws from ``off``'s distribution (the distribution witness,
+            docs/rows-and-gate.md); one follow-up request per output, to ``off`` only.
+        witness_top_k: alternatives asked per scored position (tokens, 1..20).
+        witness_min_tokens: tested tokens a route needs before its witness can verify
+            (tokens; the default detects a PIT-CDF distance of 0.066 at power 0.9).
+        witness_max_requests / witness_max_tokens: bounds per route on the witness's
+            follow-up requests, and on the output tokens they score (tokens).
 
     Raises:
         pydantic.ValidationError: ``tolerance`` outside [0, 1), ``alpha`` or
@@ -249,3 +258,8 @@ class ParityPlan(BaseModel):
     forensics: bool = True
     profile_outputs: int = Field(default=64, ge=0, le=100_000)
     lossy_rate: float = Field(default=0.125, gt=0, lt=1)
+    witness: bool = True
+    witness_top_k: int = Field(default=20, ge=1, le=20)
+    witness_min_tokens: int = Field(default=2000, ge=1)
+    witness_max_requests: int = Field(default=200, ge=0)
+    witness_max_tokens: int = Field(default=50_000, ge=0)

@@ -182,6 +182,24 @@ def _divergence_notes(lines: Sequence[ScorecardLine]) -> list[str]:
     ]
 
 
+def _witness_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """One line per route with a distribution witness: its verdict and its cost
+    (follow-up requests to ``off``, output tokens scored; docs/rows-and-gate.md)."""
+    seen: dict[str, str] = {}
+    for ln in lines:
+        row = ln.row
+        if row.witness_note is None or ln.route in seen:
+            continue
+        cost = ""
+        if row.witness_requests is not None:
+            cost = (
+                f"; cost {row.witness_requests} follow-up requests to off, "
+                f"{row.witness_scored_tokens} tokens scored"
+            )
+        seen[ln.route] = f"{ln.route}: {row.witness_note}{cost}"
+    return list(seen.values())
+
+
 def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
     """Short outputs, then the footnotes of the ``*`` and ``!`` markers and of rounds."""
     notes = [
@@ -208,7 +226,8 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
 def scorecard_notes(lines: Sequence[ScorecardLine], client_workers: int | None) -> list[str]:
     """Every note of a scorecard, in order: crossovers, parity, per-line details,
     the client's health, the server's side, route identity, divergences explained,
-    tokens past ``off``'s end of sequence, then the footnotes."""
+    the distribution witness per route (verdict and cost), tokens past ``off``'s end
+    of sequence, then the footnotes."""
     notes: list[str] = [f"crossover: {c}" for c in crossovers(lines)]
     notes.extend(_parity_notes(lines))
     notes.extend(_detail_notes(lines))
@@ -216,6 +235,7 @@ def scorecard_notes(lines: Sequence[ScorecardLine], client_workers: int | None) 
     notes.extend(server_side_notes(lines))
     notes.extend(_identity_notes(lines))
     notes.extend(_divergence_notes(lines))
+    notes.extend(_witness_notes(lines))
     notes.extend(
         past_eos_notes(
             (_where(ln), ln.row.tokens_past_eos)

@@ -18,7 +18,9 @@ finished request to the results file as it arrives, and builds the rows from
 the records at the end.
 
 **Steps.** :func:`run_plan` runs six named steps (and the margin follow-up's ``.forensics``
-between execute and finish: ``off``'s logprobs at every divergence), each one short function:
+between execute and finish: ``off``'s logprobs at every divergence; then ``.witness``:
+above temperature 0, ``off``'s one-pass scoring of every sampled output), each one short
+function:
 :func:`~deepseekbench._runner._preflight.preflight` (read the plan's files, build the
 routes, ask the gate), :func:`~deepseekbench._runner._resume.open_store` (lock the
 results file, index what it holds), then
@@ -184,6 +186,7 @@ async def _run(
         work = steps.schedule(prepared)  # with the pinned lengths
         await steps.execute(work, counter, prepared)
         await steps.forensics()
+        await steps.witness()
         return steps.finish()
     except BaseExceptionGroup as group:
         # a failed write inside a task group: say so plainly, not as a group

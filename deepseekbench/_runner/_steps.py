@@ -15,6 +15,7 @@ import httpx
 
 from deepseekbench._analysis._analysis import RunMeta, RunResult, build_result
 from deepseekbench._analysis._follow_ups import follow_ups, profile_follow_ups, shown_directly
+from deepseekbench._analysis._witness_tasks import witness_tasks
 from deepseekbench._execute._calibrate import (
     calibrated_items,
     calibration_blocks,
@@ -31,6 +32,7 @@ from deepseekbench._execute._forensics import (
 from deepseekbench._execute._pool_executor import BlockExecutor, executor_for
 from deepseekbench._execute._prepare import PreparedWorkload, make_counter, prepare_workload
 from deepseekbench._execute._served_config import check_spec_config, engine_determinism
+from deepseekbench._execute._witness_scores import score_outputs
 from deepseekbench._execute._workers import PoolReport
 from deepseekbench._measure._measure import Timeouts
 from deepseekbench._measure._redact import redact_measurement
@@ -244,6 +246,28 @@ class Steps:
             self.recorder.profile(pf, prof)
         for key, m in shown_directly(self.store.state):
             self.recorder.margin_at(key, m)
+
+    async def witness(self) -> None:
+        """Step 5c: above temperature 0, every route's sampled outputs scored by ``off``
+        in one pass, one follow-up request each to ``off`` only, within the plan's
+        ``parity.witness_max_*`` bounds (:mod:`deepseekbench._execute._witness_scores`);
+        each score (or the reason there is none) is recorded as it arrives, and a
+        resumed run does not ask again."""
+        todo = witness_tasks(self.plan, self.store.state, self.blocks)
+        if not todo:
+            return
+        self.prog.set_phase("witness")
+        off = self.run.routes[self.plan.off_route.label]
+        scored = await score_outputs(
+            todo,
+            off=off,
+            gate=self.gate,
+            client=self.http,
+            timeout_s=self.plan.timeout_s,
+            top_k=self.plan.parity.witness_top_k,
+        )
+        for f, s in scored:
+            self.recorder.witness_score(f, s)
 
     def finish(self) -> RunResult:
         """Step 6: the result, built once from the store's records, then its

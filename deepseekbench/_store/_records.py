@@ -33,6 +33,7 @@ from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._noise import OffProfile
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
+from deepseekbench._types._scored import ScoredOutput
 
 __all__ = [
     "RECORD_ADAPTER",
@@ -51,6 +52,7 @@ __all__ = [
     "SearchProbeRecord",
     "ServerCacheRecord",
     "ServerMetricsRecord",
+    "WitnessScoreRecord",
     "WorkersRecord",
     "WorkloadEntry",
     "WorkloadRecord",
@@ -267,6 +269,22 @@ class OffProfileRecord(_Base):
     profile: OffProfile
 
 
+class WitnessScoreRecord(_Base):
+    """One sampled output of ``route`` scored by ``off`` in one pass (the distribution
+    witness's follow-up to ``off``): ``scored``, or the ``reason`` it could not be;
+    keyed as :class:`DivergenceMarginRecord`. A run that resumes does not ask again."""
+
+    record: Literal["witness_score"] = "witness_score"
+    route: str
+    source: str = "parity"
+    reasoning_mode: str = ""
+    cell: str | None = None
+    load: str | None = None
+    prompt_id: str
+    scored: ScoredOutput | None = None
+    reason: str | None = None
+
+
 class EngineDeterminismRecord(_Base):
     """A route's engine deterministic mode, as read before measuring (the
     server's word, the plan's declaration, or unknown); the latest per route wins."""
@@ -326,6 +344,7 @@ Record = Annotated[
     | ServerCacheRecord
     | DivergenceMarginRecord
     | OffProfileRecord
+    | WitnessScoreRecord
     | EngineDeterminismRecord
     | SearchProbeRecord,
     Field(discriminator="record"),

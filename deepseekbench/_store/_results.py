@@ -72,6 +72,7 @@ from deepseekbench._store._records import (
     SearchProbeRecord,
     ServerCacheRecord,
     ServerMetricsRecord,
+    WitnessScoreRecord,
     parse_record,
     record_json,
 )
@@ -83,6 +84,7 @@ from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._noise import OffProfile
 from deepseekbench._types._parity import ParityOutput
+from deepseekbench._types._scored import ScoredOutput
 
 __all__ = [
     "MAX_RECORD_BYTES",
@@ -125,6 +127,7 @@ RECORD_KINDS = frozenset(
         "server_cache",
         "divergence_margin",
         "off_profile",
+        "witness_score",
         "engine_determinism",
         "search_probe",
         "calibration",
@@ -419,6 +422,8 @@ class ResultsState:
     margins: dict[MarginKey, DivergenceMargin] = field(default_factory=dict)
     # off's profiles of its compared outputs by (source, reasoning mode, cell, load, prompt id)
     profiles: dict[ProfileStoreKey, OffProfile] = field(default_factory=dict)
+    # witness scores (off's one-pass scoring of a sampled output, or why not), keyed alike
+    witness_scores: dict[MarginKey, ScoredOutput | str] = field(default_factory=dict)
     # each route's engine deterministic mode (the latest record wins)
     determinism: dict[str, EngineDeterminism] = field(default_factory=dict)
     # the [search] levels probed, by load key, in the order first recorded
@@ -502,6 +507,10 @@ class ResultsState:
         elif isinstance(rec, OffProfileRecord):
             pk = (rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
             self.profiles[pk] = rec.profile
+        elif isinstance(rec, WitnessScoreRecord):
+            self._check_route(rec.route)
+            wkey = (rec.route, rec.source, rec.reasoning_mode, rec.cell, rec.load, rec.prompt_id)
+            self.witness_scores[wkey] = rec.scored if rec.scored is not None else rec.reason or ""
         elif isinstance(rec, EngineDeterminismRecord):
             self._check_route(rec.route)
             self.determinism[rec.route] = rec.determinism

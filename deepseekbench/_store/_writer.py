@@ -35,6 +35,7 @@ from deepseekbench._store._records import (
     SearchProbeRecord,
     ServerCacheRecord,
     ServerMetricsRecord,
+    WitnessScoreRecord,
     WorkersRecord,
     WorkloadEntry,
     WorkloadRecord,
@@ -49,6 +50,7 @@ from deepseekbench._types._margin import DivergenceMargin
 from deepseekbench._types._noise import OffProfile
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._types._row import Row
+from deepseekbench._types._scored import ScoredOutput
 from deepseekbench._version import __version__
 
 __all__ = ["Recorder", "parity_pid"]
@@ -276,6 +278,22 @@ class Recorder:
                 load=load, prompt_id=pid, margin=margin,
             )
         )  # fmt: skip
+
+    def witness_score(self, f: FollowUp, scored: ScoredOutput | str) -> None:
+        """One sampled output scored by ``off`` in one pass, or the reason it was not."""
+        self.store.append(
+            WitnessScoreRecord(
+                **self.base,
+                route=f.candidate,
+                source=f.source,
+                reasoning_mode=f.reasoning_mode,
+                cell=f.cell,
+                load=f.load,
+                prompt_id=f.prompt_id,
+                scored=scored if isinstance(scored, ScoredOutput) else None,
+                reason=scored if isinstance(scored, str) else None,
+            )
+        )
 
     def profile(self, f: ProfileFollowUp, profile: OffProfile) -> None:
         """``off``'s margins over one whole compared output."""

@@ -460,10 +460,11 @@ class Row(BaseModel):
         "(method, depth, draft model, engine keys); None = not launched",
     )
     # --- parity within the engine's own numerics -------------------
-    parity_basis: Literal["bit_exact", "within_noise"] = Field(
+    parity_basis: Literal["bit_exact", "within_noise", "distribution"] = Field(
         default="bit_exact",
         description="the rule quality_parity was judged by (plan key parity.exact): "
-        "'bit_exact' (identical outputs) or 'within_noise' (near-ties within off's own noise)",
+        "'bit_exact' (identical outputs) or 'within_noise' (near-ties within off's own noise); "
+        "'distribution' above temperature 0 (the distribution witness)",
     )
     divergences_near_tie: int | None = Field(
         default=None,
@@ -555,6 +556,43 @@ class Row(BaseModel):
     engine_deterministic_source: Literal["server", "plan"] | None = Field(
         default=None, description="where engine_deterministic came from (None: unknown)"
     )
+    # --- the distribution witness (temperature > 0) -------------------------
+    witness_test: str | None = Field(
+        default=None, description="the witness's test (None: no witness for this row)"
+    )
+    witness_statistic: float | None = Field(
+        default=None, ge=0, description="KS statistic of the randomised PITs (after the tail bound)"
+    )
+    witness_p_value: float | None = Field(
+        default=None, ge=0, le=1, description="combined (Bonferroni) p-value of the witness"
+    )
+    witness_tokens_tested: int | None = Field(
+        default=None, ge=0, description="sampled tokens the witness tested, tokens"
+    )
+    witness_tokens_excluded: int | None = Field(
+        default=None, ge=0, description="sampled tokens left out (unknown tail, boundaries), tokens"
+    )
+    witness_detectable_distance: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="smallest PIT-CDF distance (total variation per token for mass moved to "
+        "likelier tokens) the witness catches with probability witness_power",
+    )
+    witness_power: float | None = Field(
+        default=None, gt=0, lt=1, description="the power witness_detectable_distance is stated at"
+    )
+    witness_requests: int | None = Field(
+        default=None,
+        ge=0,
+        description="follow-up requests to off the witness cost this row's route",
+    )
+    witness_scored_tokens: int | None = Field(
+        default=None, ge=0, description="output tokens off scored for the witness, tokens"
+    )
+    witness_note: str | None = Field(
+        default=None, description="one line: the witness's verdict, or why there is none"
+    )
     # --- output length ----------------------------------------------------
     output_length: str | None = Field(
         default=None,
@@ -644,7 +682,7 @@ class Row(BaseModel):
             engine_command: Sequence[str] | None = None,
             engine_version: str | None = None,
             spec_config: str | None = None,
-            parity_basis: Literal["bit_exact", "within_noise"] = "bit_exact",
+            parity_basis: Literal["bit_exact", "within_noise", "distribution"] = "bit_exact",
             divergences_near_tie: int | None = None,
             divergences_decisive: int | None = None,
             divergences_unexplained: int | None = None,
@@ -665,6 +703,16 @@ class Row(BaseModel):
             divergence_note: str | None = None,
             engine_deterministic: bool | None = None,
             engine_deterministic_source: Literal["server", "plan"] | None = None,
+            witness_test: str | None = None,
+            witness_statistic: float | None = None,
+            witness_p_value: float | None = None,
+            witness_tokens_tested: int | None = None,
+            witness_tokens_excluded: int | None = None,
+            witness_detectable_distance: float | None = None,
+            witness_power: float | None = None,
+            witness_requests: int | None = None,
+            witness_scored_tokens: int | None = None,
+            witness_note: str | None = None,
             output_length: str | None = None,
             tokens_past_eos: float | None = None,
         ) -> None: ...

@@ -178,15 +178,24 @@ def test_off_differing_from_itself_between_rounds_is_not_blamed_on_the_candidate
     assert mtp.quality_parity is QualityParity.unknown  # never differs on an unsteady baseline
 
 
-def test_above_temperature_zero_rows_say_they_rely_on_task_parity(tmp_path: Path) -> None:
-    rec = Records(_plan(temperature=0.7, arrival={"concurrency": 1}))
+@pytest.mark.parametrize("witness", [False, True])
+def test_above_temperature_zero_rows_say_they_rely_on_task_parity(
+    tmp_path: Path, witness: bool
+) -> None:
+    parity = {"tasks": "none", "prompts": PARITY_PROMPTS, "witness": witness}
+    rec = Records(_plan(temperature=0.7, arrival={"concurrency": 1}, parity=parity))
     rec.parity_set()
     for i in range(6):
         rec.measure("off", "closed:c=1", i, _m("x", start_ms=1000.0 * i, e2e_ms=100.0))
         rec.measure("mtp", "closed:c=1", i, _m("y", start_ms=1000.0 * i, e2e_ms=50.0))
     mtp = load_results(rec.write(tmp_path / "r.jsonl")).rows[1]
-    assert mtp.quality_parity is QualityParity.verified  # sampled outputs are not compared
-    assert "sampled at temperature 0.7: the row relies on task parity" in (mtp.parity_detail or "")
+    judged = "the distribution witness judges it" if witness else "the row relies on task parity"
+    assert f"sampled at temperature 0.7: {judged}" in (mtp.parity_detail or "")
+    if witness:  # no output was scored: the distribution is not shown, so not verified
+        assert mtp.quality_parity is QualityParity.unknown
+        assert "distribution witness: no sampled output was scored" in (mtp.parity_detail or "")
+    else:  # the witness off: sampled outputs are not compared
+        assert mtp.quality_parity is QualityParity.verified
 
 
 def test_goodput_and_slo_attainment_follow_the_limits(tmp_path: Path) -> None:

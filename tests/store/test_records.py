@@ -39,6 +39,20 @@ WRITTEN_AT = "/tmp/dsb-fixture-v0"
 """Where the fixture's task and dataset files were when it was written."""
 
 
+WITNESS_ROW_FIELDS = (
+    "witness_test",
+    "witness_statistic",
+    "witness_p_value",
+    "witness_tokens_tested",
+    "witness_tokens_excluded",
+    "witness_detectable_distance",
+    "witness_power",
+    "witness_requests",
+    "witness_scored_tokens",
+    "witness_note",
+)
+
+
 def _old_file(tmp_path: Path) -> Path:
     """The fixture, its plan's file paths moved to ``tmp_path``."""
     for name in ("tasks.jsonl", "data.jsonl"):
@@ -115,6 +129,8 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
             assert out["row"].pop("output_length") is None
             assert out["row"].pop("tokens_past_eos") is None
             assert out["row"].pop("server_clock_faults") == []  # the engine's clock checked
+            for name in WITNESS_ROW_FIELDS:  # the distribution witness, added since
+                assert out["row"].pop(name) is None, name
         assert out == raw, raw["record"]
 
 

@@ -1,0 +1,629 @@
+"""The distribution witness: are a route's sampled tokens draws from ``off``'s distribution?
+
+At temperature > 0 two correct samplers give different texts, so parity cannot compare
+outputs; it can compare *laws*. For every token a route sampled, ``off`` scores the
+route's own prefix in one pass (teacher forcing, ``_types/_scored.py``) and reports its
+RAW top-k log-probabilities (nats, before temperature) at that position. The witness
+rebuilds the distribution the engine samples from (temperature, then top-k, then top-p:
+the order vLLM's sampler and the embedded engine apply; :func:`sampling_order_reason`
+says where an engine's order is unknown) over the top-k tokens plus one "other" bucket,
+and computes each token's **randomised PIT** (probability integral transform for a
+discrete distribution, Czado, Gneiting & Held 2009, Biometrics 65(4)): with the
+categories ordered most likely first and "other" last, a token in category ``c`` gets
+``F(c-) + V·f(c)`` with ``V ~ U(0,1)`` from a seeded RNG. For a correct sampler the
+sequential conditional PITs are iid U(0,1) (Rosenblatt 1952, Ann. Math. Stat. 23(3)),
+so uniformity is tested with the one-sample Kolmogorov-Smirnov test (``scipy.stats``:
+``kstest`` for the statistic, ``kstwo``, the exact two-sided null law after Simard &
+L'Ecuyer 2011, J. Stat. Softw. 39(11), for the p-value).
+
+**The unknown tail.** Above temperature 0 the tempered mass of the tokens outside the
+top-k is not determined by the raw top-k: with raw tail mass ``R = 1 - Σ exp(l_i)`` and
+every tail token at most as likely as the k-th (raw probability ``q_k``), its tempered
+weight (``x^(1/T)`` summed, in the scale of the top-k weights) lies in
+``[0, R·q_k^(1/T-1)]`` for ``T <= 1`` (``x^(1/T) <= x·q_k^(1/T-1)``; spreading the tail
+over many tokens drives it to 0). For ``T > 1`` the lower end is ``R·q_k^(1/T-1)`` and
+the upper end needs the vocabulary size ``V``: ``(V-k)^(1-1/T)·R^(1/T)`` (Jensen); without
+``V`` such positions are excluded. Each position's PIT is computed at both ends of the
+interval (with the same ``V``) and the midpoint tested; a position is excluded (never
+guessed) when the "other" bucket's normalised mass is uncertain by more than
+``tail_tolerance``, or when a top-k or top-p boundary falls within ``slack`` of a
+tie or depends on the unknown tail. Exclusion depends only on ``off``'s distribution
+at the position, never on the sampled token, so the kept PITs stay iid U(0,1) under a
+correct sampler. The kept midpoints are off by at most ``δ`` (the largest half-width);
+the KS statistic is reduced by ``δ`` before its p-value (a conservative test: a
+correct sampler is refused at most at rate α).
+
+**Power** (:func:`detectable_distance`): the smallest PIT-CDF distance
+``Δ = sup_u |G(u) - u|`` (``G`` the PITs' law under the alternative, taken iid) that
+the test rejects with probability >= ``power`` at level α with ``n`` tokens:
+``Δ = c_α(n) + δ + ε``, with ``c_α(n)`` the KS critical value (``kstwo.isf``) and
+``ε = sqrt(ln(2/(1-power))/(2n))`` the Dvoretzky-Kiefer-Wolfowitz band (Massart 1990,
+Ann. Probab. 18(3)): with probability >= ``power`` the empirical CDF lies within ``ε``
+of ``G``, so the statistic exceeds ``Δ - ε - δ >= c_α``. A distortion that moves mass
+towards more likely tokens at each position (argmax acceptance, a draft that ignores
+the temperature, relaxed acceptance) has ``Δ`` equal to its total variation per token,
+so ``Δ`` is also the smallest such total-variation distortion caught.
+
+**The end of the output.** The scored text ends before the end-of-sequence token that
+stopped it, and no position of it holds one: every scored position is one where the
+sampler did *not* stop. So each position is tested against the law given "not the
+end": the end-of-sequence tokens (:data:`STOP_PIECES`, as engines decode them) are taken
+out of the categories after temperature and truncation, and the rest renormalised (the
+token given "not EOS" is a draw from that law under a correct sampler). An EOS outside
+the top-k stays in "other" (bounded by the tail; one more reason for a large k).
+Outputs cut by ``max_tokens`` need nothing: a stop by count selects no token.
+
+A token outside the truncated support (top-k or top-p cut it, with no doubt left by
+``slack``) cannot come from a correct sampler; it is counted in ``outside_support``
+and the witness rejects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy import optimize, stats
+
+from deepseekbench._types._margin import TopLogprob
+
+__all__ = [
+    "DEFAULT_WITNESS_POWER",
+    "RANK_BINS",
+    "STOP_PIECES",
+    "SamplingSpec",
+    "WitnessExclusion",
+    "WitnessPosition",
+    "WitnessResult",
+    "detectable_distance",
+    "detectable_rank_shift",
+    "min_tokens_for",
+    "sampling_order_reason",
+    "score_positions",
+    "witness",
+    "witness_groups",
+]
+
+DEFAULT_WITNESS_POWER = 0.9
+"""Power at which a witness states the distortion it could have detected."""
+
+RANK_BINS = (1, 2, 3, 4, 7)
+"""First 1-based rank of each rank bin of the chi-square: ranks 1, 2, 3, 4-6, 7-k, then
+"other" (bins past ``k`` dropped)."""
+
+STOP_PIECES: frozenset[bytes] = frozenset(
+    piece.encode()
+    for piece in (
+        "",  # the embedded engine's end-of-sequence (and any token that spells nothing)
+        "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek V3/R1/V4
+        "</s>",
+        "<|endoftext|>",
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|end_of_text|>",
+    )
+)
+"""End-of-sequence tokens as engines decode them: the scored text never holds them."""
+
+_CONFIG = ConfigDict(frozen=True, extra="forbid")
+_RAW_SUM_SLACK = 1e-3  # top-k raw masses may sum past 1 by float rounding only
+
+
+class WitnessPosition(Protocol):
+    """One teacher-forced position as the witness reads it (``ScoredPosition`` fits).
+
+    ``token``/``token_bytes``: the sampled (forced) token; ``top``: ``off``'s RAW top-k
+    alternatives at the position (logprobs in nats, before temperature).
+    """
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def token_bytes(self) -> bytes | None: ...
+
+    @property
+    def top(self) -> Sequence[TopLogprob]: ...
+
+
+class SamplingSpec(BaseModel):
+    """The sampling parameters as the engine applies them: temperature, then top-k, then top-p.
+
+    Attributes:
+        temperature: > 0 (0 is greedy: parity there is exact acceptance, not this witness).
+        top_p: nucleus mass in (0, 1]; 1 disables it. vLLM's rule: a token is kept when
+            the tempered mass of the tokens ranked above it is below ``top_p``.
+        top_k: engine-side top-k truncation (tokens); ``None`` or 0 disables it.
+        vocab_size: tokens in the vocabulary; needed only above temperature 1 (bounds
+            the tail's tempered mass).
+
+    Raises:
+        pydantic.ValidationError: a value out of range.
+    """
+
+    model_config = _CONFIG
+
+    temperature: float = Field(gt=0, le=2)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    vocab_size: int | None = Field(default=None, ge=1)
+
+
+class WitnessExclusion(BaseModel):
+    """Positions left out of the test, by reason (tokens)."""
+
+    model_config = _CONFIG
+
+    reason: str
+    tokens: int = Field(ge=1)
+
+
+class WitnessResult(BaseModel):
+    """The witness's verdict material for one route's tokens (frozen).
+
+    Attributes:
+        test: the test's name: the KS test on randomised PITs and the rank-bin Wald
+            chi-square, each at ``alpha/2`` (Bonferroni).
+        statistic: the KS statistic ``D`` after the tail-bound reduction ``δ``.
+        ks_p_value / chi2_p_value: each test's p-value; chi2_statistic, chi2_df: the
+            chi-square's statistic and degrees of freedom.
+        p_value: the combined (Bonferroni) p-value ``min(1, 2·min(p_ks, p_chi2))``; 1.0
+            when nothing was tested.
+        alpha: the level the verdict uses.
+        tokens_tested / tokens_excluded: counts (tokens); ``exclusions`` says why.
+        outside_support: tokens the truncated target gives probability 0.
+        tail_slack: ``δ``, the largest PIT half-width from the unknown tail.
+        detectable_distance: the PIT-CDF distance (= total variation per token for
+            mass moved towards likelier tokens) caught with probability ``power``.
+        detectable_rank_shift: the per-token rank-bin shift (Mahalanobis) caught with
+            probability ``power`` (``inf`` when nothing was tested).
+        power: the power those figures are stated at.
+    """
+
+    model_config = _CONFIG
+
+    test: str = "ks_randomised_pit+rank_bin_chi2 (Bonferroni)"
+    statistic: float = Field(ge=0)
+    ks_p_value: float = Field(ge=0, le=1)
+    chi2_statistic: float = Field(ge=0)
+    chi2_df: int = Field(ge=0)
+    chi2_p_value: float = Field(ge=0, le=1)
+    p_value: float = Field(ge=0, le=1)
+    alpha: float = Field(gt=0, lt=1)
+    tokens_tested: int = Field(ge=0)
+    tokens_excluded: int = Field(ge=0)
+    exclusions: tuple[WitnessExclusion, ...] = ()
+    outside_support: int = Field(default=0, ge=0)
+    tail_slack: float = Field(default=0.0, ge=0)
+    detectable_distance: float = Field(ge=0, le=1)
+    detectable_rank_shift: float = Field(ge=0)
+    power: float = Field(default=DEFAULT_WITNESS_POWER, gt=0, lt=1)
+
+    @property
+    def rejects(self) -> bool:
+        """True when the tokens are shown not to be draws from the target (p < α, or a
+        token outside the truncated support)."""
+        return self.outside_support > 0 or (self.tokens_tested > 0 and self.p_value < self.alpha)
+
+
+def sampling_order_reason(
+    engine: str, *, top_p: float = 1.0, top_k: int | None = None, min_p: float = 0.0
+) -> str | None:
+    """``None`` when the witness knows how ``engine`` applies these parameters, else why not.
+
+    Temperature alone needs no order. With truncation: the embedded engine serves no
+    top-k/top-p (it samples the tempered distribution: ``_engine/_speculative.py``); vLLM
+    applies temperature, then top-k, then top-p (``vllm/v1/sample/sampler.py`` and
+    ``ops/topk_topp_sampler.py``). SGLang, TensorRT-LLM and llama.cpp are not claimed
+    (llama.cpp's default sampler chain truncates with top_k 40, top_p 0.95 and min_p
+    0.05 before the temperature unless the request overrides them, so even a plain
+    temperature request is truncated there). ``min_p`` is never modelled.
+    """
+    name = engine.lower()
+    if name in ("llamacpp", "llama.cpp", "llama_cpp"):
+        return (
+            "llama.cpp's server applies its default top-k/top-p/min-p chain before the "
+            "temperature; the witness does not model that order"
+        )
+    if min_p > 0:
+        return "min-p truncation is not modelled by the witness"
+    truncated = top_p < 1 or bool(top_k)
+    if not truncated or name in ("vllm", "embedded"):
+        return None
+    return f"{engine} applies top-k/top-p in an order the witness does not know"
+
+
+def _tail_bounds(
+    logps: np.ndarray, spec: SamplingSpec, *, complete: bool
+) -> tuple[float, float] | str:
+    """The tail's tempered weight interval in units of ``exp(l_1/T)`` (see the module
+    docstring). ``complete``: the engine listed fewer than k alternatives, so it listed
+    every token of positive probability (the tail is empty once the masses sum to 1)."""
+    raw_sum = float(np.exp(logps).sum())
+    if raw_sum > 1 + _RAW_SUM_SLACK:
+        return "top-k masses sum above 1 (not raw logprobs)"
+    rest = max(0.0, 1.0 - raw_sum)
+    if complete:
+        if rest > _RAW_SUM_SLACK:
+            return "fewer than top_k alternatives, and mass missing"
+        return (0.0, 0.0)
+    if rest == 0.0:
+        return (0.0, 0.0)
+    inv_t = 1.0 / spec.temperature
+    packed = rest * math.exp((inv_t - 1) * float(logps[-1]) - inv_t * float(logps[0]))
+    if spec.temperature == 1:
+        return (rest / math.exp(float(logps[0])), rest / math.exp(float(logps[0])))
+    if spec.temperature < 1:
+        return (0.0, packed)
+    if spec.vocab_size is None:
+        return "temperature above 1 needs the vocabulary size to bound the tail"
+    spread_tokens = max(1, spec.vocab_size - len(logps))
+    spread = spread_tokens ** (1 - inv_t) * rest**inv_t * math.exp(-inv_t * float(logps[0]))
+    return (packed, max(packed, spread))
+
+
+def _apply_top_k(
+    w: np.ndarray, tail: tuple[float, float], logps: np.ndarray, k: int | None, slack: float
+) -> tuple[np.ndarray, tuple[float, float]] | str:
+    """Engine top-k: cut the weights below the k-th; the tail stays only when k exceeds
+    the reported top-k (then at most ``k - K`` tail tokens, each no heavier than the K-th)."""
+    if not k:
+        return w, tail
+    n = len(w)
+    if k < n:
+        if logps[k - 1] - logps[k] <= slack:
+            return "engine top-k boundary within slack of a tie"
+        out = w.copy()
+        out[k:] = 0.0
+        return out, (0.0, 0.0)
+    if k == n:
+        return w, (0.0, 0.0)
+    return w, (0.0, min(tail[1], (k - n) * float(w[-1])))
+
+
+def _apply_top_p(
+    w: np.ndarray, tail: tuple[float, float], p: float, slack: float
+) -> tuple[np.ndarray, tuple[float, float]] | str:
+    """vLLM's top-p at both ends of the tail interval; excluded when they disagree or
+    a boundary is within ``slack`` (the kept set must not depend on what is unknown)."""
+    if p >= 1:
+        return w, tail
+    kept: list[np.ndarray] = []
+    reach: list[bool] = []
+    for t in tail:
+        total = float(w.sum()) + t
+        before = (np.cumsum(w) - w) / total
+        if np.any(np.abs(before[w > 0] - p) <= slack):
+            return "top-p boundary within slack"
+        kept.append(before < p)
+        head = float(w.sum()) / total
+        if abs(head - p) <= slack:
+            return "top-p boundary within slack"
+        reach.append(head < p)
+    if not np.array_equal(kept[0], kept[1]) or reach[0] != reach[1]:
+        return "top-p boundary depends on the unknown tail mass"
+    out = np.where(kept[0], w, 0.0)
+    return out, ((0.0, tail[1]) if reach[0] else (0.0, 0.0))
+
+
+def _piece(pos: WitnessPosition) -> bytes:
+    """The forced token's UTF-8 bytes."""
+    return pos.token_bytes if pos.token_bytes is not None else pos.token.encode()
+
+
+def _category(pos: WitnessPosition, top: Sequence[TopLogprob]) -> int:
+    """Index of the sampled token among ``top`` (by UTF-8 bytes), ``len(top)`` for "other"."""
+    piece = _piece(pos)
+    for i, alt in enumerate(top):
+        if alt.piece == piece:
+            return i
+    return len(top)
+
+
+class _Scored(NamedTuple):
+    """One kept position: PIT midpoint and half-width, rank-bin law (midpoint), the
+    token's bin, and the bin law's half-width (largest over bins)."""
+
+    pit: float
+    half: float
+    bins: np.ndarray
+    token_bin: int
+    bins_half: float
+
+
+def _law_at(w: np.ndarray, t: float) -> np.ndarray:
+    """Category probabilities (top-k most likely first, then "other") with tail weight ``t``."""
+    full = np.append(w, t)
+    return full / float(full.sum())
+
+
+def _rank_bins(law: np.ndarray, k: int) -> np.ndarray:
+    """``law`` (top-k categories then "other") summed over :data:`RANK_BINS` ranks."""
+    top = law[:-1]
+    starts = [s - 1 for s in RANK_BINS if s <= k]
+    ends = [*starts[1:], k]
+    return np.array([float(top[a:b].sum()) for a, b in zip(starts, ends, strict=True)] + [law[-1]])
+
+
+def _token_bin(cat: int, listed: int, k: int) -> int:
+    """The rank bin of category ``cat`` (0-based; index ``listed`` is "other")."""
+    if cat >= listed:
+        return sum(1 for s in RANK_BINS if s <= k)
+    return sum(1 for s in RANK_BINS if s - 1 <= cat) - 1
+
+
+def _one_position(
+    pos: WitnessPosition, spec: SamplingSpec, k: int, v: float, slack: float, tol: float
+) -> _Scored | str:
+    """The kept position's figures, or why it is excluded; "outside support" when the
+    truncated target gives the token probability 0."""
+    if _piece(pos) in STOP_PIECES:
+        return "the forced token is an end-of-sequence token"
+    top = sorted(pos.top, key=lambda a: -a.logprob)[:k]
+    if not top:
+        return "no alternatives at the position"
+    logps = np.array([a.logprob for a in top], dtype=float)
+    if not np.all(np.isfinite(logps)):
+        return "non-finite logprob in the top-k"
+    bounds = _tail_bounds(logps, spec, complete=len(top) < k)
+    if isinstance(bounds, str):
+        return bounds
+    w = np.exp((logps - logps[0]) / spec.temperature)
+    cut = _apply_top_k(w, bounds, logps, spec.top_k, slack)
+    if isinstance(cut, str):
+        return cut
+    nucleus = _apply_top_p(*cut, spec.top_p, slack)
+    if isinstance(nucleus, str):
+        return nucleus
+    w, (lo, hi) = nucleus
+    stops = np.array([a.piece in STOP_PIECES for a in top])
+    w = np.where(stops, 0.0, w)  # the law given "not the end" (module docstring)
+    if float(w.sum()) + hi <= 0.0:
+        return "only end-of-sequence tokens in the support"
+    law_lo, law_hi = _law_at(w, lo), _law_at(w, hi)
+    if abs(float(law_hi[-1] - law_lo[-1])) > tol:
+        return "tail mass uncertain beyond tail_tolerance"
+    cat = _category(pos, top)
+    if law_hi[cat] == 0.0 and law_lo[cat] == 0.0:
+        return "outside support"
+    a = float(law_lo[:cat].sum() + v * law_lo[cat])
+    b = float(law_hi[:cat].sum() + v * law_hi[cat])
+    bins_lo, bins_hi = _rank_bins(law_lo, k), _rank_bins(law_hi, k)
+    return _Scored(
+        pit=(a + b) / 2,
+        half=abs(a - b) / 2,
+        bins=(bins_lo + bins_hi) / 2,
+        token_bin=_token_bin(cat, len(w), k),
+        bins_half=float(np.abs(bins_hi - bins_lo).max()) / 2,
+    )
+
+
+def score_positions(
+    positions: Sequence[WitnessPosition],
+    spec: SamplingSpec,
+    *,
+    top_k: int,
+    rng: np.random.Generator,
+    slack: float = 1e-4,
+    tail_tolerance: float = 0.01,
+) -> tuple[list[_Scored], dict[str, int]]:
+    """The kept positions' figures in order, and the excluded positions counted by reason.
+
+    One ``V ~ U(0,1)`` is drawn from ``rng`` per position, kept or not, so a position's
+    PIT does not depend on which others were excluded. ``top_k``: alternatives per
+    position used as categories (the k asked; an engine that appends the forced token
+    to its top-k list adds no category, and a position with fewer is excluded).
+    """
+    kept: list[_Scored] = []
+    excluded: dict[str, int] = {}
+    for pos in positions:
+        v = float(rng.uniform())
+        got = _one_position(pos, spec, top_k, v, slack, tail_tolerance)
+        if isinstance(got, str):
+            excluded[got] = excluded.get(got, 0) + 1
+        else:
+            kept.append(got)
+    return kept, excluded
+
+
+def detectable_distance(
+    n: int, alpha: float, *, power: float = DEFAULT_WITNESS_POWER, tail_slack: float = 0.0
+) -> float:
+    """The PIT-CDF distance the KS test at level ``alpha`` catches with probability >=
+    ``power`` with ``n`` tokens: ``kstwo.isf(alpha, n) + tail_slack +
+    sqrt(ln(2/(1-power))/(2n))`` (module docstring), capped at 1; 1.0 when ``n`` is 0.
+
+    Raises:
+        ValueError: ``alpha`` or ``power`` outside (0, 1), or ``n`` negative.
+    """
+    _check_levels(alpha, power)
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    if n == 0:
+        return 1.0
+    crit = float(stats.kstwo.isf(alpha, n))
+    dkw = math.sqrt(math.log(2 / (1 - power)) / (2 * n))
+    return min(1.0, crit + tail_slack + dkw)
+
+
+def detectable_rank_shift(
+    n: int, df: int, alpha: float, *, power: float = DEFAULT_WITNESS_POWER
+) -> float:
+    """The per-token rank-bin shift ``sqrt(λ)`` (Mahalanobis, in units of one token's
+    multinomial spread) the Wald chi-square at level ``alpha`` with ``df`` degrees of
+    freedom catches with probability ``power`` over ``n`` tokens: the noncentral
+    chi-square ``ncx2(df, n·λ)`` exceeds ``chi2.isf(alpha, df)`` with probability
+    ``power`` (the test's asymptotic law; Moore 1977). ``inf`` when ``n`` or ``df`` is 0.
+
+    Raises:
+        ValueError: ``alpha`` or ``power`` outside (0, 1), or ``n``/``df`` negative.
+    """
+    _check_levels(alpha, power)
+    if n < 0 or df < 0:
+        raise ValueError("n and df must be >= 0")
+    if n == 0 or df == 0:
+        return math.inf
+    crit = float(stats.chi2.isf(alpha, df))
+
+    def gap(nc: float) -> float:
+        return float(stats.ncx2.sf(crit, df, nc)) - power
+
+    hi = 1.0
+    while gap(hi) < 0:
+        hi *= 2
+    return math.sqrt(float(optimize.brentq(gap, 1e-9, hi, xtol=1e-9)) / n)
+
+
+def min_tokens_for(distance: float, alpha: float, *, power: float = DEFAULT_WITNESS_POWER) -> int:
+    """The fewest tokens at which :func:`detectable_distance` is at most ``distance``.
+
+    Raises:
+        ValueError: ``distance`` outside (0, 1), or ``alpha``/``power`` outside (0, 1).
+    """
+    if not 0 < distance < 1:
+        raise ValueError("distance must be in (0, 1)")
+    lo, hi = 1, 2
+    while detectable_distance(hi, alpha, power=power) > distance:
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if detectable_distance(mid, alpha, power=power) <= distance:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _check_levels(alpha: float, power: float) -> None:
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise ValueError("alpha and power must be in (0, 1)")
+
+
+def _ks(kept: Sequence[_Scored]) -> tuple[float, float, float]:
+    """(statistic after the δ reduction, p-value, δ) of the KS test on the PIT midpoints."""
+    delta = max((s.half for s in kept), default=0.0)
+    if not kept:
+        return 0.0, 1.0, delta
+    raw = float(stats.kstest([s.pit for s in kept], "uniform").statistic)
+    d = max(0.0, raw - delta)
+    p = float(np.clip(stats.kstwo.sf(d, len(kept)), 0.0, 1.0)) if d > 0 else 1.0
+    return d, p, delta
+
+
+def _rank_chi2(kept: Sequence[_Scored]) -> tuple[float, float, int]:
+    """(statistic, p-value, df) of the Wald chi-square on the rank-bin counts.
+
+    Counts ``N`` and their null mean ``E = Σ p_t`` and covariance ``Σ (diag p_t - p_t p_tᵀ)``
+    (a sum of independent one-draw multinomials; the sequential case by the martingale
+    CLT); ``X = dᵀ C⁺ d`` with ``d = N - E`` shrunk towards 0 by the tail bound
+    ``Σ_t`` half-width, ``df`` the rank of ``C``.
+    """
+    if not kept:
+        return 0.0, 1.0, 0
+    probs = np.array([s.bins for s in kept])
+    counts = np.bincount([s.token_bin for s in kept], minlength=probs.shape[1]).astype(float)
+    cov = np.diag(probs.sum(axis=0)) - probs.T @ probs
+    df = int(np.linalg.matrix_rank(cov, tol=1e-9))
+    if df == 0:
+        return 0.0, 1.0, 0
+    dev = counts - probs.sum(axis=0)
+    shrink = sum(s.bins_half for s in kept)
+    dev = np.sign(dev) * np.maximum(0.0, np.abs(dev) - shrink)
+    x = float(dev @ np.linalg.pinv(cov, rcond=1e-9, hermitian=True) @ dev)
+    return x, float(stats.chi2.sf(x, df)), df
+
+
+def witness(
+    positions: Sequence[WitnessPosition],
+    spec: SamplingSpec,
+    *,
+    top_k: int,
+    alpha: float,
+    seed: int,
+    power: float = DEFAULT_WITNESS_POWER,
+    slack: float = 1e-4,
+    tail_tolerance: float = 0.01,
+) -> WitnessResult:
+    """Test that ``positions``' tokens are draws from the tempered, truncated target.
+
+    Args:
+        positions: every sampled token of a route's outputs, each with ``off``'s RAW
+            top-k at its prefix, outputs concatenated in a fixed order.
+        spec: the sampling parameters, applied temperature → top-k → top-p.
+        top_k: alternatives per position used as categories (tokens).
+        alpha: the level; seed: the PIT randomisation's seed (same inputs, same result).
+        power: the power the detectable figures are stated at.
+        slack: numerical slack on truncation boundaries (probability / nats).
+        tail_tolerance: the widest "other"-bucket mass interval a kept position may have.
+
+    Returns:
+        :class:`WitnessResult` (module docstring: the two tests, exclusions, power).
+
+    Raises:
+        ValueError: ``top_k`` < 1, or ``alpha``/``power`` outside (0, 1).
+    """
+    return witness_groups(
+        [(spec, positions)],
+        top_k=top_k,
+        alpha=alpha,
+        seed=seed,
+        power=power,
+        slack=slack,
+        tail_tolerance=tail_tolerance,
+    )
+
+
+def witness_groups(
+    groups: Sequence[tuple[SamplingSpec, Sequence[WitnessPosition]]],
+    *,
+    top_k: int,
+    alpha: float,
+    seed: int,
+    power: float = DEFAULT_WITNESS_POWER,
+    slack: float = 1e-4,
+    tail_tolerance: float = 0.01,
+) -> WitnessResult:
+    """:func:`witness` over outputs sampled with different parameters: each group's
+    positions are scored with its own :class:`SamplingSpec` (one seeded RNG across the
+    groups, in order) and the PITs tested together (each is U(0,1) under its own law).
+
+    Raises:
+        ValueError: ``top_k`` < 1, or ``alpha``/``power`` outside (0, 1).
+    """
+    if top_k < 1:
+        raise ValueError("top_k must be >= 1")
+    _check_levels(alpha, power)
+    rng = np.random.default_rng(seed)
+    kept: list[_Scored] = []
+    excluded: dict[str, int] = {}
+    for spec, positions in groups:
+        got, why = score_positions(
+            positions, spec, top_k=top_k, rng=rng, slack=slack, tail_tolerance=tail_tolerance
+        )
+        kept += got
+        for reason, count in why.items():
+            excluded[reason] = excluded.get(reason, 0) + count
+    outside = excluded.pop("outside support", 0)
+    d, p_ks, delta = _ks(kept)
+    x, p_chi, df = _rank_chi2(kept)
+    n = len(kept)
+    return WitnessResult(
+        statistic=d,
+        ks_p_value=p_ks,
+        chi2_statistic=x,
+        chi2_df=df,
+        chi2_p_value=p_chi,
+        p_value=min(1.0, 2 * min(p_ks, p_chi)),
+        alpha=alpha,
+        tokens_tested=n,
+        tokens_excluded=sum(excluded.values()) + outside,
+        exclusions=tuple(WitnessExclusion(reason=r, tokens=c) for r, c in sorted(excluded.items())),
+        outside_support=outside,
+        tail_slack=delta,
+        detectable_distance=detectable_distance(n, alpha / 2, power=power, tail_slack=delta),
+        detectable_rank_shift=detectable_rank_shift(n, df, alpha / 2, power=power),
+        power=power,
+    )

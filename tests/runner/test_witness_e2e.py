@@ -1,0 +1,154 @@
+"""The distribution witness end to end on embedded engines at temperature 0.7.
+
+``off``, an exact speculative route (MTP, depth 3) and a route with the argmax-acceptance
+fault are measured on 120 arithmetic and reversal prompts the reference model has not
+seen (its n-gram backoff is uncertain there, so the sampled tokens carry information),
+with the plan's default witness keys: every sampled output is scored by ``off`` alone,
+and the rows judge the witness. Run on asyncio and trio.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import pytest
+
+from deepseekbench import (
+    Dialect,
+    EmbeddedEngine,
+    EngineConfig,
+    LiveGate,
+    QualityParity,
+    RunResult,
+    Speculative,
+    run_plan,
+)
+from tests._helpers import COSTS, plan_of, read_records
+
+PROMPTS = 120
+
+
+def _prompts() -> list[str]:
+    rng = random.Random(5)
+    out: list[str] = []
+    for i in range(PROMPTS):
+        if i % 2:
+            out.append(f"What is {rng.randint(100, 999)} + {rng.randint(100, 999)}?")
+        else:
+            word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8))
+            out.append(f"Reverse the word {word}.")
+    return out
+
+
+PLAN: dict[str, Any] = {
+    "requests_per_cell": PROMPTS,
+    "warmup_per_cell": 0,
+    "repeats": 1,
+    "temperature": 0.7,
+    "seed": 1,
+    "arrival": {"mode": "concurrency", "concurrency": 8},
+    "parity": {"concurrency": 8, "max_tokens": 64},
+    "workload": {"output_length": "natural", "prompts": _prompts()},
+}
+
+
+class Recording(httpx.AsyncBaseTransport):
+    """Keeps every chat request's URL and JSON body, then sends it on."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/chat/completions"):
+            self.sent.append((str(request.url), orjson.loads(await request.aread())))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _run(path: Path, rec: Recording, again: Recording) -> tuple[RunResult, RunResult]:
+    """The run, then the same plan resumed from its results file (``again`` records it)."""
+    off = EngineConfig(cost=COSTS)
+    mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": 3})
+    bad = mtp.model_copy(update={"argmax_acceptance": True})
+    async with EmbeddedEngine(off) as e0, EmbeddedEngine(mtp) as e1, EmbeddedEngine(bad) as e2:
+        plan = plan_of(
+            [
+                ("off", "off", e0.base_url, Dialect.vllm),
+                ("mtp", "mtp", e1.base_url, Dialect.vllm),
+                ("mtp-argmax", "mtp", e2.base_url, Dialect.vllm),
+            ],
+            PLAN,
+            {},
+        )
+        out: list[RunResult] = []
+        for transport in (rec, again):
+            gate = LiveGate()
+            async with gate.client(transport=transport) as client:
+                out.append(await run_plan(plan, gate=gate, results_path=path, client=client))
+        return out[0], out[1]
+
+
+Witnessed = tuple[RunResult, Recording, Path, RunResult, Recording]
+
+
+@pytest.fixture(scope="module", params=["asyncio", "trio"])
+def witnessed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Witnessed:
+    path = tmp_path_factory.mktemp(f"witness-{request.param}") / "r.jsonl"
+    rec, again = Recording(), Recording()
+
+    async def main() -> tuple[RunResult, RunResult]:
+        return await _run(path, rec, again)
+
+    first, resumed = anyio.run(main, backend=str(request.param))
+    return first, rec, path, resumed, again
+
+
+def test_the_exact_route_is_verified_and_argmax_acceptance_refused(
+    witnessed: Witnessed,
+) -> None:
+    result = witnessed[0]
+    rows = {r.route_label: r for r in result.rows}
+    for label in ("off", "mtp"):
+        row = rows[label]
+        assert row.parity_basis == "distribution", row.witness_note
+        assert row.witness_tokens_tested is not None and row.witness_tokens_tested >= 2000
+        assert row.quality_parity is QualityParity.verified, row.parity_detail
+        assert row.witness_detectable_distance is not None and row.witness_power == 0.9
+    bad = rows["mtp-argmax"]
+    assert bad.quality_parity is QualityParity.differs
+    assert bad.witness_p_value is not None and bad.witness_p_value < 1e-6
+    assert "distribution witness rejects" in (bad.parity_detail or "")
+
+
+def test_scoring_goes_to_off_only_and_its_cost_is_stated(
+    witnessed: Witnessed,
+) -> None:
+    result, rec, path = witnessed[:3]
+    off_url = next(r.base_url for r in result.plan.routes if r.label == "off")
+    scoring = [(u, b) for u, b in rec.sent if "prompt_logprobs" in b]
+    assert scoring and all(u.startswith(off_url) for u, _ in scoring)
+    assert all(b["continue_final_message"] and b["max_tokens"] == 1 for _, b in scoring)
+    scores = [r for r in read_records(path) if r["record"] == "witness_score"]
+    assert len(scores) == len(scoring) == 3 * PROMPTS  # one per sampled output
+    for row in result.rows:
+        assert row.witness_requests == PROMPTS
+        assert row.witness_scored_tokens is not None and row.witness_scored_tokens > 0
+    seeds = {b["seed"] for u, b in rec.sent if u.startswith(off_url) and "prompt_logprobs" not in b}
+    assert len(seeds) >= PROMPTS  # one seed per prompt: independent draws
+
+
+def test_a_resumed_run_does_not_score_again(witnessed: Witnessed) -> None:
+    first, _, _, resumed, again = witnessed
+    assert not [b for _, b in again.sent if "prompt_logprobs" in b]
+    assert [r.quality_parity for r in resumed.rows] == [r.quality_parity for r in first.rows]
+    assert [r.witness_p_value for r in resumed.rows] == [r.witness_p_value for r in first.rows]

@@ -1,0 +1,108 @@
+"""The distribution witness on real vLLM (CPU) at temperature 0.8.
+
+Two speculative routes sample beside ``off``: DeepSeek-V3 MTP (the generated 30-step
+model, ``conftest.deepseek_specs``, depth 1) and the generated Llama pair's draft model
+(3 tokens). Each plan samples 40 distinct prompts at temperature 0.8 to their natural end
+(``workload.output_length = "natural"``, up to 64 tokens; one round, so every prompt
+is sent once, each with its own seed), and the witness scores every output on ``off``
+alone (vLLM's ``prompt_logprobs``; its default ``--logprobs-mode raw_logprobs``). Both
+routes' speculative sampling is lossless (vLLM's rejection sampler), so each row, and the
+``off`` control, must be ``verified`` by the witness when it tested enough tokens; the
+verdict, tokens tested and the power are printed (``[vllm plan]`` lines) and checked
+against vLLM's own figures: the tokens ``off`` scored per output equal the completion
+tokens vLLM reported for it (usage), so the witness tested the tokens vLLM sampled, and
+the draft counters of ``/metrics`` show the route speculated.
+
+The servers are the session pool's (shared with ``test_vllm_deepseek.py`` and
+``test_vllm_llama.py``). Not run in this change: the vLLM environment was being built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deepseekbench import BenchmarkPlan, QualityParity
+from tests.vllm import hf_models
+from tests.vllm.conftest import (
+    DEEPSEEK_MODEL,
+    SEED,
+    VllmModels,
+    deepseek_specs,
+    server_spec,
+)
+from tests.vllm.plans import PairRun, append_report, build_plan, run_pair
+from tests.vllm.pool import ServerPool
+
+pytestmark = pytest.mark.vllm
+
+TEMPERATURE = 0.8
+PROMPTS = hf_models.prompt_words(SEED, 80)[40:]  # the models' vocabulary, unseen prompts
+LLAMA_MODEL = "deepseekbench-llama-generated"
+
+
+def sampled(plan: BenchmarkPlan) -> BenchmarkPlan:
+    """``plan`` at temperature 0.8: 40 distinct prompts once each, natural length."""
+    data = plan.model_dump(mode="json")
+    data |= {"temperature": TEMPERATURE, "repeats": 1, "requests_per_cell": len(PROMPTS)}
+    data["workload"] = {"prompts": list(PROMPTS), "output_length": "natural"}
+    data["parity"] |= {"witness": True}
+    return BenchmarkPlan.model_validate(data)
+
+
+def check_witness(run: PairRun, label: str) -> None:
+    """Print and check the witness of ``off`` and ``label`` against vLLM's own figures."""
+    rows = {r.route_label: r for r in run.result.rows}
+    scores = run.records("witness_score")
+    usage = {
+        (m["route"], m["index"]): m["measurement"].get("completion_tokens")
+        for m in run.records("measurement")
+    }
+    for name in ("off", label):
+        row = rows[name]
+        append_report(
+            f"witness {name} at T={TEMPERATURE}: {row.quality_parity.value}, "
+            f"{row.witness_tokens_tested} tokens tested ({row.witness_tokens_excluded} "
+            f"excluded), p={row.witness_p_value}, catches a PIT-CDF distance of "
+            f"{row.witness_detectable_distance} at power {row.witness_power}; cost "
+            f"{row.witness_requests} requests, {row.witness_scored_tokens} tokens"
+        )
+        mine = [s for s in scores if s["route"] == name]
+        assert mine and all(s["scored"] is not None for s in mine), [s["reason"] for s in mine]
+        for s in mine:  # off scored exactly the tokens vLLM sampled
+            index = int(s["prompt_id"].removeprefix("request-"))
+            assert len(s["scored"]["positions"]) == usage[(name, index)], s["prompt_id"]
+        assert row.parity_basis == "distribution"
+        assert row.witness_p_value is not None and row.witness_power == 0.9
+        if (row.witness_tokens_tested or 0) >= run.result.plan.parity.witness_min_tokens:
+            assert row.quality_parity is QualityParity.verified, row.parity_detail
+        else:
+            assert row.quality_parity is QualityParity.unknown, row.parity_detail
+            assert "sample too small" in (row.parity_detail or "")
+    assert run.delta[label].get("num_drafts", 1) > 0  # vLLM speculated
+
+
+def test_deepseek_mtp_is_verified_by_the_witness(
+    deepseek_models: VllmModels, vllm_pool: ServerPool, tmp_path: Path
+) -> None:
+    running = vllm_pool.serve(deepseek_specs(deepseek_models.deepseek, depth=1))
+    servers = {"off": running["ds-off"], "mtp": running["ds-mtp"]}
+    plan = sampled(build_plan(DEEPSEEK_MODEL, servers["off"], servers["mtp"], "mtp", "mtp"))
+    run = run_pair(plan, servers, tmp_path, f"DeepSeek-V3 MTP at T={TEMPERATURE} (vLLM)")
+    check_witness(run, "mtp")
+
+
+def test_draft_model_is_verified_by_the_witness(
+    vllm_pool: ServerPool, vllm_models: VllmModels, tmp_path: Path
+) -> None:
+    off = server_spec("off", "llama-off", vllm_models.llama_target, served_model_name=LLAMA_MODEL)
+    draft = server_spec(
+        "draft", "llama-draft", vllm_models.llama_target, vllm_models.llama_draft,
+        served_model_name=LLAMA_MODEL, num_speculative_tokens=3,
+    )  # fmt: skip
+    running = vllm_pool.serve([off, draft])
+    servers = {"off": running["llama-off"], "draft": running["llama-draft"]}
+    plan = sampled(build_plan(LLAMA_MODEL, servers["off"], servers["draft"], "draft", "draft"))
+    run = run_pair(plan, servers, tmp_path, f"Llama draft model at T={TEMPERATURE} (vLLM)")
+    check_witness(run, "draft")
