@@ -116,15 +116,15 @@ def witness_tasks(
         found += _parity(plan, state, bl)
     if plan.temperature > 0:
         found += _traffic(plan, state, bl)
-    requests: dict[str, int] = {}
+    asked: dict[str, int] = {}
     tokens: dict[str, int] = {}
     out: list[FollowUp] = []
     for f in _in_turn(found):
         cost = _tokens(f, state)
-        n, t = requests.get(f.candidate, 0), tokens.get(f.candidate, 0)
+        n, t = asked.get(f.candidate, 0), tokens.get(f.candidate, 0)
         if n + 1 > p.witness_max_requests or t + cost > p.witness_max_tokens:
             continue
-        requests[f.candidate], tokens[f.candidate] = n + 1, t + cost
+        asked[f.candidate], tokens[f.candidate] = n + 1, t + cost
         if follow_up_key(f) not in state.witness_scores:
             out.append(f)
     return out
