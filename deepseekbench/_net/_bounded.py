@@ -51,12 +51,15 @@ class BoundedReadError(DeepseekBenchError):
     """A bounded read that did not complete: ``reason`` ``timeout`` (the total deadline
     passed), ``too_large`` (the body exceeded the cap) or ``transport`` (a connection
     or protocol failure); ``detail`` says how, in words (the deadline in s, the cap
-    and bytes read). Returned by :func:`read_bounded` as a value to record."""
+    and bytes read); ``cause`` the transport's own words for a ``transport`` failure
+    (e.g. ``cannot connect to http://127.0.0.1:8000: Connection refused``), else ``""``.
+    Returned by :func:`read_bounded` as a value to record."""
 
-    def __init__(self, message: str, *, reason: Reason, url: str) -> None:
+    def __init__(self, message: str, *, reason: Reason, url: str, cause: str = "") -> None:
         super().__init__(message)
         self.reason: Reason = reason
         self.url = url
+        self.cause = cause
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,10 @@ async def read_bounded(
         )
     except httpx.HTTPError as exc:
         return BoundedReadError(
-            f"{method} {url}: {type(exc).__name__}: {exc}", reason="transport", url=url
+            f"{method} {url}: {type(exc).__name__}: {exc}",
+            reason="transport",
+            url=url,
+            cause=str(exc) or type(exc).__name__,
         )
 
 

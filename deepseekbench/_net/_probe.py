@@ -86,7 +86,7 @@ async def probe_route(
             return "timeout", f"no whole answer within {timeout_s:g} s"
         if response.reason == "too_large":
             return None  # a body that is not a model list passes
-        return "connect", str(response)
+        return "connect", response.cause or str(response)
     if response.status_code == 404:
         return None
     if not response.is_success:
