@@ -139,11 +139,19 @@ def count_divergences(margins: Iterable[DivergenceMargin]) -> DivergenceCounts:
 
 
 class TauEstimate(BaseModel):
-    """τ (nats) with its source, and for a measured τ the quantile and sample size."""
+    """τ (nats) with its source, and for a measured τ the quantile and sample size.
+
+    Attributes:
+        tau_nats: the near-tie bound τ (nats, >= 0).
+        source: ``plan`` (``parity.tau_nats``), ``measured_jitter`` or ``default``.
+        quantile: for a measured τ, the quantile of the jitter taken (:data:`TAU_QUANTILE`).
+        sample: nonzero jitter samples it was measured from (count).
+        note: why a default τ was kept (too few samples, no one-pass scoring), else ``""``.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tau_nats: float = Field(default=DEFAULT_TAU_NATS, ge=0)
+    tau_nats: float = Field(default=DEFAULT_TAU_NATS, ge=0, description="nats")
     source: TauSource = TauSource.default
     quantile: float | None = None
     sample: int = Field(default=0, ge=0)
@@ -162,10 +170,21 @@ def measure_tau(
     plan_tau_nats: float | None,
     concurrent_nats: Iterable[float] = (),
 ) -> TauEstimate:
-    """τ from the plan, else from the measured jitter, else the default (see the module
-    docstring). ``profiles`` give the decode-vs-one-pass shifts (nats); ``concurrent_nats``
-    the margins (nats) at which ``off``'s measured, batched output left its alone run.
-    Only nonzero shifts count: τ bounds the jitter where the verify shape differs."""
+    """τ (nats) from the plan, else from the measured jitter, else the default.
+
+    ``profiles`` give the decode-vs-one-pass margin shifts (nats: ``off``'s decode margins
+    against the same tokens scored in one forward pass); ``concurrent_nats`` the margins
+    (nats) at which ``off``'s measured, batched output left its alone run. Only positive
+    values count (τ bounds the jitter where the verify shape differs). With at least
+    :data:`TAU_MIN_SAMPLE` of them τ is their :data:`TAU_QUANTILE` quantile by numpy's
+    ``lower`` order statistic (never the largest sample); with fewer, the default
+    (:data:`~deepseekbench._types._margin.DEFAULT_TAU_NATS`) with a note saying why.
+    Definitions and the measurement behind the quantile: docs/rows-and-gate.md, "Parity
+    within noise".
+
+    Raises:
+        pydantic.ValidationError: ``plan_tau_nats`` negative or NaN.
+    """
     if plan_tau_nats is not None:
         return TauEstimate(tau_nats=plan_tau_nats, source=TauSource.plan)
     profiles = list(profiles)
@@ -188,11 +207,14 @@ def measure_tau(
 def lossy_rate_bound(n_compared: int, n_decisive: int, alpha: float) -> float:
     """One-sided Clopper-Pearson upper bound at level ``alpha`` on the decisive-divergence
     rate per compared output (a fraction), from ``n_decisive`` of ``n_compared``; 1.0 with
-    nothing compared. Computed as the Beta(k+1, n−k) quantile 1 − α (``scipy.stats.beta``).
+    nothing compared. Computed as the Beta(k+1, n−k) quantile 1 − α (``scipy.stats.beta``;
+    C. J. Clopper and E. S. Pearson, Biometrika 26, 1934).
 
     Raises:
-        ValueError: counts inconsistent or ``alpha`` outside (0, 1).
+        ValueError: counts not integers or inconsistent, or ``alpha`` outside (0, 1).
     """
+    if not isinstance(n_compared, int) or not isinstance(n_decisive, int):
+        raise ValueError("counts must be integers")
     if not 0 <= n_decisive <= n_compared or not 0 < alpha < 1:
         raise ValueError("need 0 <= n_decisive <= n_compared and alpha in (0, 1)")
     if n_decisive == n_compared:

@@ -70,9 +70,16 @@ def check_witness(run: PairRun, label: str) -> None:
         )
         mine = [s for s in scores if s["route"] == name]
         assert mine and all(s["scored"] is not None for s in mine), [s["reason"] for s in mine]
-        for s in mine:  # off scored exactly the tokens vLLM sampled
+        # off scored the tokens vLLM sampled: vLLM's completion_tokens also counts the end
+        # token of an output that stopped, which the scored text never holds (measured
+        # 2026-12-02: 63 scored against 64 reported on such outputs)
+        ends = 0
+        for s in mine:
             index = int(s["prompt_id"].removeprefix("request-"))
-            assert len(s["scored"]["positions"]) == usage[(name, index)], s["prompt_id"]
+            gap = usage[(name, index)] - len(s["scored"]["positions"])
+            assert gap in (0, 1), (s["prompt_id"], gap)
+            ends += gap
+        append_report(f"witness {name}: {ends} of {len(mine)} outputs counted an end token")
         assert row.parity_basis == "distribution"
         assert row.witness_p_value is not None and row.witness_power == 0.9
         if (row.witness_tokens_tested or 0) >= run.result.plan.parity.witness_min_tokens:
