@@ -83,6 +83,25 @@ def _mode_of(plan: BenchmarkPlan, source: str, mode: str, cell: str | None) -> s
     return mode
 
 
+def _retokenized(state: ResultsState, key: tuple[Any, ...], scored: int) -> str:
+    """Why a measured output's scoring cannot stand for the tokens the route sampled: the
+    engine counted more output tokens (``usage.completion_tokens``) than ``off`` scored
+    beyond the one end token a stopped output adds, so ``off`` re-tokenized the text
+    differently (a sampled non-canonical tokenization: merged pieces) and the scored
+    positions are not the sampled ones; ``""`` when they agree or nothing says."""
+    label, source, _, cell, load, pid = key
+    if source != "traffic" or not str(pid).startswith("request-"):
+        return ""
+    m = state.measurements.get((label, cell, load, int(str(pid).removeprefix("request-")), 0))
+    sampled = m.completion_tokens if m is not None else None
+    if sampled is None or sampled - scored in (0, 1):
+        return ""
+    return (
+        "outputs whose engine counted more tokens than off's re-tokenized text holds "
+        "(a sampled non-canonical tokenization) left out"
+    )
+
+
 def _collect(
     plan: BenchmarkPlan, state: ResultsState, route: RoutePlan, mode: str
 ) -> tuple[list[tuple[SamplingSpec, list[WitnessPosition]]], list[str], int, int]:
@@ -101,6 +120,10 @@ def _collect(
             reasons.append(got)
             continue
         tokens += len(got.positions)
+        gap = _retokenized(state, key, len(got.positions))
+        if gap:
+            reasons.append(gap)
+            continue
         if got.logprobs_kind != "raw":
             reasons.append(f"off served {got.logprobs_kind} logprobs, not the model's raw ones")
             continue
@@ -153,6 +176,8 @@ def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityPar
         f"{r.tokens_tested} tokens tested, p={r.p_value:.3g} (alpha {r.alpha:g}); catches a "
         f"PIT-CDF distance of {r.detectable_distance:.3f} at power {r.power:g}"
     )
+    if w.reason:  # outputs left out beside the tested ones: say which
+        figures += f"; {w.reason}"
     if r.rejects:
         extra = f", {r.outside_support} tokens outside the support" if r.outside_support else ""
         return QualityParity.differs, f"distribution witness rejects: {figures}{extra}"

@@ -71,15 +71,22 @@ def check_witness(run: PairRun, label: str) -> None:
         mine = [s for s in scores if s["route"] == name]
         assert mine and all(s["scored"] is not None for s in mine), [s["reason"] for s in mine]
         # off scored the tokens vLLM sampled: vLLM's completion_tokens also counts the end
-        # token of an output that stopped, which the scored text never holds (measured
-        # 2026-12-02: 63 scored against 64 reported on such outputs)
-        ends = 0
+        # token of an output that stopped, which the scored text never holds; a larger gap
+        # is a sampled non-canonical tokenization (merged on re-tokenizing: measured
+        # 2026-12-02 on the draft route, gaps of 2 and 3), which the witness leaves out
+        ends = retokenized = 0
         for s in mine:
             index = int(s["prompt_id"].removeprefix("request-"))
             gap = usage[(name, index)] - len(s["scored"]["positions"])
-            assert gap in (0, 1), (s["prompt_id"], gap)
-            ends += gap
-        append_report(f"witness {name}: {ends} of {len(mine)} outputs counted an end token")
+            assert gap >= 0, (s["prompt_id"], gap)
+            ends += gap == 1
+            retokenized += gap > 1
+        if retokenized:
+            assert "non-canonical tokenization" in (row.parity_detail or ""), row.parity_detail
+        append_report(
+            f"witness {name}: of {len(mine)} outputs, {ends} counted an end token and "
+            f"{retokenized} were re-tokenized differently (left out)"
+        )
         assert row.parity_basis == "distribution"
         assert row.witness_p_value is not None and row.witness_power == 0.9
         if (row.witness_tokens_tested or 0) >= run.result.plan.parity.witness_min_tokens:
