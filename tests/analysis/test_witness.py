@@ -220,8 +220,11 @@ def test_a_complete_short_list_has_no_tail_and_the_end_is_conditioned_out() -> N
         token="a", token_bytes=None, top=(*eos, TopLogprob(token="a", logprob=math.log(0.5)))
     )
     stopped = sim.Pos(token="", token_bytes=None, top=eos)
-    r = witness([ended, stopped], spec, top_k=2, alpha=ALPHA, seed=1)
+    r = witness([ended, stopped], spec, top_k=2, alpha=ALPHA, seed=1, max_top1=1.0)
     assert r.tokens_tested == 1 and r.exclusions[0].reason.startswith("the forced token is an end")
+    # given "not the end", "a" is certain: the selection leaves the position out
+    r = witness([ended], spec, top_k=2, alpha=ALPHA, seed=1)
+    assert r.tokens_tested == 0 and r.exclusions[0].reason == near_certain_reason(0.999)
 
 
 def test_the_same_inputs_give_the_same_result() -> None:
