@@ -567,16 +567,10 @@ class Row(BaseModel):
         default=None, ge=0, le=1, description="combined (Bonferroni) p-value of the witness"
     )
     witness_tokens_tested: int | None = Field(
-        default=None,
-        ge=0,
-        description="informative sampled tokens the witness tested (the positions its "
-        "selection keeps: off not near-certain), tokens",
+        default=None, ge=0, description="sampled tokens the witness tested, tokens"
     )
     witness_tokens_excluded: int | None = Field(
-        default=None,
-        ge=0,
-        description="sampled tokens left out (near-certain positions, unknown tail, "
-        "boundaries), tokens",
+        default=None, ge=0, description="sampled tokens left out (unknown tail, boundaries), tokens"
     )
     witness_detectable_distance: float | None = Field(
         default=None,
