@@ -16,6 +16,30 @@ so uniformity is tested with the one-sample Kolmogorov-Smirnov test (``scipy.sta
 ``kstest`` for the statistic, ``kstwo``, the exact two-sided null law after Simard &
 L'Ecuyer 2011, J. Stat. Softw. 39(11), for the p-value).
 
+**Selection (informative tokens).** Where ``off`` is near-certain the PIT is uniform
+whatever the sampler (a position with one likely token cannot show a distortion), and
+such positions dilute the KS test. So positions are selected by a *predictable* rule:
+a position is tested only when its tempered, truncated top-1 probability (the law the
+PIT uses, a function of ``off``'s distribution at the position, which the prefix
+determines) is at most ``max_top1`` (:data:`DEFAULT_WITNESS_MAX_TOP1`). The rule never
+reads the sampled token or the PIT's uniform, so under a correct sampler the selected
+PITs are still iid U(0,1): a sequence of iid variables sampled at indices chosen by
+a rule that sees only the past is again iid with the same law (the optional-skipping
+theorem: Doob 1953, *Stochastic Processes*, Thm III.5.2; Halmos 1939, Ann. Math.
+Stat. 10(4)), applied to the Rosenblatt transform's iid PITs. A rule that reads the
+sampled token (say, "keep the positions where it is not the top-1") is not
+predictable and breaks this. ``tokens_tested`` counts the selected tokens only; the
+others are excluded with that reason, and the power statement is about the selected.
+
+**Three tests, each at α/3 (Bonferroni).** The KS test on the selected PITs (any
+shift of the PIT law); the rank-bin Wald chi-square (:func:`_rank_chi2`); and the
+log-score z test (:func:`_log_score`): the sampled tokens' summed raw log-probability
+against its null mean and exact null variance, the score test for a change of
+temperature (a draft that ignores the temperature leaves the output too hot,
+argmax acceptance too cold). The two weighted tests do not dilute where ``off`` is
+near-certain (those positions add ~0 to their deviation and variance), so the
+selection mainly serves the KS test.
+
 **The unknown tail.** Above temperature 0 the tempered mass of the tokens outside the
 top-k is not determined by the raw top-k: with raw tail mass ``R = 1 - Σ exp(l_i)`` and
 every tail token at most as likely as the k-th (raw probability ``q_k``), its tempered
@@ -71,16 +95,20 @@ from scipy import optimize, stats
 from deepseekbench._types._margin import TopLogprob
 
 __all__ = [
+    "DEFAULT_WITNESS_MAX_TOP1",
     "DEFAULT_WITNESS_POWER",
     "RANK_BINS",
     "STOP_PIECES",
+    "TESTS",
     "SamplingSpec",
     "WitnessExclusion",
     "WitnessPosition",
     "WitnessResult",
     "detectable_distance",
     "detectable_rank_shift",
+    "detectable_score_shift",
     "min_tokens_for",
+    "near_certain_reason",
     "sampling_order_reason",
     "score_positions",
     "witness",
@@ -89,6 +117,18 @@ __all__ = [
 
 DEFAULT_WITNESS_POWER = 0.9
 """Power at which a witness states the distortion it could have detected."""
+
+DEFAULT_WITNESS_MAX_TOP1 = 0.999
+"""The selection rule's default bound: a position whose tempered top-1 probability
+exceeds it is left out (its PIT is uniform whatever the sampler; module docstring)."""
+
+MIN_BIN_EXPECTED = 5.0
+"""Fewest tokens a rank-bin group of the chi-square must expect (tokens): rarer bins are
+merged with their neighbours first (Cochran's rule)."""
+
+TESTS = 3
+"""Tests the witness combines by Bonferroni (KS, rank-bin chi-square, log-score), each
+at ``alpha / TESTS``."""
 
 RANK_BINS = (1, 2, 3, 4, 7)
 """First 1-based rank of each rank bin of the chi-square: ranks 1, 2, 3, 4-6, 7-k, then
@@ -165,32 +205,43 @@ class WitnessResult(BaseModel):
     """The witness's verdict material for one route's tokens (frozen).
 
     Attributes:
-        test: the test's name: the KS test on randomised PITs and the rank-bin Wald
-            chi-square, each at ``alpha/2`` (Bonferroni).
+        test: the tests' names: the KS test on randomised PITs, the rank-bin Wald
+            chi-square and the log-score z test, each at ``alpha/3`` (Bonferroni).
         statistic: the KS statistic ``D`` after the tail-bound reduction ``δ``.
-        ks_p_value / chi2_p_value: each test's p-value; chi2_statistic, chi2_df: the
-            chi-square's statistic and degrees of freedom.
-        p_value: the combined (Bonferroni) p-value ``min(1, 2·min(p_ks, p_chi2))``; 1.0
-            when nothing was tested.
+        ks_p_value / chi2_p_value / score_p_value: each test's p-value;
+            chi2_statistic, chi2_df: the chi-square's statistic and degrees of freedom;
+            score_statistic: the log-score ``z`` (negative: the tokens are less likely
+            than ``off``'s law expects, a sampler too hot).
+        p_value: the combined (Bonferroni) p-value ``min(1, 3·min(p_ks, p_chi2,
+            p_score))``; 1.0 when nothing was tested.
         alpha: the level the verdict uses.
-        tokens_tested / tokens_excluded: counts (tokens); ``exclusions`` says why.
+        tokens_tested: the selected (informative) tokens the tests saw (tokens);
+            tokens_excluded: the rest, ``exclusions`` says why (the near-certain
+            positions the selection rule leaves out among them).
         outside_support: tokens the truncated target gives probability 0.
         tail_slack: ``δ``, the largest PIT half-width from the unknown tail.
-        detectable_distance: the PIT-CDF distance (= total variation per token for
-            mass moved towards likelier tokens) caught with probability ``power``.
+        max_top1: the selection rule's bound on the tempered top-1 probability.
+        detectable_distance: the PIT-CDF distance over the tested tokens (= total
+            variation per tested token for mass moved towards likelier tokens) the KS
+            test catches with probability ``power``.
         detectable_rank_shift: the per-token rank-bin shift (Mahalanobis) caught with
             probability ``power`` (``inf`` when nothing was tested).
+        detectable_score_shift: the per-token log-score shift (in null standard
+            deviations) caught with probability ``power`` (``inf`` when nothing was
+            tested).
         power: the power those figures are stated at.
     """
 
     model_config = _CONFIG
 
-    test: str = "ks_randomised_pit+rank_bin_chi2 (Bonferroni)"
+    test: str = "ks_randomised_pit+rank_bin_chi2+log_score_z (Bonferroni)"
     statistic: float = Field(ge=0)
     ks_p_value: float = Field(ge=0, le=1)
     chi2_statistic: float = Field(ge=0)
     chi2_df: int = Field(ge=0)
     chi2_p_value: float = Field(ge=0, le=1)
+    score_statistic: float = 0.0
+    score_p_value: float = Field(default=1.0, ge=0, le=1)
     p_value: float = Field(ge=0, le=1)
     alpha: float = Field(gt=0, lt=1)
     tokens_tested: int = Field(ge=0)
@@ -198,8 +249,10 @@ class WitnessResult(BaseModel):
     exclusions: tuple[WitnessExclusion, ...] = ()
     outside_support: int = Field(default=0, ge=0)
     tail_slack: float = Field(default=0.0, ge=0)
+    max_top1: float = Field(default=1.0, gt=0, le=1)
     detectable_distance: float = Field(ge=0, le=1)
     detectable_rank_shift: float = Field(ge=0)
+    detectable_score_shift: float = Field(default=math.inf, ge=0)
     power: float = Field(default=DEFAULT_WITNESS_POWER, gt=0, lt=1)
 
     @property
@@ -325,13 +378,18 @@ def _category(pos: WitnessPosition, top: Sequence[TopLogprob]) -> int:
 
 class _Scored(NamedTuple):
     """One kept position: PIT midpoint and half-width, rank-bin law (midpoint), the
-    token's bin, and the bin law's half-width (largest over bins)."""
+    token's bin, the bin law's half-width (largest over bins), and the log-score: the
+    token's score, its null mean (midpoint), variance and the mean's half-width (nats)."""
 
     pit: float
     half: float
     bins: np.ndarray
     token_bin: int
     bins_half: float
+    score: float
+    score_mean: float
+    score_var: float
+    score_half: float
 
 
 def _law_at(w: np.ndarray, t: float) -> np.ndarray:
@@ -355,11 +413,24 @@ def _token_bin(cat: int, listed: int, k: int) -> int:
     return sum(1 for s in RANK_BINS if s - 1 <= cat) - 1
 
 
+def near_certain_reason(max_top1: float) -> str:
+    """The exclusion reason of a position the selection rule leaves out (``max_top1``:
+    the bound on the tempered top-1 probability)."""
+    return f"off near-certain (tempered top-1 probability above {max_top1:g})"
+
+
 def _one_position(
-    pos: WitnessPosition, spec: SamplingSpec, k: int, v: float, slack: float, tol: float
+    pos: WitnessPosition,
+    spec: SamplingSpec,
+    k: int,
+    v: float,
+    slack: float,
+    tol: float,
+    max_top1: float = 1.0,
 ) -> _Scored | str:
     """The kept position's figures, or why it is excluded; "outside support" when the
-    truncated target gives the token probability 0."""
+    truncated target gives the token probability 0 (checked before the selection: a
+    forbidden token refuses wherever it falls)."""
     if _piece(pos) in STOP_PIECES:
         return "the forced token is an end-of-sequence token"
     top = sorted(pos.top, key=lambda a: -a.logprob)[:k]
@@ -389,15 +460,24 @@ def _one_position(
     cat = _category(pos, top)
     if law_hi[cat] == 0.0 and law_lo[cat] == 0.0:
         return "outside support"
+    if float((law_lo[:-1] + law_hi[:-1]).max()) / 2 > max_top1:
+        return near_certain_reason(max_top1)
     a = float(law_lo[:cat].sum() + v * law_lo[cat])
     b = float(law_hi[:cat].sum() + v * law_hi[cat])
     bins_lo, bins_hi = _rank_bins(law_lo, k), _rank_bins(law_hi, k)
+    g = np.append(logps - logps[0], logps[-1] - logps[0])  # "other": at most the k-th
+    mid = (law_lo + law_hi) / 2
+    mean = float(mid @ g)
     return _Scored(
         pit=(a + b) / 2,
         half=abs(a - b) / 2,
         bins=(bins_lo + bins_hi) / 2,
         token_bin=_token_bin(cat, len(w), k),
         bins_half=float(np.abs(bins_hi - bins_lo).max()) / 2,
+        score=float(g[cat]),
+        score_mean=mean,
+        score_var=float(mid @ (g - mean) ** 2),
+        score_half=abs(float(law_hi @ g) - float(law_lo @ g)) / 2,
     )
 
 
@@ -409,6 +489,7 @@ def score_positions(
     rng: np.random.Generator,
     slack: float = 1e-4,
     tail_tolerance: float = 0.01,
+    max_top1: float = 1.0,
 ) -> tuple[list[_Scored], dict[str, int]]:
     """The kept positions' figures in order, and the excluded positions counted by reason.
 
@@ -416,12 +497,13 @@ def score_positions(
     PIT does not depend on which others were excluded. ``top_k``: alternatives per
     position used as categories (the k asked; an engine that appends the forced token
     to its top-k list adds no category, and a position with fewer is excluded).
+    ``max_top1``: the selection rule (module docstring); 1 keeps every position.
     """
     kept: list[_Scored] = []
     excluded: dict[str, int] = {}
     for pos in positions:
         v = float(rng.uniform())
-        got = _one_position(pos, spec, top_k, v, slack, tail_tolerance)
+        got = _one_position(pos, spec, top_k, v, slack, tail_tolerance, max_top1)
         if isinstance(got, str):
             excluded[got] = excluded.get(got, 0) + 1
         else:
@@ -477,6 +559,25 @@ def detectable_rank_shift(
     return math.sqrt(float(optimize.brentq(gap, 1e-9, hi, xtol=1e-9)) / n)
 
 
+def detectable_score_shift(n: int, alpha: float, *, power: float = DEFAULT_WITNESS_POWER) -> float:
+    """The per-token log-score shift (the mean of ``g_t(x_t) - E_t g_t`` over the
+    root-mean-square null standard deviation, unitless) the two-sided z test at level
+    ``alpha`` catches with probability >= ``power`` over ``n`` tokens:
+    ``(Φ⁻¹(1 - α/2) + Φ⁻¹(power)) / sqrt(n)`` (the normal shift alternative; the far
+    tail's share is neglected, so the power is slightly above ``power``). ``inf`` when
+    ``n`` is 0.
+
+    Raises:
+        ValueError: ``alpha`` or ``power`` outside (0, 1), or ``n`` negative.
+    """
+    _check_levels(alpha, power)
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    if n == 0:
+        return math.inf
+    return float(stats.norm.isf(alpha / 2) + stats.norm.ppf(power)) / math.sqrt(n)
+
+
 def min_tokens_for(distance: float, alpha: float, *, power: float = DEFAULT_WITNESS_POWER) -> int:
     """The fewest tokens at which :func:`detectable_distance` is at most ``distance``.
 
@@ -513,18 +614,42 @@ def _ks(kept: Sequence[_Scored]) -> tuple[float, float, float]:
     return d, p, delta
 
 
+def _merged_bins(expected: np.ndarray) -> np.ndarray:
+    """Group index of each rank bin: from the rarest (last) bin, neighbours merged until
+    each group expects at least :data:`MIN_BIN_EXPECTED` tokens (Cochran 1954, Biometrics
+    10(4)); a short remainder joins the group before it. Reads the null expectations
+    only, never the counts, so the grouping does not depend on the sampled tokens."""
+    group = np.zeros(len(expected), dtype=int)
+    g, acc = 0, 0.0
+    for i in range(len(expected) - 1, -1, -1):
+        group[i] = g
+        acc += float(expected[i])
+        if acc >= MIN_BIN_EXPECTED:
+            g, acc = g + 1, 0.0
+    if acc > 0 and g > 0:  # the most likely bins fell short: join the group after them
+        group[group == g] = g - 1
+    return np.asarray(group.max() - group)
+
+
 def _rank_chi2(kept: Sequence[_Scored]) -> tuple[float, float, int]:
     """(statistic, p-value, df) of the Wald chi-square on the rank-bin counts.
 
     Counts ``N`` and their null mean ``E = Σ p_t`` and covariance ``Σ (diag p_t - p_t p_tᵀ)``
     (a sum of independent one-draw multinomials; the sequential case by the martingale
     CLT); ``X = dᵀ C⁺ d`` with ``d = N - E`` shrunk towards 0 by the tail bound
-    ``Σ_t`` half-width, ``df`` the rank of ``C``.
+    ``Σ_t`` half-width, ``df`` the rank of ``C``. Bins expecting few tokens are merged
+    first (:func:`_merged_bins`): the chi-square law is a poor guide to a count whose
+    mean is below a few tokens, and refuses a correct sampler too often there.
     """
     if not kept:
         return 0.0, 1.0, 0
-    probs = np.array([s.bins for s in kept])
-    counts = np.bincount([s.token_bin for s in kept], minlength=probs.shape[1]).astype(float)
+    fine = np.array([s.bins for s in kept])
+    group = _merged_bins(fine.sum(axis=0))
+    merge = np.zeros((fine.shape[1], int(group.max()) + 1))
+    merge[np.arange(fine.shape[1]), group] = 1.0
+    probs = fine @ merge
+    tokens = group[[s.token_bin for s in kept]]
+    counts = np.bincount(tokens, minlength=probs.shape[1]).astype(float)
     cov = np.diag(probs.sum(axis=0)) - probs.T @ probs
     df = int(np.linalg.matrix_rank(cov, tol=1e-9))
     if df == 0:
@@ -534,6 +659,28 @@ def _rank_chi2(kept: Sequence[_Scored]) -> tuple[float, float, int]:
     dev = np.sign(dev) * np.maximum(0.0, np.abs(dev) - shrink)
     x = float(dev @ np.linalg.pinv(cov, rcond=1e-9, hermitian=True) @ dev)
     return x, float(stats.chi2.sf(x, df)), df
+
+
+def _log_score(kept: Sequence[_Scored]) -> tuple[float, float]:
+    """(z, two-sided p-value) of the log-score test: the sampled tokens' summed raw
+    log-probabilities (relative to the top-1, nats; "other" at the k-th's) against their
+    null mean, over the square root of the summed null variances.
+
+    Each term ``g_t(x_t) - E_t g_t`` is a martingale difference with predictable
+    variance, so ``z`` is asymptotically N(0, 1) under a correct sampler (martingale
+    CLT, McLeish 1974, Ann. Probab. 2(4)). ``g_t`` is the log-likelihood's derivative
+    in ``1/T`` up to a constant, so this is the score test for a change of temperature
+    (Rao 1948): locally the most powerful against a sampler too hot (a draft that
+    ignores the temperature) or too cold (argmax acceptance). The deviation is shrunk
+    towards 0 by the summed half-widths of the null means (the unknown tail).
+    """
+    var = sum(s.score_var for s in kept)
+    if not kept or var <= 0:
+        return 0.0, 1.0
+    dev = sum(s.score - s.score_mean for s in kept)
+    dev = math.copysign(max(0.0, abs(dev) - sum(s.score_half for s in kept)), dev)
+    z = dev / math.sqrt(var)
+    return z, float(min(1.0, 2 * stats.norm.sf(abs(z))))
 
 
 def witness(
@@ -546,6 +693,7 @@ def witness(
     power: float = DEFAULT_WITNESS_POWER,
     slack: float = 1e-4,
     tail_tolerance: float = 0.01,
+    max_top1: float = DEFAULT_WITNESS_MAX_TOP1,
 ) -> WitnessResult:
     """Test that ``positions``' tokens are draws from the tempered, truncated target.
 
@@ -558,12 +706,15 @@ def witness(
         power: the power the detectable figures are stated at.
         slack: numerical slack on truncation boundaries (probability / nats).
         tail_tolerance: the widest "other"-bucket mass interval a kept position may have.
+        max_top1: the selection rule: positions whose tempered top-1 probability
+            exceeds it are left out (module docstring); 1 keeps them all.
 
     Returns:
-        :class:`WitnessResult` (module docstring: the two tests, exclusions, power).
+        :class:`WitnessResult` (module docstring: the three tests, exclusions, power).
 
     Raises:
-        ValueError: ``top_k`` < 1, or ``alpha``/``power`` outside (0, 1).
+        ValueError: ``top_k`` < 1, ``alpha``/``power`` outside (0, 1), or
+            ``max_top1`` outside (0, 1].
     """
     return witness_groups(
         [(spec, positions)],
@@ -573,6 +724,7 @@ def witness(
         power=power,
         slack=slack,
         tail_tolerance=tail_tolerance,
+        max_top1=max_top1,
     )
 
 
@@ -585,45 +737,68 @@ def witness_groups(
     power: float = DEFAULT_WITNESS_POWER,
     slack: float = 1e-4,
     tail_tolerance: float = 0.01,
+    max_top1: float = DEFAULT_WITNESS_MAX_TOP1,
 ) -> WitnessResult:
     """:func:`witness` over outputs sampled with different parameters: each group's
     positions are scored with its own :class:`SamplingSpec` (one seeded RNG across the
     groups, in order) and the PITs tested together (each is U(0,1) under its own law).
 
     Raises:
-        ValueError: ``top_k`` < 1, or ``alpha``/``power`` outside (0, 1).
+        ValueError: ``top_k`` < 1, ``alpha``/``power`` outside (0, 1), or
+            ``max_top1`` outside (0, 1].
     """
     if top_k < 1:
         raise ValueError("top_k must be >= 1")
+    if not 0 < max_top1 <= 1:
+        raise ValueError("max_top1 must be in (0, 1]")
     _check_levels(alpha, power)
     rng = np.random.default_rng(seed)
     kept: list[_Scored] = []
     excluded: dict[str, int] = {}
     for spec, positions in groups:
         got, why = score_positions(
-            positions, spec, top_k=top_k, rng=rng, slack=slack, tail_tolerance=tail_tolerance
+            positions,
+            spec,
+            top_k=top_k,
+            rng=rng,
+            slack=slack,
+            tail_tolerance=tail_tolerance,
+            max_top1=max_top1,
         )
         kept += got
         for reason, count in why.items():
             excluded[reason] = excluded.get(reason, 0) + count
+    return _result(kept, excluded, alpha, power, max_top1)
+
+
+def _result(
+    kept: Sequence[_Scored], excluded: dict[str, int], alpha: float, power: float, bound: float
+) -> WitnessResult:
+    """The three tests on ``kept``, combined by Bonferroni, and the power figures."""
     outside = excluded.pop("outside support", 0)
     d, p_ks, delta = _ks(kept)
     x, p_chi, df = _rank_chi2(kept)
+    z, p_z = _log_score(kept)
     n = len(kept)
+    level = alpha / TESTS
     return WitnessResult(
         statistic=d,
         ks_p_value=p_ks,
         chi2_statistic=x,
         chi2_df=df,
         chi2_p_value=p_chi,
-        p_value=min(1.0, 2 * min(p_ks, p_chi)),
+        score_statistic=z,
+        score_p_value=p_z,
+        p_value=min(1.0, TESTS * min(p_ks, p_chi, p_z)),
         alpha=alpha,
         tokens_tested=n,
         tokens_excluded=sum(excluded.values()) + outside,
         exclusions=tuple(WitnessExclusion(reason=r, tokens=c) for r, c in sorted(excluded.items())),
         outside_support=outside,
         tail_slack=delta,
-        detectable_distance=detectable_distance(n, alpha / 2, power=power, tail_slack=delta),
-        detectable_rank_shift=detectable_rank_shift(n, df, alpha / 2, power=power),
+        max_top1=bound,
+        detectable_distance=detectable_distance(n, level, power=power, tail_slack=delta),
+        detectable_rank_shift=detectable_rank_shift(n, df, level, power=power),
+        detectable_score_shift=detectable_score_shift(n, level, power=power),
         power=power,
     )

@@ -11,8 +11,9 @@ under the sampling parameters each output was sampled with (temperature, and the
   support);
 - ``unknown`` when it cannot judge: the engine cannot teacher-force or apply the
   parameters in a known order (the reason), no output was scored, the logprobs are not
-  the raw model's, or fewer than ``parity.witness_min_tokens`` tokens were tested (then
-  the distance it could have caught is stated, and "not significant" is not "verified");
+  the raw model's, or fewer than ``parity.witness_min_tokens`` informative tokens were
+  tested (the positions ``parity.witness_max_top1`` selects; then the distortion it
+  could have caught is stated, and "not significant" is not "verified");
 - ``verified`` otherwise, only together with the rest of parity (a row is verified when
   its other parity evidence is, and the witness accepts).
 
@@ -30,6 +31,7 @@ from deepseekbench._analysis._witness import (
     SamplingSpec,
     WitnessPosition,
     WitnessResult,
+    near_certain_reason,
     sampling_order_reason,
     witness_groups,
 )
@@ -159,10 +161,19 @@ def route_witnesses(
                     top_k=plan.parity.witness_top_k,
                     alpha=plan.parity.alpha,
                     seed=plan.parity.seed ^ WITNESS_SEED_SALT,
+                    max_top1=plan.parity.witness_max_top1,
                 )
             reason = "; ".join(sorted(set(reasons))) or None
             out[(route.label, mode)] = RouteWitness(result, reason, requests, tokens)
     return out
+
+
+def _excluded(r: WitnessResult) -> str:
+    """The excluded tokens in a few words: the near-certain ones, then the rest."""
+    near = sum(e.tokens for e in r.exclusions if e.reason == near_certain_reason(r.max_top1))
+    other = r.tokens_excluded - near
+    words = f"{near} near-certain excluded (tempered top-1 above {r.max_top1:g})"
+    return words + (f", {other} for other reasons" if other else "")
 
 
 def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityParity, str]:
@@ -173,8 +184,10 @@ def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityPar
     if r is None:
         return QualityParity.unknown, f"distribution witness: {w.reason or 'no positions'}"
     figures = (
-        f"{r.tokens_tested} tokens tested, p={r.p_value:.3g} (alpha {r.alpha:g}); catches a "
-        f"PIT-CDF distance of {r.detectable_distance:.3f} at power {r.power:g}"
+        f"{r.tokens_tested} informative tokens tested ({_excluded(r)}), p={r.p_value:.3g} "
+        f"(alpha {r.alpha:g}; log-score z={r.score_statistic:+.2f}); catches a PIT-CDF "
+        f"distance of {r.detectable_distance:.3f} or a log-score shift of "
+        f"{r.detectable_score_shift:.3f} sd per token at power {r.power:g}"
     )
     if w.reason:  # outputs left out beside the tested ones: say which
         figures += f"; {w.reason}"

@@ -271,7 +271,19 @@ DEMO_SAMPLING_TEMPERATURE = 0.7
 DEMO_SAMPLING_PROMPTS = 120
 """The sampling scenario's prompts (each sent once, its own seed): 3-digit sums and
 8-letter reversals the reference model has not seen, where its answers are uncertain;
-about 3000 sampled tokens per route, past the witness's default 2000."""
+about 3700 sampled tokens per route, of which about 1300 informative (the witness's
+selection leaves out the near-certain positions), past its default 1000."""
+DEMO_SAMPLING_FAULTS: dict[str, dict[str, object]] = {
+    "mtp-argmax": {"argmax_acceptance": True},
+    "mtp-colddraft": {"draft_ignores_temperature": True},
+    "mtp-relaxedwide": {"relaxed_acceptance": True, "relaxed_topk": 20, "relaxed_delta": 5.0},
+    "mtp-relaxed": {"relaxed_acceptance": True},
+}
+"""The sampling scenario's faulty mtp routes (``EngineConfig`` fields): argmax acceptance,
+a draft that ignores the temperature, relaxed acceptance wide (top-20 within 5 nats) and
+at the engine's default (top-3 within 1 nat). The witness refuses the first three; the
+last moves too little mass on this model for any test at this sample, and its row
+differs by the temperature-0 parity set (docs/rows-and-gate.md)."""
 
 
 def _sampling_prompts() -> list[str]:
@@ -288,8 +300,8 @@ def _sampling_prompts() -> list[str]:
 
 async def run_demo_sampling(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The sampling demo scenario: at temperature 0.7, ``off``, an exact mtp and mtp with
-    each of the embedded engine's sampler faults (argmax acceptance, a draft that
-    ignores the temperature, relaxed acceptance), judged by the distribution witness
+    each of the embedded engine's sampler faults (:data:`DEMO_SAMPLING_FAULTS`), judged
+    by the distribution witness
     (``off`` scores every sampled output in one pass; docs/rows-and-gate.md)."""
     from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
     from deepseekbench._net._gate import LiveGate
@@ -301,12 +313,12 @@ async def run_demo_sampling(args: argparse.Namespace, out: TextIO, err: TextIO) 
     t0 = time.perf_counter()
     off = EngineConfig(cost=CostModel(compute_ms_per_token=DEMO_COMPUTE_MS_PER_TOKEN))
     mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": DEMO_DRAFT_DEPTH})
-    faults = ("argmax_acceptance", "draft_ignores_temperature", "relaxed_acceptance")
-    configs = [off, mtp, *(mtp.model_copy(update={f: True}) for f in faults)]
+    faults = DEMO_SAMPLING_FAULTS
+    configs = [off, mtp, *(mtp.model_copy(update=f) for f in faults.values())]
     async with contextlib.AsyncExitStack() as stack:
         engines = [await stack.enter_async_context(EmbeddedEngine(c)) for c in configs]
         data = demo_plan([e.base_url for e in engines[:3]]).model_dump(mode="json")
-        labels = ["off", "mtp", *(f"mtp-{f.split('_')[0]}" for f in faults)]
+        labels = ["off", "mtp", *faults]
         base = data["routes"][1]
         data["routes"] = [data["routes"][0]] + [
             {**base, "label": label, "base_url": e.base_url}

@@ -71,6 +71,7 @@ _PARITY_NOT_HASHED = {
     "witness",
     "witness_top_k",
     "witness_min_tokens",
+    "witness_max_top1",
     "witness_max_requests",
     "witness_max_tokens",
 }

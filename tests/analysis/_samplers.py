@@ -25,6 +25,9 @@ SCALE = 3.0
 DRAFT_NOISE = 1.0
 RELAXED_TOP_N = 3
 RELAXED_DELTA_NATS = 2.0
+NEAR_CERTAIN_BOOST = 15.0
+"""Raw logit added to the top token at a near-certain position (nats): its tempered
+top-1 probability is then above 0.9999 at T <= 1, as at most positions of a real model."""
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,21 @@ class Target:
 
 
 def make_target(
-    seed: int, n: int, t: float, top_k: int | None = None, top_p: float = 1.0
+    seed: int,
+    n: int,
+    t: float,
+    top_k: int | None = None,
+    top_p: float = 1.0,
+    *,
+    certain: float = 0.0,
 ) -> Target:
-    """A seeded synthetic target of ``n`` positions."""
+    """A seeded synthetic target of ``n`` positions; a share ``certain`` of them (drawn
+    at random) near-certain: the top token's logit raised by ``NEAR_CERTAIN_BOOST``
+    (the draft, the target's logits plus noise, follows)."""
     rng = np.random.default_rng(seed)
     logits = rng.normal(scale=SCALE, size=(n, VOCAB))
+    boost = rng.random(n) < certain
+    logits[np.arange(n), logits.argmax(axis=-1)] += np.where(boost, NEAR_CERTAIN_BOOST, 0.0)
     draft = logits + rng.normal(scale=DRAFT_NOISE, size=(n, VOCAB))
     return Target(logits, draft, t, top_k, top_p)
 
