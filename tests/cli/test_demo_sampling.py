@@ -34,3 +34,5 @@ def test_demo_sampling_refuses_every_fault(tmp_path: Path) -> None:
     for label in ("mtp-argmax", "mtp-colddraft", "mtp-relaxedwide"):
         assert got[label].startswith("differs: distribution witness rejects"), got[label]
     assert got["mtp-relaxed"].startswith("differs:"), got["mtp-relaxed"]
+    if "witness rejects" not in got["mtp-relaxed"]:
+        assert got["mtp-relaxed"].endswith("by its exact or task parity, not by the witness)")
