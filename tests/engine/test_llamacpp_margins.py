@@ -91,7 +91,11 @@ def test_llamacpp_logprobs_give_real_margins_and_the_mistuned_draft_is_decisive(
     sent = [(p, b) for p, bodies in recorder.bodies.items() for b in bodies]
     asked = [(p, b) for p, b in sent if "logprobs" in b or "top_logprobs" in b]
     assert asked and {p for p, _ in asked} == {port["off"]}
-    assert len(asked) == len(margins)
+    # one follow-up per divergence, and one per profiled off output (within_noise's
+    # near-tie opportunities; llama.cpp cannot score in one pass, so no other request)
+    profiles = [r for r in records if r["record"] == "off_profile"]
+    assert len(asked) == len(margins) + len(profiles)
+    assert all("no prompt logprobs" in r["profile"]["one_pass_note"] for r in profiles), profiles
     assert all(b["stream"] is False and b["top_logprobs"] == TOP_LOGPROBS for _, b in asked)
 
     rows = {r.route_label: r for r in result.rows}
@@ -107,6 +111,9 @@ def test_llamacpp_logprobs_give_real_margins_and_the_mistuned_draft_is_decisive(
     assert rows["mis"].divergences_decisive is not None and rows["mis"].divergences_decisive >= 1
     assert rows["mis"].quality_parity is QualityParity.differs
     assert "decisive divergence at" in text and "off's top-1 margin" in text
-    # the lossless draft route matches off: nothing to explain, verified
+    # the lossless draft route matches off: nothing to explain; but 5 compared outputs
+    # cannot bound a lossy route's decisive rate by parity.lossy_rate, so the verdict says
+    # how many more would decide instead of verifying by absence of evidence
     assert not [r for r in margins if r["route"] == "draft"]
-    assert rows["draft"].quality_parity is QualityParity.verified
+    assert rows["draft"].quality_parity is QualityParity.unknown
+    assert "more prompts/requests would decide" in (rows["draft"].parity_detail or "")
