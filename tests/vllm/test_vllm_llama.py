@@ -35,6 +35,7 @@ from tests.vllm.checks import (
 from tests.vllm.conftest import VllmModels, server_spec
 from tests.vllm.plans import append_report, build_plan, run_pair
 from tests.vllm.pool import ServerPool
+from tests.vllm.test_vllm_deepseek_witness import TEMPERATURE, check_witness, sampled
 
 pytestmark = pytest.mark.vllm
 
@@ -67,6 +68,23 @@ def test_draft_model_matches_off_and_is_credited(
     assert texts["draft"] == texts["off"]
     # a trained draft of the same corpus: acceptance strictly between 0 and 1 drafts
     assert 0 < summary["accepted"] <= summary["drafted"]
+
+
+def test_draft_model_is_verified_by_the_witness(
+    vllm_pool: ServerPool, vllm_models: VllmModels, tmp_path: Path
+) -> None:
+    """The distribution witness at T = 0.8 on the draft-model pair (the first test's
+    servers, still up: the pool holds two); see ``test_vllm_deepseek_witness``."""
+    off = off_spec(vllm_models)
+    draft = server_spec(
+        "draft", "llama-draft", vllm_models.llama_target, vllm_models.llama_draft,
+        served_model_name=MODEL, num_speculative_tokens=NUM_SPEC,
+    )  # fmt: skip
+    running = vllm_pool.serve([off, draft])
+    servers = {"off": running["llama-off"], "draft": running["llama-draft"]}
+    plan = sampled(build_plan(MODEL, servers["off"], servers["draft"], "draft", "draft"))
+    run = run_pair(plan, servers, tmp_path, f"Llama draft model at T={TEMPERATURE} (vLLM)")
+    check_witness(run, "draft")
 
 
 def test_synthetic_acceptance_route_differs_and_is_refused(

@@ -38,7 +38,6 @@ from tests.vllm.conftest import (
     SEED,
     VllmModels,
     deepseek_specs,
-    server_spec,
 )
 from tests.vllm.plans import PairRun, append_report, build_plan, run_pair
 from tests.vllm.pool import ServerPool
@@ -47,7 +46,6 @@ pytestmark = pytest.mark.vllm
 
 TEMPERATURE = 0.8
 PROMPTS = hf_models.prompt_words(SEED, 80)[40:]  # the models' vocabulary, unseen prompts
-LLAMA_MODEL = "deepseekbench-llama-generated"
 
 
 def sampled(plan: BenchmarkPlan) -> BenchmarkPlan:
@@ -119,18 +117,3 @@ def test_deepseek_mtp_is_verified_by_the_witness(
     plan = sampled(build_plan(DEEPSEEK_MODEL, servers["off"], servers["mtp"], "mtp", "mtp"))
     run = run_pair(plan, servers, tmp_path, f"DeepSeek-V3 MTP at T={TEMPERATURE} (vLLM)")
     check_witness(run, "mtp")
-
-
-def test_draft_model_is_verified_by_the_witness(
-    vllm_pool: ServerPool, vllm_models: VllmModels, tmp_path: Path
-) -> None:
-    off = server_spec("off", "llama-off", vllm_models.llama_target, served_model_name=LLAMA_MODEL)
-    draft = server_spec(
-        "draft", "llama-draft", vllm_models.llama_target, vllm_models.llama_draft,
-        served_model_name=LLAMA_MODEL, num_speculative_tokens=3,
-    )  # fmt: skip
-    running = vllm_pool.serve([off, draft])
-    servers = {"off": running["llama-off"], "draft": running["llama-draft"]}
-    plan = sampled(build_plan(LLAMA_MODEL, servers["off"], servers["draft"], "draft", "draft"))
-    run = run_pair(plan, servers, tmp_path, f"Llama draft model at T={TEMPERATURE} (vLLM)")
-    check_witness(run, "draft")
