@@ -81,6 +81,12 @@ if TYPE_CHECKING:
     )
     from deepseekbench._analysis._lines import ScorecardLine
     from deepseekbench._analysis._route_parity import RouteParity
+    from deepseekbench._analysis._sequential import (
+        SpeedupSequence,
+        StopReason,
+        sequential_verdict,
+        speedup_confidence_sequence,
+    )
     from deepseekbench._analysis._speedup import (
         MIN_REQUESTS_FOR_SPEEDUP,
         CompareSpeedup,
@@ -452,6 +458,10 @@ _IMPORTS: dict[str, str] = {
     "Speculative": "deepseekbench._types._axes",
     "SpeculativeName": "deepseekbench._types._axes",
     "SpeedupEvidence": "deepseekbench._analysis._speedup",
+    "SpeedupSequence": "deepseekbench._analysis._sequential",
+    "StopReason": "deepseekbench._analysis._sequential",
+    "sequential_verdict": "deepseekbench._analysis._sequential",
+    "speedup_confidence_sequence": "deepseekbench._analysis._sequential",
     "SpeedupMetric": "deepseekbench._analysis._speedup",
     "SpeedupVerdict": "deepseekbench._analysis._speedup",
     "StreamError": "deepseekbench._records._measurement",
@@ -672,7 +682,9 @@ __all__ = [
     "SpeculativeName",
     "SpeedupEvidence",
     "SpeedupMetric",
+    "SpeedupSequence",
     "SpeedupVerdict",
+    "StopReason",
     "StreamError",
     "StreamLimits",
     "StreamMeasurement",
@@ -748,7 +760,9 @@ __all__ = [
     "rows_html",
     "run_plan",
     "scrape_metrics",
+    "sequential_verdict",
     "smoke_tasks",
+    "speedup_confidence_sequence",
     "synthetic_items",
     "task_parity",
     "unregister_dialect",
