@@ -217,6 +217,7 @@ if TYPE_CHECKING:
     from deepseekbench._plan._search import SearchPlan  # capacity under SLO
     from deepseekbench._plan._sections import ParityPlan, WorkloadPlan
     from deepseekbench._plan._sources import PlanSources
+    from deepseekbench._plan._stopping import FewRoundsWarning, StoppingPlan
     from deepseekbench._plan._tasks import (
         DEFAULT_TOLERANCE,
         Grader,
@@ -451,6 +452,8 @@ _IMPORTS: dict[str, str] = {
     "SloPlan": "deepseekbench._plan._arrival",
     # capacity under SLO
     "SearchPlan": "deepseekbench._plan._search",
+    "StoppingPlan": "deepseekbench._plan._stopping",
+    "FewRoundsWarning": "deepseekbench._plan._stopping",
     "CapacityRatio": "deepseekbench._analysis._capacity",
     "CapacityReport": "deepseekbench._analysis._capacity",
     "RouteCapacity": "deepseekbench._analysis._capacity",
@@ -602,6 +605,7 @@ __all__ = [
     "ExactAcceptance",
     "FaultConfig",
     "FaultKind",
+    "FewRoundsWarning",
     "GatedTransport",
     "GaugeSet",
     "Grader",
@@ -685,6 +689,7 @@ __all__ = [
     "SpeedupSequence",
     "SpeedupVerdict",
     "StopReason",
+    "StoppingPlan",
     "StreamError",
     "StreamLimits",
     "StreamMeasurement",

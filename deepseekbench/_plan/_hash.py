@@ -34,6 +34,7 @@ NOT_HASHED = {
 
 _ADDED_AT_DEFAULT: dict[tuple[str, ...], Any] = {
     ("search",): None,
+    ("stopping",): None,
     ("workload", "shared_prefix"): None,
     ("workload", "trace"): None,
     ("workload", "speed_bench_by"): "category",

@@ -56,6 +56,7 @@ from deepseekbench._plan._sources import (
     workload_items,
     workload_prompts,
 )
+from deepseekbench._plan._stopping import FewRoundsWarning, StoppingPlan, few_rounds_message
 from deepseekbench._plan._tasks import Task
 from deepseekbench._plan._workload import WorkloadItem
 from deepseekbench._types._axes import Arrival, Hosting, Speculative
@@ -88,6 +89,9 @@ class BenchmarkPlan(BaseModel):
         slo: :class:`SloPlan` (limits for goodput; none by default).
         search: :class:`~deepseekbench._plan._search.SearchPlan` (``[search]``: each
             route's capacity under ``slo``; needs an ``slo`` limit), or ``None``.
+        stopping: :class:`~deepseekbench._plan._stopping.StoppingPlan` (``[stopping]``:
+            ``fixed`` rounds, or ``sequential``: a route stops once its anytime-valid
+            verdict is decided), or ``None`` (fixed).
         results: JSONL results path (relative to the plan file when loaded), or ``None``.
         timeout_s: total deadline per request (s).
         client_lag_threshold_ms: the client's own event-loop lag (ms, default 10)
@@ -141,6 +145,10 @@ class BenchmarkPlan(BaseModel):
     # capacity under SLO (left out of the plan's content and hash when unset)
     search: SearchPlan | None = Field(
         default=None, description="[search]: find each route's capacity under [slo]"
+    )
+    # sequential stopping (left out of the plan's content and hash when unset)
+    stopping: StoppingPlan | None = Field(
+        default=None, description="[stopping]: fixed rounds, or stop each comparison once decided"
     )
     timeout_s: float = Field(default=600.0, gt=0)
     client_lag_threshold_ms: float = Field(
@@ -215,6 +223,13 @@ class BenchmarkPlan(BaseModel):
                 raise ValueError(same)
         if self.search is not None and not self.slo.limits:
             raise ValueError("[search] needs at least one [slo] limit (ttft_ms, tpot_ms, e2e_ms)")
+        stop = self.stopping
+        if stop is not None and stop.sequential and self.rounds < stop.min_rounds:
+            raise ValueError(
+                f"[stopping] sequential needs at least min_rounds = {stop.min_rounds} rounds; "
+                f"the plan runs {self.rounds} (raise repeats or [stopping] cap, and "
+                "requests_per_cell to at least as many)"
+            )
         cells = [c.cell_id for c in self.cells]
         dup_cells = sorted({x for x in cells if cells.count(x) > 1})
         if dup_cells:
@@ -265,8 +280,18 @@ class BenchmarkPlan(BaseModel):
 
     @property
     def rounds(self) -> int:
-        """Rounds actually run per cell and load point: ``min(repeats, requests_per_cell)``."""
+        """Rounds scheduled per cell and load point: ``min(repeats, requests_per_cell)``,
+        or in ``[stopping]`` sequential mode ``min(cap, requests_per_cell)`` (``cap``
+        defaults to ``repeats``; a decided route skips its later rounds)."""
+        stop = self.stopping
+        if stop is not None and stop.sequential and stop.cap is not None:
+            return min(stop.cap, self.requests_per_cell)
         return min(self.repeats, self.requests_per_cell)
+
+    @property
+    def sequential(self) -> bool:
+        """True when ``[stopping] mode = "sequential"``."""
+        return self.stopping is not None and self.stopping.sequential
 
     @property
     def reach_max_tokens(self) -> bool:
@@ -349,7 +374,12 @@ class BenchmarkPlan(BaseModel):
 
         Warns:
             WorkloadCoverageWarning: workload items would go unsent (:meth:`coverage`).
+            FewRoundsWarning: fewer than 3 rounds per cell and load point (the paired
+                interval has at most one degree of freedom).
         """
+        few = few_rounds_message(self.rounds)
+        if few is not None:
+            warnings.warn(few, FewRoundsWarning, stacklevel=2)
         tasks = self.tasks()
         prompts = self.workload_prompts()
         items = self.workload_items()
