@@ -61,8 +61,11 @@ from deepseekbench._types._axes import _ClosedEnum
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_PRIOR_SCALE",
+    "LineStop",
+    "RoundEvidence",
     "SpeedupSequence",
     "StopReason",
+    "line_stop",
     "log_ratio_e_value",
     "round_log_ratios",
     "rounds_to_decision",
@@ -284,3 +287,96 @@ def rounds_to_decision(
         if reason is not None:
             return len(seen), reason, sequence
     return len(seen), StopReason.cap, sequence
+
+
+@dataclass(frozen=True, slots=True)
+class LineStop:
+    """How a sequential comparison of one route at one cell and load point ended.
+
+    Attributes:
+        rounds: rounds the route ran there (a count).
+        scheduled: rounds the plan scheduled there (its ``cap``).
+        reason: why it stopped (``None``: still undecided, the run was cut short).
+        sequence: the confidence sequence when it stopped (``None``: fewer than 2
+            paired rounds, or the ``off`` route's own line).
+    """
+
+    rounds: int
+    scheduled: int
+    reason: StopReason | None
+    sequence: SpeedupSequence | None = None
+
+    @property
+    def decided(self) -> bool:
+        """True when a verdict stopped it (credited or no meaningful difference), so it
+        runs no more rounds; a comparison at its ``cap`` ran them all."""
+        return self.reason in (StopReason.credited, StopReason.no_meaningful_difference)
+
+    @property
+    def text(self) -> str:
+        """``rounds 2 of 6, stopped: credited (sequence 1.61–1.75)`` and the like."""
+        head = f"rounds {self.rounds} of {self.scheduled}"
+        if self.reason is None:
+            return f"{head}, undecided (the run stopped before its cap)"
+        words = self.reason.value.replace("_", " ")
+        seq = self.sequence
+        if seq is None or not math.isfinite(seq.high):
+            return f"{head}, stopped: {words}"
+        return f"{head}, stopped: {words} (sequence {seq.low:.2f}–{seq.high:.2f})"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundEvidence:
+    """One side of a comparison, per round: the figure and the successful requests.
+
+    Attributes:
+        values: the metric per round number (ms, tokens/s or requests/s).
+        ok: successful measured requests per round number (counts).
+    """
+
+    values: Mapping[int, float]
+    ok: Mapping[int, int]
+
+
+def line_stop(
+    off: RoundEvidence,
+    candidate: RoundEvidence,
+    *,
+    metric: SpeedupMetric | str,
+    delta: float,
+    min_rounds: int,
+    min_requests: int,
+    cap: int,
+    alpha: float = DEFAULT_ALPHA,
+    parity_ready: bool = True,
+) -> LineStop:
+    """Replay one comparison round by round: the first round at which
+    :func:`sequential_verdict` stops it, or ``None`` while undecided.
+
+    A prefix counts the rounds common to both sides, in round order; no verdict
+    before each side has ``min_requests`` successful measured requests in it, nor
+    while ``parity_ready`` is false. A pure function of the records, so a resumed run
+    rebuilds the same decision.
+
+    Raises:
+        ValueError: as :func:`sequential_verdict`; ``metric`` unknown.
+    """
+    ran = len(set(candidate.ok) | set(candidate.values))
+    xs: list[float] = []
+    n_off = n_cand = 0
+    sequence: SpeedupSequence | None = None
+    for r in sorted(set(off.values) & set(candidate.values)):
+        pair = round_log_ratios({r: off.values[r]}, {r: candidate.values[r]}, metric=metric)
+        if not pair:
+            continue
+        xs += pair
+        n_off, n_cand = n_off + off.ok.get(r, 0), n_cand + candidate.ok.get(r, 0)
+        sequence = speedup_confidence_sequence(xs, alpha=alpha)
+        ready = parity_ready and min(n_off, n_cand) >= min_requests
+        reason = sequential_verdict(
+            sequence, delta=delta, min_rounds=min_rounds, cap=cap, parity_ready=ready
+        )
+        if reason is not None and reason is not StopReason.cap:
+            return LineStop(max(ran, len(xs)), cap, reason, sequence)
+    reason = StopReason.cap if ran >= cap else None
+    return LineStop(ran, cap, reason, sequence)

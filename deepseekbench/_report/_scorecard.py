@@ -46,6 +46,7 @@ from deepseekbench._analysis._speedup import (
     evidence_field,
     paired_speedup_ci,
 )
+from deepseekbench._analysis._stopping import StoppingReport, stopping_report
 from deepseekbench._errors import MissingExtraError
 from deepseekbench._report import _formats
 from deepseekbench._report._formats._html import html_table
@@ -106,6 +107,8 @@ class Scorecard:
         self.clock: Clock = Clock.client
         # capacity under SLO, set by from_run when the plan has [search]
         self.capacity: CapacityReport | None = None
+        # [stopping] sequential: each line's rounds and why it stopped, set by from_run
+        self.stopping: StoppingReport | None = None
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -203,6 +206,7 @@ class Scorecard:
         card.meta = result.meta
         card.grids = {r.label: r.grid_of for r in result.plan.routes if r.grid_of is not None}
         card.capacity = capacity_report(result, metric=m)
+        card.stopping = stopping_report(result)
         return card
 
     @classmethod

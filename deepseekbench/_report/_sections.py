@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from deepseekbench._analysis._interval_width import wide_interval_notes
 from deepseekbench._report._grid import grid_text
 from deepseekbench._report._notes import scorecard_notes
 from deepseekbench._report._tables import (
@@ -102,7 +103,9 @@ def report_sections(card: Scorecard) -> list[Section]:
         out.append(_table("latency", LATENCY_TITLE, latency_columns(lines), latency))
     if card.capacity is not None:
         out += _head_and_items("capacity", card.capacity.lines())
-    notes = scorecard_notes(lines, card.client_workers)
+    notes = scorecard_notes(lines, card.client_workers) + wide_interval_notes(lines)
+    if card.stopping is not None:  # [stopping] sequential: rounds taken, time saved
+        notes += card.stopping.notes()
     if notes:
         out.append(Section("notes", items=tuple(notes)))
     return out

@@ -45,6 +45,7 @@ from deepseekbench._runner._preflight import Checked, check_conversations
 from deepseekbench._runner._progress import Progress
 from deepseekbench._runner._resume import Previous, pending, to_send
 from deepseekbench._runner._search import SearchDriver
+from deepseekbench._runner._stopping import SequentialSkip
 from deepseekbench._store._results import ResultsStore
 from deepseekbench._store._writer import Recorder
 from deepseekbench._types._determinism import EngineDeterminism
@@ -190,16 +191,28 @@ class Steps:
         prepared: PreparedWorkload | None = None,
     ) -> None:
         """Step 5: send every block; each finished request is recorded as it arrives.
+        With ``[stopping]`` sequential, a measure block whose comparison the records
+        already decide is skipped (:class:`~deepseekbench._runner._stopping.SequentialSkip`).
         With ``[search]``, then the search's levels, one after another."""
+        decided = SequentialSkip(self.plan, self.blocks, self.store.state)
         async with executor_for(
             self.plan, self.run.routes, self.gate, self.http, self._on_workers,
             counter=counter, on_cache=self.recorder.cache,
         ) as executor:  # fmt: skip
             for block, items in work:
+                if decided.skip(block):
+                    self._skipped(block, items)
+                    continue
                 await self._send(executor, block, items)
             if self.plan.search is not None and prepared is not None:
                 await self._search(executor, prepared).loop().run()
         self.prog.set_phase("done")
+
+    def _skipped(self, block: Block, items: tuple[WorkItem, ...]) -> None:
+        """A decided comparison's block: its requests leave the progress counts."""
+        n = to_send(items)
+        self.prog.total -= n + len(block.warmup)
+        self.prog.remaining -= n
 
     def _search(self, executor: BlockExecutor, prepared: PreparedWorkload) -> SearchDriver:
         async def send(block: Block, items: tuple[WorkItem, ...]) -> None:

@@ -1,0 +1,174 @@
+"""A run's sequential stopping: each comparison's decision and the engine time it saved.
+
+With ``[stopping] mode = "sequential"`` each speculative route's comparison with
+``off`` at a (cell, load point) is replayed round by round from the records
+(:func:`~deepseekbench._analysis._sequential.line_stop`): the runner skips the
+rounds of a decided route (and ``off``'s, once every route compared with it is
+decided), and the scorecard says per line how many rounds it took and why it
+stopped, and what the skipped rounds would have cost. Both read the same records,
+so a resumed run and a re-rendered report make the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from deepseekbench._analysis._analysis import RunResult
+from deepseekbench._analysis._lines import load_words
+from deepseekbench._analysis._rowstats import RowRequests
+from deepseekbench._analysis._sequential import LineStop, RoundEvidence, line_stop
+from deepseekbench._analysis._speedup import SpeedupMetric, evidence_field
+from deepseekbench._plan._plan import BenchmarkPlan
+from deepseekbench._records._measurement import StreamMeasurement, is_unsent
+from deepseekbench._store._results import MeasureInfo, ResultsState
+
+__all__ = [
+    "LineKey",
+    "StoppingReport",
+    "decide_lines",
+    "round_evidence",
+    "state_requests",
+    "stopping_report",
+]
+
+LineKey = tuple[str, str, str]
+"""``(route label, cell id, load key)`` of one line."""
+
+
+def state_requests(state: ResultsState, route: str, cell: str, load: str) -> RowRequests:
+    """The measured requests of one line as the records hold them now (requests never
+    sent excluded), for :func:`round_evidence`."""
+    limits = state.plan.slo.limits if state.plan is not None else {}
+    reqs: list[tuple[StreamMeasurement, MeasureInfo]] = []
+    for key, m in state.measurements.items():
+        if key[0] == route and key[1] == cell and key[2] == load and not is_unsent(m):
+            reqs.append((m, state.info[key]))
+    return RowRequests(tuple(reqs), limits)
+
+
+def round_evidence(requests: RowRequests, name: str) -> RoundEvidence:
+    """``name``'s value per round (a per-request median or a window figure) and the
+    successful requests per round, of one line."""
+    ok: dict[int, int] = {}
+    for m, info in requests.requests:
+        if m.error is None:
+            ok[info.round] = ok.get(info.round, 0) + 1
+    return RoundEvidence(values=requests.round_values(name), ok=ok)
+
+
+def decide_lines(
+    plan: BenchmarkPlan,
+    lines: Mapping[LineKey, RowRequests],
+    parity_ready: Callable[[str], bool] = lambda route: True,
+) -> dict[LineKey, LineStop]:
+    """Every speculative line's :class:`LineStop` under ``plan.stopping``, judged by
+    TPOT on the plan's clock against the ``off`` line of its cell and load (empty
+    without ``[stopping]`` sequential). ``lines``: each line's measured requests;
+    ``parity_ready(route)``: the route's and ``off``'s parity set ran.
+
+    Raises:
+        ValueError: a plan's ``[stopping]`` out of range (never after validation).
+    """
+    stop = plan.stopping
+    if stop is None or not stop.sequential:
+        return {}
+    off = plan.off_route.label
+    name = evidence_field(SpeedupMetric.tpot_ms, plan.clock)
+    out: dict[LineKey, LineStop] = {}
+    for (route, cell, load), reqs in lines.items():
+        base = lines.get((off, cell, load))
+        if route == off or base is None:
+            continue
+        out[(route, cell, load)] = line_stop(
+            round_evidence(base, name),
+            round_evidence(reqs, name),
+            metric=SpeedupMetric.tpot_ms,
+            delta=stop.delta,
+            min_rounds=stop.min_rounds,
+            min_requests=stop.min_requests,
+            cap=plan.rounds,
+            alpha=stop.alpha,
+            parity_ready=parity_ready(route) and parity_ready(off),
+        )
+    return out
+
+
+def _requests_in_rounds(plan: BenchmarkPlan, rounds: set[int]) -> int:
+    """Measured requests a route sends at one cell and load point in ``rounds``."""
+    return sum(1 for i in range(plan.requests_per_cell) if i % plan.rounds in rounds)
+
+
+@dataclass(frozen=True)
+class StoppingReport:
+    """A sequential run's decisions and savings against the fixed horizon.
+
+    Attributes:
+        lines: each speculative line's decision, by ``(route, cell, load key)``.
+        labels: each line's ``route @ cell (load)`` as the scorecard's notes name it.
+        requests_saved: measured requests the skipped rounds would have sent.
+        requests_fixed: measured requests the fixed horizon sends (every route, cell
+            and load point, every scheduled round).
+        engine_s_saved: the skipped rounds' estimated engine time (s): each line's
+            mean measurement window per round it ran × the rounds it skipped.
+    """
+
+    lines: dict[LineKey, LineStop] = field(default_factory=dict)
+    labels: dict[LineKey, str] = field(default_factory=dict)
+    requests_saved: int = 0
+    requests_fixed: int = 0
+    engine_s_saved: float = 0.0
+
+    def notes(self) -> list[str]:
+        """One note per speculative line, then the run's total saved."""
+        out = [f"{self.labels.get(k, '@'.join(k))}: {s.text}" for k, s in self.lines.items()]
+        out.append(
+            f"sequential stopping: {self.requests_saved} of {self.requests_fixed} measured "
+            f"requests saved against the fixed horizon (about {self.engine_s_saved:.1f} s "
+            "of engine time)"
+        )
+        return out
+
+
+def _saved(plan: BenchmarkPlan, reqs: RowRequests, decided: bool) -> tuple[int, float]:
+    """Requests and estimated engine time (s) a decided line saved by skipping rounds."""
+    ran = {info.round for _, info in reqs.requests}
+    skipped = set(range(plan.rounds)) - ran
+    if not decided or not skipped or not ran:
+        return 0, 0.0
+    per_round = sum(reqs.in_round(r).window_s() for r in ran) / len(ran)
+    return _requests_in_rounds(plan, skipped), per_round * len(skipped)
+
+
+def stopping_report(result: RunResult) -> StoppingReport | None:
+    """The :class:`StoppingReport` of a run with ``[stopping]`` sequential, else ``None``.
+
+    A line's ``parity_ready`` is read from the run's parity results (the route's parity
+    set ran). The ``[search]`` levels are not sequential and not counted.
+    """
+    plan = result.plan
+    if not plan.sequential:
+        return None
+    loads = {lp.key for lp in plan.load_points}
+    lines: dict[LineKey, RowRequests] = {}
+    labels: dict[LineKey, str] = {}
+    for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
+        if load is None or load not in loads:
+            continue
+        lines[(route, cell, load)] = result.row_requests(route, cell, load)
+        labels[(route, cell, load)] = f"{route} @ {cell} ({load_words(row)[0]})"
+    parity_routes = {route for route, _ in result.parity}
+    decisions = decide_lines(plan, lines, lambda route: route in parity_routes)
+    off = plan.off_route.label
+    saved, seconds = 0, 0.0
+    for (route, cell, load), reqs in lines.items():
+        if route == off:
+            compared = [s for k, s in decisions.items() if k[1:] == (cell, load)]
+            decided = bool(compared) and all(s.decided for s in compared)
+        else:
+            stop = decisions.get((route, cell, load))
+            decided = stop is not None and stop.decided
+        n, s = _saved(plan, reqs, decided)
+        saved, seconds = saved + n, seconds + s
+    fixed = plan.requests_per_cell * len(lines)
+    return StoppingReport(decisions, labels, saved, fixed, seconds)
