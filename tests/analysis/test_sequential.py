@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,8 +23,10 @@ from hypothesis import strategies as st
 
 from deepseekbench._analysis._sequential import (
     DEFAULT_ALPHA,
+    RoundEvidence,
     SpeedupSequence,
     StopReason,
+    line_stop,
     log_ratio_e_value,
     round_log_ratios,
     rounds_to_decision,
@@ -196,3 +199,41 @@ def test_no_stopping_rule_credits_while_the_sequence_contains_one() -> None:
 def test_the_property_catches_a_rule_that_credits_the_point_estimate() -> None:
     with pytest.raises(AssertionError):
         check_never_credits_inside(credits_on_the_point_estimate, BROKEN_SETTINGS)
+
+
+# --- one comparison replayed from its rounds -------------------------------------------
+
+
+def _evidence(values: list[float], per_round: int = 5) -> RoundEvidence:
+    return RoundEvidence(dict(enumerate(values)), dict.fromkeys(range(len(values)), per_round))
+
+
+def test_line_stop_credits_at_the_first_deciding_round() -> None:
+    off, cand = _evidence([10.0, 10.0, 10.0, 10.0]), _evidence([5.0, 5.001, 5.0, 5.0])
+    stop = line_stop(off, cand, metric="tpot_ms", delta=0.03, min_rounds=2, min_requests=5, cap=6)
+    assert stop.reason is StopReason.credited and stop.decided
+    assert stop.sequence is not None and stop.sequence.rounds == 2
+    assert stop.text.startswith("rounds 4 of 6, stopped: credited (sequence ")
+
+
+def test_line_stop_waits_for_traffic_parity_and_min_rounds() -> None:
+    off, cand = _evidence([10.0, 10.0, 10.0]), _evidence([5.0, 5.001, 5.0])
+    kw: dict[str, Any] = {"metric": "tpot_ms", "delta": 0.03, "cap": 6}
+
+    def rounds_at_stop(**more: Any) -> int | None:
+        stop = line_stop(off, cand, **kw, **more)
+        credited = stop.reason is StopReason.credited and stop.sequence is not None
+        return stop.sequence.rounds if credited and stop.sequence else None
+
+    assert rounds_at_stop(min_rounds=2, min_requests=5) == 2
+    assert rounds_at_stop(min_rounds=2, min_requests=11) == 3  # 5 + 5 requests are too few
+    assert rounds_at_stop(min_rounds=2, min_requests=16) is None
+    assert rounds_at_stop(min_rounds=2, min_requests=5, parity_ready=False) is None
+    assert rounds_at_stop(min_rounds=3, min_requests=5) == 3
+
+
+def test_line_stop_at_the_cap_is_not_decided() -> None:
+    off, cand = _evidence([10.0, 10.0, 10.0]), _evidence([5.0, 15.0, 8.0])
+    stop = line_stop(off, cand, metric="tpot_ms", delta=0.03, min_rounds=2, min_requests=1, cap=3)
+    assert stop.reason is StopReason.cap and not stop.decided
+    assert stop.sequence is not None and stop.sequence.contains_one
