@@ -36,10 +36,12 @@ LineKey = tuple[str, str, str]
 """``(route label, cell id, load key)`` of one line."""
 
 
-def state_requests(state: ResultsState, route: str, cell: str, load: str) -> RowRequests:
+def state_requests(
+    state: ResultsState, route: str, cell: str, load: str, limits: Mapping[str, float]
+) -> RowRequests:
     """The measured requests of one line as the records hold them now (requests never
-    sent excluded), for :func:`round_evidence`."""
-    limits = state.plan.slo.limits if state.plan is not None else {}
+    sent excluded), for :func:`round_evidence`; ``limits``: the plan's SLO limits
+    (ms) its attainment is judged by."""
     reqs: list[tuple[StreamMeasurement, MeasureInfo]] = []
     for key, m in state.measurements.items():
         if key[0] == route and key[1] == cell and key[2] == load and not is_unsent(m):
@@ -94,6 +96,20 @@ def decide_lines(
     return out
 
 
+def level_failed(plan: BenchmarkPlan, requests: RowRequests) -> bool:
+    """True when a ``[search]`` level's measured requests so far already fail it: with
+    ``F`` of them missing an SLO limit, the attainment of all ``requests_per_cell``
+    (single-turn) requests is at most ``(N − F)/N``, below ``target`` whatever the
+    rest show (exact curtailment: the fixed run's verdict, known early). ``False``
+    without ``[search]``."""
+    search = plan.effective_search
+    n = plan.requests_per_cell
+    if search is None or not requests.requests:
+        return False
+    missed = len(requests.requests) - requests.good()
+    return (n - missed) / n < search.target
+
+
 def _requests_in_rounds(plan: BenchmarkPlan, rounds: set[int]) -> int:
     """Measured requests a route sends at one cell and load point in ``rounds``."""
     return sum(1 for i in range(plan.requests_per_cell) if i % plan.rounds in rounds)
@@ -107,8 +123,8 @@ class StoppingReport:
         lines: each speculative line's decision, by ``(route, cell, load key)``.
         labels: each line's ``route @ cell (load)`` as the scorecard's notes name it.
         requests_saved: measured requests the skipped rounds would have sent.
-        requests_fixed: measured requests the fixed horizon sends (every route, cell
-            and load point, every scheduled round).
+        requests_fixed: measured requests the fixed horizon sends (every route, cell,
+            load point and ``[search]`` level measured, every scheduled round).
         engine_s_saved: the skipped rounds' estimated engine time (s): each line's
             mean measurement window per round it ran × the rounds it skipped.
     """
@@ -118,10 +134,12 @@ class StoppingReport:
     requests_saved: int = 0
     requests_fixed: int = 0
     engine_s_saved: float = 0.0
+    search_notes: tuple[str, ...] = ()
 
     def notes(self) -> list[str]:
         """One note per speculative line, then the run's total saved."""
         out = [f"{self.labels.get(k, '@'.join(k))}: {s.text}" for k, s in self.lines.items()]
+        out += self.search_notes
         out.append(
             f"sequential stopping: {self.requests_saved} of {self.requests_fixed} measured "
             f"requests saved against the fixed horizon (about {self.engine_s_saved:.1f} s "
@@ -140,23 +158,50 @@ def _saved(plan: BenchmarkPlan, reqs: RowRequests, decided: bool) -> tuple[int, 
     return _requests_in_rounds(plan, skipped), per_round * len(skipped)
 
 
+def _search_notes(
+    plan: BenchmarkPlan, levels: Mapping[LineKey, RowRequests], labels: Mapping[LineKey, str]
+) -> tuple[list[str], int, float]:
+    """Each ``[search]`` level a route stopped early (it had already failed), and the
+    requests and engine time (s) that saved."""
+    notes: list[str] = []
+    saved, seconds = 0, 0.0
+    for key, reqs in levels.items():
+        if not level_failed(plan, reqs):
+            continue
+        n, s = _saved(plan, reqs, True)
+        if n == 0:
+            continue
+        missed = len(reqs.requests) - reqs.good()
+        target = plan.effective_search.target if plan.effective_search else 1.0
+        notes.append(
+            f"{labels[key]}: rounds {len(reqs.rounds())} of {plan.rounds}, stopped: level "
+            f"failed ({missed} of {plan.requests_per_cell} requests missed the SLO, so its "
+            f"attainment cannot reach {target:g})"
+        )
+        saved, seconds = saved + n, seconds + s
+    return notes, saved, seconds
+
+
 def stopping_report(result: RunResult) -> StoppingReport | None:
     """The :class:`StoppingReport` of a run with ``[stopping]`` sequential, else ``None``.
 
     A line's ``parity_ready`` is read from the run's parity results (the route's parity
-    set ran). The ``[search]`` levels are not sequential and not counted.
+    set ran). A ``[search]`` level a route stopped early (:func:`level_failed`) is a
+    note of its own, its skipped requests counted in the savings.
     """
     plan = result.plan
     if not plan.sequential:
         return None
     loads = {lp.key for lp in plan.load_points}
     lines: dict[LineKey, RowRequests] = {}
+    levels: dict[LineKey, RowRequests] = {}
     labels: dict[LineKey, str] = {}
     for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
-        if load is None or load not in loads:
+        if load is None:
             continue
-        lines[(route, cell, load)] = result.row_requests(route, cell, load)
-        labels[(route, cell, load)] = f"{route} @ {cell} ({load_words(row)[0]})"
+        key = (route, cell, load)
+        (lines if load in loads else levels)[key] = result.row_requests(route, cell, load)
+        labels[key] = f"{route} @ {cell} ({load_words(row)[0]})"
     parity_routes = {route for route, _ in result.parity}
     decisions = decide_lines(plan, lines, lambda route: route in parity_routes)
     off = plan.off_route.label
@@ -170,5 +215,8 @@ def stopping_report(result: RunResult) -> StoppingReport | None:
             decided = stop is not None and stop.decided
         n, s = _saved(plan, reqs, decided)
         saved, seconds = saved + n, seconds + s
-    fixed = plan.requests_per_cell * len(lines)
-    return StoppingReport(decisions, labels, saved, fixed, seconds)
+    search, n_search, s_search = _search_notes(plan, levels, labels)
+    fixed = plan.requests_per_cell * (len(lines) + len(levels))
+    return StoppingReport(
+        decisions, labels, saved + n_search, fixed, seconds + s_search, tuple(search)
+    )

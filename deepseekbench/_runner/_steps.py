@@ -215,7 +215,12 @@ class Steps:
         self.prog.remaining -= n
 
     def _search(self, executor: BlockExecutor, prepared: PreparedWorkload) -> SearchDriver:
+        decided = SequentialSkip(self.plan, self.blocks, self.store.state)
+
         async def send(block: Block, items: tuple[WorkItem, ...]) -> None:
+            if decided.skip(block):  # sequential: a level this route already failed
+                self._skipped(block, items)
+                return
             await self._send(executor, block, items)
 
         return SearchDriver(

@@ -14,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from deepseekbench._analysis._rowstats import RowRequests
-from deepseekbench._analysis._stopping import LineKey, decide_lines, state_requests
+from deepseekbench._analysis._stopping import (
+    LineKey,
+    decide_lines,
+    level_failed,
+    state_requests,
+)
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import Block, Phase
 from deepseekbench._runner._resume import pending
@@ -33,20 +38,27 @@ class SequentialSkip:
     def __init__(self, plan: BenchmarkPlan, blocks: Sequence[Block], state: ResultsState) -> None:
         self.plan, self.state = plan, state
         self.parity = [b for b in blocks if b.phase is Phase.parity]
-        self.skipped_requests = 0
+        self.plan_loads = {lp.key for lp in plan.load_points}
 
     def _parity_ready(self, route: str) -> bool:
         own = [b for b in self.parity if b.route == route]
         return not pending(own, self.state)
 
     def skip(self, block: Block) -> bool:
-        """True when ``block`` is a measure block of a decided comparison (always
-        ``False`` outside ``[stopping]`` sequential)."""
+        """True when ``block`` is a measure block of a decided comparison, or of a
+        ``[search]`` level its route already failed (:func:`level_failed`; single-turn
+        items only); always ``False`` outside ``[stopping]`` sequential."""
         if not self.plan.sequential or block.phase is not Phase.measure or block.load is None:
             return False
         cell, load = block.cell, block.load.key
+        if load not in self.plan_loads:  # a [search] level: attainment decides it
+            single = all(it.workload is None or len(it.workload.turns) == 1 for it in block.items)
+            reqs = state_requests(self.state, block.route, cell, load, self.plan.slo.limits)
+            return single and level_failed(self.plan, reqs)
         lines: dict[LineKey, RowRequests] = {
-            (r.label, cell, load): state_requests(self.state, r.label, cell, load)
+            (r.label, cell, load): state_requests(
+                self.state, r.label, cell, load, self.plan.slo.limits
+            )
             for r in self.plan.routes
         }
         decisions = decide_lines(self.plan, lines, self._parity_ready)

@@ -237,3 +237,20 @@ def test_line_stop_at_the_cap_is_not_decided() -> None:
     stop = line_stop(off, cand, metric="tpot_ms", delta=0.03, min_rounds=2, min_requests=1, cap=3)
     assert stop.reason is StopReason.cap and not stop.decided
     assert stop.sequence is not None and stop.sequence.contains_one
+
+
+@PROPERTY_SETTINGS
+@given(xs=st.lists(st.floats(min_value=-2.0, max_value=2.0), min_size=2, max_size=30))
+def test_the_sequence_holds_the_fixed_interval(xs: list[float]) -> None:
+    """The sequence is never narrower than the fixed-horizon t interval of the same
+    rounds, so a comparison it credits reads as credited on the scorecard too (whose
+    interval is the t one), and one it calls no meaningful difference reads as no
+    significant difference."""
+    seq = speedup_confidence_sequence(xs)
+    ones = dict.fromkeys(range(len(xs)), 1.0)
+    fixed = paired_speedup_ci(
+        ones, {i: math.exp(x) for i, x in enumerate(xs)}, metric="output_toks_per_s"
+    )
+    assert seq is not None
+    if fixed is not None:
+        assert seq.low <= fixed[1] * (1 + 1e-9) and fixed[2] <= seq.high * (1 + 1e-9)

@@ -163,3 +163,47 @@ def test_a_sequential_run_stops_as_its_records_say_and_resumes_to_the_same(
     text = Scorecard.from_run(first).to_text()
     assert "mtp @ 1k/256/non_think (c=1): rounds " in text
     assert f"sequential stopping: {report.requests_saved} of 48 measured requests saved" in text
+
+
+def test_a_search_level_already_failed_skips_its_later_rounds() -> None:
+    """At a ``[search]`` level, once F of the N requests missed an SLO limit with
+    (N − F)/N below the target, the level has failed whatever the rest show (the fixed
+    run's verdict, known early): the route's later rounds there are skipped."""
+    plan = _plan(
+        requests_per_cell=9,
+        repeats=3,
+        slo={"tpot_ms": 20.0},
+        search={"target": 0.9, "start": 2, "max_level": 3},
+        stopping={"mode": "sequential"},
+    )
+    level = plan.search_load(3)
+    at_level = plan.model_copy(
+        update={"arrival": plan.arrival.model_copy(update={"concurrency": level.concurrency})}
+    )
+    blocks = _schedule(at_level)
+    skip = SequentialSkip(plan, _schedule(plan), ResultsState())
+    one_miss, two_misses = ResultsState(), ResultsState()
+    _record(one_miss, "mtp", _measure(blocks, 0)["mtp"], [30.0, 10.0, 10.0])
+    _record(two_misses, "mtp", _measure(blocks, 0)["mtp"], [30.0, 30.0, 10.0])
+    later = _measure(blocks, 1)
+    assert later["mtp"].load == level
+    # one miss of 9 already bounds the attainment at 8/9 = 0.89 < 0.9: the level failed
+    skip.state = one_miss
+    assert skip.skip(later["mtp"]) and not skip.skip(later["off"])
+    loose = _plan(
+        requests_per_cell=9,
+        slo={"tpot_ms": 20.0},
+        search={"target": 0.8, "start": 2, "max_level": 3},
+        stopping={"mode": "sequential"},
+    )
+    skip_loose = SequentialSkip(loose, _schedule(loose), one_miss)
+    assert not skip_loose.skip(later["mtp"])  # 8/9 = 0.89 can still reach 0.8
+    skip_loose.state = two_misses
+    assert skip_loose.skip(later["mtp"])  # 7/9 = 0.78 cannot
+    fixed = _plan(
+        requests_per_cell=9,
+        slo={"tpot_ms": 20.0},
+        search={"target": 0.9, "start": 2, "max_level": 3},
+        stopping={"mode": "fixed"},
+    )
+    assert not SequentialSkip(fixed, _schedule(fixed), two_misses).skip(later["mtp"])
