@@ -37,16 +37,17 @@ LineKey = tuple[str, str, str]
 
 
 def state_requests(
-    state: ResultsState, route: str, cell: str, load: str, limits: Mapping[str, float]
-) -> RowRequests:
-    """The measured requests of one line as the records hold them now (requests never
-    sent excluded), for :func:`round_evidence`; ``limits``: the plan's SLO limits
-    (ms) its attainment is judged by."""
-    reqs: list[tuple[StreamMeasurement, MeasureInfo]] = []
+    state: ResultsState, cell: str, load: str, limits: Mapping[str, float]
+) -> dict[str, RowRequests]:
+    """Each route's measured requests at one cell and load point as the records hold
+    them now (requests never sent excluded; one pass over the records), for
+    :func:`round_evidence`; ``limits``: the plan's SLO limits (ms) its attainment is
+    judged by."""
+    reqs: dict[str, list[tuple[StreamMeasurement, MeasureInfo]]] = {}
     for key, m in state.measurements.items():
-        if key[0] == route and key[1] == cell and key[2] == load and not is_unsent(m):
-            reqs.append((m, state.info[key]))
-    return RowRequests(tuple(reqs), limits)
+        if key[1] == cell and key[2] == load and not is_unsent(m):
+            reqs.setdefault(key[0], []).append((m, state.info[key]))
+    return {route: RowRequests(tuple(rs), limits) for route, rs in reqs.items()}
 
 
 def round_evidence(requests: RowRequests, name: str) -> RoundEvidence:

@@ -387,7 +387,7 @@ _DEMO_CAPACITY_PROMPT_IDS: tuple[str, ...] = (
 no workload item left unsent."""
 
 
-def demo_capacity_plan(*, results: str | None = None) -> BenchmarkPlan:
+def demo_capacity_plan(*, results: str | None = None, sequential: bool = False) -> BenchmarkPlan:
     """The capacity scenario's plan (``python -m deepseekbench demo --capacity``).
 
     Routes launched from the plan on the embedded engine (``[routes.launch]``, each
@@ -402,7 +402,9 @@ def demo_capacity_plan(*, results: str | None = None) -> BenchmarkPlan:
     ``resolution`` 2 streams, ``max_level`` 5 streams); the smoke tasks as the
     parity set (16 in flight). The scorecard then names the best depth per load,
     each route's capacity with its bracket, and the ratio of each depth's
-    capacity to ``off``'s (docs/plan.md).
+    capacity to ``off``'s (docs/plan.md). ``sequential``: ``[stopping] mode =
+    "sequential"`` (``demo --capacity --sequential``): the same verdicts from fewer
+    measured requests, the savings in the scorecard's notes.
 
     Raises:
         PlanError: the plan fails validation (never with the built-in values).
@@ -440,6 +442,7 @@ def demo_capacity_plan(*, results: str | None = None) -> BenchmarkPlan:
             "slo": {"tpot_ms": DEMO_CAPACITY_SLO_TPOT_MS},
             "search": {"target": 0.9, "resolution": 2, "max_level": 5},
             "results": results,
+            **({"stopping": {"mode": "sequential"}} if sequential else {}),
         }
     )
 
@@ -456,7 +459,10 @@ async def run_demo_capacity(args: argparse.Namespace, out: TextIO, err: TextIO) 
     prog = StderrProgress(err)
     try:
         result = await run_plan(
-            demo_capacity_plan(), gate=LiveGate(), results_path=path, progress=prog
+            demo_capacity_plan(sequential=getattr(args, "sequential", False)),
+            gate=LiveGate(),
+            results_path=path,
+            progress=prog,
         )
     finally:
         prog.close()
@@ -484,6 +490,9 @@ def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     if args.numerics and args.capacity:
         err.write("deepseekbench: demo: --numerics and --capacity are two scenarios\n")
+        return EXIT_USAGE
+    if getattr(args, "sequential", False) and not args.capacity:
+        err.write("deepseekbench: demo: --sequential applies to --capacity only\n")
         return EXIT_USAGE
     args.latest = None
     if args.results is None:

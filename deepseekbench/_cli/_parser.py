@@ -101,6 +101,13 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "under a TPOT SLO; prints the best depth per load and each route's capacity "
         "(--requests applies to the main scenario only)",
     )
+    demo.add_argument(  # sequential stopping
+        "--sequential",
+        action="store_true",
+        help="with --capacity: [stopping] mode = sequential (each comparison stops once "
+        "decided, each search level once failed); the scorecard says how many measured "
+        "requests that saved",
+    )
 
 
 def _add_run(run: argparse.ArgumentParser) -> None:

@@ -51,15 +51,13 @@ class SequentialSkip:
         if not self.plan.sequential or block.phase is not Phase.measure or block.load is None:
             return False
         cell, load = block.cell, block.load.key
+        by_route = state_requests(self.state, cell, load, self.plan.slo.limits)
+        none = RowRequests((), self.plan.slo.limits)
         if load not in self.plan_loads:  # a [search] level: attainment decides it
             single = all(it.workload is None or len(it.workload.turns) == 1 for it in block.items)
-            reqs = state_requests(self.state, block.route, cell, load, self.plan.slo.limits)
-            return single and level_failed(self.plan, reqs)
+            return single and level_failed(self.plan, by_route.get(block.route, none))
         lines: dict[LineKey, RowRequests] = {
-            (r.label, cell, load): state_requests(
-                self.state, r.label, cell, load, self.plan.slo.limits
-            )
-            for r in self.plan.routes
+            (r.label, cell, load): by_route.get(r.label, none) for r in self.plan.routes
         }
         decisions = decide_lines(self.plan, lines, self._parity_ready)
         if block.route == self.plan.off_route.label:  # needed while any route runs on
