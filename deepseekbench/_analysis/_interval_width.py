@@ -9,7 +9,7 @@ line gets a note naming the width and what would narrow it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from deepseekbench._analysis._lines import ScorecardLine
 from deepseekbench._analysis._speedup import SpeedupVerdict
@@ -20,19 +20,21 @@ MAX_INTERVAL_RATIO = 2.0
 """An interval whose high / low exceeds this (a factor of 2) is flagged as too wide."""
 
 
-def interval_too_wide(verdict: SpeedupVerdict | None) -> str | None:
+def interval_too_wide(verdict: SpeedupVerdict | None, *, decided: bool = False) -> str | None:
     """Why ``verdict``'s 95 % interval is too wide to mean much, with what would narrow
     it, or ``None`` (no interval, or a narrow one). Dimensionless figures.
 
     Too wide: paired rounds with one degree of freedom (``rounds == 2``), or
-    ``ci_high / ci_low > MAX_INTERVAL_RATIO``.
+    ``ci_high / ci_low > MAX_INTERVAL_RATIO``. ``decided``: a sequential run's
+    anytime-valid sequence decided the line (it always holds the t interval), so one
+    degree of freedom alone is no flag there.
     """
     if verdict is None or verdict.ci_low is None or verdict.ci_high is None:
         return None
     lo, hi = verdict.ci_low, verdict.ci_high
     ratio = hi / lo
     one_dof = verdict.rounds == 2
-    if not one_dof and ratio <= MAX_INTERVAL_RATIO:
+    if ratio <= MAX_INTERVAL_RATIO and (decided or not one_dof):
         return None
     why = [f"spans a factor of {ratio:.1f}"] if ratio > MAX_INTERVAL_RATIO else []
     if one_dof:
@@ -45,12 +47,14 @@ def interval_too_wide(verdict: SpeedupVerdict | None) -> str | None:
     return f"95% interval {lo:.2f}–{hi:.2f} too wide to decide ({', '.join(why)}): {fix}"
 
 
-def wide_interval_notes(lines: Iterable[ScorecardLine]) -> list[str]:
+def wide_interval_notes(lines: Iterable[ScorecardLine], decided: Collection[str] = ()) -> list[str]:
     """One note per line whose interval is too wide (:func:`interval_too_wide`),
-    ``route @ cell (load): ...``."""
+    ``route @ cell (load): ...``; ``decided``: the ``route @ cell (load)`` labels a
+    sequential run's sequence decided."""
     out: list[str] = []
     for ln in lines:
-        why = interval_too_wide(ln.verdict)
+        label = f"{ln.route} @ {ln.cell} ({ln.load})"
+        why = interval_too_wide(ln.verdict, decided=label in decided)
         if why is not None:
-            out.append(f"{ln.route} @ {ln.cell} ({ln.load}): {why}")
+            out.append(f"{label}: {why}")
     return out

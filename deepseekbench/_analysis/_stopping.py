@@ -22,6 +22,7 @@ from deepseekbench._analysis._speedup import SpeedupMetric, evidence_field
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._records._measurement import StreamMeasurement, is_unsent
 from deepseekbench._store._results import MeasureInfo, ResultsState
+from deepseekbench._types._axes import QualityParity
 
 __all__ = [
     "LineKey",
@@ -136,10 +137,20 @@ class StoppingReport:
     requests_fixed: int = 0
     engine_s_saved: float = 0.0
     search_notes: tuple[str, ...] = ()
+    unverified: frozenset[LineKey] = frozenset()
+
+    @property
+    def decided_labels(self) -> frozenset[str]:
+        """The labels of the lines a verdict of the sequence stopped."""
+        return frozenset(self.labels[k] for k, s in self.lines.items() if s.decided)
 
     def notes(self) -> list[str]:
         """One note per speculative line, then the run's total saved."""
-        out = [f"{self.labels.get(k, '@'.join(k))}: {s.text}" for k, s in self.lines.items()]
+        out = [
+            f"{self.labels.get(k, '@'.join(k))}: {s.text}"
+            + ("; no credit: parity not verified" if k in self.unverified else "")
+            for k, s in self.lines.items()
+        ]
         out += self.search_notes
         out.append(
             f"sequential stopping: {self.requests_saved} of {self.requests_fixed} measured "
@@ -218,6 +229,17 @@ def stopping_report(result: RunResult) -> StoppingReport | None:
         saved, seconds = saved + n, seconds + s
     search, n_search, s_search = _search_notes(plan, levels, labels)
     fixed = plan.requests_per_cell * (len(lines) + len(levels))
+    unverified = frozenset(
+        key
+        for row, key in zip(result.rows, result.row_keys, strict=True)
+        if row.quality_parity is not QualityParity.verified and key[2] is not None
+    )
     return StoppingReport(
-        decisions, labels, saved + n_search, fixed, seconds + s_search, tuple(search)
+        decisions,
+        labels,
+        saved + n_search,
+        fixed,
+        seconds + s_search,
+        tuple(search),
+        frozenset(k for k in unverified if k in decisions),
     )

@@ -103,9 +103,11 @@ def report_sections(card: Scorecard) -> list[Section]:
         out.append(_table("latency", LATENCY_TITLE, latency_columns(lines), latency))
     if card.capacity is not None:
         out += _head_and_items("capacity", card.capacity.lines())
-    notes = scorecard_notes(lines, card.client_workers) + wide_interval_notes(lines)
-    if card.stopping is not None:  # [stopping] sequential: rounds taken, time saved
-        notes += card.stopping.notes()
+    stop = card.stopping  # [stopping] sequential: rounds taken, time saved
+    notes = scorecard_notes(lines, card.client_workers)
+    notes += wide_interval_notes(lines, stop.decided_labels if stop is not None else ())
+    if stop is not None:
+        notes += stop.notes()
     if notes:
         out.append(Section("notes", items=tuple(notes)))
     return out

@@ -42,3 +42,9 @@ def test_the_scorecard_flags_a_two_round_interval_on_its_line() -> None:
     assert "too wide to decide (spans a factor of" in text and "1 degree of freedom" in text
     three = {line_key(base): {0: 10.0, 1: 10.0, 2: 10.0}, line_key(cand): {0: 5.0, 1: 5.1, 2: 4.9}}
     assert "too wide" not in Scorecard.from_rows([base, cand], rounds=three).to_text()
+
+
+def test_a_line_the_sequence_decided_is_not_flagged_for_its_two_rounds_alone() -> None:
+    assert interval_too_wide(_verdict(1.40, 1.60, 2), decided=True) is None
+    wide = interval_too_wide(_verdict(0.5, 3.0, 2), decided=True)
+    assert wide is not None and "spans a factor of" in wide
