@@ -345,7 +345,7 @@ def point_value(fig: Figure, groups: Sequence[Array]) -> float | None:
 def _resampled(fig: Figure, groups: Sequence[Array], rng: Any, n: int) -> Array:
     stats = []
     for g in groups:
-        idx = rng.integers(0, len(g), size=(n, len(g)))
+        idx = rng.integers(0, len(g), size=(n, len(g)), dtype=np.int32)
         stats.append(np.asarray(fig.statistic(g[idx]), dtype=float))
     if fig.baseline:
         return np.divide(stats[0], stats[1], out=np.full(n, np.nan), where=stats[1] > 0)
@@ -354,8 +354,8 @@ def _resampled(fig: Figure, groups: Sequence[Array], rng: Any, n: int) -> Array:
 
 def resamples_for(level: float) -> int:
     """Bootstrap resamples for a two-sided interval at ``level`` (e.g. 0.001): enough
-    that each tail holds 25 or more resamples (at least 2000, at most 200 000)."""
-    return int(min(200_000, max(2000, math.ceil(50 / level))))
+    that each tail holds 10 or more resamples (at least 2000, at most 100 000)."""
+    return int(min(100_000, max(2000, math.ceil(20 / level))))
 
 
 def bootstrap_change(

@@ -53,8 +53,9 @@ class Factor(BaseModel):
     b: str | None = None
 
     def __str__(self) -> str:
+        what = " ".join(x for x in (self.kind, self.name) if x)
         where = f" ({self.route})" if self.route else ""
-        return f"{self.kind} {self.name}{where}: {self.a or '—'} → {self.b or '—'}"
+        return f"{what}{where}: {self.a or '—'} → {self.b or '—'}"
 
 
 @dataclass(frozen=True, slots=True)
