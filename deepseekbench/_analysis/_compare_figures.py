@@ -13,8 +13,10 @@ speedup resamples the ``off`` line's requests too), at the family's per-comparis
 level (Bonferroni: ``alpha / m``). Window figures (goodput, prefix-cache hit rate):
 a Welch t interval on the rounds' values (log scale for a ratio), at the same
 level; with fewer than 2 rounds a side there is no interval and the figure is not
-judged. Requests of one run are treated as independent (rounds are not modelled);
-percentile bootstrap: Efron & Tibshirani 1993, ch. 13; Welch 1947.
+judged. Requests of a run with several rounds of equal size are resampled in two
+stages (rounds, then requests within them), so a drift between rounds widens the
+interval; otherwise requests are resampled as independent. Percentile bootstrap:
+Efron & Tibshirani 1993, ch. 13; two-stage: Davison & Hinkley 1997, §3.8; Welch 1947.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from deepseekbench._types._row import Row
 
 __all__ = [
     "FIGURES",
+    "P99_MIN_REQUESTS",
     "Figure",
+    "Group",
     "SideLine",
     "bootstrap_change",
     "figures_for",
@@ -55,6 +59,7 @@ class SideLine:
     Attributes:
         row: the line's row (figures, flags, parity).
         requests: its successful measured requests (warm-ups excluded).
+        request_rounds: the round each request ran in (empty: unknown).
         rounds: per window figure name, its value per round (e.g.
             ``goodput_req_per_s`` requests/s, ``prefix_cache_hit_rate`` 0..1).
         tampered: the run's results file was edited after it was written.
@@ -64,6 +69,7 @@ class SideLine:
     requests: tuple[StreamMeasurement, ...] = ()
     rounds: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
     tampered: bool = False
+    request_rounds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +92,9 @@ class Figure:
         refusals: why a row's figure is not comparable (beyond the common ones).
         applies: whether the figure exists on a row at all (e.g. acceptance on a
             speculative route only).
+        min_requests: the fewest requests a run's line needs for an interval (a p99 of
+            fewer than 100 is near the sample's maximum, which no resample exceeds: its
+            bootstrap interval is too narrow).
     """
 
     name: str
@@ -100,6 +109,11 @@ class Figure:
     baseline: bool = False
     refusals: Callable[[Row], tuple[str, ...]] = lambda row: ()
     applies: Callable[[Row], bool] = lambda row: True
+    min_requests: int = 2
+
+
+P99_MIN_REQUESTS = 100
+"""Requests a line needs in each run before its p99 is judged (1 in 100 lies above it)."""
 
 
 def _col(name: str) -> _Columns:
@@ -249,6 +263,7 @@ FIGURES: tuple[Figure, ...] = (
         columns=_col("ttft_ms"),
         statistic=_p99,
         row_value=_pct("ttft_ms", "p99"),
+        min_requests=P99_MIN_REQUESTS,
     ),
     Figure(
         name="tpot_p50_ms",
@@ -271,6 +286,7 @@ FIGURES: tuple[Figure, ...] = (
         statistic=_p99,
         row_value=_pct("tpot_ms", "p99"),
         refusals=_tpot_refusals,
+        min_requests=P99_MIN_REQUESTS,
     ),
     Figure(
         name="goodput_req_per_s",
@@ -323,30 +339,62 @@ def common_refusals(fig: Figure, row: Row, tampered: bool) -> tuple[str, ...]:
     return (*reasons, *fig.refusals(row))
 
 
-def request_matrix(fig: Figure, line: SideLine) -> Array:
-    """The figure's per-request columns of ``line``, shape ``(n, k)`` (``n`` may be 0)."""
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One line's per-request columns of a figure: ``values`` ``(n, k)`` and, per request,
+    the round it ran in (``rounds``, ``(n,)``; all 0 when unknown)."""
+
+    values: Array
+    rounds: Array
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def request_matrix(fig: Figure, line: SideLine) -> Group:
+    """The figure's per-request columns of ``line`` (``n`` may be 0) and their rounds."""
     assert fig.columns is not None
-    rows = [c for c in (fig.columns(m) for m in line.requests) if c is not None]
+    known = len(line.request_rounds) == len(line.requests)
+    rows: list[tuple[float, ...]] = []
+    rounds: list[int] = []
+    for i, m in enumerate(line.requests):
+        c = fig.columns(m)
+        if c is not None:
+            rows.append(c)
+            rounds.append(line.request_rounds[i] if known else 0)
     if not rows:
-        return np.zeros((0, 1))
-    return np.asarray(rows, dtype=float)
+        return Group(np.zeros((0, 1)), np.zeros(0, dtype=int))
+    return Group(np.asarray(rows, dtype=float), np.asarray(rounds, dtype=int))
 
 
-def point_value(fig: Figure, groups: Sequence[Array]) -> float | None:
+def point_value(fig: Figure, groups: Sequence[Group]) -> float | None:
     """The figure's value over the whole groups (own line last; the speedup divides the
     ``off`` line's statistic by its own); ``None`` when not finite."""
-    stats = [float(fig.statistic(g[None, ...])[0]) for g in groups]
-    value = stats[0] / stats[1] if fig.baseline and stats[1] > 0 else stats[-1]
+    stats = [float(fig.statistic(g.values[None, ...])[0]) for g in groups]
     if fig.baseline and not stats[1] > 0:
         return None
+    value = stats[0] / stats[1] if fig.baseline else stats[-1]
     return value if math.isfinite(value) else None
 
 
-def _resampled(fig: Figure, groups: Sequence[Array], rng: Any, n: int) -> Array:
+def _indices(g: Group, rng: Any, n: int) -> Array:
+    """``n`` resamples of ``g``'s request indices, ``(n, len(g))``: two-stage when the
+    requests fall in 2 or more rounds of equal size (rounds drawn with replacement, then
+    requests within each drawn round; Davison & Hinkley 1997, §3.8), else one stage."""
+    uniq, counts = np.unique(g.rounds, return_counts=True)
+    if len(uniq) < 2 or counts.min() != counts.max():
+        return rng.integers(0, len(g), size=(n, len(g)), dtype=np.int32)
+    k, m = len(uniq), int(counts[0])
+    order = np.argsort(g.rounds, kind="stable").reshape(k, m)
+    pick_round = rng.integers(0, k, size=(n, k, 1), dtype=np.int32)
+    pick_request = rng.integers(0, m, size=(n, k, m), dtype=np.int32)
+    return order[pick_round, pick_request].reshape(n, k * m)
+
+
+def _resampled(fig: Figure, groups: Sequence[Group], rng: Any, n: int) -> Array:
     stats = []
     for g in groups:
-        idx = rng.integers(0, len(g), size=(n, len(g)), dtype=np.int32)
-        stats.append(np.asarray(fig.statistic(g[idx]), dtype=float))
+        stats.append(np.asarray(fig.statistic(g.values[_indices(g, rng, n)]), dtype=float))
     if fig.baseline:
         return np.divide(stats[0], stats[1], out=np.full(n, np.nan), where=stats[1] > 0)
     return stats[-1]
@@ -360,15 +408,16 @@ def resamples_for(level: float) -> int:
 
 def bootstrap_change(
     fig: Figure,
-    a: Sequence[Array],
-    b: Sequence[Array],
+    a: Sequence[Group],
+    b: Sequence[Group],
     *,
     level: float,
     seed: int,
 ) -> tuple[float, float] | None:
     """The ``(1 − level)`` percentile-bootstrap interval of the change ``B / A`` or
     ``B − A`` (per ``fig.scale``); ``a`` and ``b``: each run's groups of per-request
-    columns (``(n, k)`` arrays; the ``off`` line's first for the speedup).
+    columns (the ``off`` line's first for the speedup), resampled two-stage over their
+    rounds where they have several (see :func:`_indices`).
 
     Returns ``None`` with fewer than 2 requests in a group, or a degenerate
     resample (a ratio of a non-positive value).

@@ -24,13 +24,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._clock_witness import clock_disagrees
 from deepseekbench._analysis._compare_figures import (
     Figure,
+    Group,
     SideLine,
     bootstrap_change,
     common_refusals,
@@ -284,15 +285,16 @@ def side_of(result: RunResult, name: str | None = None) -> RunSide:
     cache = _cache_rounds(result.results_path)
     lines: dict[LineKey, SideLine] = {}
     for (route, cell, load), row in zip(result.row_keys, result.rows, strict=True):
-        requests = tuple(
-            m.measurement
+        kept = [
+            m
             for m in result.measurements
             if m.route == route
             and m.cell == cell
             and (m.load == load or (single and m.load is None))
             and m.measurement.error is None
             and not is_unsent(m.measurement)
-        )
+        ]
+        requests = tuple(m.measurement for m in kept)
         rounds: dict[str, Mapping[int, float]] = {
             "prefix_cache_hit_rate": cache.get(
                 (route, cell, load), cache.get((route, cell, None), {})
@@ -302,7 +304,9 @@ def side_of(result: RunResult, name: str | None = None) -> RunSide:
             rounds["goodput_req_per_s"] = result.round_values(
                 route, cell, "goodput_req_per_s", load
             )
-        lines[(route, cell, load)] = SideLine(row, requests, rounds, result.results_tampered)
+        lines[(route, cell, load)] = SideLine(
+            row, requests, rounds, result.results_tampered, tuple(m.round for m in kept)
+        )
     meta = result.meta
     records = records_of(
         result.rows,
@@ -375,7 +379,7 @@ class _Pending:
     fig: Figure
     a: float | None
     b: float | None
-    groups: tuple[Sequence[Any], Sequence[Any]] | None = None
+    groups: tuple[Sequence[Group], Sequence[Group]] | None = None
     rounds: tuple[Mapping[int, float], Mapping[int, float]] | None = None
 
 
@@ -517,14 +521,20 @@ def _entry(fig: Figure, a: RunSide, b: RunSide, key: LineKey) -> FigureChange | 
     if reasons:
         return _change(fig, "not_comparable", reasons=reasons)
     ga, gb = _groups(fig, a, key), _groups(fig, b, key)
+    if any(len(g) < max(2, fig.min_requests) for g in (*ga, *gb)):
+        why = f"fewer than {max(2, fig.min_requests)} requests carrying the figure in a run"
+        if fig.min_requests > 2:
+            why += ": a p99 of fewer is near the sample's maximum, too narrow to bootstrap"
+        va, vb = fig.row_value(la.row), fig.row_value(lb.row)
+        return _change(fig, "not_judged", va, vb, (why,))
     va, vb = point_value(fig, ga), point_value(fig, gb)
-    if any(len(g) < 2 for g in (*ga, *gb)) or va is None or vb is None:
-        why = "fewer than 2 requests carrying the figure in a run: no interval"
+    if va is None or vb is None:
+        why = "the figure is not finite in a run (a zero denominator)"
         return _change(fig, "not_judged", va, vb, (why,))
     return _Pending(fig, va, vb, groups=(ga, gb))
 
 
-def _groups(fig: Figure, side: RunSide, key: LineKey) -> tuple[Any, ...]:
+def _groups(fig: Figure, side: RunSide, key: LineKey) -> tuple[Group, ...]:
     own = request_matrix(fig, side.lines[key])
     if not fig.baseline:
         return (own,)

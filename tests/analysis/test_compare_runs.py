@@ -106,7 +106,10 @@ def _line(rng: np.random.Generator, e: Engines, route: str, load: int) -> SideLi
     hits = {r: float(np.clip(e.hit_rate + rng.normal(0, 0.01), 0, 1)) for r in range(e.rounds)}
     if e.hit_rate == 0:
         hits = dict.fromkeys(range(e.rounds), 0.0)
-    return SideLine(make_row(**row_kw), requests, {"prefix_cache_hit_rate": hits})
+    rounds = tuple(i % e.rounds for i in range(len(requests)))
+    return SideLine(
+        make_row(**row_kw), requests, {"prefix_cache_hit_rate": hits}, request_rounds=rounds
+    )
 
 
 def synthetic_run(seed: int, e: Engines, name: str = "run") -> RunSide:
@@ -157,7 +160,10 @@ def test_identical_engines_every_line_no_significant_change() -> None:
     a = synthetic_run(7, Engines(), "A")
     b = synthetic_run(8, Engines(), "B")
     cmp = compare_sides(a, b)
-    assert _statuses(cmp) == {"no_significant_change"}
+    assert _statuses(cmp) == {"no_significant_change", "not_judged"}
+    for ln in cmp.lines:  # 24 requests a line: a p99 is near the maximum, not judged
+        for f in ln.figures:
+            assert (f.status == "not_judged") == f.figure.endswith("p99_ms"), f
     assert {ln.route for ln in cmp.lines} == {"off", "mtp"} and len(cmp.lines) == 6
     assert all(not ln.parity.changed for ln in cmp.lines)
     assert "no significant change" in cmp.summary
@@ -165,6 +171,9 @@ def test_identical_engines_every_line_no_significant_change() -> None:
     assert cmp.regressions() == []
     for ln in cmp.lines:  # every verdict states what it could have detected: its interval
         for f in ln.figures:
+            if f.status == "not_judged":
+                assert f.reasons and f.ci_low is None
+                continue
             assert f.ci_low is not None and f.ci_high is not None
             assert f.level == pytest.approx(cmp.alpha / cmp.judged)
 
@@ -308,3 +317,58 @@ def test_engine_version_and_spec_config_are_factors() -> None:
     assert [str(f) for f in cmp.factors] == ["engine version (mtp): 0.31 → 0.32"]
     assert "speculative config unchanged" in cmp.summary
     assert "launch command unchanged" in cmp.summary
+
+
+def test_a_figure_without_per_request_steps_is_not_judged() -> None:
+    """llama.cpp reports no per-request verify steps: acceptance length has no interval."""
+
+    def strip(side: RunSide) -> RunSide:
+        lines = {
+            k: replace(v, requests=tuple(m.model_copy(update={"acceptance": None})
+                                         for m in v.requests))
+            for k, v in side.lines.items()
+        }  # fmt: skip
+        return replace(side, lines=lines)
+
+    cmp = compare_sides(strip(synthetic_run(21, Engines())), strip(synthetic_run(22, Engines())))
+    for ln in cmp.lines:
+        if ln.route == "mtp":
+            f = ln.figure("acceptance_length")
+            assert f is not None and f.status == "not_judged" and f.a is not None
+            rate = ln.figure("acceptance_rate")
+            assert rate is not None and rate.status == "no_significant_change"
+
+
+def test_a_drift_between_rounds_widens_the_interval() -> None:
+    """Two-stage resampling: the same requests, but with one round twice as slow,
+    give a wider TPOT interval than when the rounds are not known."""
+    a, b = synthetic_run(23, Engines()), synthetic_run(24, Engines())
+
+    def drift(side: RunSide, rounds_known: bool) -> RunSide:
+        lines = {}
+        for k, v in side.lines.items():
+            reqs = tuple(
+                m.model_copy(update={"tpot_ms": (m.tpot_ms or 0.0) * (2.0 if r == 0 else 1.0)})
+                for m, r in zip(v.requests, v.request_rounds, strict=True)
+            )
+            lines[k] = replace(
+                v, requests=reqs, request_rounds=v.request_rounds if rounds_known else ()
+            )
+        return replace(side, lines=lines)
+
+    def width(known: bool) -> float:
+        cmp = compare_sides(drift(a, known), drift(b, known))
+        f = cmp.lines[0].figure("tpot_p50_ms")
+        assert f is not None and f.ci_low is not None and f.ci_high is not None
+        return f.ci_high - f.ci_low
+
+    assert width(True) > 1.1 * width(False)
+
+
+def test_p99_is_judged_from_100_requests() -> None:
+    many = replace(Engines(), requests=120)
+    cmp = compare_sides(synthetic_run(25, many), synthetic_run(26, many))
+    assert _statuses(cmp) == {"no_significant_change"}
+    slow = replace(many, tpot_mtp_ms=9.0)
+    changed = _changed(compare_sides(synthetic_run(25, many), synthetic_run(26, slow)))
+    assert ("mtp", "tpot_p99_ms") in changed
