@@ -196,6 +196,46 @@ def _numeric(text: str) -> bool:
     return True
 
 
+def _spec_keys(text: str | None) -> dict[str, Any] | None:
+    """A recorded speculative config's keys (``None``: not a JSON object)."""
+    import orjson
+
+    if text is None:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    flat: dict[str, Any] = {}
+    _flatten(value, "", flat)
+    return flat
+
+
+def _spec_factors(label: str, a: RouteRecord, b: RouteRecord, flags: set[str]) -> list[Factor]:
+    """The speculative config's differences, key by key when both are JSON objects; a key
+    whose launch flag (``--key-name``) already differs is that flag, not a second factor
+    (a launch records its engine arguments in both)."""
+    if a.spec_config == b.spec_config:
+        return []
+    ka, kb = _spec_keys(a.spec_config), _spec_keys(b.spec_config)
+    if ka is None or kb is None:
+        return [
+            Factor(kind="speculative config", name="", route=label, a=_shown(a.spec_config),
+                   b=_shown(b.spec_config))
+        ]  # fmt: skip
+    out: list[Factor] = []
+    for key in sorted(set(ka) | set(kb)):
+        va, vb = ka.get(key), kb.get(key)
+        if va == vb or "--" + key.replace("_", "-") in flags:
+            continue
+        out.append(
+            Factor(kind="speculative config", name=key, route=label, a=_shown(va), b=_shown(vb))
+        )
+    return out
+
+
 def _route_factors(label: str, a: RouteRecord, b: RouteRecord) -> list[Factor]:
     out: list[Factor] = []
     if a.engine_version != b.engine_version:
@@ -204,17 +244,8 @@ def _route_factors(label: str, a: RouteRecord, b: RouteRecord) -> list[Factor]:
                 kind="engine version", name="", route=label, a=a.engine_version, b=b.engine_version
             )
         )
-    if a.spec_config != b.spec_config:
-        out.append(
-            Factor(
-                kind="speculative config",
-                name="",
-                route=label,
-                a=_shown(a.spec_config),
-                b=_shown(b.spec_config),
-            )
-        )
     if a.command is None or b.command is None:
+        out += _spec_factors(label, a, b, set())
         if (a.command is None) != (b.command is None):
             out.append(
                 Factor(
@@ -230,9 +261,11 @@ def _route_factors(label: str, a: RouteRecord, b: RouteRecord) -> list[Factor]:
     prog_b, flags_b = _flags(b.command)
     if prog_a != prog_b:
         out.append(Factor(kind="launch program", name="", route=label, a=prog_a, b=prog_b))
+    changed_flags: set[str] = set()
     for flag in sorted(set(flags_a) | set(flags_b)):
         if flag in _IGNORED_FLAGS or flags_a.get(flag) == flags_b.get(flag):
             continue
+        changed_flags.add(flag)
         out.append(
             Factor(
                 kind="launch flag",
@@ -242,7 +275,7 @@ def _route_factors(label: str, a: RouteRecord, b: RouteRecord) -> list[Factor]:
                 b=_shown(flags_b.get(flag)),
             )
         )
-    return out
+    return out + _spec_factors(label, a, b, changed_flags)
 
 
 def diff_records(a: RunRecords, b: RunRecords) -> tuple[Factor, ...]:

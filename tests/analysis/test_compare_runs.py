@@ -372,3 +372,25 @@ def test_p99_is_judged_from_100_requests() -> None:
     slow = replace(many, tpot_mtp_ms=9.0)
     changed = _changed(compare_sides(synthetic_run(25, many), synthetic_run(26, slow)))
     assert ("mtp", "tpot_p99_ms") in changed
+
+
+def test_a_launch_flag_recorded_in_the_spec_config_too_is_one_factor() -> None:
+    """A launch records its engine arguments in the command and in the speculative config:
+    one setting changed is one factor; another spec-config key is its own factor."""
+    cmd = ("llama-server", "--port", "1", "--ctx-size")
+
+    def rec(ctx: str, depth: int) -> RouteRecord:
+        spec = f'{{"method": "draft-simple", "spec_tokens": {depth}, "ctx_size": {ctx}}}'
+        return RouteRecord("llama.cpp b1", (*cmd, ctx), spec)
+
+    side = synthetic_run(27, Engines())
+    a = replace(side, records=_records_with([("draft", rec("1024", 2))]))
+    b = replace(side, records=_records_with([("draft", rec("2048", 2))]))
+    assert [(f.kind, f.name) for f in compare_sides(a, b).factors] == [
+        ("launch flag", "--ctx-size")
+    ]
+    c = replace(side, records=_records_with([("draft", rec("2048", 4))]))
+    assert [(f.kind, f.name, f.a, f.b) for f in compare_sides(a, c).factors] == [
+        ("launch flag", "--ctx-size", "1024", "2048"),
+        ("speculative config", "spec_tokens", "2", "4"),
+    ]
