@@ -428,20 +428,22 @@ def compare_sides(a: RunSide, b: RunSide, *, alpha: float = 0.05, seed: int = 0)
 
 
 def _unchanged(a: RunRecords, b: RunRecords, factors: Sequence[Factor]) -> tuple[str, ...]:
-    """The route records both runs hold for some route and no factor names."""
-    kinds = {f.kind for f in factors}
+    """The route records both runs hold (for some route) and hold equal (for every route
+    both have): ``engine version``, ``launch command``, ``speculative config``."""
     both = [(a.routes[k], b.routes[k]) for k in a.routes if k in b.routes]
     out: list[str] = []
-    checks: tuple[tuple[str, tuple[str, ...], str], ...] = (
-        ("engine version", ("engine version",), "engine_version"),
-        ("launch command", ("launch flag", "launch program", "launch command"), "command"),
-        ("speculative config", ("speculative config",), "spec_config"),
-    )
-    for name, names, attr in checks:
-        recorded = any(
-            getattr(ra, attr) is not None and getattr(rb, attr) is not None for ra, rb in both
-        )
-        if recorded and not kinds & set(names):
+    for name, attr in (
+        ("engine version", "engine_version"),
+        ("launch command", "command"),
+        ("speculative config", "spec_config"),
+    ):
+        values = [(getattr(ra, attr), getattr(rb, attr)) for ra, rb in both]
+        recorded = any(va is not None and vb is not None for va, vb in values)
+        if name == "launch command":  # equal but for its port: no launch factor
+            same = not any(f.kind.startswith("launch") for f in factors)
+        else:
+            same = all(va == vb for va, vb in values)
+        if recorded and same:
             out.append(name)
     return tuple(out)
 
