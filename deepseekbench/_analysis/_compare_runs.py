@@ -256,8 +256,11 @@ class RunSide:
     records: RunRecords = field(default_factory=RunRecords)
 
 
-def _cache_rounds(path: Path | None) -> dict[tuple[str, str, str | None], dict[int, float]]:
-    """Prefix-cache hit rate per round of each (route, cell, load), from the file."""
+def _cache_rounds(
+    path: Path | None, plan_hash: str | None
+) -> dict[tuple[str, str, str | None], dict[int, float]]:
+    """Prefix-cache hit rate per round of each (route, cell, load) of the file's run of
+    ``plan_hash`` (a file may hold several runs)."""
     from deepseekbench._store._results import ResultsFormatError, read_stored_run
 
     if path is None:
@@ -265,7 +268,7 @@ def _cache_rounds(path: Path | None) -> dict[tuple[str, str, str | None], dict[i
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            state = read_stored_run(path).state
+            state = read_stored_run(path, plan_hash=plan_hash).state
     except (ResultsFormatError, OSError):
         return {}
     out: dict[tuple[str, str, str | None], dict[int, float]] = {}
@@ -282,7 +285,8 @@ def side_of(result: RunResult, name: str | None = None) -> RunSide:
     from deepseekbench._records._measurement import is_unsent
 
     single = len(result.plan.load_points) == 1
-    cache = _cache_rounds(result.results_path)
+    stored_hash = result.meta.plan_hash if result.meta is not None else result.plan_hash
+    cache = _cache_rounds(result.results_path, stored_hash)
     lines: dict[LineKey, SideLine] = {}
     for (route, cell, load), row in zip(result.row_keys, result.rows, strict=True):
         kept = [

@@ -153,3 +153,37 @@ def test_unreadable_file_and_bad_flags_exit_2(tmp_path: Path) -> None:
     assert code == EXIT_USAGE
     code, _, _ = _main("compare", str(DEMO), str(DEMO), "--alpha", "2")
     assert code == EXIT_USAGE
+
+
+def _second_run_without_cache_hits(rec: dict[str, Any]) -> dict[str, Any]:
+    """The demo's records as another plan's run (hash ``d00d…``) whose prefix cache missed."""
+    out = {**rec, "plan_hash": "d00d00d00d00d00d"}
+    if rec.get("record") == "run_start":
+        out["plan"] = {**rec["plan"], "results": "second.jsonl"}
+    if rec.get("record") == "server_cache":
+        out["cache"] = {**rec["cache"], "prefix_cache_hits": 0, "prefix_cache_hit_rate": 0.0}
+    return out
+
+
+def test_two_runs_of_one_file_are_each_read_from_their_own_records(tmp_path: Path) -> None:
+    """A file holding two runs: ``--run-a``/``--run-b`` compare them, each run's windows
+    (prefix-cache hits per round) read from its own records, not the file's last run."""
+    first = DEMO.read_bytes()
+    second = rewritten(DEMO, tmp_path / "second.jsonl", _second_run_without_cache_hits)
+    both = tmp_path / "both.jsonl"
+    both.write_bytes(first + second.read_bytes())
+    both = rewritten(both, tmp_path / "both-chained.jsonl", lambda r: r)
+    code, out, err = _main(
+        "compare", str(both), str(both), "--run-a", "c4fda41f", "--run-b", "d00d",
+        "--format", "json",
+    )  # fmt: skip
+    assert code == EXIT_REGRESSION, err
+    data = json.loads(out)
+    changed = {
+        (ln["route"], f["figure"])
+        for ln in data["lines"]
+        for f in ln["figures"]
+        if f["status"] == "changed"
+    }
+    assert changed == {("off", "prefix_cache_hit_rate"), ("mtp", "prefix_cache_hit_rate")}
+    assert [f["name"] for f in data["factors"]] == []  # the results path is not a factor
