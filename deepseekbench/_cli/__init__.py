@@ -8,6 +8,9 @@ Subcommands::
     run PLAN             run a TOML/JSON plan  [--spend] [--dry-run] [--results PATH]
                          [--max-requests N] [--max-output-tokens N: the run's budgets]
     report RESULTS       re-render the scorecard of a results file  [--run HASH] [--format ...]
+    compare A B          what changed between two results files: a verdict per line and
+                         figure, the recorded differences  [--fail-on-regression PCT]
+                         [--format text|markdown|json|html] [--plot PATH] [--alpha A]
     serve                the embedded reference engine as a server
     --version            the installed version (package metadata)
 
@@ -22,6 +25,9 @@ Exit codes (also in ``docs/plan.md``):
 * ``3`` — the :class:`~deepseekbench.LiveGate` refused (nothing was sent), or a
   dry run found a route the gate would refuse (a launch that would listen beyond
   loopback included).
+* ``4`` — ``compare`` found a regression: a figure changed significantly for the
+  worse by more than ``--fail-on-regression`` (default 0 %), or parity lost
+  ``verified`` (docs/compare.md).
 * ``130`` — interrupted (Ctrl-C); every finished measurement is in the results
   file, and rerunning the same command resumes.
 
@@ -37,6 +43,7 @@ Modules: :mod:`~deepseekbench._cli._main` (``main``: parse, dispatch, exit code)
 :mod:`~deepseekbench._cli._parser` (the argument parser),
 :mod:`~deepseekbench._cli._commands` (``run``, ``report`` and ``serve``),
 :mod:`~deepseekbench._cli._demo` (the ``demo`` scenarios),
+:mod:`~deepseekbench._cli._compare` (``compare``),
 :mod:`~deepseekbench._cli._output` (what the commands print: error summaries,
 dry-run tables, redaction), :mod:`~deepseekbench._cli._progress` (the progress bar)
 and :mod:`~deepseekbench._cli._exits` (the exit codes). Import each name from its

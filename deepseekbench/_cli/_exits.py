@@ -1,11 +1,19 @@
 """The command line's exit codes (the table is in :mod:`deepseekbench._cli`).
 
-Holds ``EXIT_OK``, ``EXIT_ERRORS``, ``EXIT_USAGE``, ``EXIT_GATE`` and ``EXIT_INTERRUPTED``.
+Holds ``EXIT_OK``, ``EXIT_ERRORS``, ``EXIT_USAGE``, ``EXIT_GATE``, ``EXIT_REGRESSION`` and
+``EXIT_INTERRUPTED``.
 """
 
 from __future__ import annotations
 
-__all__ = ["EXIT_ERRORS", "EXIT_GATE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE"]
+__all__ = [
+    "EXIT_ERRORS",
+    "EXIT_GATE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_REGRESSION",
+    "EXIT_USAGE",
+]
 
 EXIT_OK = 0
 """Finished (refused speedups included)."""
@@ -17,5 +25,8 @@ EXIT_USAGE = 2
 results file."""
 EXIT_GATE = 3
 """The LiveGate refused (or would refuse, in a dry run)."""
+EXIT_REGRESSION = 4
+"""``compare``: a figure changed significantly for the worse beyond ``--fail-on-regression``
+(default 0 %), or a line's parity lost ``verified``."""
 EXIT_INTERRUPTED = 130
 """Interrupted; results so far kept, a rerun resumes."""

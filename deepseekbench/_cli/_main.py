@@ -107,6 +107,10 @@ def _dispatch(
         return report_command(args, out, err)
     if args.command == "serve":
         return serve_command(args, err)
+    if args.command == "compare":
+        from deepseekbench._cli._compare import compare_command
+
+        return compare_command(args, out, err)
     parser.print_help(err)
     return EXIT_USAGE
 

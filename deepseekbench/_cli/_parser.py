@@ -1,6 +1,6 @@
 """The command line's argument parser: ``deepseekbench`` and its subcommands.
 
-Holds :func:`build_parser` (demo, run, report, serve), ``FORMATS`` (the scorecard
+Holds :func:`build_parser` (demo, run, report, compare, serve), ``FORMATS`` (the scorecard
 formats ``--format`` offers) and the budget flags' value check.
 """
 
@@ -30,13 +30,13 @@ def _budget(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``deepseekbench`` argument parser (subcommands demo, run, report, serve)."""
+    """The ``deepseekbench`` argument parser (subcommands demo, run, report, compare, serve)."""
     parser = argparse.ArgumentParser(
         prog="deepseekbench",
         description="Benchmark speculative decoding with speed and quality parity in one run.",
         epilog="exit codes: 0 ok, 1 finished with request errors, 2 usage/plan error "
         "(or a route failed the reachability probe), "
-        "3 LiveGate refusal, 130 interrupted (rerun resumes)",
+        "3 LiveGate refusal, 4 compare found a regression, 130 interrupted (rerun resumes)",
     )
     parser.add_argument(
         "--version",
@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(run)
     _add_run_client(run)
     _add_report(sub)
+    from deepseekbench._cli._compare import add_compare
+
+    add_compare(sub)
 
     serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
     from deepseekbench._engine import add_serve_arguments
