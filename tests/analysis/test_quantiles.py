@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from scipy.stats import beta as scipy_beta
 from scipy.stats import t as scipy_t
 
-from deepseekbench._analysis._quantiles import beta_quantile, t_quantile
+from deepseekbench._analysis._quantiles import _computed_t, beta_quantile, t_quantile
 
 _DF = st.one_of(st.integers(1, 60), st.floats(1.0, 1e12))
 _P = st.one_of(st.floats(1e-9, 1 - 1e-9), st.sampled_from([0.5, 0.9, 0.95, 0.975, 0.99, 0.025]))
@@ -31,8 +31,16 @@ def test_the_t_quantile_is_scipys(p: float, df: float) -> None:
 
 @pytest.mark.parametrize("df", range(1, 101))
 def test_every_small_sample_interval_uses_scipys_constant(df: int) -> None:
-    """The paired-rounds interval's own constant, for every round count it meets."""
-    assert _close(t_quantile(0.975, df), float(scipy_t.ppf(0.975, df)))
+    """The paired-rounds interval's own constant, for every round count it meets: scipy's
+    double itself (a recorded interval keeps its last digit), and the computation agrees."""
+    assert t_quantile(0.975, df) == float(scipy_t.ppf(0.975, df))
+    assert abs(_computed_t(0.975, df) - t_quantile(0.975, df)) <= 1e-12 * t_quantile(0.975, df)
+
+
+@given(p=_P, df=_DF)
+@example(p=0.975, df=4)
+def test_the_computed_t_quantile_is_scipys(p: float, df: float) -> None:
+    assert _close(_computed_t(p, df), float(scipy_t.ppf(p, df)))
 
 
 @pytest.mark.parametrize(("p", "df"), [(0.0, 3), (1.0, 3), (0.5, 0), (0.5, float("nan"))])
