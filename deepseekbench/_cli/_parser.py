@@ -39,6 +39,16 @@ def _budget(text: str) -> int:
     return n
 
 
+def _workers(text: str) -> int | str:
+    """``--workers``: an integer (the plan checks 1..256) or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer or 'auto': {text!r}") from None
+
+
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The ``deepseekbench`` argument parser: every sub-command of the table, with the
     arguments of those in ``commands`` (default: all of them; ``main`` passes only the
@@ -156,9 +166,10 @@ def _add_run_client(run: argparse.ArgumentParser) -> None:
     """``run``'s client flags (workers, executor, Ray address), format, probe and retry."""
     run.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         default=None,
-        help="client workers sending each block, 1-256 (default: the plan's 'workers', else 1)",
+        help="client workers sending each block, 1-256, or 'auto' (one per CPU core) "
+        "(default: the plan's 'workers', else 1)",
     )
     run.add_argument(
         "--executor",
