@@ -8,7 +8,9 @@ ticks (360,000), then times the queries of one wave (256 windows of 2,000-2,255 
 ending at the same moment) against the walk over the window the stall query used to
 do, over several repeats, and prints min/median/max and the load average.
 
-Target: the whole wave's bookkeeping under 1 ms (the loop lag it causes).
+Target: the whole wave's bookkeeping under 1 ms of the loop thread's CPU time (the
+loop lag it causes on an otherwise idle core; the wall time, printed beside it, also
+holds whatever else the host ran meanwhile).
 
 Run: ``python benchmarks/bench_selfcheck.py [--repeats 7]``; exit 0 = target met.
 """
@@ -51,17 +53,17 @@ def _feed(ticks: int) -> SelfCheck:
     return check
 
 
-def _wave_ms(check: SelfCheck, walk: bool) -> float:
+def _wave_ms(check: SelfCheck, walk: bool) -> tuple[float, float]:
+    """(CPU ms, wall ms) of one wave's queries on this thread."""
     end = check._t[-1] + 1_000_000
-    t0 = time.perf_counter_ns()
+    c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
     for r in range(256):
         start = end - (2_000 + r) * PERIOD_NS
         if walk:
             _walk_stall(check, start, end)
         else:
-            check.max_lag_ms(start, end)
-            check.max_stall_ms(start, end)
-    return (time.perf_counter_ns() - t0) / 1e6
+            check.lag_and_stall_ms(start, end)  # what measure_streamed asks per request
+    return (time.thread_time_ns() - c0) / 1e6, (time.perf_counter_ns() - t0) / 1e6
 
 
 def main() -> int:
@@ -73,15 +75,16 @@ def main() -> int:
     new = [_wave_ms(check, walk=False) for _ in range(args.repeats)]
     old = [_wave_ms(check, walk=True) for _ in range(args.repeats)]
     load = os.getloadavg()
-    for name, xs in (("running structure (lag + stall)", new), ("former stall walk", old)):
-        print(
-            f"{name}: one wave of 256 requests: min {min(xs):.3f} / median "
-            f"{statistics.median(xs):.3f} / max {max(xs):.3f} ms "
-            f"({args.repeats} repeats, {args.ticks} ticks)"
-        )
+    for name, runs in (("running structure (lag + stall)", new), ("former stall walk", old)):
+        for clock, xs in (("CPU", [c for c, _ in runs]), ("wall", [w for _, w in runs])):
+            print(
+                f"{name}: one wave of 256 requests, {clock}: min {min(xs):.3f} / median "
+                f"{statistics.median(xs):.3f} / max {max(xs):.3f} ms "
+                f"({args.repeats} repeats, {args.ticks} ticks)"
+            )
     print(f"load average 1/5/15 min: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
-    met = statistics.median(new) < 1.0
-    print(("MET" if met else "MISSED") + ": the wave's bookkeeping under 1 ms (median)")
+    met = statistics.median(c for c, _ in new) < 1.0
+    print(("MET" if met else "MISSED") + ": the wave's bookkeeping under 1 ms of CPU (median)")
     return 0 if met else 1
 
 

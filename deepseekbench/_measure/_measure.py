@@ -148,9 +148,10 @@ async def measure_streamed(
     if check is not None and begin is not None:
         end_ns = time.perf_counter_ns()
         cpu, wait = begin.shares_until(check.sched_now(after=begin))
+        lag, stall = check.lag_and_stall_ms(begin_ns, end_ns)
         update = {
-            "client_lag_ms": check.max_lag_ms(begin_ns, end_ns),
-            "client_stall_ms": check.max_stall_ms(begin_ns, end_ns),
+            "client_lag_ms": lag,
+            "client_stall_ms": stall,
             "client_cpu_share": cpu,
             "client_core_wait_share": wait,
         }

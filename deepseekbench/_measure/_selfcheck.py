@@ -291,6 +291,44 @@ class SelfCheck:
             longest = max(longest, end_ns - max(prev, start_ns))
         return max(0, longest) / 1e6
 
+    def lag_and_stall_ms(self, start_ns: int, end_ns: int) -> tuple[float | None, float | None]:
+        """``(max_lag_ms(start_ns, end_ns), max_stall_ms(start_ns, end_ns))`` (ms each), the
+        two searches of the window shared: what a request asks once, at its end."""
+        if self._started_ns is None:
+            return None, None
+        t, n, lag, gap = self._t, len(self._t), self._lag, self._gap
+        # max_stall_ms starts at bisect_right(t, start_ns); a wake-up exactly at the
+        # start closes a gap of length 0 there, so bisect_left gives the same answer
+        lo_l = lo_r = bisect_left(t, start_ns)
+        if not t or t[-1] < end_ns:
+            hi_l = hi_r = n
+        else:
+            hi_l, hi_r = bisect_left(t, end_ns), bisect_right(t, end_ns)
+        # the lag (max_lag_ms: ticks lo_l..hi_r-1, the next one when due inside)
+        found = lag.max_between(lo_l, hi_r)
+        worst = -1 if found is None else found
+        if hi_r < n and t[hi_r] - lag[hi_r] <= end_ns:
+            worst = max(worst, lag[hi_r])
+        if hi_r == n:
+            last = t[hi_r - 1] if hi_r > 0 else self._started_ns
+            worst = max(worst, end_ns - (last + int(self.interval_s * 1e9)), 0)
+        lag_ms = worst / 1e6 if worst >= 0 else 0.0
+        # the stall (max_stall_ms: gaps closed by wake-ups lo_r..stop-1, clipped)
+        stop = min(hi_l + 1, n)
+        prev = t[lo_r - 1] if lo_r > 0 else self._started_ns
+        longest = 0
+        if lo_r < stop:
+            longest = min(t[lo_r], end_ns) - max(prev, start_ns)
+            inner = gap.max_between(lo_r + 1, min(hi_l, stop))
+            if inner is not None and inner > longest:
+                longest = inner
+            if lo_r < hi_l < n:
+                longest = max(longest, end_ns - t[hi_l - 1])
+            prev = t[stop - 1]
+        if hi_l >= n:
+            longest = max(longest, end_ns - max(prev, start_ns))
+        return lag_ms, max(0, longest) / 1e6
+
     def summary(self, start_ns: int | None = None, end_ns: int | None = None) -> SelfCheckSummary:
         """Ticks, lag (max, p99; ms) and CPU share between two perf_counter ns times
         (default: everything recorded)."""

@@ -78,6 +78,7 @@ _OFFSET = st.integers(-200_000_000, 3_000_000_000)
 
 @given(ticks=_TICKS, a=_OFFSET, b=_OFFSET)
 @example(ticks=[(PERIOD_NS, 0)] * 5, a=0, b=PERIOD_NS * 5)  # ends on a tick
+@example(ticks=[(PERIOD_NS, 0), (300_000_000, 0)] * 2, a=PERIOD_NS, b=700_000_000)  # starts on one
 @example(ticks=[(PERIOD_NS, 0), (500_000_000, 490_000_000)], a=20_000_000, b=30_000_000)
 @example(ticks=[], a=5, b=10)
 @example(  # the window ends inside a stall: its clipped last gap is the longest
@@ -91,6 +92,8 @@ def test_the_running_queries_answer_as_the_walk_did(
     start, end = started + a, started + b
     assert check.max_stall_ms(start, end) == _walk_stall_ms(check, start, end)
     assert check.max_lag_ms(start, end) == _walk_lag_ms(check, start, end)
+    both = (_walk_lag_ms(check, start, end), _walk_stall_ms(check, start, end))
+    assert check.lag_and_stall_ms(start, end) == both
 
 
 @given(
@@ -119,8 +122,8 @@ def _wave_steps(window_ticks: int) -> int:
     before = check._lag.steps + check._gap.steps
     for r in range(256):  # 256 concurrent requests started over 2.56 s, ending together
         start = end - (window_ticks + r) * PERIOD_NS
-        assert check.max_stall_ms(start, end) == _walk_stall_ms(check, start, end)
-        assert check.max_lag_ms(start, end) == _walk_lag_ms(check, start, end)
+        both = (_walk_lag_ms(check, start, end), _walk_stall_ms(check, start, end))
+        assert check.lag_and_stall_ms(start, end) == both  # what measure_streamed asks
     return check._lag.steps + check._gap.steps - before
 
 
