@@ -88,11 +88,12 @@ async def test_the_ramped_limiter_lets_stream_k_in_no_sooner_than_its_start() ->
 
 @pytest.mark.anyio
 async def test_a_closed_block_with_a_ramp_starts_its_streams_in_turn() -> None:
-    """Four streams, a 600 ms ramp, responses of 400 ms or more (longer than a step of
-    150 ms): each stream's first request is one item, sent no sooner than its turn."""
+    """Four streams, a 600 ms ramp, responses of 800 ms or more (longer than the ramp, so
+    no stream frees its slot before the last one started): each stream's first request
+    is one item, sent no sooner than its turn."""
     block = _block(warmup=(), scrape=False, concurrency=4, ramp_ms=600.0)
     sent: list[Sent] = []
-    script = Script.sse(DONE, delay_ms=200)  # two writes: 400 ms or more per response
+    script = Script.sse(DONE, delay_ms=400)  # two writes: 800 ms or more per response
     async with replay_server(script) as server:
         gate = LiveGate()
         route = EngineRoute(base_url=server.base_url, model="m", label="mtp")
