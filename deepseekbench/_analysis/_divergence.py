@@ -207,7 +207,8 @@ def measure_tau(
 def lossy_rate_bound(n_compared: int, n_decisive: int, alpha: float) -> float:
     """One-sided Clopper-Pearson upper bound at level ``alpha`` on the decisive-divergence
     rate per compared output (a fraction), from ``n_decisive`` of ``n_compared``; 1.0 with
-    nothing compared. Computed as the Beta(k+1, n−k) quantile 1 − α (``scipy.stats.beta``;
+    nothing compared. Computed as the Beta(k+1, n−k) quantile 1 − α (``beta_quantile``, as
+    ``scipy.stats.beta.ppf``;
     C. J. Clopper and E. S. Pearson, Biometrika 26, 1934).
 
     Raises:
@@ -219,9 +220,9 @@ def lossy_rate_bound(n_compared: int, n_decisive: int, alpha: float) -> float:
         raise ValueError("need 0 <= n_decisive <= n_compared and alpha in (0, 1)")
     if n_decisive == n_compared:
         return 1.0
-    from scipy.stats import beta
+    from deepseekbench._analysis._quantiles import beta_quantile
 
-    return float(beta.ppf(1 - alpha, n_decisive + 1, n_compared - n_decisive))
+    return beta_quantile(1 - alpha, n_decisive + 1, n_compared - n_decisive)
 
 
 def comparisons_needed(lossy_rate: float, alpha: float) -> int:

@@ -43,7 +43,7 @@ from deepseekbench._records._client_health import client_saturated, max_pool_wai
 from deepseekbench._records._measurement import StreamMeasurement, is_unsent
 from deepseekbench._store._results import ResultsState
 from deepseekbench._types._acceptance import AcceptanceRecord
-from deepseekbench._types._axes import QualityParity, ReasoningMode, Speculative
+from deepseekbench._types._axes import Arrival, QualityParity, ReasoningMode, Speculative
 from deepseekbench._types._cache import combine_cache_windows
 from deepseekbench._types._identity import LaunchRecord
 from deepseekbench._types._load import LoadPoint
@@ -217,6 +217,14 @@ def _trace_fields(plan: BenchmarkPlan) -> dict[str, Any]:
     return {"trace": trace.path, "trace_speedup": trace.speedup}
 
 
+def _ramp_ms(plan: BenchmarkPlan, load: LoadPoint) -> float | None:
+    """A closed loop's ramp (ms; 0 = all at once), ``None`` for an open loop (a rate, or a
+    trace's own send times)."""
+    if load.arrival is not Arrival.closed or plan.workload.trace is not None:
+        return None
+    return plan.arrival.ramp_ms
+
+
 def _acceptance_fields(
     route: RoutePlan, server: AcceptanceRecord | None, ok: list[StreamMeasurement]
 ) -> dict[str, Any]:
@@ -279,6 +287,7 @@ def build_row(
         ),
         **_cache_fields(inp.state, route.label, cell.cell_id, load),
         **_trace_fields(plan),
+        ramp_ms=_ramp_ms(plan, load),
         **noise,
     )
     return row, traffic

@@ -357,7 +357,8 @@ def paired_speedup_ci(
     by round number. Each round common to both gives a ratio (times faster,
     :func:`~deepseekbench._analysis._speedup.speedup_of`); the speedup is their geometric
     mean and the interval a Student-t interval on the mean of the log ratios
-    with ``n − 1`` degrees of freedom (``scipy.stats.t``), exponentiated. Suited
+    with ``n − 1`` degrees of freedom (``t_quantile``, as ``scipy.stats.t.ppf``),
+    exponentiated. Suited
     to few rounds, where a bootstrap has too few values to resample (Student
     1908; geometric mean of ratios: Fleming & Wallace 1986; paired repetitions:
     Kalibera & Jones 2013 — see ``docs/measurement.md``).
@@ -369,7 +370,8 @@ def paired_speedup_ci(
         ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
     """
     import numpy as np
-    from scipy.stats import t
+
+    from deepseekbench._analysis._quantiles import t_quantile
 
     m = SpeedupMetric(metric)
     ratios = [
@@ -382,7 +384,7 @@ def paired_speedup_ci(
     if n < 2:
         return None
     mean = float(np.mean(logs))
-    half = float(t.ppf(0.975, n - 1)) * float(np.std(logs, ddof=1)) / math.sqrt(n)
+    half = t_quantile(0.975, n - 1) * float(np.std(logs, ddof=1)) / math.sqrt(n)
     values = (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
     if not all(math.isfinite(v) and v > 0 for v in values):
         return None

@@ -84,13 +84,26 @@ and the witness rejects.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import optimize, stats
+
+if TYPE_CHECKING:
+    from scipy import optimize, stats
+else:  # scipy (about 1 CPU-s to import) loads at the first witness test, not with the rows
+
+    class _OnFirstUse:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(importlib.import_module(self._name), attr)
+
+    optimize, stats = _OnFirstUse("scipy.optimize"), _OnFirstUse("scipy.stats")
 
 from deepseekbench._types._margin import TopLogprob
 

@@ -40,6 +40,8 @@ terminal; the scorecard goes to stdout (byte for byte what ``report`` prints for
 the same results), the results path and other notes to stderr.
 
 Modules: :mod:`~deepseekbench._cli._main` (``main``: parse, dispatch, exit code),
+:mod:`~deepseekbench._cli._subcommands` (the sub-command table: each command's
+modules imported only when it runs, so ``report`` never loads the embedded engine),
 :mod:`~deepseekbench._cli._parser` (the argument parser),
 :mod:`~deepseekbench._cli._commands` (``run``, ``report`` and ``serve``),
 :mod:`~deepseekbench._cli._demo` (the ``demo`` scenarios),

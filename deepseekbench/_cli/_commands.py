@@ -243,9 +243,9 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return anyio.run(_run, args, plan, out, err)
 
 
-def serve_command(args: argparse.Namespace, err: TextIO) -> int:
+def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``serve``: the embedded reference engine, on loopback unless
-    ``--allow-non-loopback``; runs until interrupted."""
+    ``--allow-non-loopback``; runs until interrupted (``out`` unused: notes go to ``err``)."""
     import anyio
 
     from deepseekbench._engine import config_from_args, serve

@@ -1,6 +1,6 @@
 """The ``compare`` command: what changed between two results files, and its exit code.
 
-Holds :func:`add_compare` (the sub-command's flags), :func:`regression_threshold`
+Holds :func:`add_compare_arguments` (the sub-command's flags), :func:`regression_threshold`
 (``--fail-on-regression``'s value) and :func:`compare_command`. The analysis and
 the renderers are imported inside the handler, so the parser stays light.
 """
@@ -14,7 +14,7 @@ from typing import TextIO
 
 from deepseekbench._cli._exits import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 
-__all__ = ["add_compare", "compare_command", "regression_threshold"]
+__all__ = ["add_compare_arguments", "compare_command", "regression_threshold"]
 
 _FORMATS = ("text", "markdown", "json", "html")  # deepseekbench._report._compare's
 
@@ -41,13 +41,8 @@ def _alpha(text: str) -> float:
     return value
 
 
-def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The ``compare`` sub-command and its flags."""
-    cmp = sub.add_parser(
-        "compare",
-        help="what changed between two results files: a verdict per line and figure, "
-        "the recorded differences, exit 4 on a regression",
-    )
+def add_compare_arguments(cmp: argparse.ArgumentParser) -> None:
+    """The ``compare`` sub-command's flags."""
     cmp.add_argument("a", type=Path, help="results JSONL of the earlier run (A)")
     cmp.add_argument("b", type=Path, help="results JSONL of the later run (B)")
     cmp.add_argument("--run-a", metavar="HASH", default=None, help="A's plan hash (prefix)")

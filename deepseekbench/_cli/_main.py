@@ -14,8 +14,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
-from deepseekbench._cli._commands import report_command, run_command, serve_command
-from deepseekbench._cli._demo import demo_command
 from deepseekbench._cli._exits import (
     EXIT_ERRORS,
     EXIT_GATE,
@@ -24,6 +22,7 @@ from deepseekbench._cli._exits import (
     EXIT_USAGE,
 )
 from deepseekbench._cli._parser import build_parser
+from deepseekbench._cli._subcommands import SUBCOMMANDS, RunCommand, chosen_command, load
 from deepseekbench._errors import (
     CalibrationError,
     KeyFormatError,
@@ -55,7 +54,9 @@ def main(
     """Run the CLI; returns the exit code (see :mod:`deepseekbench._cli`)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = chosen_command(argv)
+    parser = build_parser(() if chosen is None else (chosen,))  # only its modules load
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
@@ -98,21 +99,14 @@ def _warnings_as_lines(err: TextIO) -> Iterator[None]:
 def _dispatch(
     parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
 ) -> int:
-    """The parsed command, run (help on ``err`` when none was given)."""
-    if args.command == "demo":
-        return demo_command(args, out, err)
-    if args.command == "run":
-        return run_command(args, out, err)
-    if args.command == "report":
-        return report_command(args, out, err)
-    if args.command == "serve":
-        return serve_command(args, err)
-    if args.command == "compare":
-        from deepseekbench._cli._compare import compare_command
-
-        return compare_command(args, out, err)
-    parser.print_help(err)
-    return EXIT_USAGE
+    """The parsed command, run (help on ``err`` when none was given); its modules are
+    imported now (:data:`~deepseekbench._cli._subcommands.SUBCOMMANDS`)."""
+    command = SUBCOMMANDS.get(args.command) if args.command else None
+    if command is None:
+        parser.print_help(err)
+        return EXIT_USAGE
+    run: RunCommand = load(command.run)  # type: ignore[assignment]
+    return run(args, out, err)
 
 
 def _command(

@@ -1,18 +1,28 @@
 """The command line's argument parser: ``deepseekbench`` and its subcommands.
 
-Holds :func:`build_parser` (demo, run, report, compare, serve), ``FORMATS`` (the scorecard
-formats ``--format`` offers) and the budget flags' value check.
+Holds :func:`build_parser` (the sub-commands of
+:data:`~deepseekbench._cli._subcommands.SUBCOMMANDS`, each one's arguments added only
+when asked for), ``FORMATS`` (the scorecard formats
+``--format`` offers), the ``demo``, ``run`` and ``report`` argument adders and the
+budget flags' value check.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 from pathlib import Path
 
-from deepseekbench._cli._demo import DEMO_LATEST, DEMO_REQUESTS
+from deepseekbench._cli._subcommands import SUBCOMMANDS, AddArguments, load
 from deepseekbench._report._formats import FORMAT_NAMES
 
-__all__ = ["FORMATS", "build_parser"]
+__all__ = [
+    "FORMATS",
+    "add_demo_arguments",
+    "add_report_arguments",
+    "add_run_arguments",
+    "build_parser",
+]
 
 FORMATS = FORMAT_NAMES  # the format registry's names
 _FORMAT_HELP = "scorecard format on stdout (default: %(default)s)"
@@ -29,8 +39,20 @@ def _budget(text: str) -> int:
     return n
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``deepseekbench`` argument parser (subcommands demo, run, report, compare, serve)."""
+def _workers(text: str) -> int | str:
+    """``--workers``: an integer (the plan checks 1..256) or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer or 'auto': {text!r}") from None
+
+
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The ``deepseekbench`` argument parser: every sub-command of the table, with the
+    arguments of those in ``commands`` (default: all of them; ``main`` passes only the
+    one it runs, so no other sub-command's modules are imported)."""
     parser = argparse.ArgumentParser(
         prog="deepseekbench",
         description="Benchmark speculative decoding with speed and quality parity in one run.",
@@ -44,30 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the installed deepseekbench version (package metadata) and exit",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    _add_demo(sub)
-    run = sub.add_parser("run", help="run a benchmark plan (TOML or JSON)")
-    _add_run(run)
-    _add_run_client(run)
-    _add_report(sub)
-    from deepseekbench._cli._compare import add_compare
-
-    add_compare(sub)
-
-    serve = sub.add_parser("serve", help="serve the embedded reference engine on loopback")
-    from deepseekbench._engine import add_serve_arguments
-
-    add_serve_arguments(serve)
+    for name, command in SUBCOMMANDS.items():
+        one = sub.add_parser(name, help=command.help)
+        if commands is None or name in commands:
+            adder: AddArguments = load(command.arguments)  # type: ignore[assignment]
+            adder(one)
     return parser
 
 
-def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The ``demo`` subcommand and its flags."""
-    demo = sub.add_parser(
-        "demo",
-        help="run off, mtp and mis-tuned mtp on embedded loopback engines at concurrency "
-        "1, 2 and 8; print the scorecard and the crossover",
-    )
+def add_demo_arguments(demo: argparse.ArgumentParser) -> None:
+    """The ``demo`` subcommand's flags."""
+    from deepseekbench._cli._demo import DEMO_LATEST, DEMO_REQUESTS
+
     demo.add_argument(
         "--results",
         type=Path,
@@ -111,6 +121,12 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "decided, each search level once failed); the scorecard says how many measured "
         "requests that saved",
     )
+
+
+def add_run_arguments(run: argparse.ArgumentParser) -> None:
+    """The ``run`` subcommand's flags."""
+    _add_run(run)
+    _add_run_client(run)
 
 
 def _add_run(run: argparse.ArgumentParser) -> None:
@@ -157,9 +173,10 @@ def _add_run_client(run: argparse.ArgumentParser) -> None:
     """``run``'s client flags (workers, executor, Ray address), format, probe and retry."""
     run.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         default=None,
-        help="client workers sending each block, 1-256 (default: the plan's 'workers', else 1)",
+        help="client workers sending each block, 1-256, or 'auto' (one per CPU core) "
+        "(default: the plan's 'workers', else 1)",
     )
     run.add_argument(
         "--executor",
@@ -188,9 +205,8 @@ def _add_run_client(run: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The ``report`` subcommand and its flags."""
-    report = sub.add_parser("report", help="re-render the scorecard of a results file")
+def add_report_arguments(report: argparse.ArgumentParser) -> None:
+    """The ``report`` subcommand's flags."""
     report.add_argument("results", type=Path, help="results JSONL written by run or demo")
     report.add_argument(
         "--run",

@@ -6,9 +6,11 @@ and, in an open loop, its schedule lag), and a block's ``/metrics`` window comes
 back from :meth:`Executor.run_block`.
 
 Sending: a closed loop keeps ``concurrency`` requests in flight (a capacity
-limiter); an open loop starts request ``j`` at ``block start + offsets_s[j]``
-and waits for a free slot when ``concurrency`` are already in flight. The wait
-from the scheduled send to the send's start (the request's preparation included;
+limiter), its streams' first sends spread over ``block.ramp_ms`` when the plan asks
+(:mod:`~deepseekbench._execute._ramp`; all at once by default); an open loop
+starts request ``j`` at ``block start + offsets_s[j]`` and waits for a free slot
+when ``concurrency`` are already in flight. The wait from the scheduled send to
+the send's start (the request's preparation included;
 :mod:`~deepseekbench._execute._lag`) is the request's ``queue_ms`` (the schedule
 lag: an overloaded client, not a slow server).
 
@@ -45,6 +47,7 @@ from deepseekbench._errors import LiveGateError
 from deepseekbench._execute._budget import BudgetStop
 from deepseekbench._execute._lag import schedule_lag_ms
 from deepseekbench._execute._prepare import converse
+from deepseekbench._execute._ramp import ramp_limiter, stream_starts_s
 from deepseekbench._measure._cache_metrics import cache_window, while_sampling
 from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._measure._selfcheck import SelfCheck
@@ -246,16 +249,23 @@ class Executor:
             async with limiter:
                 await self._item(block, route, item, due_ns, on_sent, budget)
 
-        async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as ramp:
             t0_ns = time.perf_counter_ns()  # the measurements' clock: lags compare to it
-            for item, offset in zip(items, offsets, strict=True):
-                due_ns = None
-                if offset is not None:
-                    due_ns = t0_ns + round(offset * 1e9)
-                    delay_ns = due_ns - time.perf_counter_ns()
-                    if delay_ns > 0 and not budget.stopped:  # a refused block sends no more
-                        await anyio.sleep(delay_ns / 1e9)
-                tg.start_soon(send, item, due_ns)
+            if block.offsets_s is None and block.ramp_ms > 0:  # closed loop, spread starts
+                starts = stream_starts_s(block.concurrency, block.ramp_ms)
+                limiter.total_tokens = 1  # stream 0; the others join at their starts
+                ramp.start_soon(ramp_limiter, limiter, starts, t0_ns)
+            async with anyio.create_task_group() as tg:
+                for item, offset in zip(items, offsets, strict=True):
+                    due_ns = None
+                    if offset is not None:
+                        due_ns = t0_ns + round(offset * 1e9)
+                        delay_ns = due_ns - time.perf_counter_ns()
+                        if delay_ns > 0 and not budget.stopped:  # a refused block sends no more
+                            await anyio.sleep(delay_ns / 1e9)
+                    tg.start_soon(send, item, due_ns)
+            ramp.cancel_scope.cancel()  # every item done: a ramp still going has no one to let in
+        limiter.total_tokens = block.concurrency
         budget.raise_held()
 
 

@@ -120,6 +120,7 @@ def _load_work(block: Block, items: tuple[WorkItem, ...]) -> LoadWork:
         tuple(PoolItem(it.index, block.route, it.request) for it in items),
         block.concurrency,
         None if block.offsets_s is None else tuple(o or 0.0 for o in offsets),
+        ramp_ms=block.ramp_ms,
     )
 
 

@@ -33,6 +33,7 @@ from pydantic import SecretStr
 from deepseekbench._errors import LiveGateError
 from deepseekbench._execute._budget import BudgetStop
 from deepseekbench._execute._lag import schedule_lag_ms
+from deepseekbench._execute._ramp import ramp_limiter
 from deepseekbench._execute._workshare import PoolItem, WorkerShare
 from deepseekbench._measure._measure import Timeouts, measure_streamed
 from deepseekbench._measure._selfcheck import SelfCheck
@@ -206,7 +207,8 @@ class WorkerCore:
     async def run(self, share: WorkerShare, start_ns: int) -> None:
         """Send the share's items from ``start_ns`` (``time.monotonic_ns()``, ns) on.
 
-        Closed loop: ``share.concurrency`` streams from the start. Open loop:
+        Closed loop: ``share.concurrency`` streams from the start, or each from its
+        ``share.stream_starts_s`` (a ramp). Open loop:
         item ``j`` at ``start_ns + offsets_s[j]``, waiting for a free slot when
         ``share.concurrency`` are in flight (that wait is its ``queue_ms``).
         A :class:`~deepseekbench._measure._selfcheck.SelfCheck` watches this worker's own
@@ -232,13 +234,19 @@ class WorkerCore:
                 lag = None if due_ns is None else schedule_lag_ms(m, due_ns, sent)
             self.post(Finished(item.key, m, lag, sent, time.monotonic_ns()))
 
-        await sleep_until(start_ns)
-        async with SelfCheck(), anyio.create_task_group() as tg:
-            for j, item in enumerate(share.items):
-                due = None
-                if share.offsets_s is not None:
-                    due = start_ns + round(share.offsets_s[j] * 1e9)
-                    if not self._budget.stopped:  # a refused share sends nothing more
-                        await sleep_until(due)
-                tg.start_soon(one, item, due)
+        starts = share.stream_starts_s
+        await sleep_until(start_ns + (round(starts[0] * 1e9) if starts else 0))
+        async with SelfCheck(), anyio.create_task_group() as ramp:
+            if starts:  # closed loop with a ramp: its streams join at their starts
+                limiter.total_tokens = 1
+                ramp.start_soon(ramp_limiter, limiter, starts, start_ns, time.monotonic_ns)
+            async with anyio.create_task_group() as tg:
+                for j, item in enumerate(share.items):
+                    due = None
+                    if share.offsets_s is not None:
+                        due = start_ns + round(share.offsets_s[j] * 1e9)
+                        if not self._budget.stopped:  # a refused share sends nothing more
+                            await sleep_until(due)
+                    tg.start_soon(one, item, due)
+            ramp.cancel_scope.cancel()
         self._budget.raise_held()

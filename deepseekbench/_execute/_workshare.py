@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from deepseekbench._execute._ramp import stream_starts_s
 from deepseekbench._types._request import ChatRequest
 
 __all__ = ["LoadWork", "PoolItem", "WorkerShare", "split_work"]
@@ -58,16 +59,19 @@ class LoadWork:
             ascending, one per item); ``None`` for a closed loop.
         warmup: unmeasured requests each worker sends (closed loop, its own
             streams) before the measured start.
+        ramp_ms: closed loop: the streams' first sends spread over this time (ms;
+            0 = all at once; :mod:`~deepseekbench._execute._ramp`).
 
     Raises:
-        ValueError: ``concurrency`` below 1, ``offsets_s`` not one per item, or
-            repeated item keys.
+        ValueError: ``concurrency`` below 1, ``offsets_s`` not one per item,
+            repeated item keys, or ``ramp_ms`` below 0.
     """
 
     items: tuple[PoolItem, ...]
     concurrency: int
     offsets_s: tuple[float, ...] | None = None
     warmup: tuple[PoolItem, ...] = ()
+    ramp_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -78,6 +82,8 @@ class LoadWork:
             )
         if len({it.key for it in self.items}) != len(self.items):
             raise ValueError("item keys must be unique within a load point")
+        if self.ramp_ms < 0:
+            raise ValueError(f"ramp_ms must be >= 0 (got {self.ramp_ms})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,9 @@ class WorkerShare:
         offsets_s: open loop: its items' send times after the shared start (s);
             ``None`` for a closed loop.
         warmup: its unmeasured warm-up requests.
+        stream_starts_s: closed loop with a ramp: when each of its streams may first
+            send (s after the shared start; stream ``s`` of the load point at
+            ``s · ramp_ms / concurrency``); ``()`` = all at once.
     """
 
     worker: int
@@ -98,6 +107,7 @@ class WorkerShare:
     concurrency: int
     offsets_s: tuple[float, ...] | None
     warmup: tuple[PoolItem, ...]
+    stream_starts_s: tuple[float, ...] = ()
 
 
 def _streams(concurrency: int, active: int, worker: int) -> int:
@@ -135,9 +145,16 @@ def split_work(work: LoadWork, workers: int) -> tuple[WorkerShare, ...]:
             concurrency=_streams(work.concurrency, active, w),
             offsets_s=_pick(work.offsets_s, owned[w]),
             warmup=work.warmup[w::active],
+            stream_starts_s=_starts(work, w, active),
         )
         for w in range(active)
     )
+
+
+def _starts(work: LoadWork, worker: int, active: int) -> tuple[float, ...]:
+    if work.offsets_s is not None or work.ramp_ms <= 0:
+        return ()
+    return stream_starts_s(work.concurrency, work.ramp_ms, worker=worker, active=active)
 
 
 def _pick(offsets: Sequence[float] | None, positions: Sequence[int]) -> tuple[float, ...] | None:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from deepseekbench._errors import LiveGateError
 from deepseekbench._measure._accumulator import StreamAccumulator, StreamLimits, error_text
+from deepseekbench._measure._prepared import build_post, parsed_url
 from deepseekbench._measure._redact import redact_measurement
 from deepseekbench._measure._selfcheck import current_selfcheck, host_load
 from deepseekbench._measure._sse import SSEDecoder
@@ -128,7 +129,7 @@ async def measure_streamed(
     """
     req = coerce_request(request)
     timeouts = timeouts or Timeouts()
-    url = httpx.URL(route.chat_url)  # parsed once: httpx re-parses a str at every step
+    url = parsed_url(route.chat_url)  # parsed once per URL: httpx re-parses a str each step
     headers = route.request_headers()
     refusal = gate.refusal(url, has_auth_header="authorization" in headers)
     if refusal is not None:
@@ -147,9 +148,10 @@ async def measure_streamed(
     if check is not None and begin is not None:
         end_ns = time.perf_counter_ns()
         cpu, wait = begin.shares_until(check.sched_now(after=begin))
+        lag, stall = check.lag_and_stall_ms(begin_ns, end_ns)
         update = {
-            "client_lag_ms": check.max_lag_ms(begin_ns, end_ns),
-            "client_stall_ms": check.max_stall_ms(begin_ns, end_ns),
+            "client_lag_ms": lag,
+            "client_stall_ms": stall,
             "client_cpu_share": cpu,
             "client_core_wait_share": wait,
         }
@@ -176,10 +178,7 @@ async def _measure(
     timeouts: Timeouts,
     limits: StreamLimits | None = None,
 ) -> StreamMeasurement:
-    http_timeout = httpx.Timeout(None, connect=timeouts.connect_s)
-    http_request = client.build_request(
-        "POST", url, content=body, headers=headers, timeout=http_timeout
-    )
+    http_request = build_post(client, url, headers, body, timeouts.connect_s)
     acc = StreamAccumulator(route.dialect, 0, limits, adapter=route.adapter)
     with anyio.move_on_after(math.inf if timeouts.total_s is None else timeouts.total_s) as total:
         first = math.inf if timeouts.first_token_s is None else timeouts.first_token_s

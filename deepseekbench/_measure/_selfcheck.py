@@ -38,6 +38,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
+from deepseekbench._measure._running_max import RunningMax
 from deepseekbench._types._selfcheck import DEFAULT_LAG_THRESHOLD_MS
 
 __all__ = [
@@ -158,7 +159,8 @@ class SelfCheck:
             raise ValueError("interval_s must be > 0")
         self.interval_s = interval_s
         self._t = array("q")  # wake time of each tick, perf_counter ns
-        self._lag = array("q")  # how late it woke, ns
+        self._lag = RunningMax()  # how late it woke, ns
+        self._gap = RunningMax()  # wake time minus the previous one's (or start()'s), ns
         self._cpu_t = array("q")  # when the process CPU time was read, perf_counter ns
         self._cpu = array("q")  # process CPU time then, ns (every _CPU_EVERY periods)
         self._sched: SchedSample | None = None  # the shared sample (sched_now)
@@ -205,12 +207,19 @@ class SelfCheck:
         while True:
             await anyio.sleep(max(0, due - time.perf_counter_ns()) / 1e9)
             now = time.perf_counter_ns()
-            self._t.append(now)
-            self._lag.append(max(0, now - due))
+            self._record_tick(now, due)
             if not self._cpu_t or now - self._cpu_t[-1] >= _CPU_EVERY * period:
                 self._cpu_t.append(now)
                 self._cpu.append(time.process_time_ns())
             due = now + period
+
+    def _record_tick(self, now_ns: int, due_ns: int) -> None:
+        """One ticker wake-up at ``now_ns`` that was due at ``due_ns`` (perf_counter ns):
+        amortized O(1), so the per-request queries need no walk over the window."""
+        prev = self._t[-1] if self._t else self._started_ns
+        self._t.append(now_ns)
+        self._lag.append(max(0, now_ns - due_ns))
+        self._gap.append(now_ns - (prev if prev is not None else now_ns))
 
     def sched_now(self, after: SchedSample | None = None) -> SchedSample:
         """The event-loop thread's clocks (:class:`SchedSample`), read afresh only when
@@ -232,17 +241,20 @@ class SelfCheck:
         ns), counting the tick just after ``end_ns`` when it was late already then.
         When no tick was due inside the window (a request shorter than the
         ticker period), how far ``end_ns`` passed the next tick's due time (0 when
-        it had not); ``None`` when the check was never started.
+        it had not); ``None`` when the check was never started. O(log n) in the
+        ticks recorded (a running range maximum, no walk over the window).
         """
-        lo = bisect_left(self._t, start_ns)
-        hi = bisect_right(self._t, end_ns)
-        lags = list(self._lag[lo:hi])
-        if hi < len(self._t) and self._t[hi] - self._lag[hi] <= end_ns:
+        t, n = self._t, len(self._t)
+        lo = bisect_left(t, start_ns)
+        hi = n if not t or t[-1] <= end_ns else bisect_right(t, end_ns)  # usually n
+        found = self._lag.max_between(lo, hi)
+        lags = [] if found is None else [found]
+        if hi < n and t[hi] - self._lag[hi] <= end_ns:
             lags.append(self._lag[hi])  # its wake-up was due inside the window
-        last = self._t[hi - 1] if hi > 0 else self._started_ns
+        last = t[hi - 1] if hi > 0 else self._started_ns
         if last is None:
             return None
-        if hi == len(self._t):
+        if hi == n:
             # a stall that ends with the request (the loop blocked until the
             # end was stamped) has not let the next tick wake yet: account the overdue
             # tick now, by how far ``end_ns`` passed its due time (0 when on time).
@@ -255,28 +267,74 @@ class SelfCheck:
         the window, the last one open until ``end_ns`` when the next tick has not woken
         yet. A loop blocked for N ms inside the window gives at least N ms; a healthy
         loop about ``interval_s``. ``None`` when the check was never started.
-        (The stall-proof lag self-check.)
+        (The stall-proof lag self-check.) O(log n) in the ticks recorded: the gaps
+        wholly inside the window come from a running range maximum, only the two
+        clipped ends are computed here.
         """
         if self._started_ns is None:
             return None
-        lo = bisect_right(self._t, start_ns)
-        hi = bisect_left(self._t, end_ns)
-        prev = self._t[lo - 1] if lo > 0 else self._started_ns
+        t, n = self._t, len(self._t)
+        lo = bisect_right(t, start_ns)  # first wake-up after the window's start
+        hi = n if not t or t[-1] < end_ns else bisect_left(t, end_ns)  # first at/after its end
+        stop = min(hi + 1, n)  # wake-ups lo..stop-1 close a gap that meets the window
+        prev = t[lo - 1] if lo > 0 else self._started_ns
         longest = 0
-        for i in range(lo, min(hi + 1, len(self._t))):
-            wake = self._t[i]
-            longest = max(longest, min(wake, end_ns) - max(prev, start_ns))
-            prev = wake
-        if hi >= len(self._t):  # the tick after the window's last one has not woken yet
+        if lo < stop:
+            longest = min(t[lo], end_ns) - max(prev, start_ns)  # the clipped first gap
+            inner = self._gap.max_between(lo + 1, min(hi, stop))  # wholly inside
+            if inner is not None:
+                longest = max(longest, inner)
+            if lo < hi < n:  # the gap that the window's end clips
+                longest = max(longest, end_ns - t[hi - 1])
+            prev = t[stop - 1]
+        if hi >= n:  # the tick after the window's last one has not woken yet
             longest = max(longest, end_ns - max(prev, start_ns))
         return max(0, longest) / 1e6
+
+    def lag_and_stall_ms(self, start_ns: int, end_ns: int) -> tuple[float | None, float | None]:
+        """``(max_lag_ms(start_ns, end_ns), max_stall_ms(start_ns, end_ns))`` (ms each), the
+        two searches of the window shared: what a request asks once, at its end."""
+        if self._started_ns is None:
+            return None, None
+        t, n, lag, gap = self._t, len(self._t), self._lag, self._gap
+        # max_stall_ms starts at bisect_right(t, start_ns); a wake-up exactly at the
+        # start closes a gap of length 0 there, so bisect_left gives the same answer
+        lo_l = lo_r = bisect_left(t, start_ns)
+        if not t or t[-1] < end_ns:
+            hi_l = hi_r = n
+        else:
+            hi_l, hi_r = bisect_left(t, end_ns), bisect_right(t, end_ns)
+        # the lag (max_lag_ms: ticks lo_l..hi_r-1, the next one when due inside)
+        found = lag.max_between(lo_l, hi_r)
+        worst = -1 if found is None else found
+        if hi_r < n and t[hi_r] - lag[hi_r] <= end_ns:
+            worst = max(worst, lag[hi_r])
+        if hi_r == n:
+            last = t[hi_r - 1] if hi_r > 0 else self._started_ns
+            worst = max(worst, end_ns - (last + int(self.interval_s * 1e9)), 0)
+        lag_ms = worst / 1e6 if worst >= 0 else 0.0
+        # the stall (max_stall_ms: gaps closed by wake-ups lo_r..stop-1, clipped)
+        stop = min(hi_l + 1, n)
+        prev = t[lo_r - 1] if lo_r > 0 else self._started_ns
+        longest = 0
+        if lo_r < stop:
+            longest = min(t[lo_r], end_ns) - max(prev, start_ns)
+            inner = gap.max_between(lo_r + 1, min(hi_l, stop))
+            if inner is not None and inner > longest:
+                longest = inner
+            if lo_r < hi_l < n:
+                longest = max(longest, end_ns - t[hi_l - 1])
+            prev = t[stop - 1]
+        if hi_l >= n:
+            longest = max(longest, end_ns - max(prev, start_ns))
+        return lag_ms, max(0, longest) / 1e6
 
     def summary(self, start_ns: int | None = None, end_ns: int | None = None) -> SelfCheckSummary:
         """Ticks, lag (max, p99; ms) and CPU share between two perf_counter ns times
         (default: everything recorded)."""
         lo = 0 if start_ns is None else bisect_left(self._t, start_ns)
         hi = len(self._t) if end_ns is None else bisect_right(self._t, end_ns)
-        lags = sorted(self._lag[lo:hi])
+        lags = sorted(self._lag.values[lo:hi])
         if not lags:
             return SelfCheckSummary(ticks=0, max_lag_ms=0.0, p99_lag_ms=0.0, cpu_share=0.0)
         p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))]

@@ -45,14 +45,18 @@ class ArrivalPlan(BaseModel):
     drawn from ``numpy.random.default_rng(seed)``; ``concurrency`` (one value)
     then caps requests in flight. ``max_lag_ms``: an open-loop row whose p90
     schedule lag (scheduled send → actual send) exceeds it is flagged
-    ``schedule_lagged`` (ms).
+    ``schedule_lagged`` (ms). ``ramp_ms``: a closed loop's ramp, its streams' first
+    sends spread evenly over that time (stream ``s`` of ``C`` at ``s · ramp_ms / C``;
+    default 0: all at once, as before the key existed; ms, at most one hour; an open
+    loop has its own send times and refuses one).
 
     Raises:
         pydantic.ValidationError: a ``concurrency`` outside 1..4096 (requests),
             a ``rate_per_s`` that is not a finite number (``"inf"`` included) or is
             below 0.001 requests/s, a ``gamma_shape`` or ``max_lag_ms`` not > 0, a
             ``seed`` outside 0..2**63-1, an empty or repeated sweep list,
-            ``mode="rate"`` without ``rate_per_s``,
+            ``mode="rate"`` without ``rate_per_s``, a ``ramp_ms`` below 0, above one
+            hour or with ``mode="rate"``,
             ``rate_per_s`` with ``mode="concurrency"``, a ``concurrency`` list with
             ``mode="rate"``, or an unknown field.
     """
@@ -66,6 +70,7 @@ class ArrivalPlan(BaseModel):
     gamma_shape: float = Field(default=1.0, gt=0)
     seed: ArrivalSeed = 0
     max_lag_ms: float = Field(default=100.0, gt=0)
+    ramp_ms: float = Field(default=0.0, ge=0, le=3_600_000)
 
     @field_validator("rate_per_s", mode="before")
     @classmethod
@@ -95,6 +100,11 @@ class ArrivalPlan(BaseModel):
             )
         if self.mode == "concurrency" and self.rate_per_s is not None:
             raise ValueError("rate_per_s is only used with mode='rate'")
+        if self.mode == "rate" and self.ramp_ms > 0:
+            raise ValueError(
+                "ramp_ms spreads a closed loop's first starts; an open loop (mode='rate') "
+                "sends at its own schedule's times"
+            )
         if isinstance(self.concurrency, tuple):
             if self.mode == "rate":
                 raise ValueError(

@@ -40,6 +40,7 @@ _ADDED_AT_DEFAULT: dict[tuple[str, ...], Any] = {
     ("workload", "speed_bench_by"): "category",
     ("workload", "output_tokens"): None,
     ("workload", "require_all_items"): False,  # validation only, never a request
+    ("arrival", "ramp_ms"): 0.0,  # all at once: the start pattern before the key existed
 }
 """Keys added since 0.1 whose default sends the same requests as before they existed:
 left out of the plan hash at that default, so older results files still resume."""

@@ -19,6 +19,7 @@ with ``pydantic.ValidationError`` (direct construction) or :class:`PlanError`
 from __future__ import annotations
 
 import itertools
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -64,7 +65,18 @@ from deepseekbench._types._clock import Clock
 from deepseekbench._types._load import LoadPoint
 from deepseekbench._types._selfcheck import DEFAULT_LAG_THRESHOLD_MS
 
-__all__ = ["BenchmarkPlan"]
+
+def auto_workers() -> int:
+    """``workers = "auto"``: one client worker per CPU core this process may run on (its
+    affinity mask, else ``os.cpu_count()``), 1..256 (the ``workers`` bounds)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(256, cores))
+
+
+__all__ = ["BenchmarkPlan", "auto_workers"]
 
 
 class BenchmarkPlan(BaseModel):
@@ -98,6 +110,8 @@ class BenchmarkPlan(BaseModel):
             above which a row is flagged ``client_saturated`` (docs/measurement.md).
         workers: client workers that send each block (1..256, default 1: this
             process); more split the load deterministically (``docs/workers.md``).
+            ``"auto"``: one per CPU core this process may run on (its affinity mask,
+            at most 256), resolved when the plan is read.
         executor: ``"process"`` (worker processes on this host) or ``"ray"`` (Ray
             actors; needs the ``ray`` extra).
         ray_address: an existing Ray cluster's address (``None``: a local
@@ -194,6 +208,12 @@ class BenchmarkPlan(BaseModel):
         if not v:
             raise ValueError("a plan needs at least 1 cell, got 0")
         return v
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _auto_workers(cls, value: Any) -> Any:
+        """``"auto"``: one client worker per core this process may run on."""
+        return auto_workers() if value == "auto" else value
 
     @field_validator("ray_address")
     @classmethod

@@ -139,6 +139,8 @@ class Block:
         round: the round (0-based; measure blocks).
         offsets_s: open loop: each item's send time after the block start (s);
             ``None`` for a closed loop. The same for every route of a round.
+        ramp_ms: closed loop: its streams' first sends spread over this time (ms;
+            0 = all at once; ``arrival.ramp_ms``).
         warmup: unmeasured requests sent first (a route's first round only).
         scrape: bracket the measured items with ``/metrics`` scrapes.
     """
@@ -155,6 +157,7 @@ class Block:
     offsets_s: tuple[float, ...] | None = None
     warmup: tuple[ChatRequest, ...] = ()
     scrape: bool = False
+    ramp_ms: float = 0.0
 
     @property
     def title(self) -> str:
@@ -321,6 +324,7 @@ def _measure_blocks(
                     ),
                     # off is scraped too (its prefix cache, KV and queue)
                     scrape=plan.hosting.value != "managed_api",
+                    ramp_ms=plan.arrival.ramp_ms if offsets is None else 0.0,
                 )
             )
     return blocks

@@ -43,9 +43,10 @@ def _most(values: Sequence[float | int | None]) -> float | None:
 
 
 def _workers_advice(workers: int | None) -> str:
+    auto = 'or workers = "auto": one per core'
     if workers is None:
-        return "add workers (plan key workers, docs/workers.md)"
-    return f"add workers (workers = {2 * workers}, now {workers}; docs/workers.md)"
+        return f"add workers (plan key workers, {auto}; docs/workers.md)"
+    return f"add workers (workers = {2 * workers}, now {workers}, {auto}; docs/workers.md)"
 
 
 def run_diagnosis(lines: Sequence[ClientHealth], workers: int | None = None) -> str | None:

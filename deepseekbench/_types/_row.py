@@ -342,6 +342,12 @@ class Row(BaseModel):
         description="True when the open-loop schedule lagged badly (p90 queue_ms above the "
         "plan's arrival.max_lag_ms): the client, not the server, may have limited the load",
     )
+    ramp_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="closed loop: its streams' first sends were spread over this time, ms "
+        "(plan arrival.ramp_ms; 0 = all at once); None for an open loop or an older row",
+    )
     # --- workload breakdown ----------------------------------------------
     output_short: bool = Field(
         default=False,
@@ -657,6 +663,7 @@ class Row(BaseModel):
             slo_attainment: float | None = None,
             rounds: int | None = None,
             schedule_lagged: bool = False,
+            ramp_ms: float | None = None,
             output_short: bool = False,
             n_output_short: int = 0,
             output_tokens: Percentiles | None = None,

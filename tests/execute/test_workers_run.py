@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import orjson
+import pytest
 
 from deepseekbench import (
     BenchmarkPlan,
@@ -98,3 +99,26 @@ def test_a_saturated_client_is_told_to_add_workers() -> None:
     calm = Scorecard.from_rows([make_row(), make_row(speculative="mtp", route_label="mtp")])
     calm.client_workers = 1
     assert "add workers" not in calm.to_text()
+
+
+def test_workers_auto_is_one_per_core(tmp_path: Path) -> None:
+    """``workers = "auto"`` (plan key or ``--workers auto``) starts one worker per core the
+    process may run on; the plan holds the number, and a saturated client is told of it."""
+    import os
+
+    from deepseekbench import BenchmarkPlan
+
+    cores = len(os.sched_getaffinity(0))
+    routes = [
+        {"label": "off", "base_url": "http://127.0.0.1:1/v1", "speculative": "off"},
+        {"label": "mtp", "base_url": "http://127.0.0.1:2/v1", "speculative": "mtp"},
+    ]
+    plan = BenchmarkPlan.model_validate({"model": "m", "routes": routes, "workers": "auto"})
+    assert plan.workers == min(256, cores)
+    args = build_parser().parse_args(["run", "plan.toml", "--workers", "auto"])
+    assert args.workers == "auto"
+    busy = {"client_saturated": True, "client_cpu_share": 0.97}
+    card = Scorecard.from_rows([make_row(), make_row(speculative="mtp", route_label="mtp", **busy)])
+    assert 'or workers = "auto": one per core' in card.to_text()
+    with pytest.raises(ValueError):
+        BenchmarkPlan.model_validate({"model": "m", "routes": routes, "workers": "many"})
