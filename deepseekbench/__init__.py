@@ -71,6 +71,13 @@ if TYPE_CHECKING:
         RouteCapacity,
         capacity_report,
     )
+    from deepseekbench._analysis._decompose import (
+        SpeedupDecomposition,
+        break_even_acceptance_rate,
+        decompose_speedup,
+        expected_acceptance_length,
+        which_factor_moved,
+    )
     from deepseekbench._analysis._divergence import (  # the noise floor
         NoiseFloor,
         NoiseVerdict,
@@ -89,6 +96,11 @@ if TYPE_CHECKING:
         SpeedupMetric,
         SpeedupVerdict,
         compare_speedup,
+    )
+    from deepseekbench._analysis._step_witness import (
+        StepCosts,
+        StepCostWitness,
+        witness_step_costs,
     )
     from deepseekbench._dialects import (
         CounterSet,
@@ -454,6 +466,15 @@ _IMPORTS: dict[str, str] = {
     "SpeedupEvidence": "deepseekbench._analysis._speedup",
     "SpeedupMetric": "deepseekbench._analysis._speedup",
     "SpeedupVerdict": "deepseekbench._analysis._speedup",
+    # where the speedup comes from
+    "SpeedupDecomposition": "deepseekbench._analysis._decompose",
+    "break_even_acceptance_rate": "deepseekbench._analysis._decompose",
+    "decompose_speedup": "deepseekbench._analysis._decompose",
+    "expected_acceptance_length": "deepseekbench._analysis._decompose",
+    "which_factor_moved": "deepseekbench._analysis._decompose",
+    "StepCosts": "deepseekbench._analysis._step_witness",
+    "StepCostWitness": "deepseekbench._analysis._step_witness",
+    "witness_step_costs": "deepseekbench._analysis._step_witness",
     "StreamError": "deepseekbench._records._measurement",
     "StreamLimits": "deepseekbench._measure._accumulator",
     "StreamMeasurement": "deepseekbench._records._measurement",
@@ -670,9 +691,12 @@ __all__ = [
     "SloPlan",
     "Speculative",
     "SpeculativeName",
+    "SpeedupDecomposition",
     "SpeedupEvidence",
     "SpeedupMetric",
     "SpeedupVerdict",
+    "StepCostWitness",
+    "StepCosts",
     "StreamError",
     "StreamLimits",
     "StreamMeasurement",
@@ -702,6 +726,7 @@ __all__ = [
     "acceptance_from_vllm",
     "all_reference_tasks",
     "bootstrap_speedup_ci",
+    "break_even_acceptance_rate",
     "capacity_report",
     "category_speedups",
     "check_bucket",
@@ -709,11 +734,13 @@ __all__ = [
     "coerce_request",
     "compare_speedup",
     "crossover_text",
+    "decompose_speedup",
     "determinism_control",
     "dialect_for",
     "dry_run",
     "eos_controls",
     "exact_acceptance",
+    "expected_acceptance_length",
     "find_llama_server",
     "find_vllm_python",
     "is_loopback_host",
@@ -754,7 +781,9 @@ __all__ = [
     "unregister_dialect",
     "vllm_server_args",
     "vllm_servers",
+    "which_factor_moved",
     "within_noise_verdict",
+    "witness_step_costs",
     "write_rows",
 ]
 

@@ -2,7 +2,8 @@
 
 Holds :class:`Section`, :data:`SECTION_KINDS` (every kind, in report order) and
 :func:`report_sections`, which builds a scorecard's sections: the title, the
-run line, the integrity warning, the main table, the per-category and per-turn
+run line, the integrity warning, the main table, where each credited speedup
+comes from (acceptance length ÷ step-cost ratio), the per-category and per-turn
 tables, the best configuration per load, the latency percentiles, capacity
 under SLO and the notes. A section with nothing to show is left out, except the
 title, the run line and the main table, which every report has.
@@ -13,6 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from deepseekbench._report._decomposition import (
+    DECOMPOSITION_COLUMNS,
+    DECOMPOSITION_TITLE,
+    decomposition_cells,
+    decomposition_items,
+)
 from deepseekbench._report._grid import grid_text
 from deepseekbench._report._notes import scorecard_notes
 from deepseekbench._report._tables import (
@@ -40,6 +47,7 @@ SECTION_KINDS: Final = (
     "run",
     "integrity",
     "table",
+    "decomposition",
     "categories",
     "turns",
     "best_config",
@@ -92,6 +100,17 @@ def report_sections(card: Scorecard) -> list[Section]:
         *([Section("integrity", items=(f"Results file: {note}",))] if note else []),
         _table("table", "", main_columns(lines, card.clock), main_cells(lines, card.clock)),
     ]
+    parts = decomposition_cells(lines)
+    if parts:
+        out.append(
+            Section(
+                "decomposition",
+                DECOMPOSITION_TITLE,
+                DECOMPOSITION_COLUMNS,
+                tuple(tuple(r) for r in parts),
+                tuple(decomposition_items(lines)),
+            )
+        )
     cats, turns, latency = category_cells(lines), turn_cells(lines), latency_cells(lines)
     if cats:
         out.append(_table("categories", CATEGORY_TITLE, CATEGORY_COLUMNS, cats))

@@ -45,6 +45,9 @@ def _section(s: Section) -> str:
         return html_table(s.columns, s.rows)
     if s.kind in ("categories", "turns", "latency"):
         return f"<h3>{html.escape(s.heading)}</h3>" + html_table(s.columns, s.rows)
+    if s.kind == "decomposition":
+        head = f"<h3>{html.escape(s.heading)}</h3>"
+        return head + html_table(s.columns, s.rows) + _list(s.items)
     if s.kind in ("best_config", "capacity"):
         return f"<h3>{html.escape(s.heading)}</h3>" + _list(s.items)
     return _list(s.items)  # the notes
