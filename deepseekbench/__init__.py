@@ -56,6 +56,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from deepseekbench._analysis._acceptance_profile import (
+        AcceptanceProfile,
+        acceptance_profile,
+        read_acceptance_profile,
+        write_acceptance_profile,
+    )
     from deepseekbench._analysis._analysis import (
         MeasuredRequest,
         RunMeta,
@@ -127,6 +133,7 @@ if TYPE_CHECKING:
         reference_tasks,
     )
     from deepseekbench._errors import (
+        AcceptanceProfileError,
         CalibrationError,
         DeepseekBenchError,
         KeyFormatError,
@@ -430,6 +437,11 @@ _IMPORTS: dict[str, str] = {
     "ReasoningModeName": "deepseekbench._types._axes",
     "RefusalReason": "deepseekbench._analysis._speedup",
     "ResultsFormatError": "deepseekbench._errors",
+    "AcceptanceProfileError": "deepseekbench._errors",
+    "AcceptanceProfile": "deepseekbench._analysis._acceptance_profile",
+    "acceptance_profile": "deepseekbench._analysis._acceptance_profile",
+    "read_acceptance_profile": "deepseekbench._analysis._acceptance_profile",
+    "write_acceptance_profile": "deepseekbench._analysis._acceptance_profile",
     "ResultsInUseError": "deepseekbench._errors",
     "ResultsIntegrity": "deepseekbench._store._chain",
     "ResultsIntegrityWarning": "deepseekbench._store._chain",
@@ -574,6 +586,8 @@ __all__ = [
     "PASSTHROUGH_FIELDS",
     "REQUIRED_FIELDS",
     "SCHEMA_VERSION",
+    "AcceptanceProfile",
+    "AcceptanceProfileError",
     "AcceptanceRecord",
     "AcceptanceScope",
     "AcceptanceScopeName",
@@ -724,6 +738,7 @@ __all__ = [
     "acceptance_from_llamacpp",
     "acceptance_from_sglang",
     "acceptance_from_vllm",
+    "acceptance_profile",
     "all_reference_tasks",
     "bootstrap_speedup_ci",
     "break_even_acceptance_rate",
@@ -767,6 +782,7 @@ __all__ = [
     "pool_limits",
     "probe_model_capability",
     "read_acceptance",
+    "read_acceptance_profile",
     "read_rows",
     "reasoning_controls",
     "reference_tasks",
@@ -784,6 +800,7 @@ __all__ = [
     "which_factor_moved",
     "within_noise_verdict",
     "witness_step_costs",
+    "write_acceptance_profile",
     "write_rows",
 ]
 

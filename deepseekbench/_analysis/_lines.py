@@ -194,6 +194,11 @@ class ScorecardLine(BaseModel):
     first_divergence_margin_nats = _FromRow[float | None]()
     divergence_note = _FromRow[str | None]()
     tokens_past_eos = _FromRow[float | None]()
+    acceptance_length_p10 = _FromRow[float | None]()
+    acceptance_length_p50 = _FromRow[float | None]()
+    acceptance_length_p90 = _FromRow[float | None]()
+    accepted_per_step = _FromRow[tuple[int, ...] | None]()
+    acceptance_split = _FromRow[str | None]()
 
     @property
     def cell(self) -> str:

@@ -3,8 +3,8 @@
 Holds :class:`Section`, :data:`SECTION_KINDS` (every kind, in report order) and
 :func:`report_sections`, which builds a scorecard's sections: the title, the
 run line, the integrity warning, the main table, where each credited speedup
-comes from (acceptance length ÷ step-cost ratio), the per-category and per-turn
-tables, the best configuration per load, the latency percentiles, capacity
+comes from (acceptance length ÷ step-cost ratio), acceptance per request, the
+per-category and per-turn tables, the best configuration per load, the latency percentiles, capacity
 under SLO and the notes. A section with nothing to show is left out, except the
 title, the run line and the main table, which every report has.
 """
@@ -14,6 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from deepseekbench._report._acceptance import (
+    ACCEPTANCE_COLUMNS,
+    ACCEPTANCE_TITLE,
+    acceptance_cells,
+)
 from deepseekbench._report._decomposition import (
     DECOMPOSITION_COLUMNS,
     DECOMPOSITION_TITLE,
@@ -48,6 +53,7 @@ SECTION_KINDS: Final = (
     "integrity",
     "table",
     "decomposition",
+    "acceptance",
     "categories",
     "turns",
     "best_config",
@@ -111,6 +117,9 @@ def report_sections(card: Scorecard) -> list[Section]:
                 tuple(decomposition_items(lines)),
             )
         )
+    spread = acceptance_cells(lines)
+    if spread:
+        out.append(_table("acceptance", ACCEPTANCE_TITLE, ACCEPTANCE_COLUMNS, spread))
     cats, turns, latency = category_cells(lines), turn_cells(lines), latency_cells(lines)
     if cats:
         out.append(_table("categories", CATEGORY_TITLE, CATEGORY_COLUMNS, cats))

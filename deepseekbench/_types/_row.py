@@ -272,6 +272,25 @@ class Row(BaseModel):
         description="where acceptance was read, e.g. 'sglext.spec_tokens_details', "
         "'metrics.speculative_decoding', 'prometheus:vllm:spec_decode_*'",
     )
+    acceptance_length_p10: float | None = Field(
+        default=None, ge=1, description="10th percentile of per-request acceptance length, tokens"
+    )
+    acceptance_length_p50: float | None = Field(
+        default=None, ge=1, description="median per-request acceptance length, tokens per step"
+    )
+    acceptance_length_p90: float | None = Field(
+        default=None, ge=1, description="90th percentile of per-request acceptance length, tokens"
+    )
+    accepted_per_step: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
+        default=None,
+        description="verify steps by accepted draft tokens j = 0 .. depth, pooled over the "
+        "row's requests (None unless every request reports per-step figures)",
+    )
+    acceptance_split: Literal["unknown"] | None = Field(
+        default=None,
+        description="acceptance split between reasoning and answer tokens: 'unknown' where "
+        "the engine reports per-request counts only as a total (every engine read today)",
+    )
     server_ttft_ms: float | None = Field(
         default=None, ge=0, description="median of the engine's own TTFT, ms (vLLM metrics)"
     )

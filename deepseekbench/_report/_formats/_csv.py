@@ -30,7 +30,16 @@ if TYPE_CHECKING:
 __all__ = ["CSV_FIELDS", "OMITS", "records", "render"]
 
 OMITS: Final[frozenset[str]] = frozenset(
-    {"title", "decomposition", "categories", "turns", "best_config", "capacity", "notes"}
+    {
+        "title",
+        "decomposition",
+        "acceptance",
+        "categories",
+        "turns",
+        "best_config",
+        "capacity",
+        "notes",
+    }
 )
 """What one flat record per line cannot carry."""
 

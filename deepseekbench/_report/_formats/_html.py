@@ -43,7 +43,7 @@ def _section(s: Section) -> str:
         return "".join(f"<p><strong>{html.escape(x)}</strong></p>" for x in s.items)
     if s.kind == "table":
         return html_table(s.columns, s.rows)
-    if s.kind in ("categories", "turns", "latency"):
+    if s.kind in ("categories", "turns", "latency", "acceptance"):
         return f"<h3>{html.escape(s.heading)}</h3>" + html_table(s.columns, s.rows)
     if s.kind == "decomposition":
         head = f"<h3>{html.escape(s.heading)}</h3>"

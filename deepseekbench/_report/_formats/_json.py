@@ -9,7 +9,9 @@ categories, turns and latency percentiles), the best configuration
 TPOT line carries its ``decomposition``
 (:class:`~deepseekbench.SpeedupDecomposition`'s fields); the section's
 sentences (which factor moved between loads, the break-even per load) are
-``decomposition_notes``.
+``decomposition_notes``; the acceptance per request is each line's
+``acceptance_length_p10`` / ``_p50`` / ``_p90``, ``accepted_per_step`` and
+``acceptance_split``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ LINE_FIELDS: Final = (
     "client_cores", "client_load_1m", "server_tpot_ms", "prefix_cache_hit_rate",
     "kv_cache_usage_peak", "queue_depth_peak", "route_identity", "route_identity_detail",
     "parity_basis", "first_divergence_margin_nats", "divergence_note", "tokens_past_eos",
+    "acceptance_length_p10", "acceptance_length_p50", "acceptance_length_p90",
+    "accepted_per_step", "acceptance_split",
     "speedup", "speedup_text", "client_flag", "decomposition",
 )  # fmt: skip
 """A line object's keys, in order (the row's fields read through the line)."""
@@ -70,6 +74,8 @@ def _value(section: Section, card: Scorecard) -> tuple[str, Any] | None:
         return "run", card.meta.model_dump(mode="json") if card.meta is not None else None
     if kind == "table":
         return "lines", [line_dict(ln) for ln in card.lines]
+    if kind == "acceptance":  # each line carries its own acceptance_length_p10...
+        return None
     if kind == "decomposition":  # each line carries its own; the sentences here
         return "decomposition_notes", list(section.items)
     if kind == "best_config":

@@ -44,7 +44,7 @@ def _section(s: Section) -> list[str]:
         return _table(s.columns, s.rows)
     if s.kind in ("categories", "turns"):  # the column heads name these tables
         return ["", *_table(s.columns, s.rows)]
-    if s.kind == "latency":
+    if s.kind in ("latency", "acceptance"):
         return ["", f"{s.heading}:", "", *_table(s.columns, s.rows)]
     if s.kind == "decomposition":
         return ["", f"{_esc(s.heading)}:", "", *_table(s.columns, s.rows), "", *_bullets(s.items)]
