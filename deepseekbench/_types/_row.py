@@ -272,15 +272,10 @@ class Row(BaseModel):
         description="where acceptance was read, e.g. 'sglext.spec_tokens_details', "
         "'metrics.speculative_decoding', 'prometheus:vllm:spec_decode_*'",
     )
-    acceptance_length_p10: float | None = Field(
-        default=None, ge=1, description="10th percentile of per-request acceptance length, tokens"
-    )
-    acceptance_length_p50: float | None = Field(
-        default=None, ge=1, description="median per-request acceptance length, tokens per step"
-    )
-    acceptance_length_p90: float | None = Field(
-        default=None, ge=1, description="90th percentile of per-request acceptance length, tokens"
-    )
+    # per-request acceptance length percentiles, tokens per verify step
+    acceptance_length_p10: float | None = Field(default=None, ge=1, description="p10, tokens")
+    acceptance_length_p50: float | None = Field(default=None, ge=1, description="p50, tokens")
+    acceptance_length_p90: float | None = Field(default=None, ge=1, description="p90, tokens")
     accepted_per_step: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
         default=None,
         description="verify steps by accepted draft tokens j = 0 .. depth, pooled over the "
