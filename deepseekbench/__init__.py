@@ -56,6 +56,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from deepseekbench._analysis._acceptance_profile import (
+        AcceptanceProfile,
+        acceptance_profile,
+        read_acceptance_profile,
+        write_acceptance_profile,
+    )
     from deepseekbench._analysis._analysis import (
         MeasuredRequest,
         RunMeta,
@@ -76,6 +82,13 @@ if TYPE_CHECKING:
         LineComparison,
         RunComparison,
         compare_runs,
+    )
+    from deepseekbench._analysis._decompose import (
+        SpeedupDecomposition,
+        break_even_acceptance_rate,
+        decompose_speedup,
+        expected_acceptance_length,
+        which_factor_moved,
     )
     from deepseekbench._analysis._divergence import (  # the noise floor
         NoiseFloor,
@@ -102,6 +115,11 @@ if TYPE_CHECKING:
         SpeedupVerdict,
         compare_speedup,
     )
+    from deepseekbench._analysis._step_witness import (
+        StepCosts,
+        StepCostWitness,
+        witness_step_costs,
+    )
     from deepseekbench._dialects import (
         CounterSet,
         EngineDialect,
@@ -127,6 +145,7 @@ if TYPE_CHECKING:
         reference_tasks,
     )
     from deepseekbench._errors import (
+        AcceptanceProfileError,
         CalibrationError,
         DeepseekBenchError,
         KeyFormatError,
@@ -324,9 +343,9 @@ if TYPE_CHECKING:
         SliceStats,
         read_rows,
         row_json_schema,
-        rows_html,
         write_rows,
     )
+    from deepseekbench._types._row_html import rows_html
     from deepseekbench._types._selfcheck import DEFAULT_LAG_THRESHOLD_MS
     from deepseekbench._types._tokens import TokenCounter
 
@@ -431,6 +450,11 @@ _IMPORTS: dict[str, str] = {
     "ReasoningModeName": "deepseekbench._types._axes",
     "RefusalReason": "deepseekbench._analysis._speedup",
     "ResultsFormatError": "deepseekbench._errors",
+    "AcceptanceProfileError": "deepseekbench._errors",
+    "AcceptanceProfile": "deepseekbench._analysis._acceptance_profile",
+    "acceptance_profile": "deepseekbench._analysis._acceptance_profile",
+    "read_acceptance_profile": "deepseekbench._analysis._acceptance_profile",
+    "write_acceptance_profile": "deepseekbench._analysis._acceptance_profile",
     "ResultsInUseError": "deepseekbench._errors",
     "ResultsIntegrity": "deepseekbench._store._chain",
     "ResultsIntegrityWarning": "deepseekbench._store._chain",
@@ -473,6 +497,15 @@ _IMPORTS: dict[str, str] = {
     "speedup_confidence_sequence": "deepseekbench._analysis._sequential",
     "SpeedupMetric": "deepseekbench._analysis._speedup",
     "SpeedupVerdict": "deepseekbench._analysis._speedup",
+    # where the speedup comes from
+    "SpeedupDecomposition": "deepseekbench._analysis._decompose",
+    "break_even_acceptance_rate": "deepseekbench._analysis._decompose",
+    "decompose_speedup": "deepseekbench._analysis._decompose",
+    "expected_acceptance_length": "deepseekbench._analysis._decompose",
+    "which_factor_moved": "deepseekbench._analysis._decompose",
+    "StepCosts": "deepseekbench._analysis._step_witness",
+    "StepCostWitness": "deepseekbench._analysis._step_witness",
+    "witness_step_costs": "deepseekbench._analysis._step_witness",
     "StreamError": "deepseekbench._records._measurement",
     "StreamLimits": "deepseekbench._measure._accumulator",
     "StreamMeasurement": "deepseekbench._records._measurement",
@@ -538,7 +571,7 @@ _IMPORTS: dict[str, str] = {
     "reference_tasks": "deepseekbench._engine",
     "register_dialect": "deepseekbench._dialects",
     "row_json_schema": "deepseekbench._types._row",
-    "rows_html": "deepseekbench._types._row",
+    "rows_html": "deepseekbench._types._row_html",
     "run_plan": "deepseekbench._runner._run",
     "scrape_metrics": "deepseekbench._measure._server_metrics",
     "smoke_tasks": "deepseekbench._plan._tasks",
@@ -576,6 +609,8 @@ __all__ = [
     "PASSTHROUGH_FIELDS",
     "REQUIRED_FIELDS",
     "SCHEMA_VERSION",
+    "AcceptanceProfile",
+    "AcceptanceProfileError",
     "AcceptanceRecord",
     "AcceptanceScope",
     "AcceptanceScopeName",
@@ -697,10 +732,13 @@ __all__ = [
     "SloPlan",
     "Speculative",
     "SpeculativeName",
+    "SpeedupDecomposition",
     "SpeedupEvidence",
     "SpeedupMetric",
     "SpeedupSequence",
     "SpeedupVerdict",
+    "StepCostWitness",
+    "StepCosts",
     "StopReason",
     "StoppingPlan",
     "StreamError",
@@ -730,8 +768,10 @@ __all__ = [
     "acceptance_from_llamacpp",
     "acceptance_from_sglang",
     "acceptance_from_vllm",
+    "acceptance_profile",
     "all_reference_tasks",
     "bootstrap_speedup_ci",
+    "break_even_acceptance_rate",
     "capacity_report",
     "category_speedups",
     "check_bucket",
@@ -740,11 +780,13 @@ __all__ = [
     "compare_runs",
     "compare_speedup",
     "crossover_text",
+    "decompose_speedup",
     "determinism_control",
     "dialect_for",
     "dry_run",
     "eos_controls",
     "exact_acceptance",
+    "expected_acceptance_length",
     "find_llama_server",
     "find_vllm_python",
     "is_loopback_host",
@@ -771,6 +813,7 @@ __all__ = [
     "pool_limits",
     "probe_model_capability",
     "read_acceptance",
+    "read_acceptance_profile",
     "read_rows",
     "reasoning_controls",
     "reference_tasks",
@@ -787,7 +830,10 @@ __all__ = [
     "unregister_dialect",
     "vllm_server_args",
     "vllm_servers",
+    "which_factor_moved",
     "within_noise_verdict",
+    "witness_step_costs",
+    "write_acceptance_profile",
     "write_rows",
 ]
 

@@ -169,6 +169,13 @@ class ResultsWriteError(ResultsFormatError):
     """
 
 
+class AcceptanceProfileError(DeepseekBenchError, ValueError):
+    """An acceptance profile file (or the row it is made from) breaks the profile's
+    format or its consistency check: acceptance length = 1 + Σ marginal acceptance,
+    marginal never rising with the position, conditional = marginal[i] / marginal[i-1]
+    (``deepseekbench._analysis._acceptance_profile``)."""
+
+
 class WorkerError(DeepseekBenchError):
     """A client worker failed (an exception inside it, or it did not start in time).
 

@@ -236,9 +236,19 @@ _CROSSOVER = re.compile(r"^crossover: (\S+ @ \S+):.*")
 
 def _shape(text: str) -> list[str]:
     """Lines with quoted texts, numbers, rule lines and spacing made uniform (and the
-    "within noise" mark, which a busy machine's noise can add, dropped)."""
+    "within noise" mark, which a busy machine's noise can add, dropped; the
+    decomposition section reduced to its heading: its rows are the credited lines)."""
     out: list[str] = []
+    in_parts = False  # the decomposition: one row per credited line, as many as noise allows
     for line in text.strip("\n").splitlines():
+        if line.startswith("Where the speedup comes from ("):
+            in_parts = True
+            out.append("Where the speedup comes from")
+            continue
+        if in_parts:
+            if line.strip():
+                continue
+            in_parts = False
         line = line.replace(" within noise", "")
         # a speed verdict's figure or "no significant difference" (the significance rule), and the
         # crossover's wording, follow the machine's noise: their place is checked

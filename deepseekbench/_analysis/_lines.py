@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar, overload
 from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._client_flag import client_flag
+from deepseekbench._analysis._decompose import SpeedupDecomposition, decompose_speedup
 from deepseekbench._analysis._speedup import (
     RefusalReason,
     SpeedupMetric,
@@ -134,6 +135,9 @@ class ScorecardLine(BaseModel):
     ``None``). ``first_divergence`` (with ``off``'s margin there, when known)
     and ``task_flips``: the run's parity detail for this line. ``categories``:
     the row's dataset categories, each judged against ``off``'s.
+    ``decomposition``: a credited TPOT speedup as acceptance length ÷ step-cost
+    ratio with the break-even acceptance (:func:`~deepseekbench.decompose_speedup`),
+    ``None`` on every other line.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(_FromRow,))
@@ -144,6 +148,7 @@ class ScorecardLine(BaseModel):
     first_divergence: str | None = None
     task_flips: tuple[str, ...] = ()
     categories: tuple[CategoryLine, ...] = ()
+    decomposition: SpeedupDecomposition | None = None
 
     # the row's own fields, read through
     speculative = _FromRow[Speculative]()
@@ -189,6 +194,11 @@ class ScorecardLine(BaseModel):
     first_divergence_margin_nats = _FromRow[float | None]()
     divergence_note = _FromRow[str | None]()
     tokens_past_eos = _FromRow[float | None]()
+    acceptance_length_p10 = _FromRow[float | None]()
+    acceptance_length_p50 = _FromRow[float | None]()
+    acceptance_length_p90 = _FromRow[float | None]()
+    accepted_per_step = _FromRow[tuple[int, ...] | None]()
+    acceptance_split = _FromRow[str | None]()
 
     @property
     def cell(self) -> str:
@@ -278,7 +288,9 @@ class _Judge:
         seed: int,
         clock: Clock = Clock.client,
         tampered: bool = False,
+        acceptance: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
+        self.acceptance = acceptance or {}
         self.clock = clock
         self.tampered = tampered  # rows of an edited results file: nothing credited
         self.metric = metric
@@ -306,6 +318,16 @@ class _Judge:
         """``r``'s line, judged against ``base`` (its cell's ``off`` row) when there is one."""
         verdict = self.verdict(base, r) if base is not None else None
         tampered = verdict is not None and RefusalReason.results_tampered in verdict.reasons
+        parts = None
+        if base is not None and verdict is not None:
+            parts = decompose_speedup(
+                base,
+                r,
+                verdict=verdict,
+                acceptance_samples=self.acceptance.get(line_key(r)),
+                n_resamples=self.n_resamples,
+                seed=self.seed,
+            )
         return ScorecardLine(
             row=r,
             baseline=(base.route_label or base.speculative.value) if base else None,
@@ -315,6 +337,7 @@ class _Judge:
             categories=_category_lines(
                 base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms, tampered
             ),
+            decomposition=parts,
         )
 
 
@@ -337,16 +360,18 @@ def judge_rows(
     seed: int = 0,
     clock: Clock = Clock.client,
     results_tampered: bool = False,
+    acceptance: Mapping[str, Sequence[float]] | None = None,
 ) -> list[ScorecardLine]:
     """One line per row, in row order: each speculative row judged against the first
     ``off`` row of its cell and load (every key axis but ``speculative`` equal).
-    ``samples``, ``details`` and ``rounds`` are keyed by :func:`line_key`;
-    ``results_tampered`` refuses every speedup (``results_tampered``)."""
+    ``samples``, ``details``, ``rounds`` and ``acceptance`` (per-request acceptance
+    lengths, tokens per verify step: the decomposition's interval) are keyed by
+    :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``)."""
     offs: dict[tuple[Any, ...], Row] = {}
     for r in rows:
         if r.speculative is Speculative.off:
             offs.setdefault(_pair_key(r), r)
-    judge = _Judge(metric, samples, rounds, n_resamples, seed, clock, results_tampered)
+    judge = _Judge(metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance)
     lines: list[ScorecardLine] = []
     for r in rows:
         base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))

@@ -22,7 +22,13 @@ is not a measurement of, or a claim about, any real engine. Shape:
   compute-bound and every drafted token costs as much as a real one, rejected or
   not — so speculation's gain shrinks with the batch and turns into a loss;
 * a model-based draft adds ``k · draft_step_ms · B ** batch_exponent`` (a small
-  head: memory-bound); prompt lookup drafts for free.
+  head: memory-bound); prompt lookup drafts for free;
+* the **verify-delay fault** ``verify_delay_ms`` (off by default) adds a fixed delay
+  to every step that verifies at least one draft token, outside the roofline: the
+  "unexplained per-block overhead" users find by hand (llama.cpp issue #25908: ~20 ms
+  per block at 0.9 acceptance). :meth:`CostModel.step_costs`, the closed form a
+  prediction reads, leaves it out, so a witness
+  (:func:`~deepseekbench.witness_step_costs`) must find it.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ class CostModel(BaseModel):
     One step of ``B`` sequences verifying ``k`` draft tokens each costs
     ``max((target_step_ms + k·verify_token_ms)·B^batch_exponent,
     compute_ms_per_token·B·(k+1)) + k·draft_step_ms·B^batch_exponent
-    + prefill_ms_per_token·prefill_tokens`` (ms). Defaults make a correct ``mtp``
+    + prefill_ms_per_token·prefill_tokens`` (ms), plus ``verify_delay_ms`` when
+    ``k ≥ 1`` (a fault, 0 by default). Defaults make a correct ``mtp``
     (k = 1, ≈0.8 acceptance) about 1.6× faster in TPOT than ``off`` up to about
     8 concurrent sequences, and slower than ``off`` at 32 (docs/engine.md).
 
@@ -75,6 +82,12 @@ class CostModel(BaseModel):
         description="Compute-bound target cost per token position scored in a pass "
         "(ms/token); 0 = never compute-bound.",
     )
+    verify_delay_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="Fault: a fixed delay added to every verify step (a step checking at "
+        "least one draft token), outside the cost model's closed form (ms).",
+    )
 
     def target_ms(self, batch_size: int, draft_tokens: int) -> float:
         """The target pass alone (ms): the longer of its memory and compute times.
@@ -102,7 +115,27 @@ class CostModel(BaseModel):
         if model_draft:
             scale: float = float(max(batch_size, 1)) ** self.batch_exponent
             cost += draft_tokens * self.draft_step_ms * scale
+        if draft_tokens > 0:
+            cost += self.verify_delay_ms  # the fault: outside the closed form
         return cost + self.prefill_ms_per_token * prefill_tokens
+
+    def step_costs(
+        self, batch_size: int, draft_tokens: int, *, model_draft: bool
+    ) -> tuple[float, float]:
+        """The closed form's ``(verify step, decode step)`` at ``batch_size`` sequences
+        (ms): one step verifying ``draft_tokens`` draft tokens per sequence, and one
+        step of ``off`` (no draft), neither with prefill nor the ``verify_delay_ms``
+        fault. What a prediction of the speedup reads
+        (:class:`~deepseekbench.StepCosts`); the fault is what its witness must find.
+        """
+        verify = self.target_ms(batch_size, draft_tokens)
+        if model_draft:
+            verify += (
+                draft_tokens
+                * self.draft_step_ms
+                * float(max(batch_size, 1)) ** (self.batch_exponent)
+            )
+        return verify, self.target_ms(batch_size, 0)
 
 
 FAST_COSTS = CostModel(

@@ -226,6 +226,8 @@ def _banner(config: EngineConfig, base_url: str) -> str:
     ]  # fmt: skip
     if lossy:
         line += f" LOSSY SAMPLER: {', '.join(lossy)}"
+    if config.cost.verify_delay_ms > 0:
+        line += f" VERIFY DELAY {config.cost.verify_delay_ms:g} ms per verify step"
     faults = sorted(k.value for k in config.faults.enabled())
     if faults:
         line += f" FAULTS: {', '.join(faults)}"

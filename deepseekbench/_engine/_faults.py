@@ -5,6 +5,10 @@ fault applies to a request with probability ``probability``, drawn from a
 generator seeded by the engine seed), and, when ``allow_request_header`` is
 true, a per-request header ``x-deepseekbench-fault: name[,name…]`` naming
 :class:`FaultKind` values, so one server can exercise several faults.
+
+A step-cost fault lives with the costs it distorts: ``CostModel.verify_delay_ms``
+(:mod:`deepseekbench._engine._costs`) adds a fixed delay to every verify step, which
+the speedup decomposition's witness must name (:func:`~deepseekbench.witness_step_costs`).
 """
 
 from __future__ import annotations

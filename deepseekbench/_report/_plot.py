@@ -5,7 +5,7 @@ Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot), so
 nothing global changes and no GUI backend is needed; a notebook shows the
 returned Figure as it is.
 
-Two panels:
+Two panels at least:
 
 * **speedup vs load** — per speculative route (and cell), the credited speedup
   (dimensionless, times faster by the scorecard's metric) at each load point,
@@ -19,7 +19,15 @@ Two panels:
   line is drawn grey, dashed, with hollow markers, under the credited curves and
   labelled "refused", so a fast but wrong route never looks like the best curve.
 
-With ``[search]`` a third panel:
+When a line's TPOT speedup is decomposed (:func:`~deepseekbench.decompose_speedup`),
+a panel between them:
+
+* **the speedup's factors vs load** — per route, acceptance length (solid, circles:
+  tokens per verify step) and step-cost ratio (dashed, squares: verify step over
+  ``off``'s decode step), 95 % CI bars. The speedup is their quotient: it crosses 1
+  where the two lines cross, and the panel shows which one moved.
+
+With ``[search]`` a last panel:
 
 * **capacity under SLO** — per route, a bar at its capacity (the highest load
   meeting the SLO target) with an error bar up to the lowest failing load (the
@@ -56,6 +64,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from deepseekbench._analysis._capacity import CapacityReport
+    from deepseekbench._analysis._decompose import SpeedupDecomposition
 
 __all__ = [
     "INSTALL_HINT",
@@ -97,6 +106,9 @@ class LinePoint:
     ``throughput_toks_per_s`` (tokens/s over the window); ``speedup``,
     ``ci_low``, ``ci_high``: the credited figure and its 95 % interval
     (dimensionless), ``None`` when not credited; ``refusal``: why not.
+    ``acceptance_length`` (tokens per verify step) and ``step_cost_ratio`` (verify
+    step over ``off``'s decode step), with their 95 % intervals: the credited TPOT
+    speedup's two factors (:func:`~deepseekbench.decompose_speedup`), ``None`` elsewhere.
     """
 
     series: str
@@ -109,6 +121,10 @@ class LinePoint:
     ci_low: float | None
     ci_high: float | None
     refusal: str | None
+    acceptance_length: float | None = None
+    acceptance_ci: tuple[float, float] | None = None
+    step_cost_ratio: float | None = None
+    step_cost_ci: tuple[float, float] | None = None
 
 
 def line_points(lines: Sequence[_Line], rows: Sequence[Row]) -> list[LinePoint]:
@@ -129,6 +145,7 @@ def line_points(lines: Sequence[_Line], rows: Sequence[Row]) -> list[LinePoint]:
         refusal = None
         if ln.speculative is not Speculative.off and not credited:
             refusal = " ".join(r.value for r in v.reasons) if v is not None else "no off baseline"
+        d: SpeedupDecomposition | None = getattr(ln, "decomposition", None)
         points.append(
             LinePoint(
                 series=f"{ln.route} @ {ln.cell}" if several_cells else ln.route,
@@ -141,6 +158,10 @@ def line_points(lines: Sequence[_Line], rows: Sequence[Row]) -> list[LinePoint]:
                 ci_low=v.ci_low if v is not None else None,
                 ci_high=v.ci_high if v is not None else None,
                 refusal=refusal,
+                acceptance_length=d.acceptance_length if d is not None else None,
+                acceptance_ci=d.acceptance_length_ci if d is not None else None,
+                step_cost_ratio=d.step_cost_ratio if d is not None else None,
+                step_cost_ci=d.step_cost_ratio_ci if d is not None else None,
             )
         )
     return points
@@ -241,6 +262,48 @@ def _speedup_panel(ax: Axes, points: Sequence[LinePoint], metric: str) -> None:
     _legend_below(ax)
 
 
+def _errorbar(value: float, ci: tuple[float, float] | None) -> tuple[float, float]:
+    return (value - ci[0], ci[1] - value) if ci is not None else (0.0, 0.0)
+
+
+def _factor_panel(ax: Axes, points: Sequence[LinePoint]) -> None:
+    """Acceptance length (solid, circles) and step-cost ratio (dashed, squares) vs load
+    per route, 95 % CI bars: the speedup is their quotient, so it crosses 1 where the
+    two lines cross, and the panel shows which of them moved."""
+    colors = _colors(points)
+    loads = sorted({p.load for p in points if p.load is not None})
+    for name, ps in _series(points).items():
+        drawn = [p for p in ps if p.load is not None and p.acceptance_length is not None]
+        if not drawn:
+            continue
+        xs = [p.load for p in drawn if p.load is not None]
+        for attr, ci, marker, style, what in (
+            ("acceptance_length", "acceptance_ci", "o", "-", "acceptance length"),
+            ("step_cost_ratio", "step_cost_ci", "s", "--", "step-cost ratio"),
+        ):
+            ys = [float(getattr(p, attr)) for p in drawn]
+            bars = [_errorbar(y, getattr(p, ci)) for y, p in zip(ys, drawn, strict=True)]
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=[[b[0] for b in bars], [b[1] for b in bars]],
+                marker=marker,
+                linestyle=style,
+                capsize=3,
+                color=colors[name],
+                label=f"{name}: {what}",
+            )
+    if loads and min(loads) > 0 and max(loads) / min(loads) >= 4:
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+    if loads:
+        ax.set_xticks(loads, labels=[f"{x:g}" for x in loads])
+    ax.set_xlabel(_load_label(points))
+    ax.set_ylabel("tokens per verify step / verify step ÷ off's step")
+    ax.set_title("Speedup's factors vs load (pays while acceptance > step cost)")
+    _legend_below(ax)
+
+
 def _curve_panel(ax: Axes, points: Sequence[LinePoint]) -> None:
     colors = _colors(points)
     for name, ps in _series(points).items():
@@ -338,12 +401,14 @@ def plot_lines(
     metric: str,
     capacity: CapacityReport | None = None,
 ) -> Figure:
-    """A two-panel Figure: speedup vs load per route, TPOT vs output throughput per route.
+    """A Figure of two panels or more: speedup vs load per route; when some line's TPOT
+    speedup is decomposed, its two factors vs load (acceptance length and step-cost
+    ratio, :func:`~deepseekbench.decompose_speedup`); TPOT vs output throughput per route.
 
     ``lines``: scorecard lines in row order; ``rows``: their rows; ``metric``:
     the speedup metric's name (axis label); ``capacity``: a run's capacity under
     SLO, drawn as a third panel (bars with the bracket as error bar).
-    Figure size 12 × 4.8 inches (18 × 4.8 with the capacity panel). The
+    Figure size 6 × 4.8 inches per panel. The
     Figure has ``_repr_png_``, so a notebook cell ending in ``card.plot()`` shows
     it inline with no pyplot and no ``%matplotlib``.
 
@@ -357,15 +422,18 @@ def plot_lines(
     from deepseekbench._report._nbfigure import NotebookFigure
 
     points = line_points(lines, rows)
-    panels = 2 if capacity is None else 3
+    factors = any(p.acceptance_length is not None for p in points)
+    panels = 2 + int(factors) + int(capacity is not None)
     fig = NotebookFigure(figsize=(6.0 * panels, 4.8), layout="constrained")
     FigureCanvasAgg(fig)  # a renderer to measure labels with (no GUI)
     axes = fig.subplots(1, panels)
-    speed_ax, curve_ax = axes[0], axes[1]
+    speed_ax, curve_ax = axes[0], axes[1 + int(factors)]
     _speedup_panel(speed_ax, points, metric)
+    if factors:
+        _factor_panel(axes[1], points)
     _curve_panel(curve_ax, points)
     if capacity is not None:
-        _capacity_panel(axes[2], capacity)
+        _capacity_panel(axes[-1], capacity)
     unplaced = sum(1 for p in points if p.load is None)
     if unplaced:
         fig.suptitle(f"{unplaced} line(s) without a recorded load are not drawn", fontsize="small")

@@ -124,6 +124,7 @@ class Scorecard:
         rounds: Mapping[str, Mapping[int, float]] | None = None,
         clock: Clock | str = Clock.client,
         results_tampered: bool = False,
+        acceptance: Mapping[str, Sequence[float]] | None = None,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -142,6 +143,9 @@ class Scorecard:
                 of the clock's own field (:func:`evidence_field`).
             results_tampered: the rows come from an edited results file: every
                 speedup is refused (``results_tampered``).
+            acceptance: per-request acceptance lengths (tokens per verify step) keyed
+                by :func:`line_key`: the interval of each credited line's
+                decomposition (:func:`~deepseekbench.decompose_speedup`).
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -157,6 +161,7 @@ class Scorecard:
             seed=seed,
             clock=Clock(clock),
             results_tampered=results_tampered,
+            acceptance=acceptance,
         )
         card = cls(lines, metric=m, rows=rows)
         card.round_values = rounds or {}
@@ -177,9 +182,12 @@ class Scorecard:
         samples: dict[str, list[float]] = {}
         rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
+        acceptance: dict[str, list[float]] = {}
         clock = result.plan.clock  # the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
+            if row.speculative is not Speculative.off:
+                acceptance[key] = result.samples(route, cell, "acceptance_length", load)
             row_samples, rounds[key] = result.speedup_evidence(row, evidence_field(m, clock))
             if row_samples is not None:
                 samples[key] = list(row_samples)
@@ -201,6 +209,7 @@ class Scorecard:
             rounds=rounds,
             clock=clock,
             results_tampered=result.results_tampered,
+            acceptance=acceptance,
         )
         card.client_workers = result.plan.workers
         card.meta = result.meta

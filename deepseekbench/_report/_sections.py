@@ -2,8 +2,9 @@
 
 Holds :class:`Section`, :data:`SECTION_KINDS` (every kind, in report order) and
 :func:`report_sections`, which builds a scorecard's sections: the title, the
-run line, the integrity warning, the main table, the per-category and per-turn
-tables, the best configuration per load, the latency percentiles, capacity
+run line, the integrity warning, the main table, where each credited speedup
+comes from (acceptance length ÷ step-cost ratio), acceptance per request, the
+per-category and per-turn tables, the best configuration per load, the latency percentiles, capacity
 under SLO and the notes. A section with nothing to show is left out, except the
 title, the run line and the main table, which every report has.
 """
@@ -14,6 +15,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from deepseekbench._analysis._interval_width import wide_interval_notes
+from deepseekbench._report._acceptance import (
+    ACCEPTANCE_COLUMNS,
+    ACCEPTANCE_TITLE,
+    acceptance_cells,
+)
+from deepseekbench._report._decomposition import (
+    DECOMPOSITION_COLUMNS,
+    DECOMPOSITION_TITLE,
+    decomposition_cells,
+    decomposition_items,
+)
 from deepseekbench._report._grid import grid_text
 from deepseekbench._report._notes import scorecard_notes
 from deepseekbench._report._tables import (
@@ -41,6 +53,8 @@ SECTION_KINDS: Final = (
     "run",
     "integrity",
     "table",
+    "decomposition",
+    "acceptance",
     "categories",
     "turns",
     "best_config",
@@ -93,6 +107,20 @@ def report_sections(card: Scorecard) -> list[Section]:
         *([Section("integrity", items=(f"Results file: {note}",))] if note else []),
         _table("table", "", main_columns(lines, card.clock), main_cells(lines, card.clock)),
     ]
+    parts = decomposition_cells(lines)
+    if parts:
+        out.append(
+            Section(
+                "decomposition",
+                DECOMPOSITION_TITLE,
+                DECOMPOSITION_COLUMNS,
+                tuple(tuple(r) for r in parts),
+                tuple(decomposition_items(lines)),
+            )
+        )
+    spread = acceptance_cells(lines)
+    if spread:
+        out.append(_table("acceptance", ACCEPTANCE_TITLE, ACCEPTANCE_COLUMNS, spread))
     cats, turns, latency = category_cells(lines), turn_cells(lines), latency_cells(lines)
     if cats:
         out.append(_table("categories", CATEGORY_TITLE, CATEGORY_COLUMNS, cats))

@@ -7,7 +7,6 @@ reject unknown fields, and round-trip exactly through JSONL (orjson).
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,6 +270,20 @@ class Row(BaseModel):
         default=None,
         description="where acceptance was read, e.g. 'sglext.spec_tokens_details', "
         "'metrics.speculative_decoding', 'prometheus:vllm:spec_decode_*'",
+    )
+    # per-request acceptance length percentiles, tokens per verify step
+    acceptance_length_p10: float | None = Field(default=None, ge=1, description="p10, tokens")
+    acceptance_length_p50: float | None = Field(default=None, ge=1, description="p50, tokens")
+    acceptance_length_p90: float | None = Field(default=None, ge=1, description="p90, tokens")
+    accepted_per_step: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
+        default=None,
+        description="verify steps by accepted draft tokens j = 0 .. depth, pooled over the "
+        "row's requests (None unless every request reports per-step figures)",
+    )
+    acceptance_split: Literal["unknown"] | None = Field(
+        default=None,
+        description="acceptance split between reasoning and answer tokens: 'unknown' where "
+        "the engine reports per-request counts only as a total (every engine read today)",
     )
     server_ttft_ms: float | None = Field(
         default=None, ge=0, description="median of the engine's own TTFT, ms (vLLM metrics)"
@@ -649,6 +662,11 @@ class Row(BaseModel):
             acceptance_by_position: tuple[float, ...] | None = None,
             spec_tokens: int | None = None,
             acceptance_source: str | None = None,
+            acceptance_length_p10: float | None = None,
+            acceptance_length_p50: float | None = None,
+            acceptance_length_p90: float | None = None,
+            accepted_per_step: tuple[int, ...] | None = None,
+            acceptance_split: Literal["unknown"] | None = None,
             server_ttft_ms: float | None = None,
             server_queue_ms: float | None = None,
             sse_ignored_lines: int = 0,
@@ -789,6 +807,8 @@ class Row(BaseModel):
         return cls.model_validate(orjson.loads(line))
 
     def _repr_html_(self) -> str:
+        from deepseekbench._types._row_html import rows_html
+
         return rows_html([self])
 
 
@@ -843,44 +863,6 @@ def read_rows(path: str | Path) -> list[Row]:
                     f"line {number} of {path} is not a valid Row: {problems}", line_number=number
                 ) from exc
     return rows
-
-
-_HTML_COLUMNS: tuple[str, ...] = (
-    "model_id",
-    "engine_route",
-    "route_label",
-    "context_bucket",
-    "output_target",
-    "reasoning_mode",
-    "speculative",
-    "ttft_ms",
-    "tpot_ms",
-    "e2e_ms",
-    "output_toks_per_s",
-    "accepted_token_ratio",
-    "acceptance_length",
-    "quality_parity",
-    "n_requests",
-    "n_errors",
-)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
-    return html.escape(str(value))
-
-
-def rows_html(rows: Iterable[Row]) -> str:
-    """An HTML table of rows (what Jupyter shows for a ``Row``)."""
-    head = "".join(f"<th>{c}</th>" for c in _HTML_COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_cell(getattr(r, c))}</td>" for c in _HTML_COLUMNS) + "</tr>"
-        for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def row_json_schema() -> dict[str, Any]:

@@ -234,3 +234,26 @@ def test_the_inline_figure_pickles(sweep_rows: list[Row]) -> None:
 
     fig = pickle.loads(pickle.dumps(_card(sweep_rows).plot()))
     assert fig._repr_png_().startswith(PNG_MAGIC)
+
+
+def test_a_decomposed_speedup_adds_its_two_factors_against_load() -> None:
+    rows = []
+    for c, off_tpot, ratio in ((1, 10.0, 1.5), (8, 20.0, 3.6)):
+        rows.append(make_row(tpot_ms=off_tpot, concurrency=c))
+        rows.append(
+            make_row(
+                speculative="mtp", route_label="mtp", spec_tokens=3, acceptance_length=3.0,
+                tpot_ms=off_tpot * ratio / 3.0, concurrency=c,
+            )
+        )  # fmt: skip
+    fig = Scorecard.from_rows(rows).plot()
+    factors = fig.axes[1]
+    assert "factors" in factors.get_title()
+    by_label = {c.get_label(): c for c in factors.containers if isinstance(c, ErrorbarContainer)}
+    acceptance = np.asarray(by_label["mtp: acceptance length"].lines[0].get_ydata()).tolist()
+    cost = np.asarray(by_label["mtp: step-cost ratio"].lines[0].get_ydata()).tolist()
+    assert acceptance == pytest.approx([3.0, 3.0])  # flat: not the drafter
+    assert cost == pytest.approx([1.5, 3.6])  # rising past it: the verify step
+    # without a decomposed line (no acceptance length) the figure keeps two panels
+    plain = [r.model_copy(update={"acceptance_length": None}) for r in rows]
+    assert len(Scorecard.from_rows(plain).plot().axes) == 2

@@ -23,6 +23,8 @@ MARKERS: dict[str, dict[str, str]] = {
         "run": "Run: model deepseekbench",
         "integrity": "Results file:",
         "table": "  speedup\n",
+        "decomposition": "Where the speedup comes from (",
+        "acceptance": "Acceptance per request (",
         "categories": "Per category (",
         "turns": "Per turn (",
         "best_config": "Best configuration per load (",
@@ -35,6 +37,8 @@ MARKERS: dict[str, dict[str, str]] = {
         "run": "Run: model deepseekbench",
         "integrity": "**Results file:",
         "table": "| speedup |",
+        "decomposition": "Where the speedup comes from (",
+        "acceptance": "Acceptance per request (",
         "categories": "| category |",
         "turns": "| turn |",
         "best_config": "Best configuration per load (",
@@ -47,6 +51,8 @@ MARKERS: dict[str, dict[str, str]] = {
         "run": "<p>Run: model deepseekbench",
         "integrity": "<p><strong>Results file:",
         "table": "<th>speedup</th>",
+        "decomposition": "<h3>Where the speedup comes from (",
+        "acceptance": "<h3>Acceptance per request (",
         "categories": "<h3>Per category (",
         "turns": "<h3>Per turn (",
         "best_config": "<h3>Best configuration per load (",
@@ -59,6 +65,8 @@ MARKERS: dict[str, dict[str, str]] = {
         "run": '"run": {',
         "integrity": '"results_integrity": ',
         "table": '"lines": [',
+        "decomposition": '"decomposition": {',
+        "acceptance": '"acceptance_length_p50": ',
         "categories": '"categories": [',
         "turns": '"turns": [',
         "best_config": '"best_configs": [',
@@ -101,7 +109,9 @@ def _every_section() -> Scorecard:
     off = make_row(**load, categories=cats, turns=turns, server_ttft_ms=7.0)
     mtp = make_row(
         **load, speculative="mtp", route_label="mtp-k2", tpot_ms=5.0, categories=cats,
-        turns=turns, server_ttft_ms=7.0,
+        turns=turns, server_ttft_ms=7.0, acceptance_length=2.6, spec_tokens=2,
+        acceptance_length_p10=2.0, acceptance_length_p50=2.6, acceptance_length_p90=3.0,
+        accepted_per_step=(10, 20, 30), acceptance_split="unknown",
     )  # fmt: skip
     card = Scorecard.from_rows([off, mtp])
     meta = Scorecard.from_results(DATA / "numerics.jsonl").meta

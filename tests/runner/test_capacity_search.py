@@ -429,7 +429,8 @@ def _check_pictures(card: Scorecard, path: Path, levels: set[float]) -> None:
 
     fig = card.plot(path)
     assert path.stat().st_size > 0
-    speed_ax, _, cap_ax = fig.get_axes()
+    axes = fig.get_axes()  # speedup, [its factors,] latency vs throughput, capacity
+    speed_ax, cap_ax = axes[0], axes[-1]
     mtp = next(c for c in speed_ax.containers if str(c.get_label()).split(":")[0] == "mtp")
     assert isinstance(mtp, ErrorbarContainer)
     line: Any = mtp.lines[0]

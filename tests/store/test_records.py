@@ -77,6 +77,12 @@ _TRAFFIC_ROW_FIELDS = (
 _CAPACITY_ROW_FIELDS = (
     "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config"
 )  # fmt: skip
+_ACCEPTANCE_ROW_FIELDS = (
+    "acceptance_length_p10", "acceptance_length_p50", "acceptance_length_p90",
+    "accepted_per_step", "acceptance_split",
+)  # fmt: skip
+"""The per-request acceptance spread, added since: ``None`` on old rows, derived from the
+measurements when the file is read back."""
 MARGIN_ROW_FIELDS = (
     "parity_basis",
     "divergences_near_tie",
@@ -117,7 +123,7 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
             body = out[out["record"]]
             assert body.pop(name) in (None, 0, False), name
         if out["record"] == "row":  # traffic, capacity: row fields added since, None on old rows
-            for name in (*_TRAFFIC_ROW_FIELDS, *_CAPACITY_ROW_FIELDS):
+            for name in (*_TRAFFIC_ROW_FIELDS, *_CAPACITY_ROW_FIELDS, *_ACCEPTANCE_ROW_FIELDS):
                 assert out["row"].pop(name) is None, name
         if out["record"] == "row":  # the margin fields, at their defaults
             defaults = {"parity_basis": "bit_exact", "divergence_note": None}
@@ -149,6 +155,7 @@ def test_an_old_results_file_reports_the_rows_its_run_wrote(tmp_path: Path) -> N
     new = {*CLIENT_CLOCK_FIELDS["row"], "route_identity", "route_identity_detail", "output_length"}
     new.add("ramp_ms")  # rebuilt: its closed loop started all at once (0), as every one then
     assert all(r.ramp_ms == 0.0 for r in result.rows)
+    new |= set(_ACCEPTANCE_ROW_FIELDS)  # the acceptance spread, derived from the measurements
     assert [r.model_dump(exclude=new) for r in result.rows] == [
         r.model_dump(exclude=new) for r in written
     ]

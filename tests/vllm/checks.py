@@ -17,6 +17,9 @@ from deepseekbench import (
     QualityParity,
     RefusalReason,
     SpeedupMetric,
+    acceptance_profile,
+    read_acceptance_profile,
+    write_acceptance_profile,
 )
 from tests.vllm.observe import Completion, per_position_accepted
 from tests.vllm.plans import (
@@ -324,3 +327,37 @@ def _share(x: float | None) -> str:
 
 def _ms(x: float | None) -> str:
     return "—" if x is None else f"{x:.0f} ms"
+
+
+def report_decomposition(run: PairRun, label: str) -> None:
+    """Print the route's speedup decomposition and break-even acceptance (or why it is
+    withheld: only a credited TPOT speedup is decomposed) beside vLLM's own per-request
+    figures, and check its acceptance profile: acceptance length = 1 + Σ marginal, the
+    file read back equal (``deepseekbench._analysis._acceptance_profile``)."""
+    line = next(ln for ln in run.card.lines if ln.route == label)
+    row = line.row
+    d = line.decomposition
+    if d is not None:
+        append_report(f"{label}: {d.text()}; break-even: {d.target_text()}")
+    else:
+        append_report(f"{label}: decomposition withheld ({line.speedup_text})")
+    spread = (row.acceptance_length_p10, row.acceptance_length_p50, row.acceptance_length_p90)
+    length, tpot = _num(row.acceptance_length), _num(row.server_tpot_ms)
+    append_report(
+        f"{label}: vLLM's own per-request figures: acceptance length {length}"
+        f" (p10/p50/p90 over requests {' / '.join(_num(x) for x in spread)}), steps by "
+        f"accepted draft tokens {row.accepted_per_step}, server TPOT {tpot} ms, "
+        f"reasoning/answer split {row.acceptance_split}"
+    )
+    profile = acceptance_profile(row, load=line.load)  # raises when the check fails
+    assert profile is not None, f"{label}: vLLM reported no per-position acceptance"
+    path = write_acceptance_profile(profile, run.results_path.with_suffix(f".{label}.json"))
+    assert read_acceptance_profile(path) == profile
+    append_report(
+        f"{label}: acceptance profile consistent: length {profile.acceptance_length:.3f} "
+        f"= 1 + Σ marginal {sum(profile.marginal):.3f} ({path.name})"
+    )
+
+
+def _num(x: float | None) -> str:
+    return f"{x:.2f}" if x is not None else "—"

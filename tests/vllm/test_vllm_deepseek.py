@@ -28,7 +28,12 @@ from pathlib import Path
 import pytest
 
 from deepseekbench import mtp_depth_from_hf_config
-from tests.vllm.checks import check_counts, check_requests, check_verdict
+from tests.vllm.checks import (
+    check_counts,
+    check_requests,
+    check_verdict,
+    report_decomposition,
+)
 from tests.vllm.conftest import (
     DEEPSEEK_MODEL,
     DEEPSEEK_STEPS,
@@ -78,6 +83,7 @@ def test_deepseek_mtp_plan(
     matches = check_verdict(run, "mtp")
     summary = check_counts(run, "mtp")
     assert len(summary["acceptance_by_position"]) == depth
+    report_decomposition(run, "mtp")
     line = next(ln for ln in run.card.lines if ln.route == "mtp")
     speed = (
         f"speedup {line.verdict.speedup:.2f}x"

@@ -46,7 +46,13 @@ from deepseekbench import (
     run_plan,
 )
 from deepseekbench._launch._vllm import SERVER_MODULE
-from tests.vllm.checks import check_counts, check_requests, check_verdict, measured_texts
+from tests.vllm.checks import (
+    check_counts,
+    check_requests,
+    check_verdict,
+    measured_texts,
+    report_decomposition,
+)
 from tests.vllm.conftest import MAX_MODEL_LEN, SERVER_THREADS, VllmModels
 from tests.vllm.plans import append_report, command_port, pair_plan, run_launched
 from tests.vllm.pool import ServerPool
@@ -290,6 +296,7 @@ def test_launched_ngram_matches_off_and_is_credited(
     assert texts["ngram"] == texts["off"]
     row = rows["ngram"]
     assert row.draft_tokens and row.accepted_tokens is not None and row.acceptance_length
+    report_decomposition(run, "ngram")
 
     # start-up times: the servers start one after the other, each once the previous
     # one serves its model; the first progress event comes after both

@@ -4,7 +4,9 @@ Holds :data:`CSV_FIELDS`, :func:`records` (also the pandas columns) and
 :func:`render`. The sections walk into columns: the run line and its integrity
 note (``model``, ``plan_hash``, ``run_started_at``, ``engine``,
 ``results_integrity``), the main table (one record per line) and the latency
-percentiles (``*_p90_ms``...). A flat table cannot carry the title, the nested
+percentiles (``*_p90_ms``...); each credited TPOT line's decomposition in
+``step_cost_ratio``... ``break_even_acceptance_rate`` (the section's sentences
+are not carried). A flat table cannot carry the title, the nested
 per-category and per-turn tables, the best configuration, capacity or the
 notes (:data:`OMITS`; the JSON format carries them).
 """
@@ -28,7 +30,16 @@ if TYPE_CHECKING:
 __all__ = ["CSV_FIELDS", "OMITS", "records", "render"]
 
 OMITS: Final[frozenset[str]] = frozenset(
-    {"title", "categories", "turns", "best_config", "capacity", "notes"}
+    {
+        "title",
+        "decomposition",
+        "acceptance",
+        "categories",
+        "turns",
+        "best_config",
+        "capacity",
+        "notes",
+    }
 )
 """What one flat record per line cannot carry."""
 
@@ -44,6 +55,9 @@ _FIXED_FIELDS: Final = (
     "run_started_at", "engine", "results_integrity", "client_flag", "n_client_starved",
     "client_stall_ms", "client_cpu_share", "client_core_wait_share", "server_tpot_ms",
     "parity_basis", "first_divergence_margin_nats", "divergence_note",
+    "step_cost_ratio", "step_cost_ratio_ci95_low", "step_cost_ratio_ci95_high",
+    "verify_step_ms", "decode_step_ms", "break_even_acceptance_length",
+    "break_even_acceptance_rate",
 )  # fmt: skip
 _FIGURE_FIELDS: Final = tuple(f.column(q) for f in PER_REQUEST_FIGURES for q in f.csv)
 CSV_FIELDS: Final = _FIXED_FIELDS + tuple(c for c in _FIGURE_FIELDS if c not in _FIXED_FIELDS)
@@ -87,6 +101,21 @@ def _verdict_fields(ln: ScorecardLine) -> dict[str, Any]:
     }
 
 
+def _decomposition_fields(ln: ScorecardLine) -> dict[str, Any]:
+    """The line's decomposition columns (empty unless a TPOT speedup is credited)."""
+    d = ln.decomposition
+    ci = d.step_cost_ratio_ci if d is not None else None
+    return {
+        "step_cost_ratio": d.step_cost_ratio if d else None,
+        "step_cost_ratio_ci95_low": ci[0] if ci else None,
+        "step_cost_ratio_ci95_high": ci[1] if ci else None,
+        "verify_step_ms": d.verify_step_ms if d else None,
+        "decode_step_ms": d.decode_step_ms if d else None,
+        "break_even_acceptance_length": d.break_even_length if d else None,
+        "break_even_acceptance_rate": d.break_even_rate if d else None,
+    }
+
+
 def _record(ln: ScorecardLine, meta: RunMeta | None) -> dict[str, Any]:
     r, d = ln.row, ln.row.dispersion
     own = {f: getattr(r, f) for f in _ROW_FIELDS}
@@ -99,6 +128,7 @@ def _record(ln: ScorecardLine, meta: RunMeta | None) -> dict[str, Any]:
         **{k: getattr(v, "value", v) for k, v in own.items()},
         **_figure_fields(d),
         **_verdict_fields(ln),
+        **_decomposition_fields(ln),
         "first_divergence": ln.first_divergence,
         "task_flips": " | ".join(ln.task_flips),
         "acceptance_by_position": positions_text(r.acceptance_by_position),

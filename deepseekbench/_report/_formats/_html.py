@@ -43,8 +43,11 @@ def _section(s: Section) -> str:
         return "".join(f"<p><strong>{html.escape(x)}</strong></p>" for x in s.items)
     if s.kind == "table":
         return html_table(s.columns, s.rows)
-    if s.kind in ("categories", "turns", "latency"):
+    if s.kind in ("categories", "turns", "latency", "acceptance"):
         return f"<h3>{html.escape(s.heading)}</h3>" + html_table(s.columns, s.rows)
+    if s.kind == "decomposition":
+        head = f"<h3>{html.escape(s.heading)}</h3>"
+        return head + html_table(s.columns, s.rows) + _list(s.items)
     if s.kind in ("best_config", "capacity"):
         return f"<h3>{html.escape(s.heading)}</h3>" + _list(s.items)
     return _list(s.items)  # the notes

@@ -5,7 +5,13 @@ into keys: the title's metric (``metric``), the run line (``run``, its
 integrity note inside), the main table (``lines``; each line carries its
 categories, turns and latency percentiles), the best configuration
 (``best_configs``), capacity (``capacity``) and the notes under the tables
-(``notes``, one string each, as the text format prints them).
+(``notes``, one string each, as the text format prints them). Each credited
+TPOT line carries its ``decomposition``
+(:class:`~deepseekbench.SpeedupDecomposition`'s fields); the section's
+sentences (which factor moved between loads, the break-even per load) are
+``decomposition_notes``; the acceptance per request is each line's
+``acceptance_length_p10`` / ``_p50`` / ``_p90``, ``accepted_per_step`` and
+``acceptance_split``.
 """
 
 from __future__ import annotations
@@ -38,17 +44,22 @@ LINE_FIELDS: Final = (
     "client_cores", "client_load_1m", "server_tpot_ms", "prefix_cache_hit_rate",
     "kv_cache_usage_peak", "queue_depth_peak", "route_identity", "route_identity_detail",
     "parity_basis", "first_divergence_margin_nats", "divergence_note", "tokens_past_eos",
-    "speedup", "speedup_text", "client_flag",
+    "acceptance_length_p10", "acceptance_length_p50", "acceptance_length_p90",
+    "accepted_per_step", "acceptance_split",
+    "speedup", "speedup_text", "client_flag", "decomposition",
 )  # fmt: skip
 """A line object's keys, in order (the row's fields read through the line)."""
 
 
 def line_dict(ln: ScorecardLine) -> dict[str, Any]:
-    """One line as JSON-ready data; ``speedup`` is ``null`` unless credited."""
-    out = {name: to_jsonable_python(getattr(ln, name)) for name in LINE_FIELDS[:-3]}
+    """One line as JSON-ready data; ``speedup`` and ``decomposition`` are ``null``
+    unless credited (by TPOT, for the decomposition)."""
+    out = {name: to_jsonable_python(getattr(ln, name)) for name in LINE_FIELDS[:-4]}
     out["speedup"] = ln.verdict.speedup if ln.verdict is not None else None
     out["speedup_text"] = ln.speedup_text
     out["client_flag"] = ln.client_flag
+    d = ln.decomposition
+    out["decomposition"] = d.model_dump(mode="json") if d is not None else None
     return out
 
 
@@ -63,6 +74,10 @@ def _value(section: Section, card: Scorecard) -> tuple[str, Any] | None:
         return "run", card.meta.model_dump(mode="json") if card.meta is not None else None
     if kind == "table":
         return "lines", [line_dict(ln) for ln in card.lines]
+    if kind == "acceptance":  # each line carries its own acceptance_length_p10...
+        return None
+    if kind == "decomposition":  # each line carries its own; the sentences here
+        return "decomposition_notes", list(section.items)
     if kind == "best_config":
         return "best_configs", [c.model_dump(mode="json") for c in card.best_configs()]
     if kind == "capacity" and card.capacity is not None:

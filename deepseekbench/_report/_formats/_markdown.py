@@ -44,8 +44,10 @@ def _section(s: Section) -> list[str]:
         return _table(s.columns, s.rows)
     if s.kind in ("categories", "turns"):  # the column heads name these tables
         return ["", *_table(s.columns, s.rows)]
-    if s.kind == "latency":
+    if s.kind in ("latency", "acceptance"):
         return ["", f"{s.heading}:", "", *_table(s.columns, s.rows)]
+    if s.kind == "decomposition":
+        return ["", f"{_esc(s.heading)}:", "", *_table(s.columns, s.rows), "", *_bullets(s.items)]
     if s.kind in ("best_config", "capacity"):
         return ["", f"{_esc(s.heading)}:", "", *_bullets(s.items)]
     return ["", *_bullets(s.items)]  # the notes

@@ -38,8 +38,10 @@ def _section(s: Section) -> list[str]:
         return list(s.items)
     if s.kind == "table":
         return fixed_width([s.columns, *s.rows])
-    if s.kind in ("categories", "turns", "latency"):
+    if s.kind in ("categories", "turns", "latency", "acceptance"):
         return ["", s.heading, *fixed_width([s.columns, *s.rows])]
+    if s.kind == "decomposition":
+        return ["", s.heading, *fixed_width([s.columns, *s.rows]), *s.items]
     if s.kind in ("best_config", "capacity"):
         return ["", s.heading, *s.items]
     return ["", *s.items]  # the notes

@@ -1,0 +1,158 @@
+"""The speedup decomposition against the embedded engine's closed-form cost model.
+
+Runs ``off``, ``mtp`` (depth 3) and ``mtp`` with the verify-delay fault
+(``CostModel.verify_delay_ms``) on the embedded engine, launched from one plan, over
+closed-loop concurrency 1, 2 and 8, every request decoded to the same length
+(``output_length = "forced"``: the batch stays full), then checks, per load:
+
+* **recovery** — the decomposition's step costs (``off``'s decode step = its median
+  TPOT; the verify step = step-cost ratio × that) against the cost model's closed form
+  ``CostModel.step_costs(c, 3, model_draft=True)``: within ``--tolerance`` (10 %);
+* **prediction** — the speedup predicted from the acceptance measured and the closed
+  form's step-cost ratio (``witness_step_costs``) falls within the measured figure's
+  95 % interval (or the two intervals overlap);
+* **witness** — on the faulted route, acceptance unchanged and the unexplained
+  per-step overhead within ``--fault-tolerance`` (20 %) of the injected delay.
+
+The closed form counts the model's costs only; the machine adds its own per-step
+overhead (the engine's Python work and the client's), which this script reports
+beside the figures. Timing checks live here, not in the unit tests (house rule).
+
+    python benchmarks/bench_speedup_witness.py [--delay-ms 20] [--tolerance 0.10]
+        [--fault-tolerance 0.20] [--max-tokens 96] [--requests 16]
+
+Exits 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import anyio
+
+from deepseekbench import (
+    BenchmarkPlan,
+    CostModel,
+    LiveGate,
+    Scorecard,
+    SpeedupDecomposition,
+    StepCosts,
+    run_plan,
+    smoke_tasks,
+    witness_step_costs,
+)
+
+DEPTH = 3
+LOADS = (1, 2, 8)
+COSTS: dict[str, float] = {
+    "target_step_ms": 16.0,
+    "verify_token_ms": 0.8,
+    "draft_step_ms": 1.2,
+    "compute_ms_per_token": 3.0,
+    "batch_exponent": 0.35,
+    "prefill_ms_per_token": 0.0,
+}
+"""The default cost model's shape, twice its step costs (the machine's per-step overhead
+smaller beside them), a compute knee at a few sequences as in the demo."""
+
+
+def _plan(delay_ms: float, max_tokens: int, requests: int) -> BenchmarkPlan:
+    def route(label: str, method: str, **args: Any) -> dict[str, Any]:
+        launch: dict[str, Any] = {"engine": "embedded", "engine_args": {**COSTS, **args}}
+        if method != "off":
+            launch["spec_tokens"] = DEPTH
+        return {"label": label, "speculative": method, "dialect": "vllm", "launch": launch}
+
+    return BenchmarkPlan.from_mapping(
+        {
+            "model": "deepseekbench-ref",
+            "provider_route": "local",
+            "engine_route": "embedded",
+            "hosting": "embedded",
+            "routes": [
+                route("off", "off"),
+                route("mtp", "mtp"),
+                route("mtp-delay", "mtp", verify_delay_ms=delay_ms),
+            ],
+            "workload": {
+                "prompts": [t.prompt for t in smoke_tasks()][:8],
+                "output_length": "forced",
+            },
+            "requests_per_cell": requests,
+            "warmup_per_cell": 0,
+            "repeats": 1,
+            "cells": [{"max_tokens": max_tokens}],
+            "arrival": {"mode": "concurrency", "concurrency": list(LOADS)},
+            "parity": {"concurrency": 16, "max_tokens": 48},
+        }
+    )
+
+
+def _check(
+    label: str, c: int, d: SpeedupDecomposition, args: argparse.Namespace, plain_acc: float
+) -> list[str]:
+    """The checks of one decomposed line; returns the failures, prints the figures."""
+    model = CostModel(**COSTS)
+    verify, decode = model.step_costs(c, DEPTH, model_draft=True)
+    w = witness_step_costs(
+        d, StepCosts(verify_step_ms=verify, decode_step_ms=decode, source="cost model")
+    )
+    err_d = d.decode_step_ms / decode - 1
+    err_v = d.verify_step_ms / verify - 1
+    print(
+        f"{label:9} c={c}: {d.text()}\n"
+        f"    closed form: verify {verify:.1f} ms ({err_v:+.1%}), decode {decode:.1f} ms "
+        f"({err_d:+.1%}); witness: {w.text()}"
+    )
+    failures: list[str] = []
+    if label == "mtp":
+        if abs(err_d) > args.tolerance or abs(err_v) > args.tolerance:
+            failures.append(f"c={c}: step costs off the closed form by more than tolerance")
+        if not w.agrees:
+            failures.append(f"c={c}: predicted speedup outside the measured interval")
+    else:
+        if d.acceptance_length != plain_acc:
+            failures.append(f"c={c}: the fault changed acceptance")
+        if abs(w.unexplained_ms - args.delay_ms) > args.fault_tolerance * args.delay_ms:
+            failures.append(f"c={c}: witness {w.unexplained_ms:.1f} ms vs {args.delay_ms} ms")
+    return failures
+
+
+async def _main(args: argparse.Namespace) -> int:
+    result = await run_plan(_plan(args.delay_ms, args.max_tokens, args.requests), gate=LiveGate())
+    card = Scorecard.from_run(result)
+    print(card.to_text())
+    plain: dict[int, float] = {}
+    failures: list[str] = []
+    for ln in sorted(card.lines, key=lambda x: (x.route != "mtp", x.load_level or 0)):
+        if ln.route == "off":
+            continue
+        c = int(ln.load_level or 0)
+        if ln.decomposition is None:
+            failures.append(f"{ln.route} c={c}: no credited speedup ({ln.speedup_text})")
+            continue
+        if ln.route == "mtp":
+            plain[c] = ln.decomposition.acceptance_length
+        failures += _check(ln.route, c, ln.decomposition, args, plain.get(c, -1.0))
+    for f in failures:
+        print("FAIL:", f)
+    print("ok" if not failures else f"{len(failures)} check(s) failed")
+    return 1 if failures else 0
+
+
+def main() -> None:
+    """Parse the options, run, exit 1 on a failed check."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--delay-ms", type=float, default=20.0)
+    p.add_argument("--tolerance", type=float, default=0.10)
+    p.add_argument("--fault-tolerance", type=float, default=0.20)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--requests", type=int, default=16)
+    args = p.parse_args()
+    sys.exit(anyio.run(_main, args))
+
+
+if __name__ == "__main__":
+    main()

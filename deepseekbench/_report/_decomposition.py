@@ -1,0 +1,100 @@
+"""The scorecard's "where the speedup comes from" section: each credited TPOT speedup as
+acceptance length ÷ step-cost ratio, the break-even acceptance per load, and which factor
+moved between a route's loads (:mod:`deepseekbench._analysis._decompose`).
+
+Holds :data:`DECOMPOSITION_TITLE`, :data:`DECOMPOSITION_COLUMNS`,
+:func:`decomposition_cells` and :func:`decomposition_items`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from deepseekbench._analysis._decompose import SpeedupDecomposition, moved_text
+from deepseekbench._analysis._lines import ScorecardLine
+
+__all__ = [
+    "DECOMPOSITION_COLUMNS",
+    "DECOMPOSITION_TITLE",
+    "decomposition_cells",
+    "decomposition_items",
+]
+
+DECOMPOSITION_TITLE: Final = (
+    "Where the speedup comes from (speedup = acceptance length ÷ step-cost ratio, the "
+    "verify step over off's decode step at the same load; break-even acceptance length = "
+    "step-cost ratio, its per-position rate a from (1 - a^(k+1)) / (1 - a), Leviathan et "
+    "al. 2023; 95% CI)"
+)
+"""The section's heading: the identity and the break-even formula with its source."""
+
+DECOMPOSITION_COLUMNS: Final = (
+    "cell", "load", "route", "speedup", "acc.len", "step-cost ratio", "verify step ms",
+    "off step ms", "break-even len", "break-even rate",
+)  # fmt: skip
+"""The section's table heads."""
+
+
+def _ci(value: float, ci: tuple[float, float] | None, digits: int = 2) -> str:
+    text = f"{value:.{digits}f}"
+    return text + (f" ({ci[0]:.{digits}f}–{ci[1]:.{digits}f})" if ci is not None else "")
+
+
+def _rate(d: SpeedupDecomposition) -> str:
+    if d.depth is None:
+        return "depth unknown"
+    if not d.break_even_reachable:
+        return f"unreachable at depth {d.depth}"
+    return f"{d.break_even_rate:.2f} at depth {d.depth}" if d.break_even_rate is not None else "—"
+
+
+def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
+    """One table row per decomposed line (empty when no line credits a TPOT speedup)."""
+    out: list[list[str]] = []
+    for ln in lines:
+        d = ln.decomposition
+        if d is None:
+            continue
+        out.append(
+            [
+                ln.cell,
+                ln.load,
+                ln.route,
+                f"{d.speedup:.2f}×",
+                _ci(d.acceptance_length, d.acceptance_length_ci),
+                _ci(d.step_cost_ratio, d.step_cost_ratio_ci),
+                _ci(d.verify_step_ms, d.verify_step_ms_ci, 1),
+                f"{d.decode_step_ms:.1f}",
+                f"{d.break_even_length:.2f}",
+                _rate(d),
+            ]
+        )
+    return out
+
+
+def decomposition_items(lines: Sequence[ScorecardLine]) -> list[str]:
+    """The section's sentences: per route and cell decomposed at 2 or more loads,
+    which factor moved from the lowest load to the highest; then, per line, the
+    target a draft head must reach to pay at that load."""
+    groups: dict[tuple[str, str], list[ScorecardLine]] = {}
+    for ln in lines:
+        if ln.decomposition is not None:
+            groups.setdefault((ln.route, ln.cell), []).append(ln)
+    out: list[str] = []
+    for (route, cell), group in groups.items():
+        ranked = sorted(group, key=lambda x: x.load_level or 0.0)
+        if len(ranked) < 2 or ranked[0].load_level is None:
+            continue
+        lo, hi = ranked[0], ranked[-1]
+        a, b = lo.decomposition, hi.decomposition
+        assert a is not None and b is not None  # grouped on it
+        out.append(
+            f"{route} @ {cell} from {lo.load} to {hi.load} ({a.speedup:.2f}× → "
+            f"{b.speedup:.2f}×): {moved_text(a, b)}"
+        )
+    for ln in lines:
+        d = ln.decomposition
+        if d is not None:
+            out.append(f"{ln.route} @ {ln.cell} {ln.load}: {d.target_text()}")
+    return out
