@@ -51,12 +51,16 @@ same verdict)."""
 @dataclass(frozen=True, slots=True)
 class RouteWitness:
     """One route's witness for one reasoning mode: the result (``None`` when there is
-    none), why there is none, and its cost (follow-up requests; output tokens scored)."""
+    none), why there is none, its cost (follow-up records; output tokens scored), and
+    how many scored outputs took each path (``by_ids``: the sampled token ids;
+    ``by_text``: the re-tokenized text, :data:`~deepseekbench._types._scored.ScoredBy`)."""
 
     result: WitnessResult | None
     reason: str | None
     requests: int
     scored_tokens: int
+    by_ids: int = 0
+    by_text: int = 0
 
 
 def spec_for(plan: BenchmarkPlan, route: RoutePlan, source: str) -> SamplingSpec | str:
@@ -104,14 +108,22 @@ def _retokenized(state: ResultsState, key: tuple[Any, ...], scored: int) -> str:
     )
 
 
-def _collect(
-    plan: BenchmarkPlan, state: ResultsState, route: RoutePlan, mode: str
-) -> tuple[list[tuple[SamplingSpec, list[WitnessPosition]]], list[str], int, int]:
+@dataclass(slots=True)
+class _Collected:
+    groups: list[tuple[SamplingSpec, list[WitnessPosition]]]
+    reasons: list[str]
+    requests: int = 0
+    tokens: int = 0
+    by_ids: int = 0
+    by_text: int = 0
+
+
+def _collect(plan: BenchmarkPlan, state: ResultsState, route: RoutePlan, mode: str) -> _Collected:
     """The route's scored outputs for ``mode`` grouped by source, the reasons some are
-    missing, and the cost (requests, tokens scored)."""
+    missing, the cost (requests, tokens scored) and the outputs scored by each path."""
     groups: dict[str, list[WitnessPosition]] = {}
     reasons: list[str] = []
-    requests = tokens = 0
+    requests = tokens = by_ids = by_text = 0
     for key in sorted(state.witness_scores, key=lambda k: tuple(str(x) for x in k)):
         label, source, rmode, cell, _, _ = key
         if label != route.label or _mode_of(plan, source, rmode, cell) != mode:
@@ -122,13 +134,17 @@ def _collect(
             reasons.append(got)
             continue
         tokens += len(got.positions)
-        gap = _retokenized(state, key, len(got.positions))
+        gap = "" if got.scored_by == "token_ids" else _retokenized(state, key, len(got.positions))
         if gap:
             reasons.append(gap)
             continue
         if got.logprobs_kind != "raw":
             reasons.append(f"off served {got.logprobs_kind} logprobs, not the model's raw ones")
             continue
+        if got.scored_by == "token_ids":
+            by_ids += 1
+        else:
+            by_text += 1
         groups.setdefault(source, []).extend(got.positions)
     out: list[tuple[SamplingSpec, list[WitnessPosition]]] = []
     for source, positions in sorted(groups.items()):
@@ -137,7 +153,7 @@ def _collect(
             reasons.append(spec)
         else:
             out.append((spec, positions))
-    return out, reasons, requests, tokens
+    return _Collected(out, reasons, requests, tokens, by_ids, by_text)
 
 
 def route_witnesses(
@@ -151,20 +167,22 @@ def route_witnesses(
     out: dict[tuple[str, str], RouteWitness] = {}
     for route in plan.routes:
         for mode in sorted(modes):
-            groups, reasons, requests, tokens = _collect(plan, state, route, mode)
-            if requests == 0:
+            c = _collect(plan, state, route, mode)
+            if c.requests == 0:
                 continue
             result = None
-            if groups:
+            if c.groups:
                 result = witness_groups(
-                    groups,
+                    c.groups,
                     top_k=plan.parity.witness_top_k,
                     alpha=plan.parity.alpha,
                     seed=plan.parity.seed ^ WITNESS_SEED_SALT,
                     max_top1=plan.parity.witness_max_top1,
                 )
-            reason = "; ".join(sorted(set(reasons))) or None
-            out[(route.label, mode)] = RouteWitness(result, reason, requests, tokens)
+            reason = "; ".join(sorted(set(c.reasons))) or None
+            out[(route.label, mode)] = RouteWitness(
+                result, reason, c.requests, c.tokens, c.by_ids, c.by_text
+            )
     return out
 
 
@@ -174,6 +192,18 @@ def _excluded(r: WitnessResult) -> str:
     other = r.tokens_excluded - near
     words = f"{near} near-certain excluded (tempered top-1 above {r.max_top1:g})"
     return words + (f", {other} for other reasons" if other else "")
+
+
+def _paths(w: RouteWitness) -> str:
+    """Which path the tested outputs took, in a few words."""
+    if not w.by_text:
+        return f"all {w.by_ids} outputs scored on the sampled token ids"
+    if not w.by_ids:
+        return (
+            f"all {w.by_text} outputs scored on re-tokenized text (the engine returned "
+            "no sampled token ids)"
+        )
+    return f"{w.by_ids} outputs scored on the sampled token ids, {w.by_text} on re-tokenized text"
 
 
 def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityParity, str]:
@@ -189,6 +219,7 @@ def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityPar
         f"distance of {r.detectable_distance:.3f} or a log-score shift of "
         f"{r.detectable_score_shift:.3f} sd per token at power {r.power:g}"
     )
+    figures += f"; {_paths(w)}"
     if w.reason:  # outputs left out beside the tested ones: say which
         figures += f"; {w.reason}"
     if r.rejects:
