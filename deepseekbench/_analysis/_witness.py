@@ -242,8 +242,7 @@ class WitnessResult(BaseModel):
     model_config = _CONFIG
 
     test: str = (
-        "ks_conditional_pit+rank_bin_chi2+log_score_z on the top-k set, "
-        "outside_share (Bonferroni)"
+        "ks_conditional_pit+rank_bin_chi2+log_score_z on the top-k set, outside_share (Bonferroni)"
     )
     statistic: float = Field(ge=0)
     ks_p_value: float = Field(ge=0, le=1)

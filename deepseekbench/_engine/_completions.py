@@ -88,7 +88,9 @@ def _checked(raw: Any) -> tuple[list[int], int | None]:
         )
     k = raw.get("prompt_logprobs")
     if k is not None and not (type(k) is int and 0 <= k <= MAX_TOP_LOGPROBS):
-        raise CompletionError(f"prompt_logprobs must be in 0..{MAX_TOP_LOGPROBS}", "prompt_logprobs")
+        raise CompletionError(
+            f"prompt_logprobs must be in 0..{MAX_TOP_LOGPROBS}", "prompt_logprobs"
+        )
     return _ids(raw), k
 
 
