@@ -90,6 +90,17 @@ if TYPE_CHECKING:
         SpeedupVerdict,
         compare_speedup,
     )
+    from deepseekbench._analysis._witness import (  # the distribution witness
+        SamplingSpec,
+        WitnessExclusion,
+        WitnessResult,
+        witness,
+    )
+    from deepseekbench._analysis._witness_rows import (
+        RouteWitness,
+        route_witnesses,
+        witness_verdict,
+    )
     from deepseekbench._dialects import (
         CounterSet,
         EngineDialect,
@@ -314,6 +325,7 @@ if TYPE_CHECKING:
         rows_html,
         write_rows,
     )
+    from deepseekbench._types._scored import ScoredOutput, ScoredPosition
     from deepseekbench._types._selfcheck import DEFAULT_LAG_THRESHOLD_MS
     from deepseekbench._types._tokens import TokenCounter
 
@@ -430,6 +442,16 @@ _IMPORTS: dict[str, str] = {
     "RowFormatError": "deepseekbench._errors",
     "RunMeta": "deepseekbench._analysis._analysis",
     "RunResult": "deepseekbench._analysis._analysis",
+    # the distribution witness (parity at temperature > 0)
+    "SamplingSpec": "deepseekbench._analysis._witness",
+    "WitnessExclusion": "deepseekbench._analysis._witness",
+    "WitnessResult": "deepseekbench._analysis._witness",
+    "witness": "deepseekbench._analysis._witness",
+    "RouteWitness": "deepseekbench._analysis._witness_rows",
+    "route_witnesses": "deepseekbench._analysis._witness_rows",
+    "witness_verdict": "deepseekbench._analysis._witness_rows",
+    "ScoredOutput": "deepseekbench._types._scored",
+    "ScoredPosition": "deepseekbench._types._scored",
     "RunningLlamaServer": "deepseekbench._launch._llamacpp",
     "RunningVllmServer": "deepseekbench._launch._vllm",
     "SCHEMA_VERSION": "deepseekbench._types._row",
@@ -652,14 +674,18 @@ __all__ = [
     "RouteParity",
     "RoutePlan",
     "RouteUnreachableError",
+    "RouteWitness",
     "Row",
     "RowFormatError",
     "RunMeta",
     "RunResult",
     "RunningLlamaServer",
     "RunningVllmServer",
+    "SamplingSpec",
     "Scorecard",
     "ScorecardLine",
+    "ScoredOutput",
+    "ScoredPosition",
     "SearchPlan",
     "SelfCheck",
     "SelfCheckSummary",
@@ -688,6 +714,8 @@ __all__ = [
     "TracePlan",
     "VllmServerError",
     "VllmServerSpec",
+    "WitnessExclusion",
+    "WitnessResult",
     "WorkerError",
     "WorkerPool",
     "WorkloadCoverage",
@@ -744,6 +772,7 @@ __all__ = [
     "reasoning_controls",
     "reference_tasks",
     "register_dialect",
+    "route_witnesses",
     "row_json_schema",
     "rows_html",
     "run_plan",
@@ -755,6 +784,8 @@ __all__ = [
     "vllm_server_args",
     "vllm_servers",
     "within_noise_verdict",
+    "witness",
+    "witness_verdict",
     "write_rows",
 ]
 

@@ -3,40 +3,51 @@
 At temperature > 0 two correct samplers give different texts, so parity cannot compare
 outputs; it can compare *laws*. For every token a route sampled, ``off`` scores the
 route's own prefix in one pass (teacher forcing, ``_types/_scored.py``) and reports its
-RAW top-k log-probabilities (nats, before temperature) at that position. The witness
-rebuilds the distribution the engine samples from (temperature, then top-k, then top-p:
-the order vLLM's sampler and the embedded engine apply; :func:`sampling_order_reason`
-says where an engine's order is unknown) over the top-k tokens plus one "other" bucket,
-and computes each token's **randomised PIT** (probability integral transform for a
-discrete distribution, Czado, Gneiting & Held 2009, Biometrics 65(4)): with the
-categories ordered most likely first and "other" last, a token in category ``c`` gets
-``F(c-) + V·f(c)`` with ``V ~ U(0,1)`` from a seeded RNG. For a correct sampler the
-sequential conditional PITs are iid U(0,1) (Rosenblatt 1952, Ann. Math. Stat. 23(3)),
-so uniformity is tested with the one-sample Kolmogorov-Smirnov test (``scipy.stats``:
-``kstest`` for the statistic, ``kstwo``, the exact two-sided null law after Simard &
-L'Ecuyer 2011, J. Stat. Softw. 39(11), for the p-value).
+RAW top-k log-probabilities (nats, before temperature) at that position (on the token
+ids the route sampled where its engine returned them: ``_execute/_teacher_force_ids.py``).
+The witness rebuilds the distribution the engine samples from (temperature, then top-k,
+then top-p: the order vLLM's sampler and the embedded engine apply;
+:func:`sampling_order_reason` says where an engine's order is unknown).
+
+**Conditional on the top-k set.** The tempered mass beyond the top-k is unknown (below),
+and on a near-flat model it is most of the mass at every position. So the witness
+conditions on the event "the sampled token is in ``off``'s top-k set ``S``": given the
+prefix and the event, a correct sampler's token is a draw from the truncated tempered
+law restricted to ``S`` and renormalised (``q``), which the top-k determines exactly.
+A token inside gets the **randomised PIT** of its rank under ``q`` (probability
+integral transform for a discrete distribution, Czado, Gneiting & Held 2009, Biometrics
+65(4)): with the categories ordered most likely first, ``Q(c-) + V·q(c)`` with ``V ~
+U(0,1)`` from a seeded RNG. Each is U(0,1) given the past and the event, so the inside
+PITs are iid U(0,1) (Rosenblatt 1952, Ann. Math. Stat. 23(3), applied to the
+conditional laws), tested for uniformity with the one-sample Kolmogorov-Smirnov test
+(``scipy.stats``: ``kstest`` for the statistic, ``kstwo``, the exact two-sided null
+law after Simard & L'Ecuyer 2011, J. Stat. Softw. 39(11), for the p-value). The share
+that fell outside ``S`` is its own check (:func:`_outside`), only over the positions
+whose outside probability is known within ``tail_tolerance``.
 
 **Selection (informative tokens).** Where ``off`` is near-certain the PIT is uniform
 whatever the sampler (a position with one likely token cannot show a distortion), and
-such positions dilute the KS test. So positions are selected by a *predictable* rule:
-a position is tested only when its tempered, truncated top-1 probability (the law the
-PIT uses, a function of ``off``'s distribution at the position, which the prefix
-determines) is at most ``max_top1`` (:data:`DEFAULT_WITNESS_MAX_TOP1`). The rule never
-reads the sampled token or the PIT's uniform, so under a correct sampler the selected
-PITs are still iid U(0,1): a sequence of iid variables sampled at indices chosen by
-a rule that sees only the past is again iid with the same law (the optional-skipping
-theorem: Doob 1953, *Stochastic Processes*, Thm III.5.2; Halmos 1939, Ann. Math.
-Stat. 10(4)), applied to the Rosenblatt transform's iid PITs. A rule that reads the
-sampled token (say, "keep the positions where it is not the top-1") is not
-predictable and breaks this. ``tokens_tested`` counts the selected tokens only; the
-others are excluded with that reason, and the power statement is about the selected.
+such positions dilute the KS test. So positions are selected by a *predictable* rule: a
+position is tested only when its tempered, truncated top-1 probability within the top-k
+set (the conditional law the PIT uses, a function of ``off``'s distribution at the
+position, which the prefix determines) is at most ``max_top1``
+(:data:`DEFAULT_WITNESS_MAX_TOP1`). The rule never reads the sampled token or the PIT's
+uniform, so under a correct sampler the selected PITs are still iid U(0,1): a sequence
+of iid variables sampled at indices chosen by a rule that sees only the past is again
+iid with the same law (the optional-skipping theorem: Doob 1953, *Stochastic Processes*,
+Thm III.5.2; Halmos 1939, Ann. Math. Stat. 10(4)), applied to the Rosenblatt transform's
+iid PITs. A rule that reads the sampled token (say, "keep the positions where it is not
+the top-1") is not predictable and breaks this. ``tokens_tested`` counts the selected
+tokens only; the others are excluded with that reason, and the power statement is about
+the selected.
 
-**Three tests, each at α/3 (Bonferroni).** The KS test on the selected PITs (any
-shift of the PIT law); the rank-bin Wald chi-square (:func:`_rank_chi2`); and the
-log-score z test (:func:`_log_score`): the sampled tokens' summed raw log-probability
-against its null mean and exact null variance, the score test for a change of
-temperature (a draft that ignores the temperature leaves the output too hot,
-argmax acceptance too cold). The two weighted tests do not dilute where ``off`` is
+**Four tests, each at α/4 (Bonferroni).** On the inside tokens: the KS test on the
+selected PITs (any shift of the PIT law); the rank-bin Wald chi-square
+(:func:`_rank_chi2`); and the log-score z test (:func:`_log_score`): the sampled
+tokens' summed raw log-probability against its conditional null mean and exact null
+variance, the score test for a change of temperature (a draft that ignores the
+temperature leaves the output too hot, argmax acceptance too cold). On every kept
+token: the outside-share check. The two weighted tests do not dilute where ``off`` is
 near-certain (those positions add ~0 to their deviation and variance), so the
 selection mainly serves the KS test.
 
@@ -46,35 +57,33 @@ every tail token at most as likely as the k-th (raw probability ``q_k``), its te
 weight (``x^(1/T)`` summed, in the scale of the top-k weights) lies in
 ``[0, R·q_k^(1/T-1)]`` for ``T <= 1`` (``x^(1/T) <= x·q_k^(1/T-1)``; spreading the tail
 over many tokens drives it to 0). For ``T > 1`` the lower end is ``R·q_k^(1/T-1)`` and
-the upper end needs the vocabulary size ``V``: ``(V-k)^(1-1/T)·R^(1/T)`` (Jensen); without
-``V`` such positions are excluded. Each position's PIT is computed at both ends of the
-interval (with the same ``V``) and the midpoint tested; a position is excluded (never
-guessed) when the "other" bucket's normalised mass is uncertain by more than
-``tail_tolerance``, or when a top-k or top-p boundary falls within ``slack`` of a
-tie or depends on the unknown tail. Exclusion depends only on ``off``'s distribution
-at the position, never on the sampled token, so the kept PITs stay iid U(0,1) under a
-correct sampler. The kept midpoints are off by at most ``δ`` (the largest half-width);
-the KS statistic is reduced by ``δ`` before its p-value (a conservative test: a
-correct sampler is refused at most at rate α).
+the upper end needs the vocabulary size ``V``: ``(V-k)^(1-1/T)·R^(1/T)`` (Jensen);
+without ``V`` it is unbounded. The conditional tests never need it; it bounds the
+outside probability (a position enters the outside check only when that interval is
+narrower than ``tail_tolerance``), and a position is excluded (never guessed) when a
+top-k or top-p boundary falls within ``slack`` of a tie or depends on the unknown
+tail. Exclusion depends only on ``off``'s distribution at the position, never on the
+sampled token.
 
 **Power** (:func:`detectable_distance`): the smallest PIT-CDF distance
-``Δ = sup_u |G(u) - u|`` (``G`` the PITs' law under the alternative, taken iid) that
-the test rejects with probability >= ``power`` at level α with ``n`` tokens:
-``Δ = c_α(n) + δ + ε``, with ``c_α(n)`` the KS critical value (``kstwo.isf``) and
+``Δ = sup_u |G(u) - u|`` (``G`` the inside PITs' law under the alternative, taken iid)
+that the test rejects with probability >= ``power`` at level α with ``n`` inside
+tokens: ``Δ = c_α(n) + ε``, with ``c_α(n)`` the KS critical value (``kstwo.isf``) and
 ``ε = sqrt(ln(2/(1-power))/(2n))`` the Dvoretzky-Kiefer-Wolfowitz band (Massart 1990,
 Ann. Probab. 18(3)): with probability >= ``power`` the empirical CDF lies within ``ε``
-of ``G``, so the statistic exceeds ``Δ - ε - δ >= c_α``. A distortion that moves mass
-towards more likely tokens at each position (argmax acceptance, a draft that ignores
-the temperature, relaxed acceptance) has ``Δ`` equal to its total variation per token,
-so ``Δ`` is also the smallest such total-variation distortion caught.
+of ``G``, so the statistic exceeds ``Δ - ε >= c_α``. A distortion that moves mass
+towards more likely tokens within the set (argmax acceptance, a draft that ignores
+the temperature, relaxed acceptance) has ``Δ`` equal to its total variation per token
+of the conditional law, so ``Δ`` is also the smallest such distortion caught.
 
 **The end of the output.** The scored text ends before the end-of-sequence token that
 stopped it, and no position of it holds one: every scored position is one where the
 sampler did *not* stop. So each position is tested against the law given "not the
 end": the end-of-sequence tokens (:data:`STOP_PIECES`, as engines decode them) are taken
 out of the categories after temperature and truncation, and the rest renormalised (the
-token given "not EOS" is a draw from that law under a correct sampler). An EOS outside
-the top-k stays in "other" (bounded by the tail; one more reason for a large k).
+token given "not EOS" is a draw from that law under a correct sampler); a sampled
+end-of-sequence token (scored on the ids) is excluded with that reason. An EOS outside
+the top-k stays in the tail (one more reason for a large k).
 Outputs cut by ``max_tokens`` need nothing: a stop by count selects no token.
 
 A token outside the truncated support (top-k or top-p cut it, with no doubt left by
@@ -131,8 +140,8 @@ TESTS = 4
 tokens inside ``off``'s top-k set; the outside-share check), each at ``alpha / TESTS``."""
 
 RANK_BINS = (1, 2, 3, 4, 7)
-"""First 1-based rank of each rank bin of the chi-square: ranks 1, 2, 3, 4-6, 7-k, then
-"other" (bins past ``k`` dropped)."""
+"""First 1-based rank of each rank bin of the chi-square within the top-k set: ranks 1,
+2, 3, 4-6, 7-k (bins past ``k`` dropped)."""
 
 STOP_PIECES: frozenset[bytes] = frozenset(
     piece.encode()
@@ -758,12 +767,13 @@ def witness(
         alpha: the level; seed: the PIT randomisation's seed (same inputs, same result).
         power: the power the detectable figures are stated at.
         slack: numerical slack on truncation boundaries (probability / nats).
-        tail_tolerance: the widest "other"-bucket mass interval a kept position may have.
+        tail_tolerance: the widest interval of the outside-the-set probability with
+            which a position enters the outside-share check.
         max_top1: the selection rule: positions whose tempered top-1 probability
             exceeds it are left out (module docstring); 1 keeps them all.
 
     Returns:
-        :class:`WitnessResult` (module docstring: the three tests, exclusions, power).
+        :class:`WitnessResult` (module docstring: the four tests, exclusions, power).
 
     Raises:
         ValueError: ``top_k`` < 1, ``alpha``/``power`` outside (0, 1), or

@@ -50,10 +50,20 @@ same verdict)."""
 
 @dataclass(frozen=True, slots=True)
 class RouteWitness:
-    """One route's witness for one reasoning mode: the result (``None`` when there is
-    none), why there is none, its cost (follow-up records; output tokens scored), and
-    how many scored outputs took each path (``by_ids``: the sampled token ids;
-    ``by_text``: the re-tokenized text, :data:`~deepseekbench._types._scored.ScoredBy`)."""
+    """One route's distribution witness for one reasoning mode (frozen; built by
+    :func:`route_witnesses` from a results file, read by :func:`witness_verdict`).
+
+    Attributes:
+        result: the :class:`~deepseekbench.WitnessResult` (tests, p-value, tokens
+            tested, power), ``None`` when no position could be tested.
+        reason: why outputs were left out or there is no result (``"; "``-joined), or
+            ``None``.
+        requests: scored outputs (``witness_score`` records; an output scored on its
+            token ids took two HTTP requests to ``off``, one on its text one).
+        scored_tokens: output tokens ``off`` scored (tokens).
+        by_ids / by_text: scored outputs that took each path (the sampled token ids;
+            the re-tokenized text: :data:`~deepseekbench._types._scored.ScoredBy`).
+    """
 
     result: WitnessResult | None
     reason: str | None
@@ -159,8 +169,11 @@ def _collect(plan: BenchmarkPlan, state: ResultsState, route: RoutePlan, mode: s
 def route_witnesses(
     plan: BenchmarkPlan, state: ResultsState
 ) -> dict[tuple[str, str], RouteWitness]:
-    """Every route's witness per reasoning mode (value) from the results file's
-    ``witness_score`` records; a route with no record has no entry."""
+    """Every route's witness per reasoning mode from the results file's
+    ``witness_score`` records, keyed ``(route label, reasoning mode value)``; a route
+    with no record has no entry. Tested at ``plan.parity.alpha`` with the plan's
+    ``witness_top_k`` and ``witness_max_top1``, the PIT seeded from
+    ``parity.seed`` (same records, same verdict). Raises nothing."""
     modes = {c.reasoning_mode.value for c in plan.cells} | {
         key[2] for key in state.witness_scores if key[1] == "parity"
     }
@@ -194,6 +207,17 @@ def _excluded(r: WitnessResult) -> str:
     return words + (f", {other} for other reasons" if other else "")
 
 
+def _outside_words(r: WitnessResult) -> str:
+    """The tokens outside ``off``'s top-k set and their check, in a few words."""
+    words = f"tests conditional on off's top-k set, {r.outside_topk} tokens outside it"
+    if not r.outside_checked:
+        return words + " (its mass unknown: share not checked)"
+    return words + (
+        f" ({r.outside_checked_count} of {r.outside_checked} where its mass is known, "
+        f"{r.outside_expected:.1f} expected, p={r.outside_p_value:.3g})"
+    )
+
+
 def _paths(w: RouteWitness) -> str:
     """Which path the tested outputs took, in a few words."""
     if not w.by_text:
@@ -207,7 +231,13 @@ def _paths(w: RouteWitness) -> str:
 
 
 def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityParity, str]:
-    """The witness's own verdict and one line saying why (module docstring)."""
+    """The witness's own verdict for ``w`` and one line saying why (module docstring):
+    ``differs`` when it rejects, ``unknown`` with no result or fewer than
+    ``min_tokens`` tokens tested (the line then says what it could have caught),
+    ``verified`` otherwise. The line states the tokens tested and excluded, the
+    p-value, the log-score z, the detectable PIT-CDF distance and log-score shift at
+    the stated power, the tokens outside ``off``'s top-k set, and the scoring path.
+    Raises nothing."""
     if w is None:
         return QualityParity.unknown, "distribution witness: no sampled output was scored"
     r = w.result
@@ -217,7 +247,8 @@ def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityPar
         f"{r.tokens_tested} informative tokens tested ({_excluded(r)}), p={r.p_value:.3g} "
         f"(alpha {r.alpha:g}; log-score z={r.score_statistic:+.2f}); catches a PIT-CDF "
         f"distance of {r.detectable_distance:.3f} or a log-score shift of "
-        f"{r.detectable_score_shift:.3f} sd per token at power {r.power:g}"
+        f"{r.detectable_score_shift:.3f} sd per token at power {r.power:g}; "
+        f"{_outside_words(r)}"
     )
     figures += f"; {_paths(w)}"
     if w.reason:  # outputs left out beside the tested ones: say which

@@ -40,11 +40,11 @@ from deepseekbench._types._scored import LogprobsKind, ScoredOutput, ScoredPosit
 
 __all__ = [
     "MAX_TOP_K",
+    "VLLM_PROMPT_LOGPROBS",
     "Reason",
     "ask_json",
-    "position_of",
-    "VLLM_PROMPT_LOGPROBS",
     "parse_prompt_logprobs",
+    "position_of",
     "score_output",
     "teacher_force_body",
     "teacher_force_reason",

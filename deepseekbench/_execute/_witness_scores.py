@@ -6,8 +6,9 @@ teacher-forcing request, on the sampled token ids where the route's engine retur
 (:func:`~deepseekbench._execute._teacher_force_ids.score_token_ids`: the prompt's ids,
 then the prompt and sampled ids scored in one pass), else on the output's text
 (:func:`~deepseekbench._execute._teacher_force.score_output`: the output appended as a
-final assistant message, ``prompt_logprobs``); the speculative route is never asked. Server misbehaviour, a deadline, a size cap or a gate refusal
-gives the recorded reason, never a crash.
+final assistant message, ``prompt_logprobs``); the speculative route is never asked.
+Server misbehaviour, a deadline, a size cap or a gate refusal gives the recorded
+reason, never a crash.
 """
 
 from __future__ import annotations

@@ -101,7 +101,9 @@ def make_target(
     return Target(logits, draft, t, top_k, top_p)
 
 
-def make_flat_target(seed: int, n: int, t: float, *, vocab: int = 200, scale: float = 1.0) -> Target:
+def make_flat_target(
+    seed: int, n: int, t: float, *, vocab: int = 200, scale: float = 1.0
+) -> Target:
     """A near-flat seeded target (a large vocabulary, small logit spread: ``off``'s
     top-``K`` leaves most of the mass, and the tail's tempered mass unknown, outside),
     as on a randomly initialised model; no near-certain positions."""

@@ -209,7 +209,8 @@ def test_exclusions_and_support() -> None:
     # tested inside the top-k set, and the outside share is not checked
     hot = witness([inside], SamplingSpec(temperature=1.5), top_k=3, alpha=ALPHA, seed=1)
     assert (hot.tokens_tested, hot.outside_checked) == (1, 0)
-    hot_p = witness([inside], SamplingSpec(temperature=1.5, top_p=0.9), top_k=3, alpha=ALPHA, seed=1)
+    nucleus = SamplingSpec(temperature=1.5, top_p=0.9)
+    hot_p = witness([inside], nucleus, top_k=3, alpha=ALPHA, seed=1)
     assert hot_p.tokens_tested == 0 and "unknown tail" in hot_p.exclusions[0].reason
     short = witness([inside], spec, top_k=5, alpha=ALPHA, seed=1)
     assert short.tokens_tested == 0 and not short.rejects

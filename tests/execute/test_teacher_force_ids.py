@@ -146,10 +146,10 @@ async def _sampled_ids(route: EngineRoute, client: httpx.AsyncClient) -> tuple[s
             max_tokens=40,
             temperature=0.7,
             seed=11,
-        )  # fmt: skip
+        )
     )
     assert body["return_token_ids"] is True
-    text, ids = "", []
+    text, ids = "", list[int]()
     async with client.stream("POST", route.chat_url, json=body) as r:
         async for line in r.aiter_lines():
             if not line.startswith("data: {"):

@@ -172,7 +172,8 @@ def test_scoring_goes_to_off_only_and_its_cost_is_stated(
     scores = [r for r in read_records(path) if r["record"] == "witness_score"]
     assert len(scores) == len(scoring) == len(result.rows) * PROMPTS  # one per sampled output
     assert all(r["scored"]["scored_by"] == "token_ids" for r in scores)
-    assert all("outputs scored on the sampled token ids" in (r.witness_note or "") for r in result.rows)
+    notes = [r.witness_note or "" for r in result.rows]
+    assert all("outputs scored on the sampled token ids" in n for n in notes), notes
     for row in result.rows:
         assert row.witness_requests == PROMPTS
         assert row.witness_scored_tokens is not None and row.witness_scored_tokens > 0
