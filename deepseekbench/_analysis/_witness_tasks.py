@@ -86,8 +86,11 @@ def _traffic(plan: BenchmarkPlan, state: ResultsState, blocks: list[Block]) -> I
 
 
 def _tokens(f: FollowUp, state: ResultsState) -> int:
-    """Output tokens the score covers: the measurement's ``completion_tokens`` when
-    recorded, else the characters (an upper bound for any tokenizer)."""
+    """Output tokens the score covers: the sampled ids when the engine returned them,
+    else the measurement's ``completion_tokens`` when recorded, else the characters
+    (an upper bound for any tokenizer)."""
+    if f.candidate_ids is not None:
+        return len(f.candidate_ids)
     if f.source == "traffic" and f.cell is not None:
         idx = int(f.prompt_id.removeprefix("request-"))
         m = state.measurements.get((f.candidate, f.cell, f.load, idx, 0))

@@ -29,7 +29,9 @@ The servers are the session pool's (shared with ``test_vllm_deepseek.py`` and
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +59,59 @@ def sampled(plan: BenchmarkPlan) -> BenchmarkPlan:
     data["workload"] = {"prompts": list(PROMPTS), "output_length": "natural"}
     data["parity"] |= {"witness": True}
     return BenchmarkPlan.model_validate(data)
+
+
+def top1_bound(scores: list[dict[str, Any]]) -> tuple[float, int]:
+    """The mean over the scored positions of the tempered top-1 probability within off's
+    top-k set (an upper bound on the tempered top-1 probability: the tail only adds
+    mass), and the positions it averages. A lossless sampler whose draft is
+    deterministic (vLLM's default greedy drafting) accepts a draft token ``d`` with
+    probability ``p_T(d) <= max p_T``, so its acceptance rate is at most this bound."""
+    tops: list[float] = []
+    for s in scores:
+        for pos in s["scored"]["positions"]:
+            lps = sorted((a["logprob"] for a in pos["top"]), reverse=True)
+            if lps:
+                w = [math.exp((lp - lps[0]) / TEMPERATURE) for lp in lps]
+                tops.append(1.0 / sum(w))
+    return (sum(tops) / len(tops) if tops else math.nan), len(tops)
+
+
+def spelled(run: PairRun, name: str) -> tuple[int, int, str]:
+    """Outputs whose scored ids decode (off's ``decoded_token`` pieces joined) to the
+    text the route streamed (an end-of-sequence piece after it allowed), of those
+    scored on ids; and the first mismatch, shortened."""
+    text = {
+        (m["route"], m["index"]): m["measurement"].get("text") or ""
+        for m in run.records("measurement")
+    }
+    same = total = 0
+    first = ""
+    for s in run.records("witness_score"):
+        if s["route"] != name or (s["scored"] or {}).get("scored_by") != "token_ids":
+            continue
+        total += 1
+        pieces = "".join(p["token"] for p in s["scored"]["positions"])
+        want = text[(name, int(s["prompt_id"].removeprefix("request-")))]
+        if pieces.startswith(want) and len(pieces) - len(want) <= 24:
+            same += 1
+        elif not first:
+            first = f"{want[:60]!r} vs ids {pieces[:60]!r}"
+    return same, total, first
+
+
+def check_acceptance(run: PairRun, label: str) -> None:
+    """Print vLLM's own acceptance on the sampled traffic against the lossless bound."""
+    row = next(r for r in run.result.rows if r.route_label == label)
+    bound, n = top1_bound([s for s in run.records("witness_score") if s["route"] == label])
+    drafted, accepted = row.draft_tokens or 0, row.accepted_tokens or 0
+    rate = accepted / drafted if drafted else math.nan
+    append_report(
+        f"witness {label}: vLLM accepted {accepted} of {drafted} draft tokens at "
+        f"T={TEMPERATURE} (rate {rate:.3f}); a lossless sampler with a greedy draft "
+        f"accepts at most the mean tempered top-1 probability, <= {bound:.3f} over "
+        f"{n} scored positions"
+    )
 
 
 def check_witness(run: PairRun, label: str) -> None:
@@ -97,6 +152,11 @@ def check_witness(run: PairRun, label: str) -> None:
             retokenized += gap > 1
         if retokenized:
             assert "non-canonical tokenization" in (row.parity_detail or ""), row.parity_detail
+        same, total, first = spelled(run, name)
+        append_report(
+            f"witness {name}: the sampled ids spell the streamed text in {same} of {total} "
+            f"outputs" + (f" (first mismatch: {first})" if first else "")
+        )
         append_report(
             f"witness {name}: of {len(mine)} outputs, {by_ids} scored on the sampled token "
             f"ids; of the rest, {ends} counted an end token and {retokenized} were "
@@ -119,6 +179,7 @@ def check_witness(run: PairRun, label: str) -> None:
             assert row.quality_parity is QualityParity.unknown, row.parity_detail
             assert "sample too small" in (row.parity_detail or "")
     assert run.delta[label].get("num_drafts", 1) > 0  # vLLM speculated
+    check_acceptance(run, label)
 
 
 def test_deepseek_mtp_is_verified_by_the_witness(
