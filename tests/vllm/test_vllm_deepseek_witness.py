@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from deepseekbench import BenchmarkPlan, QualityParity
+from deepseekbench import BenchmarkPlan, QualityParity, SamplingSpec, ScoredPosition, witness
 from tests.vllm import hf_models
 from tests.vllm.conftest import (
     DEEPSEEK_MODEL,
@@ -77,27 +77,51 @@ def top1_bound(scores: list[dict[str, Any]]) -> tuple[float, int]:
     return (sum(tops) / len(tops) if tops else math.nan), len(tops)
 
 
-def spelled(run: PairRun, name: str) -> tuple[int, int, str]:
-    """Outputs whose scored ids decode (off's ``decoded_token`` pieces joined) to the
-    text the route streamed (an end-of-sequence piece after it allowed), of those
-    scored on ids; and the first mismatch, shortened."""
+def spelled(run: PairRun, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """The route's id-scored outputs split by whether their ids decode (off's
+    ``decoded_token`` pieces joined) to the text the route streamed (an end-of-sequence
+    piece after it allowed); and the first mismatch, around its first differing
+    character."""
     text = {
         (m["route"], m["index"]): m["measurement"].get("text") or ""
         for m in run.records("measurement")
     }
-    same = total = 0
+    same: list[dict[str, Any]] = []
+    other: list[dict[str, Any]] = []
     first = ""
     for s in run.records("witness_score"):
         if s["route"] != name or (s["scored"] or {}).get("scored_by") != "token_ids":
             continue
-        total += 1
         pieces = "".join(p["token"] for p in s["scored"]["positions"])
         want = text[(name, int(s["prompt_id"].removeprefix("request-")))]
         if pieces.startswith(want) and len(pieces) - len(want) <= 24:
-            same += 1
-        elif not first:
-            first = f"{want[:60]!r} vs ids {pieces[:60]!r}"
-    return same, total, first
+            same.append(s)
+            continue
+        other.append(s)
+        if not first:
+            pairs = enumerate(zip(want, pieces, strict=False))
+            at = next((i for i, (a, b) in pairs if a != b), min(len(want), len(pieces)))
+            lo, hi = max(0, at - 10), at + 30
+            first = f"at char {at}: text {want[lo:hi]!r} vs ids {pieces[lo:hi]!r}"
+    return same, other, first
+
+
+def subset_witness(run: PairRun, scores: list[dict[str, Any]]) -> str:
+    """The witness on ``scores`` alone, in a few words (p, log-score z, tokens tested,
+    tokens outside off's top-k where its mass is known)."""
+    if not scores:
+        return "none"
+    parity = run.result.plan.parity
+    positions = [ScoredPosition.model_validate(p) for s in scores for p in s["scored"]["positions"]]
+    r = witness(
+        positions, SamplingSpec(temperature=TEMPERATURE), top_k=parity.witness_top_k,
+        alpha=parity.alpha, seed=parity.seed,
+    )  # fmt: skip
+    return (
+        f"{len(scores)} outputs, {r.tokens_tested} tested, p={r.p_value:.3g}, "
+        f"z={r.score_statistic:+.2f}, {r.outside_checked_count} of {r.outside_checked} "
+        f"outside the top-k where its mass is known ({r.outside_expected:.1f} expected)"
+    )
 
 
 def check_acceptance(run: PairRun, label: str) -> None:
@@ -152,10 +176,14 @@ def check_witness(run: PairRun, label: str) -> None:
             retokenized += gap > 1
         if retokenized:
             assert "non-canonical tokenization" in (row.parity_detail or ""), row.parity_detail
-        same, total, first = spelled(run, name)
+        same, other, first = spelled(run, name)
         append_report(
-            f"witness {name}: the sampled ids spell the streamed text in {same} of {total} "
-            f"outputs" + (f" (first mismatch: {first})" if first else "")
+            f"witness {name}: the sampled ids spell the streamed text in {len(same)} of "
+            f"{len(same) + len(other)} outputs" + (f" (first mismatch {first})" if first else "")
+        )
+        append_report(
+            f"witness {name} on the outputs whose ids spell the text: "
+            f"{subset_witness(run, same)}; on the others: {subset_witness(run, other)}"
         )
         append_report(
             f"witness {name}: of {len(mine)} outputs, {by_ids} scored on the sampled token "
