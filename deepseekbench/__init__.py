@@ -120,6 +120,17 @@ if TYPE_CHECKING:
         StepCostWitness,
         witness_step_costs,
     )
+    from deepseekbench._analysis._witness import (  # the distribution witness
+        SamplingSpec,
+        WitnessExclusion,
+        WitnessResult,
+        witness,
+    )
+    from deepseekbench._analysis._witness_rows import (
+        RouteWitness,
+        route_witnesses,
+        witness_verdict,
+    )
     from deepseekbench._dialects import (
         CounterSet,
         EngineDialect,
@@ -346,6 +357,7 @@ if TYPE_CHECKING:
         write_rows,
     )
     from deepseekbench._types._row_html import rows_html
+    from deepseekbench._types._scored import ScoredOutput, ScoredPosition
     from deepseekbench._types._selfcheck import DEFAULT_LAG_THRESHOLD_MS
     from deepseekbench._types._tokens import TokenCounter
 
@@ -467,6 +479,16 @@ _IMPORTS: dict[str, str] = {
     "RowFormatError": "deepseekbench._errors",
     "RunMeta": "deepseekbench._analysis._analysis",
     "RunResult": "deepseekbench._analysis._analysis",
+    # the distribution witness (parity at temperature > 0)
+    "SamplingSpec": "deepseekbench._analysis._witness",
+    "WitnessExclusion": "deepseekbench._analysis._witness",
+    "WitnessResult": "deepseekbench._analysis._witness",
+    "witness": "deepseekbench._analysis._witness",
+    "RouteWitness": "deepseekbench._analysis._witness_rows",
+    "route_witnesses": "deepseekbench._analysis._witness_rows",
+    "witness_verdict": "deepseekbench._analysis._witness_rows",
+    "ScoredOutput": "deepseekbench._types._scored",
+    "ScoredPosition": "deepseekbench._types._scored",
     "RunningLlamaServer": "deepseekbench._launch._llamacpp",
     "RunningVllmServer": "deepseekbench._launch._vllm",
     "SCHEMA_VERSION": "deepseekbench._types._row",
@@ -713,6 +735,7 @@ __all__ = [
     "RouteParity",
     "RoutePlan",
     "RouteUnreachableError",
+    "RouteWitness",
     "Row",
     "RowFormatError",
     "RunComparison",
@@ -720,8 +743,11 @@ __all__ = [
     "RunResult",
     "RunningLlamaServer",
     "RunningVllmServer",
+    "SamplingSpec",
     "Scorecard",
     "ScorecardLine",
+    "ScoredOutput",
+    "ScoredPosition",
     "SearchPlan",
     "SelfCheck",
     "SelfCheckSummary",
@@ -756,6 +782,8 @@ __all__ = [
     "TracePlan",
     "VllmServerError",
     "VllmServerSpec",
+    "WitnessExclusion",
+    "WitnessResult",
     "WorkerError",
     "WorkerPool",
     "WorkloadCoverage",
@@ -818,6 +846,7 @@ __all__ = [
     "reasoning_controls",
     "reference_tasks",
     "register_dialect",
+    "route_witnesses",
     "row_json_schema",
     "rows_html",
     "run_plan",
@@ -832,7 +861,9 @@ __all__ = [
     "vllm_servers",
     "which_factor_moved",
     "within_noise_verdict",
+    "witness",
     "witness_step_costs",
+    "witness_verdict",
     "write_acceptance_profile",
     "write_rows",
 ]

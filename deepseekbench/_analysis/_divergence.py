@@ -49,6 +49,7 @@ from deepseekbench._types._noise import OffProfile
 
 __all__ = [
     "DEFAULT_LOSSY_RATE",
+    "PROFILED_FEWER",
     "TAU_MIN_SAMPLE",
     "TAU_QUANTILE",
     "DivergenceCounts",
@@ -342,6 +343,14 @@ def _power_reason(n_compared: int, alpha: float, lossy_rate: float) -> tuple[flo
     return bound, need, text
 
 
+PROFILED_FEWER = (
+    "at most parity.profile_outputs per parity set and per cell and load point, "
+    "the outputs a route diverged from first"
+)
+"""Why a verdict may profile fewer ``off`` outputs than it compared: the profiles are
+bounded per group (:func:`~deepseekbench._analysis._follow_ups.profile_follow_ups`)."""
+
+
 def within_noise_verdict(
     margins: Sequence[DivergenceMargin],
     n_compared: int,
@@ -449,6 +458,8 @@ def _decide(
         if profiled
         else "no off output profiled"
     )
+    if 0 < profiled < n_compared:  # say why fewer outputs were profiled than compared
+        opp_text += f" of {n_compared} compared ({PROFILED_FEWER})"
     head = (
         f"{c.near_tie} of {n_compared} outputs diverge, all near-ties (largest margin "
         f"{max(m.margin_nats or 0.0 for m in ms):.3g} nats, {t.describe()}; "

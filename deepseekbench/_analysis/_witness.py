@@ -3,40 +3,51 @@
 At temperature > 0 two correct samplers give different texts, so parity cannot compare
 outputs; it can compare *laws*. For every token a route sampled, ``off`` scores the
 route's own prefix in one pass (teacher forcing, ``_types/_scored.py``) and reports its
-RAW top-k log-probabilities (nats, before temperature) at that position. The witness
-rebuilds the distribution the engine samples from (temperature, then top-k, then top-p:
-the order vLLM's sampler and the embedded engine apply; :func:`sampling_order_reason`
-says where an engine's order is unknown) over the top-k tokens plus one "other" bucket,
-and computes each token's **randomised PIT** (probability integral transform for a
-discrete distribution, Czado, Gneiting & Held 2009, Biometrics 65(4)): with the
-categories ordered most likely first and "other" last, a token in category ``c`` gets
-``F(c-) + V·f(c)`` with ``V ~ U(0,1)`` from a seeded RNG. For a correct sampler the
-sequential conditional PITs are iid U(0,1) (Rosenblatt 1952, Ann. Math. Stat. 23(3)),
-so uniformity is tested with the one-sample Kolmogorov-Smirnov test (``scipy.stats``:
-``kstest`` for the statistic, ``kstwo``, the exact two-sided null law after Simard &
-L'Ecuyer 2011, J. Stat. Softw. 39(11), for the p-value).
+RAW top-k log-probabilities (nats, before temperature) at that position (on the token
+ids the route sampled where its engine returned them: ``_execute/_teacher_force_ids.py``).
+The witness rebuilds the distribution the engine samples from (temperature, then top-k,
+then top-p: the order vLLM's sampler and the embedded engine apply;
+:func:`sampling_order_reason` says where an engine's order is unknown).
+
+**Conditional on the top-k set.** The tempered mass beyond the top-k is unknown (below),
+and on a near-flat model it is most of the mass at every position. So the witness
+conditions on the event "the sampled token is in ``off``'s top-k set ``S``": given the
+prefix and the event, a correct sampler's token is a draw from the truncated tempered
+law restricted to ``S`` and renormalised (``q``), which the top-k determines exactly.
+A token inside gets the **randomised PIT** of its rank under ``q`` (probability
+integral transform for a discrete distribution, Czado, Gneiting & Held 2009, Biometrics
+65(4)): with the categories ordered most likely first, ``Q(c-) + V·q(c)`` with ``V ~
+U(0,1)`` from a seeded RNG. Each is U(0,1) given the past and the event, so the inside
+PITs are iid U(0,1) (Rosenblatt 1952, Ann. Math. Stat. 23(3), applied to the
+conditional laws), tested for uniformity with the one-sample Kolmogorov-Smirnov test
+(``scipy.stats``: ``kstest`` for the statistic, ``kstwo``, the exact two-sided null
+law after Simard & L'Ecuyer 2011, J. Stat. Softw. 39(11), for the p-value). The share
+that fell outside ``S`` is its own check (:func:`_outside`), only over the positions
+whose outside probability is known within ``tail_tolerance``.
 
 **Selection (informative tokens).** Where ``off`` is near-certain the PIT is uniform
 whatever the sampler (a position with one likely token cannot show a distortion), and
-such positions dilute the KS test. So positions are selected by a *predictable* rule:
-a position is tested only when its tempered, truncated top-1 probability (the law the
-PIT uses, a function of ``off``'s distribution at the position, which the prefix
-determines) is at most ``max_top1`` (:data:`DEFAULT_WITNESS_MAX_TOP1`). The rule never
-reads the sampled token or the PIT's uniform, so under a correct sampler the selected
-PITs are still iid U(0,1): a sequence of iid variables sampled at indices chosen by
-a rule that sees only the past is again iid with the same law (the optional-skipping
-theorem: Doob 1953, *Stochastic Processes*, Thm III.5.2; Halmos 1939, Ann. Math.
-Stat. 10(4)), applied to the Rosenblatt transform's iid PITs. A rule that reads the
-sampled token (say, "keep the positions where it is not the top-1") is not
-predictable and breaks this. ``tokens_tested`` counts the selected tokens only; the
-others are excluded with that reason, and the power statement is about the selected.
+such positions dilute the KS test. So positions are selected by a *predictable* rule: a
+position is tested only when its tempered, truncated top-1 probability within the top-k
+set (the conditional law the PIT uses, a function of ``off``'s distribution at the
+position, which the prefix determines) is at most ``max_top1``
+(:data:`DEFAULT_WITNESS_MAX_TOP1`). The rule never reads the sampled token or the PIT's
+uniform, so under a correct sampler the selected PITs are still iid U(0,1): a sequence
+of iid variables sampled at indices chosen by a rule that sees only the past is again
+iid with the same law (the optional-skipping theorem: Doob 1953, *Stochastic Processes*,
+Thm III.5.2; Halmos 1939, Ann. Math. Stat. 10(4)), applied to the Rosenblatt transform's
+iid PITs. A rule that reads the sampled token (say, "keep the positions where it is not
+the top-1") is not predictable and breaks this. ``tokens_tested`` counts the selected
+tokens only; the others are excluded with that reason, and the power statement is about
+the selected.
 
-**Three tests, each at α/3 (Bonferroni).** The KS test on the selected PITs (any
-shift of the PIT law); the rank-bin Wald chi-square (:func:`_rank_chi2`); and the
-log-score z test (:func:`_log_score`): the sampled tokens' summed raw log-probability
-against its null mean and exact null variance, the score test for a change of
-temperature (a draft that ignores the temperature leaves the output too hot,
-argmax acceptance too cold). The two weighted tests do not dilute where ``off`` is
+**Four tests, each at α/4 (Bonferroni).** On the inside tokens: the KS test on the
+selected PITs (any shift of the PIT law); the rank-bin Wald chi-square
+(:func:`_rank_chi2`); and the log-score z test (:func:`_log_score`): the sampled
+tokens' summed raw log-probability against its conditional null mean and exact null
+variance, the score test for a change of temperature (a draft that ignores the
+temperature leaves the output too hot, argmax acceptance too cold). On every kept
+token: the outside-share check. The two weighted tests do not dilute where ``off`` is
 near-certain (those positions add ~0 to their deviation and variance), so the
 selection mainly serves the KS test.
 
@@ -46,35 +57,33 @@ every tail token at most as likely as the k-th (raw probability ``q_k``), its te
 weight (``x^(1/T)`` summed, in the scale of the top-k weights) lies in
 ``[0, R·q_k^(1/T-1)]`` for ``T <= 1`` (``x^(1/T) <= x·q_k^(1/T-1)``; spreading the tail
 over many tokens drives it to 0). For ``T > 1`` the lower end is ``R·q_k^(1/T-1)`` and
-the upper end needs the vocabulary size ``V``: ``(V-k)^(1-1/T)·R^(1/T)`` (Jensen); without
-``V`` such positions are excluded. Each position's PIT is computed at both ends of the
-interval (with the same ``V``) and the midpoint tested; a position is excluded (never
-guessed) when the "other" bucket's normalised mass is uncertain by more than
-``tail_tolerance``, or when a top-k or top-p boundary falls within ``slack`` of a
-tie or depends on the unknown tail. Exclusion depends only on ``off``'s distribution
-at the position, never on the sampled token, so the kept PITs stay iid U(0,1) under a
-correct sampler. The kept midpoints are off by at most ``δ`` (the largest half-width);
-the KS statistic is reduced by ``δ`` before its p-value (a conservative test: a
-correct sampler is refused at most at rate α).
+the upper end needs the vocabulary size ``V``: ``(V-k)^(1-1/T)·R^(1/T)`` (Jensen);
+without ``V`` it is unbounded. The conditional tests never need it; it bounds the
+outside probability (a position enters the outside check only when that interval is
+narrower than ``tail_tolerance``), and a position is excluded (never guessed) when a
+top-k or top-p boundary falls within ``slack`` of a tie or depends on the unknown
+tail. Exclusion depends only on ``off``'s distribution at the position, never on the
+sampled token.
 
 **Power** (:func:`detectable_distance`): the smallest PIT-CDF distance
-``Δ = sup_u |G(u) - u|`` (``G`` the PITs' law under the alternative, taken iid) that
-the test rejects with probability >= ``power`` at level α with ``n`` tokens:
-``Δ = c_α(n) + δ + ε``, with ``c_α(n)`` the KS critical value (``kstwo.isf``) and
+``Δ = sup_u |G(u) - u|`` (``G`` the inside PITs' law under the alternative, taken iid)
+that the test rejects with probability >= ``power`` at level α with ``n`` inside
+tokens: ``Δ = c_α(n) + ε``, with ``c_α(n)`` the KS critical value (``kstwo.isf``) and
 ``ε = sqrt(ln(2/(1-power))/(2n))`` the Dvoretzky-Kiefer-Wolfowitz band (Massart 1990,
 Ann. Probab. 18(3)): with probability >= ``power`` the empirical CDF lies within ``ε``
-of ``G``, so the statistic exceeds ``Δ - ε - δ >= c_α``. A distortion that moves mass
-towards more likely tokens at each position (argmax acceptance, a draft that ignores
-the temperature, relaxed acceptance) has ``Δ`` equal to its total variation per token,
-so ``Δ`` is also the smallest such total-variation distortion caught.
+of ``G``, so the statistic exceeds ``Δ - ε >= c_α``. A distortion that moves mass
+towards more likely tokens within the set (argmax acceptance, a draft that ignores
+the temperature, relaxed acceptance) has ``Δ`` equal to its total variation per token
+of the conditional law, so ``Δ`` is also the smallest such distortion caught.
 
 **The end of the output.** The scored text ends before the end-of-sequence token that
 stopped it, and no position of it holds one: every scored position is one where the
 sampler did *not* stop. So each position is tested against the law given "not the
 end": the end-of-sequence tokens (:data:`STOP_PIECES`, as engines decode them) are taken
 out of the categories after temperature and truncation, and the rest renormalised (the
-token given "not EOS" is a draw from that law under a correct sampler). An EOS outside
-the top-k stays in "other" (bounded by the tail; one more reason for a large k).
+token given "not EOS" is a draw from that law under a correct sampler); a sampled
+end-of-sequence token (scored on the ids) is excluded with that reason. An EOS outside
+the top-k stays in the tail (one more reason for a large k).
 Outputs cut by ``max_tokens`` need nothing: a stop by count selects no token.
 
 A token outside the truncated support (top-k or top-p cut it, with no doubt left by
@@ -87,7 +96,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -139,13 +148,13 @@ MIN_BIN_EXPECTED = 5.0
 """Fewest tokens a rank-bin group of the chi-square must expect (tokens): rarer bins are
 merged with their neighbours first (Cochran's rule)."""
 
-TESTS = 3
-"""Tests the witness combines by Bonferroni (KS, rank-bin chi-square, log-score), each
-at ``alpha / TESTS``."""
+TESTS = 4
+"""Tests the witness combines by Bonferroni (KS, rank-bin chi-square, log-score on the
+tokens inside ``off``'s top-k set; the outside-share check), each at ``alpha / TESTS``."""
 
 RANK_BINS = (1, 2, 3, 4, 7)
-"""First 1-based rank of each rank bin of the chi-square: ranks 1, 2, 3, 4-6, 7-k, then
-"other" (bins past ``k`` dropped)."""
+"""First 1-based rank of each rank bin of the chi-square within the top-k set: ranks 1,
+2, 3, 4-6, 7-k (bins past ``k`` dropped)."""
 
 STOP_PIECES: frozenset[bytes] = frozenset(
     piece.encode()
@@ -218,21 +227,28 @@ class WitnessResult(BaseModel):
     """The witness's verdict material for one route's tokens (frozen).
 
     Attributes:
-        test: the tests' names: the KS test on randomised PITs, the rank-bin Wald
-            chi-square and the log-score z test, each at ``alpha/3`` (Bonferroni).
-        statistic: the KS statistic ``D`` after the tail-bound reduction ``δ``.
+        test: the tests' names: on the tokens inside ``off``'s top-k set, the KS test
+            on their conditional randomised PITs, the rank-bin Wald chi-square and the
+            log-score z test; on every kept token, the outside-share check; each at
+            ``alpha/4`` (Bonferroni).
+        statistic: the KS statistic ``D``.
         ks_p_value / chi2_p_value / score_p_value: each test's p-value;
             chi2_statistic, chi2_df: the chi-square's statistic and degrees of freedom;
             score_statistic: the log-score ``z`` (negative: the tokens are less likely
             than ``off``'s law expects, a sampler too hot).
-        p_value: the combined (Bonferroni) p-value ``min(1, 3·min(p_ks, p_chi2,
-            p_score))``; 1.0 when nothing was tested.
+        outside_topk: kept tokens that fell outside ``off``'s top-k set (tokens);
+            outside_checked: the kept positions whose outside probability is known
+            within the tail tolerance, where the share is checked; of those,
+            outside_checked_count fell outside against outside_expected expected
+            (tokens); outside_p_value: that check's p-value.
+        p_value: the combined (Bonferroni) p-value ``min(1, 4·min(p_ks, p_chi2,
+            p_score, p_outside))``; 1.0 when nothing was tested.
         alpha: the level the verdict uses.
-        tokens_tested: the selected (informative) tokens the tests saw (tokens);
-            tokens_excluded: the rest, ``exclusions`` says why (the near-certain
-            positions the selection rule leaves out among them).
+        tokens_tested: the selected (informative) tokens inside ``off``'s top-k set,
+            which the three conditional tests saw (tokens); tokens_excluded: the
+            positions left out, ``exclusions`` says why (the near-certain positions the
+            selection rule leaves out among them).
         outside_support: tokens the truncated target gives probability 0.
-        tail_slack: ``δ``, the largest PIT half-width from the unknown tail.
         max_top1: the selection rule's bound on the tempered top-1 probability.
         detectable_distance: the PIT-CDF distance over the tested tokens (= total
             variation per tested token for mass moved towards likelier tokens) the KS
@@ -247,7 +263,9 @@ class WitnessResult(BaseModel):
 
     model_config = _CONFIG
 
-    test: str = "ks_randomised_pit+rank_bin_chi2+log_score_z (Bonferroni)"
+    test: str = (
+        "ks_conditional_pit+rank_bin_chi2+log_score_z on the top-k set, outside_share (Bonferroni)"
+    )
     statistic: float = Field(ge=0)
     ks_p_value: float = Field(ge=0, le=1)
     chi2_statistic: float = Field(ge=0)
@@ -255,13 +273,17 @@ class WitnessResult(BaseModel):
     chi2_p_value: float = Field(ge=0, le=1)
     score_statistic: float = 0.0
     score_p_value: float = Field(default=1.0, ge=0, le=1)
+    outside_topk: int = Field(default=0, ge=0)
+    outside_checked: int = Field(default=0, ge=0)
+    outside_checked_count: int = Field(default=0, ge=0)
+    outside_expected: float = Field(default=0.0, ge=0)
+    outside_p_value: float = Field(default=1.0, ge=0, le=1)
     p_value: float = Field(ge=0, le=1)
     alpha: float = Field(gt=0, lt=1)
     tokens_tested: int = Field(ge=0)
     tokens_excluded: int = Field(ge=0)
     exclusions: tuple[WitnessExclusion, ...] = ()
     outside_support: int = Field(default=0, ge=0)
-    tail_slack: float = Field(default=0.0, ge=0)
     max_top1: float = Field(default=1.0, gt=0, le=1)
     detectable_distance: float = Field(ge=0, le=1)
     detectable_rank_shift: float = Field(ge=0)
@@ -380,8 +402,23 @@ def _piece(pos: WitnessPosition) -> bytes:
     return pos.token_bytes if pos.token_bytes is not None else pos.token.encode()
 
 
-def _category(pos: WitnessPosition, top: Sequence[TopLogprob]) -> int:
-    """Index of the sampled token among ``top`` (by UTF-8 bytes), ``len(top)`` for "other"."""
+def _ranked(pos: WitnessPosition, k: int) -> tuple[list[TopLogprob], list[int] | None]:
+    """The top-``k`` alternatives most likely first, with their ids when the position
+    carries them (``top_ids``, aligned with ``top``), else ``None``."""
+    ids = getattr(pos, "top_ids", None)
+    alts = list(pos.top)
+    if ids is not None and len(ids) == len(alts) and getattr(pos, "token_id", None) is not None:
+        pairs = sorted(zip(alts, ids, strict=True), key=lambda t: -t[0].logprob)[:k]
+        return [a for a, _ in pairs], [int(i) for _, i in pairs]
+    return sorted(alts, key=lambda a: -a.logprob)[:k], None
+
+
+def _category(pos: WitnessPosition, top: Sequence[TopLogprob], ids: list[int] | None) -> int:
+    """Index of the sampled token among ``top`` (by id when known, else by UTF-8
+    bytes), ``len(top)`` when it is outside off's top-k set."""
+    if ids is not None:
+        tid = getattr(pos, "token_id", None)
+        return ids.index(tid) if tid in ids else len(top)
     piece = _piece(pos)
     for i, alt in enumerate(top):
         if alt.piece == piece:
@@ -390,39 +427,32 @@ def _category(pos: WitnessPosition, top: Sequence[TopLogprob]) -> int:
 
 
 class _Scored(NamedTuple):
-    """One kept position: PIT midpoint and half-width, rank-bin law (midpoint), the
-    token's bin, the bin law's half-width (largest over bins), and the log-score: the
-    token's score, its null mean (midpoint), variance and the mean's half-width (nats)."""
+    """One kept position. ``inside``: the sampled token is in ``off``'s top-k set; then
+    its conditional PIT, the conditional rank-bin law, the token's bin and the log-score
+    (the token's score, its conditional null mean and variance, nats); else those are
+    unused. ``out_p``/``out_half``: the probability of falling outside the set
+    (midpoint and half-width), ``None`` where the tail leaves it unknown."""
 
+    inside: bool
     pit: float
-    half: float
     bins: np.ndarray
     token_bin: int
-    bins_half: float
     score: float
     score_mean: float
     score_var: float
-    score_half: float
-
-
-def _law_at(w: np.ndarray, t: float) -> np.ndarray:
-    """Category probabilities (top-k most likely first, then "other") with tail weight ``t``."""
-    full = np.append(w, t)
-    return full / float(full.sum())
+    out_p: float | None
+    out_half: float
 
 
 def _rank_bins(law: np.ndarray, k: int) -> np.ndarray:
-    """``law`` (top-k categories then "other") summed over :data:`RANK_BINS` ranks."""
-    top = law[:-1]
+    """``law`` (the top-k categories) summed over :data:`RANK_BINS` ranks."""
     starts = [s - 1 for s in RANK_BINS if s <= k]
     ends = [*starts[1:], k]
-    return np.array([float(top[a:b].sum()) for a, b in zip(starts, ends, strict=True)] + [law[-1]])
+    return np.array([float(law[a:b].sum()) for a, b in zip(starts, ends, strict=True)])
 
 
-def _token_bin(cat: int, listed: int, k: int) -> int:
-    """The rank bin of category ``cat`` (0-based; index ``listed`` is "other")."""
-    if cat >= listed:
-        return sum(1 for s in RANK_BINS if s <= k)
+def _token_bin(cat: int) -> int:
+    """The rank bin of category ``cat`` (0-based rank within the top-k)."""
     return sum(1 for s in RANK_BINS if s - 1 <= cat) - 1
 
 
@@ -430,6 +460,25 @@ def near_certain_reason(max_top1: float) -> str:
     """The exclusion reason of a position the selection rule leaves out (``max_top1``:
     the bound on the tempered top-1 probability)."""
     return f"off near-certain (tempered top-1 probability above {max_top1:g})"
+
+
+def _truncated(
+    logps: np.ndarray, spec: SamplingSpec, complete: bool, slack: float
+) -> tuple[np.ndarray, tuple[float, float]] | str:
+    """The top-k set's tempered, truncated weights (units of ``exp(l_1/T)``) and the
+    tail's weight interval after truncation, or why the truncation is not known."""
+    bounds = _tail_bounds(logps, spec, complete=complete)
+    if isinstance(bounds, str):
+        if spec.temperature <= 1 or spec.vocab_size is not None:
+            return bounds
+        bounds = (0.0, math.inf)  # T > 1, no vocabulary size: the tail is unbounded
+    w = np.exp((logps - logps[0]) / spec.temperature)
+    cut = _apply_top_k(w, bounds, logps, spec.top_k, slack)
+    if isinstance(cut, str):
+        return cut
+    if spec.top_p < 1 and math.isinf(cut[1][1]):
+        return "top-p boundary depends on the unknown tail mass"
+    return _apply_top_p(*cut, spec.top_p, slack)
 
 
 def _one_position(
@@ -443,54 +492,49 @@ def _one_position(
 ) -> _Scored | str:
     """The kept position's figures, or why it is excluded; "outside support" when the
     truncated target gives the token probability 0 (checked before the selection: a
-    forbidden token refuses wherever it falls)."""
+    forbidden token refuses wherever it falls). The PIT, rank bins and log-score are
+    conditional on the top-k set (module docstring), so the tail never widens them."""
     if _piece(pos) in STOP_PIECES:
         return "the forced token is an end-of-sequence token"
-    top = sorted(pos.top, key=lambda a: -a.logprob)[:k]
+    top, ids = _ranked(pos, k)
     if not top:
         return "no alternatives at the position"
     logps = np.array([a.logprob for a in top], dtype=float)
     if not np.all(np.isfinite(logps)):
         return "non-finite logprob in the top-k"
-    bounds = _tail_bounds(logps, spec, complete=len(top) < k)
-    if isinstance(bounds, str):
-        return bounds
-    w = np.exp((logps - logps[0]) / spec.temperature)
-    cut = _apply_top_k(w, bounds, logps, spec.top_k, slack)
-    if isinstance(cut, str):
-        return cut
-    nucleus = _apply_top_p(*cut, spec.top_p, slack)
-    if isinstance(nucleus, str):
-        return nucleus
-    w, (lo, hi) = nucleus
-    stops = np.array([a.piece in STOP_PIECES for a in top])
-    w = np.where(stops, 0.0, w)  # the law given "not the end" (module docstring)
-    if float(w.sum()) + hi <= 0.0:
-        return "only end-of-sequence tokens in the support"
-    law_lo, law_hi = _law_at(w, lo), _law_at(w, hi)
-    if abs(float(law_hi[-1] - law_lo[-1])) > tol:
-        return "tail mass uncertain beyond tail_tolerance"
-    cat = _category(pos, top)
-    if law_hi[cat] == 0.0 and law_lo[cat] == 0.0:
+    got = _truncated(logps, spec, len(top) < k, slack)
+    if isinstance(got, str):
+        return got
+    w, (lo, hi) = got
+    w = np.where([a.piece in STOP_PIECES for a in top], 0.0, w)  # given "not the end"
+    total = float(w.sum())
+    cat = _category(pos, top, ids)
+    inside = cat < len(top)
+    if (inside and w[cat] == 0.0) or (not inside and hi == 0.0):
         return "outside support"
-    if float((law_lo[:-1] + law_hi[:-1]).max()) / 2 > max_top1:
+    if total <= 0.0:
+        return "no top-k token in the support given not the end"
+    q = w / total
+    if float(q.max()) > max_top1:
         return near_certain_reason(max_top1)
-    a = float(law_lo[:cat].sum() + v * law_lo[cat])
-    b = float(law_hi[:cat].sum() + v * law_hi[cat])
-    bins_lo, bins_hi = _rank_bins(law_lo, k), _rank_bins(law_hi, k)
-    g = np.append(logps - logps[0], logps[-1] - logps[0])  # "other": at most the k-th
-    mid = (law_lo + law_hi) / 2
-    mean = float(mid @ g)
+    out_lo = lo / (total + lo)
+    out_hi = 1.0 if math.isinf(hi) else hi / (total + hi)
+    known = out_hi - out_lo <= tol
+    out_p, out_half = ((out_lo + out_hi) / 2, (out_hi - out_lo) / 2) if known else (None, 0.0)
+    if not inside:
+        return _Scored(False, math.nan, np.zeros(0), -1, 0.0, 0.0, 0.0, out_p, out_half)
+    g = logps - logps[0]
+    mean = float(q @ g)
     return _Scored(
-        pit=(a + b) / 2,
-        half=abs(a - b) / 2,
-        bins=(bins_lo + bins_hi) / 2,
-        token_bin=_token_bin(cat, len(w), k),
-        bins_half=float(np.abs(bins_hi - bins_lo).max()) / 2,
+        inside=True,
+        pit=float(q[:cat].sum() + v * q[cat]),
+        bins=_rank_bins(q, k),
+        token_bin=_token_bin(cat),
         score=float(g[cat]),
         score_mean=mean,
-        score_var=float(mid @ (g - mean) ** 2),
-        score_half=abs(float(law_hi @ g) - float(law_lo @ g)) / 2,
+        score_var=float(q @ (g - mean) ** 2),
+        out_p=out_p,
+        out_half=out_half,
     )
 
 
@@ -616,15 +660,37 @@ def _check_levels(alpha: float, power: float) -> None:
         raise ValueError("alpha and power must be in (0, 1)")
 
 
-def _ks(kept: Sequence[_Scored]) -> tuple[float, float, float]:
-    """(statistic after the δ reduction, p-value, δ) of the KS test on the PIT midpoints."""
-    delta = max((s.half for s in kept), default=0.0)
+def _ks(kept: Sequence[_Scored]) -> tuple[float, float]:
+    """(statistic, p-value) of the KS test on the conditional PITs (exact: no tail)."""
     if not kept:
-        return 0.0, 1.0, delta
-    raw = float(stats.kstest([s.pit for s in kept], "uniform").statistic)
-    d = max(0.0, raw - delta)
-    p = float(np.clip(stats.kstwo.sf(d, len(kept)), 0.0, 1.0)) if d > 0 else 1.0
-    return d, p, delta
+        return 0.0, 1.0
+    d = float(stats.kstest([s.pit for s in kept], "uniform").statistic)
+    return d, float(np.clip(stats.kstwo.sf(d, len(kept)), 0.0, 1.0))
+
+
+def _poisson_binomial(ps: np.ndarray) -> np.ndarray:
+    """The law of a sum of independent Bernoulli(``ps``) counts (pmf over 0..n)."""
+    pmf = np.ones(1)
+    for p in ps:
+        pmf = np.convolve(pmf, [1.0 - float(p), float(p)])
+    return pmf
+
+
+def _outside(kept: Sequence[_Scored]) -> tuple[int, int, float, float]:
+    """(tokens outside the top-k set, positions checked, expected count, p-value) of
+    the outside-share check over the kept positions whose outside probability is known
+    within the tail tolerance: the count against the Poisson-binomial law of those
+    probabilities, conservative at both ends (the upper tail under the interval's upper
+    ends, the lower tail under its lower ends); two-sided."""
+    known = [s for s in kept if s.out_p is not None]
+    if not known:
+        return 0, 0, 0.0, 1.0
+    mid = np.array([cast(float, s.out_p) for s in known])
+    half = np.array([s.out_half for s in known])
+    count = sum(1 for s in known if not s.inside)
+    upper = float(_poisson_binomial(np.minimum(1.0, mid + half))[count:].sum())
+    lower = float(_poisson_binomial(np.maximum(0.0, mid - half))[: count + 1].sum())
+    return count, len(known), float(mid.sum()), float(min(1.0, 2 * min(upper, lower)))
 
 
 def _merged_bins(expected: np.ndarray) -> np.ndarray:
@@ -649,8 +715,8 @@ def _rank_chi2(kept: Sequence[_Scored]) -> tuple[float, float, int]:
 
     Counts ``N`` and their null mean ``E = Σ p_t`` and covariance ``Σ (diag p_t - p_t p_tᵀ)``
     (a sum of independent one-draw multinomials; the sequential case by the martingale
-    CLT); ``X = dᵀ C⁺ d`` with ``d = N - E`` shrunk towards 0 by the tail bound
-    ``Σ_t`` half-width, ``df`` the rank of ``C``. Bins expecting few tokens are merged
+    CLT); ``X = dᵀ C⁺ d`` with ``d = N - E``, ``df`` the rank of ``C``; ``p_t`` is the
+    conditional rank-bin law on the top-k set (exact). Bins expecting few tokens are merged
     first (:func:`_merged_bins`): the chi-square law is a poor guide to a count whose
     mean is below a few tokens, and refuses a correct sampler too often there.
     """
@@ -668,30 +734,26 @@ def _rank_chi2(kept: Sequence[_Scored]) -> tuple[float, float, int]:
     if df == 0:
         return 0.0, 1.0, 0
     dev = counts - probs.sum(axis=0)
-    shrink = sum(s.bins_half for s in kept)
-    dev = np.sign(dev) * np.maximum(0.0, np.abs(dev) - shrink)
     x = float(dev @ np.linalg.pinv(cov, rcond=1e-9, hermitian=True) @ dev)
     return x, float(stats.chi2.sf(x, df)), df
 
 
 def _log_score(kept: Sequence[_Scored]) -> tuple[float, float]:
     """(z, two-sided p-value) of the log-score test: the sampled tokens' summed raw
-    log-probabilities (relative to the top-1, nats; "other" at the k-th's) against their
-    null mean, over the square root of the summed null variances.
+    log-probabilities (relative to the top-1, nats) against their null mean under the
+    conditional law on the top-k set, over the square root of the summed null variances.
 
     Each term ``g_t(x_t) - E_t g_t`` is a martingale difference with predictable
     variance, so ``z`` is asymptotically N(0, 1) under a correct sampler (martingale
     CLT, McLeish 1974, Ann. Probab. 2(4)). ``g_t`` is the log-likelihood's derivative
     in ``1/T`` up to a constant, so this is the score test for a change of temperature
     (Rao 1948): locally the most powerful against a sampler too hot (a draft that
-    ignores the temperature) or too cold (argmax acceptance). The deviation is shrunk
-    towards 0 by the summed half-widths of the null means (the unknown tail).
+    ignores the temperature) or too cold (argmax acceptance).
     """
     var = sum(s.score_var for s in kept)
     if not kept or var <= 0:
         return 0.0, 1.0
     dev = sum(s.score - s.score_mean for s in kept)
-    dev = math.copysign(max(0.0, abs(dev) - sum(s.score_half for s in kept)), dev)
     z = dev / math.sqrt(var)
     return z, float(min(1.0, 2 * stats.norm.sf(abs(z))))
 
@@ -718,12 +780,13 @@ def witness(
         alpha: the level; seed: the PIT randomisation's seed (same inputs, same result).
         power: the power the detectable figures are stated at.
         slack: numerical slack on truncation boundaries (probability / nats).
-        tail_tolerance: the widest "other"-bucket mass interval a kept position may have.
+        tail_tolerance: the widest interval of the outside-the-set probability with
+            which a position enters the outside-share check.
         max_top1: the selection rule: positions whose tempered top-1 probability
             exceeds it are left out (module docstring); 1 keeps them all.
 
     Returns:
-        :class:`WitnessResult` (module docstring: the three tests, exclusions, power).
+        :class:`WitnessResult` (module docstring: the four tests, exclusions, power).
 
     Raises:
         ValueError: ``top_k`` < 1, ``alpha``/``power`` outside (0, 1), or
@@ -787,12 +850,15 @@ def witness_groups(
 def _result(
     kept: Sequence[_Scored], excluded: dict[str, int], alpha: float, power: float, bound: float
 ) -> WitnessResult:
-    """The three tests on ``kept``, combined by Bonferroni, and the power figures."""
+    """The four tests, combined by Bonferroni, and the power figures: the three on the
+    tokens inside ``off``'s top-k set (conditional), the outside-share check on all."""
     outside = excluded.pop("outside support", 0)
-    d, p_ks, delta = _ks(kept)
-    x, p_chi, df = _rank_chi2(kept)
-    z, p_z = _log_score(kept)
-    n = len(kept)
+    inside = [s for s in kept if s.inside]
+    d, p_ks = _ks(inside)
+    x, p_chi, df = _rank_chi2(inside)
+    z, p_z = _log_score(inside)
+    out, checked, expected, p_out = _outside(kept)
+    n = len(inside)
     level = alpha / TESTS
     return WitnessResult(
         statistic=d,
@@ -802,15 +868,19 @@ def _result(
         chi2_p_value=p_chi,
         score_statistic=z,
         score_p_value=p_z,
-        p_value=min(1.0, TESTS * min(p_ks, p_chi, p_z)),
+        outside_topk=len(kept) - n,
+        outside_checked=checked,
+        outside_checked_count=out,
+        outside_expected=expected,
+        outside_p_value=p_out,
+        p_value=min(1.0, TESTS * min(p_ks, p_chi, p_z, p_out)),
         alpha=alpha,
         tokens_tested=n,
         tokens_excluded=sum(excluded.values()) + outside,
         exclusions=tuple(WitnessExclusion(reason=r, tokens=c) for r, c in sorted(excluded.items())),
         outside_support=outside,
-        tail_slack=delta,
         max_top1=bound,
-        detectable_distance=detectable_distance(n, level, power=power, tail_slack=delta),
+        detectable_distance=detectable_distance(n, level, power=power),
         detectable_rank_shift=detectable_rank_shift(n, df, level, power=power),
         detectable_score_shift=detectable_score_shift(n, level, power=power),
         power=power,

@@ -50,13 +50,27 @@ same verdict)."""
 
 @dataclass(frozen=True, slots=True)
 class RouteWitness:
-    """One route's witness for one reasoning mode: the result (``None`` when there is
-    none), why there is none, and its cost (follow-up requests; output tokens scored)."""
+    """One route's distribution witness for one reasoning mode (frozen; built by
+    :func:`route_witnesses` from a results file, read by :func:`witness_verdict`).
+
+    Attributes:
+        result: the :class:`~deepseekbench.WitnessResult` (tests, p-value, tokens
+            tested, power), ``None`` when no position could be tested.
+        reason: why outputs were left out or there is no result (``"; "``-joined), or
+            ``None``.
+        requests: scored outputs (``witness_score`` records; an output scored on its
+            token ids took two HTTP requests to ``off``, one on its text one).
+        scored_tokens: output tokens ``off`` scored (tokens).
+        by_ids / by_text: scored outputs that took each path (the sampled token ids;
+            the re-tokenized text: :data:`~deepseekbench._types._scored.ScoredBy`).
+    """
 
     result: WitnessResult | None
     reason: str | None
     requests: int
     scored_tokens: int
+    by_ids: int = 0
+    by_text: int = 0
 
 
 def spec_for(plan: BenchmarkPlan, route: RoutePlan, source: str) -> SamplingSpec | str:
@@ -104,14 +118,22 @@ def _retokenized(state: ResultsState, key: tuple[Any, ...], scored: int) -> str:
     )
 
 
-def _collect(
-    plan: BenchmarkPlan, state: ResultsState, route: RoutePlan, mode: str
-) -> tuple[list[tuple[SamplingSpec, list[WitnessPosition]]], list[str], int, int]:
+@dataclass(slots=True)
+class _Collected:
+    groups: list[tuple[SamplingSpec, list[WitnessPosition]]]
+    reasons: list[str]
+    requests: int = 0
+    tokens: int = 0
+    by_ids: int = 0
+    by_text: int = 0
+
+
+def _collect(plan: BenchmarkPlan, state: ResultsState, route: RoutePlan, mode: str) -> _Collected:
     """The route's scored outputs for ``mode`` grouped by source, the reasons some are
-    missing, and the cost (requests, tokens scored)."""
+    missing, the cost (requests, tokens scored) and the outputs scored by each path."""
     groups: dict[str, list[WitnessPosition]] = {}
     reasons: list[str] = []
-    requests = tokens = 0
+    requests = tokens = by_ids = by_text = 0
     for key in sorted(state.witness_scores, key=lambda k: tuple(str(x) for x in k)):
         label, source, rmode, cell, _, _ = key
         if label != route.label or _mode_of(plan, source, rmode, cell) != mode:
@@ -122,13 +144,17 @@ def _collect(
             reasons.append(got)
             continue
         tokens += len(got.positions)
-        gap = _retokenized(state, key, len(got.positions))
+        gap = "" if got.scored_by == "token_ids" else _retokenized(state, key, len(got.positions))
         if gap:
             reasons.append(gap)
             continue
         if got.logprobs_kind != "raw":
             reasons.append(f"off served {got.logprobs_kind} logprobs, not the model's raw ones")
             continue
+        if got.scored_by == "token_ids":
+            by_ids += 1
+        else:
+            by_text += 1
         groups.setdefault(source, []).extend(got.positions)
     out: list[tuple[SamplingSpec, list[WitnessPosition]]] = []
     for source, positions in sorted(groups.items()):
@@ -137,34 +163,39 @@ def _collect(
             reasons.append(spec)
         else:
             out.append((spec, positions))
-    return out, reasons, requests, tokens
+    return _Collected(out, reasons, requests, tokens, by_ids, by_text)
 
 
 def route_witnesses(
     plan: BenchmarkPlan, state: ResultsState
 ) -> dict[tuple[str, str], RouteWitness]:
-    """Every route's witness per reasoning mode (value) from the results file's
-    ``witness_score`` records; a route with no record has no entry."""
+    """Every route's witness per reasoning mode from the results file's
+    ``witness_score`` records, keyed ``(route label, reasoning mode value)``; a route
+    with no record has no entry. Tested at ``plan.parity.alpha`` with the plan's
+    ``witness_top_k`` and ``witness_max_top1``, the PIT seeded from
+    ``parity.seed`` (same records, same verdict). Raises nothing."""
     modes = {c.reasoning_mode.value for c in plan.cells} | {
         key[2] for key in state.witness_scores if key[1] == "parity"
     }
     out: dict[tuple[str, str], RouteWitness] = {}
     for route in plan.routes:
         for mode in sorted(modes):
-            groups, reasons, requests, tokens = _collect(plan, state, route, mode)
-            if requests == 0:
+            c = _collect(plan, state, route, mode)
+            if c.requests == 0:
                 continue
             result = None
-            if groups:
+            if c.groups:
                 result = witness_groups(
-                    groups,
+                    c.groups,
                     top_k=plan.parity.witness_top_k,
                     alpha=plan.parity.alpha,
                     seed=plan.parity.seed ^ WITNESS_SEED_SALT,
                     max_top1=plan.parity.witness_max_top1,
                 )
-            reason = "; ".join(sorted(set(reasons))) or None
-            out[(route.label, mode)] = RouteWitness(result, reason, requests, tokens)
+            reason = "; ".join(sorted(set(c.reasons))) or None
+            out[(route.label, mode)] = RouteWitness(
+                result, reason, c.requests, c.tokens, c.by_ids, c.by_text
+            )
     return out
 
 
@@ -176,8 +207,37 @@ def _excluded(r: WitnessResult) -> str:
     return words + (f", {other} for other reasons" if other else "")
 
 
+def _outside_words(r: WitnessResult) -> str:
+    """The tokens outside ``off``'s top-k set and their check, in a few words."""
+    words = f"tests conditional on off's top-k set, {r.outside_topk} tokens outside it"
+    if not r.outside_checked:
+        return words + " (its mass unknown: share not checked)"
+    return words + (
+        f" ({r.outside_checked_count} of {r.outside_checked} where its mass is known, "
+        f"{r.outside_expected:.1f} expected, p={r.outside_p_value:.3g})"
+    )
+
+
+def _paths(w: RouteWitness) -> str:
+    """Which path the tested outputs took, in a few words."""
+    if not w.by_text:
+        return f"all {w.by_ids} outputs scored on the sampled token ids"
+    if not w.by_ids:
+        return (
+            f"all {w.by_text} outputs scored on re-tokenized text (the engine returned "
+            "no sampled token ids)"
+        )
+    return f"{w.by_ids} outputs scored on the sampled token ids, {w.by_text} on re-tokenized text"
+
+
 def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityParity, str]:
-    """The witness's own verdict and one line saying why (module docstring)."""
+    """The witness's own verdict for ``w`` and one line saying why (module docstring):
+    ``differs`` when it rejects, ``unknown`` with no result or fewer than
+    ``min_tokens`` tokens tested (the line then says what it could have caught),
+    ``verified`` otherwise. The line states the tokens tested and excluded, the
+    p-value, the log-score z, the detectable PIT-CDF distance and log-score shift at
+    the stated power, the tokens outside ``off``'s top-k set, and the scoring path.
+    Raises nothing."""
     if w is None:
         return QualityParity.unknown, "distribution witness: no sampled output was scored"
     r = w.result
@@ -187,8 +247,10 @@ def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityPar
         f"{r.tokens_tested} informative tokens tested ({_excluded(r)}), p={r.p_value:.3g} "
         f"(alpha {r.alpha:g}; log-score z={r.score_statistic:+.2f}); catches a PIT-CDF "
         f"distance of {r.detectable_distance:.3f} or a log-score shift of "
-        f"{r.detectable_score_shift:.3f} sd per token at power {r.power:g}"
+        f"{r.detectable_score_shift:.3f} sd per token at power {r.power:g}; "
+        f"{_outside_words(r)}"
     )
+    figures += f"; {_paths(w)}"
     if w.reason:  # outputs left out beside the tested ones: say which
         figures += f"; {w.reason}"
     if r.rejects:

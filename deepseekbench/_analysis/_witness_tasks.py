@@ -15,6 +15,10 @@ by position): only the first output of each seed is an independent draw. Above
 temperature 0 the schedule seeds each prompt apart
 (:func:`~deepseekbench._plan._schedule.sampled_seed`).
 
+Each output carries the token ids its route sampled where the engine streamed them
+(``return_token_ids``; :attr:`~deepseekbench._dialects.EngineDialect.token_id_controls`):
+``off`` then scores those ids, not the re-tokenized text.
+
 Bounded per route by ``parity.witness_max_requests`` and ``parity.witness_max_tokens``
 (the output tokens scored; usage's ``completion_tokens``, else the characters as an
 upper bound), outputs taken in schedule order; the whole run costs at most the routes
@@ -57,7 +61,10 @@ def _parity(plan: BenchmarkPlan, state: ResultsState, blocks: list[Block]) -> It
             o = state.outputs.get((b.route, mode, 1, it.prompt_id))
             if o is None or not o.complete or o.reasoning_text or not _sampled(it.request):
                 continue
-            yield FollowUp(it.prompt_id, b.route, it.request, o.text, "parity", mode)
+            ids = o.token_ids
+            yield FollowUp(
+                it.prompt_id, b.route, it.request, o.text, "parity", mode, candidate_ids=ids
+            )
 
 
 def _traffic(plan: BenchmarkPlan, state: ResultsState, blocks: list[Block]) -> Iterator[FollowUp]:
@@ -71,12 +78,19 @@ def _traffic(plan: BenchmarkPlan, state: ResultsState, blocks: list[Block]) -> I
             if m is None or m.error is not None or m.reasoning_text or not _sampled(it.request):
                 continue
             pid = f"request-{it.index}"
-            yield FollowUp(pid, b.route, it.request, m.text, "traffic", "", b.cell, b.load.key)
+            ids = tuple(m.token_ids) if m.token_ids is not None else None
+            yield FollowUp(
+                pid, b.route, it.request, m.text, "traffic", "", b.cell, b.load.key,
+                candidate_ids=ids,
+            )  # fmt: skip
 
 
 def _tokens(f: FollowUp, state: ResultsState) -> int:
-    """Output tokens the score covers: the measurement's ``completion_tokens`` when
-    recorded, else the characters (an upper bound for any tokenizer)."""
+    """Output tokens the score covers: the sampled ids when the engine returned them,
+    else the measurement's ``completion_tokens`` when recorded, else the characters
+    (an upper bound for any tokenizer)."""
+    if f.candidate_ids is not None:
+        return len(f.candidate_ids)
     if f.source == "traffic" and f.cell is not None:
         idx = int(f.prompt_id.removeprefix("request-"))
         m = state.measurements.get((f.candidate, f.cell, f.load, idx, 0))

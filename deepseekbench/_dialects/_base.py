@@ -8,7 +8,7 @@ name themselves:
 
 * ``_net/_route.py``: :meth:`~EngineDialect.reasoning_controls`,
   :meth:`~EngineDialect.eos_controls`, :meth:`~EngineDialect.pinned_controls`,
-  :meth:`~EngineDialect.report_extras`,
+  :meth:`~EngineDialect.report_extras`, :meth:`~EngineDialect.token_id_controls`,
   :attr:`~EngineDialect.continuous_usage`;
 * ``_net/_probe.py``: :meth:`~EngineDialect.answers_any_model`;
 * ``_measure/_accumulator.py``: :attr:`~EngineDialect.spec_keys`,
@@ -231,6 +231,12 @@ class EngineDialect:
 
     def report_extras(self) -> dict[str, Any]:
         """Body fields asking the engine to report per-request acceptance."""
+        return {}
+
+    def token_id_controls(self) -> dict[str, Any]:
+        """Body fields asking the engine to stream the sampled token ids (sent on sampled
+        requests, temperature > 0, so the distribution witness scores the sampled tokens,
+        not the re-tokenized text); ``{}`` (the default) where it has none."""
         return {}
 
     # --- response ------------------------------------------------------------

@@ -15,6 +15,7 @@
   ``vllm:kv_cache_usage_perc`` (older ``vllm:gpu_cache_usage_perc``; a fraction,
   1 = 100%), ``vllm:num_requests_waiting`` (vLLM ``v1/metrics/loggers.py``;
   docs "Production Metrics").
+* Sampled requests ask ``return_token_ids: true`` (per-choice ``token_ids`` per chunk).
 * ``POST /tokenize``: ``{"model", "prompt", "add_special_tokens": false}``.
 """
 
@@ -144,6 +145,11 @@ class VllmDialect(EngineDialect):
     def pinned_controls(self, max_tokens: int | None) -> dict[str, Any]:
         """:func:`~deepseekbench._dialects._base.min_tokens_before_end`."""
         return min_tokens_before_end(max_tokens)
+
+    def token_id_controls(self) -> dict[str, Any]:
+        """``return_token_ids: true``: per-choice ``token_ids`` in every streamed chunk
+        and ``prompt_token_ids`` on the answer (vLLM ``entrypoints/openai`` serving)."""
+        return {"return_token_ids": True}
 
     def read_acceptance(self, chunk: Mapping[str, Any]) -> AcceptanceRecord | None:
         """:func:`acceptance_from_vllm`."""

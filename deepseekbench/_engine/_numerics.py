@@ -172,11 +172,12 @@ def _prompt_entry(dist: Dist, ch: str, top_k: int) -> dict[str, Any]:
     ranked = [(c, q) for c, q in _ranked(dist) if q > 0]
     place = next((i for i, (c, _) in enumerate(ranked) if c == ch), None)
     p = dist.get(ch, 0.0)
+    forced_key, forced_shown = (str(TOKENIZER.encode(ch)[0]), ch) if ch != EOS_CH else ("0", "")
     entry = {
-        str(TOKENIZER.encode(ch)[0]): {
+        forced_key: {
             "logprob": math.log(p) if p > 0 else _FLOOR_LOGPROB,
             "rank": place + 1 if place is not None else len(ranked) + 1,
-            "decoded_token": ch,
+            "decoded_token": forced_shown,
         }
     }
     for i, (c, q) in enumerate(ranked[:top_k]):

@@ -25,6 +25,7 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from deepseekbench._engine._completions import CompletionError, completions_answer
 from deepseekbench._engine._config import EngineConfig
 from deepseekbench._engine._dialects import (
     RequestStats,
@@ -47,6 +48,7 @@ from deepseekbench._engine._prefix_cache import PrefixCache
 from deepseekbench._engine._reasoning import REASONING_PREFIX, ReasoningLM, reasoning_cap
 from deepseekbench._engine._scheduler import Emission, Scheduler, Sequence
 from deepseekbench._engine._speculative import Decoder, LanguageModel, SamplerFaults
+from deepseekbench._engine._tokenizer import EOS as EOS_ID
 from deepseekbench._engine._tokenizer import TOKENIZER
 from deepseekbench._types._axes import Dialect
 
@@ -283,6 +285,7 @@ class EngineState:
         path = request.target.split("?", 1)[0]
         routes = {
             "/v1/chat/completions": "POST",
+            "/v1/completions": "POST",
             "/v1/models": "GET",
             "/health": "GET",
             "/metrics": "GET",
@@ -319,6 +322,8 @@ class EngineState:
             await responder.full(200, _JSON, self._timelines())
         elif path == info:
             await responder.full(200, _JSON, orjson.dumps(self._server_info()))
+        elif path == "/v1/completions":
+            await responder.full(200, _JSON, orjson.dumps(self._completions(request)))
         else:
             await self._chat(request, responder)
 
@@ -345,6 +350,18 @@ class EngineState:
             raise ApiError(400, "give a string 'prompt', 'content' or a 'messages' list")
         ids = TOKENIZER.encode(text)
         return {"tokens": ids, "count": len(ids), "max_model_len": self.config.max_context_tokens}
+
+    def _completions(self, request: HttpRequest) -> dict[str, Any]:
+        """``/v1/completions``: token-id prompt scoring (:mod:`._completions`)."""
+        numerics = self.numerics
+        try:
+            return completions_answer(
+                request.body, lm=self.lm, model=self.config.model_name, cid=self.new_id(),
+                verify_target=numerics.verify_target if numerics is not None else self.lm.target,
+                window=MODEL_WINDOW_CHARS,
+            )  # fmt: skip
+        except CompletionError as exc:
+            raise ApiError(400, str(exc), param=exc.param) from None
 
     def _server_info(self) -> dict[str, Any]:
         """The draft depth where the dialect's engine says it: llama.cpp ``/props``
@@ -702,6 +719,9 @@ class _Stream:
         }
         if self.req.logprobs:
             choice["logprobs"] = self._logprobs(0, self.text + (EOS_CH if self.eos else ""))
+        if self.req.return_token_ids:
+            ids = TOKENIZER.encode(self.reasoning + self.text)
+            choice["token_ids"] = ids + ([EOS_ID] if self.eos else [])
         dialect = self.state.config.dialect
         choice.update(
             choice_extras(dialect, self.stats, return_meta_info=self.req.return_meta_info)
@@ -814,6 +834,8 @@ class _Stream:
             {"reasoning_content": reasoning} if reasoning else {"content": content}
         )
         choice = {"index": 0, "delta": delta, "finish_reason": None}
+        if self.req.return_token_ids:  # vLLM: the chunk's sampled ids, per choice
+            choice["token_ids"] = TOKENIZER.encode(reasoning or content)
         if content and self.req.logprobs:
             choice["logprobs"] = self._logprobs(len(self.text) - len(content), content)
         kind = "reasoning" if reasoning else "content"
@@ -852,6 +874,8 @@ class _Stream:
         )
         if self.eos and self.req.logprobs:
             finish_choice["logprobs"] = self._logprobs(len(self.text), EOS_CH)
+        if self.eos and self.req.return_token_ids:  # the end token is sampled too
+            finish_choice["token_ids"] = [EOS_ID]
         send_usage = opts.include_usage and FaultKind.no_usage not in self.faults
         extras = tail_extras(dialect, self.stats)
         finish_extra: dict[str, Any] = {} if send_usage else dict(extras)

@@ -41,7 +41,10 @@ from deepseekbench._types._scored import LogprobsKind, ScoredOutput, ScoredPosit
 __all__ = [
     "MAX_TOP_K",
     "VLLM_PROMPT_LOGPROBS",
+    "Reason",
+    "ask_json",
     "parse_prompt_logprobs",
+    "position_of",
     "score_output",
     "teacher_force_body",
     "teacher_force_reason",
@@ -125,12 +128,13 @@ def _logprob(value: Any) -> float | str | None:
 
 def _top(
     entry: Mapping[str, Any], forced_key: str, forced_rank: int | None, top_k: int
-) -> tuple[TopLogprob, ...] | str:
-    """The top-``top_k`` alternatives of one prompt entry, most likely first. The forced
-    token is among them only when it ranks within ``top_k`` (vLLM adds it regardless);
-    an alternative whose logprob is ``null`` is dropped, an impossible one is a reason."""
+) -> tuple[tuple[TopLogprob, ...], tuple[int, ...] | None] | str:
+    """The top-``top_k`` alternatives of one prompt entry, most likely first, and their
+    ids (``None`` when a key is not an id). The forced token is among them only when it
+    ranks within ``top_k`` (vLLM adds it regardless); an alternative whose logprob is
+    ``null`` is dropped, an impossible one is a reason."""
     outside = forced_rank > top_k if forced_rank is not None else len(entry) > top_k
-    out: list[TopLogprob] = []
+    out: list[tuple[TopLogprob, int | None]] = []
     for key, alt in entry.items():
         if key == forced_key and outside:
             continue
@@ -142,14 +146,20 @@ def _top(
         if lp is None:
             continue
         shown = alt.get("decoded_token")
-        out.append(TopLogprob(token=shown if isinstance(shown, str) else "", logprob=lp))
-    out.sort(key=lambda t: -t.logprob)
-    return tuple(out[:top_k])
+        tid = int(key) if key.isdigit() else None
+        out.append((TopLogprob(token=shown if isinstance(shown, str) else "", logprob=lp), tid))
+    out.sort(key=lambda t: -t[0].logprob)
+    kept = out[:top_k]
+    ids = [t for _, t in kept]
+    known = None if any(t is None for t in ids) else tuple(cast(list[int], ids))
+    return tuple(a for a, _ in kept), known
 
 
-def _position(entry: Any, token_id: int | None, top_k: int) -> ScoredPosition | str:
-    """One prompt entry as a :class:`ScoredPosition` (the forced token: ``token_id``'s
-    key when the ids were sent, else the first key, where vLLM puts the prompt token)."""
+def position_of(entry: Any, token_id: int | None, top_k: int) -> ScoredPosition | str:
+    """One prompt entry (vLLM's ``{token_id: {logprob, rank, decoded_token}}``) as a
+    :class:`ScoredPosition` with at most ``top_k`` alternatives, or why not (a string).
+    The forced token: ``token_id``'s key when the ids are known (the position then
+    records the ids), else the first key, where vLLM puts the prompt token."""
     if not isinstance(entry, Mapping) or not entry:
         return "no logprobs"
     key = str(token_id) if token_id is not None else next(iter(entry))
@@ -164,11 +174,17 @@ def _position(entry: Any, token_id: int | None, top_k: int) -> ScoredPosition | 
         return "the forced token has no decoded_token"
     rank = forced.get("rank")
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 1 else None
-    top = _top(entry, key, rank, top_k)
-    if isinstance(top, str):
-        return top
+    got = _top(entry, key, rank, top_k)
+    if isinstance(got, str):
+        return got
+    top, top_ids = got
     piece = shown.encode("utf-8")
-    return ScoredPosition(token=shown, token_bytes=piece, logprob=lp, rank=rank, top=top)
+    if token_id is None:
+        return ScoredPosition(token=shown, token_bytes=piece, logprob=lp, rank=rank, top=top)
+    return ScoredPosition(
+        token=shown, token_bytes=piece, logprob=lp, rank=rank, top=top, token_id=token_id,
+        top_ids=top_ids,
+    )  # fmt: skip
 
 
 def _token_ids(body: Mapping[str, Any], n: int) -> list[int] | None:
@@ -202,7 +218,7 @@ def parse_prompt_logprobs(
         i -= 1
         if i < 0:
             return "the prompt's tokens end before the output is spelled"
-        pos = _position(entries[i], ids[i] if ids is not None else None, top_k)
+        pos = position_of(entries[i], ids[i] if ids is not None else None, top_k)
         if isinstance(pos, str):
             return f"prompt token {i}: {pos}"
         spelled = pos.token_bytes + spelled
@@ -234,34 +250,38 @@ async def _post_bounded(
         return r.status_code, bytes(buf)
 
 
-async def _ask(
+async def ask_json(
     route: EngineRoute, body: dict[str, Any], client: httpx.AsyncClient, timeout_s: float,
-    max_bytes: int,
+    max_bytes: int, *, url: str | None = None,
 ) -> Any:  # fmt: skip
-    """The parsed answer, or the reason (a string) it could not be had in time and size."""
+    """The parsed JSON answer of ``body`` POSTed to ``url`` (default ``route.chat_url``)
+    with the route's headers, or the reason (a :class:`Reason`, a string) it could not be
+    had within ``timeout_s`` seconds and ``max_bytes`` bytes: an HTTP error status, a
+    transport failure, a gate refusal, an answer that is not a JSON object. Never raises
+    for server misbehaviour."""
     headers = {**route.request_headers(), "accept": "application/json"}
     got: tuple[int, bytes] | str = f"no complete answer within {timeout_s:g} s"
     try:
         with anyio.move_on_after(timeout_s):
-            got = await _post_bounded(client, route.chat_url, body, headers, max_bytes)
+            got = await _post_bounded(client, url or route.chat_url, body, headers, max_bytes)
     except httpx.HTTPError as exc:
-        return _Reason(f"the scoring request failed: {type(exc).__name__}")
+        return Reason(f"the scoring request failed: {type(exc).__name__}")
     except LiveGateError as exc:
-        return _Reason(f"the gate refused the scoring request: {exc}")
+        return Reason(f"the gate refused the scoring request: {exc}")
     if isinstance(got, str):
-        return _Reason(got)
+        return Reason(got)
     status, raw = got
     if status != 200:
-        return _Reason(f"the scoring request got HTTP {status}")
+        return Reason(f"the scoring request got HTTP {status}")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return _Reason("the scoring answer is not JSON")
-    return data if isinstance(data, dict) else _Reason("the scoring answer is not an object")
+        return Reason("the scoring answer is not JSON")
+    return data if isinstance(data, dict) else Reason("the scoring answer is not an object")
 
 
-class _Reason(str):
-    """A failure reason (distinguishes it from a parsed answer that is a string)."""
+class Reason(str):
+    """A failure reason (tells it apart from a parsed answer; :func:`ask_json`)."""
 
 
 async def score_output(
@@ -306,8 +326,8 @@ async def score_output(
         return ScoredOutput(
             positions=(), note="the output is empty", top_k=top_k, logprobs_kind=kind
         )
-    data = await _ask(route, body, client, timeout_s, max_bytes)
-    if isinstance(data, _Reason):
+    data = await ask_json(route, body, client, timeout_s, max_bytes)
+    if isinstance(data, Reason):
         return str(data)
     usage = data.get("usage")
     if isinstance(usage, dict) and type(usage.get("completion_tokens")) is int:

@@ -2,10 +2,13 @@
 
 After measurement, each output :func:`~deepseekbench._analysis._witness_tasks.witness_tasks`
 chose (every route's, ``off``'s own included) is sent to the ``off`` route only, as one
-teacher-forcing request (:func:`~deepseekbench._execute._teacher_force.score_output`:
-the output appended as a final assistant message, ``prompt_logprobs``); the speculative
-route is never asked. Server misbehaviour, a deadline, a size cap or a gate refusal
-gives the recorded reason, never a crash.
+teacher-forcing request, on the sampled token ids where the route's engine returned them
+(:func:`~deepseekbench._execute._teacher_force_ids.score_token_ids`: the prompt's ids,
+then the prompt and sampled ids scored in one pass), else on the output's text
+(:func:`~deepseekbench._execute._teacher_force.score_output`: the output appended as a
+final assistant message, ``prompt_logprobs``); the speculative route is never asked.
+Server misbehaviour, a deadline, a size cap or a gate refusal gives the recorded
+reason, never a crash.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import anyio
 import httpx
 
 from deepseekbench._execute._teacher_force import score_output
+from deepseekbench._execute._teacher_force_ids import score_token_ids
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._records._follow_up import FollowUp
@@ -41,7 +45,8 @@ async def score_outputs(
     max_bytes: int = MAX_SCORE_BYTES,
 ) -> list[tuple[FollowUp, ScoredOutput | str]]:
     """Ask ``off`` once per task (``concurrency`` in flight; ``timeout_s`` seconds and
-    ``max_bytes`` each) for its RAW top-``top_k`` at every token of the task's output.
+    ``max_bytes`` each request) for its RAW top-``top_k`` at every token of the task's
+    output: on ``candidate_ids`` when the task has them (two requests), else on its text.
 
     Returns:
         ``(task, scored output or the reason it was not)`` pairs in ``tasks`` order.
@@ -54,6 +59,18 @@ async def score_outputs(
 
     async def one(i: int, f: FollowUp) -> None:
         async with limiter:
+            if f.candidate_ids is not None:
+                out[i] = await score_token_ids(
+                    off,
+                    f.request,
+                    f.candidate_ids,
+                    top_k=top_k,
+                    client=client,
+                    gate=gate,
+                    timeout_s=timeout_s,
+                    max_bytes=max_bytes,
+                )
+                return
             out[i] = await score_output(
                 off,
                 f.request,

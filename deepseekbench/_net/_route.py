@@ -218,10 +218,11 @@ class EngineRoute(BaseModel):
         Order: the request's fields, the dialect's reasoning controls, its
         :func:`eos_controls` when ``request.reach_max_tokens`` (its
         ``pinned_controls`` when the request's ``pinned_length`` too), the
-        dialect's reporting extras (SGLang/auto ``return_spec_tokens_details:
-        true``, answered by a trailing ``sglext`` chunk; never
-        ``return_meta_info``, which current SGLang refuses with HTTP 400 on a
-        streamed request;
+        dialect's reporting extras (its ``token_id_controls`` on a sampled
+        request, temperature > 0: vLLM ``return_token_ids: true``; SGLang/auto
+        ``return_spec_tokens_details: true``, answered by a trailing ``sglext``
+        chunk; never ``return_meta_info``, which current SGLang refuses with HTTP
+        400 on a streamed request;
         ``stream_options.continuous_usage_stats`` when ``continuous_usage`` on
         vLLM/SGLang/auto), then ``request_extras`` deep-merged; finally
         ``model``, ``stream: true`` and ``stream_options.include_usage: true``
@@ -236,6 +237,8 @@ class EngineRoute(BaseModel):
             body.update(adapter.eos_controls(request.max_tokens))
         stream_options: dict[str, Any] = {}
         body.update(adapter.report_extras())
+        if (request.temperature or 0.0) > 0:  # sampled: the witness scores the ids
+            body.update(adapter.token_id_controls())
         if self.continuous_usage and adapter.continuous_usage:
             stream_options["continuous_usage_stats"] = True
         body["stream_options"] = stream_options

@@ -21,7 +21,9 @@ class FollowUp:
     side's text, and where it was found (``source`` ``parity`` or ``traffic``;
     ``cell``/``load`` for traffic). ``other_text`` is ``off``'s own output: when the
     follow-up reproduces the candidate's text (``off`` flipped between its measured
-    run and the follow-up), the divergence is located against ``other_text`` instead."""
+    run and the follow-up), the divergence is located against ``other_text`` instead.
+    ``candidate_ids``: the token ids the candidate route sampled, where its engine
+    returned them (the distribution witness then scores the ids, not the text)."""
 
     prompt_id: str
     candidate: str
@@ -32,6 +34,7 @@ class FollowUp:
     cell: str | None = None
     load: str | None = None
     other_text: str | None = None
+    candidate_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

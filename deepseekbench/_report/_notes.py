@@ -193,7 +193,8 @@ def _witness_notes(lines: Sequence[ScorecardLine]) -> list[str]:
         cost = ""
         if row.witness_requests is not None:
             cost = (
-                f"; cost {row.witness_requests} follow-up requests to off, "
+                f"; cost {row.witness_requests} outputs scored by off (one follow-up "
+                "request each on text, two on the sampled token ids), "
                 f"{row.witness_scored_tokens} tokens scored"
             )
         seen[ln.route] = f"{ln.route}: {row.witness_note}{cost}"

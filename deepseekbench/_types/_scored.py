@@ -17,12 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._types._margin import TopLogprob
 
-__all__ = ["LogprobsKind", "ScoredOutput", "ScoredPosition"]
+__all__ = ["LogprobsKind", "ScoredBy", "ScoredOutput", "ScoredPosition"]
 
 LogprobsKind = Literal["raw", "processed", "unknown"]
 """Whether served logprobs are the model's own (``raw``: before temperature, top-k,
 top-p and penalties; vLLM ``--logprobs-mode raw_logprobs``), after those (``processed``),
 or not known (``unknown``)."""
+
+ScoredBy = Literal["token_ids", "text"]
+"""How an output's positions were found: ``token_ids``, ``off`` scored the token ids the
+route sampled (the engine returned them; positions align by construction), or ``text``,
+``off`` scored the output's text re-tokenized (a sampled non-canonical tokenization then
+shifts positions)."""
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid")
 
@@ -35,7 +41,10 @@ class ScoredPosition(BaseModel):
     ``logprob``: its raw model logprob (nats, <= 0). ``rank``: its 1-based rank in the
     full distribution when the engine says (vLLM's ``rank``), else ``None``. ``top``: the
     top-k alternatives (nats), most likely first (the forced token among them when it
-    ranks within k).
+    ranks within k). ``token_id`` / ``top_ids``: the forced token's id and the
+    alternatives' ids in ``top``'s order, where the engine keyed them by id (vLLM's
+    ``prompt_logprobs`` does); the witness then matches the token to its category by id,
+    not by bytes (distinct tokens can decode to the same bytes, e.g. U+FFFD pieces).
     """
 
     model_config = _CONFIG
@@ -45,6 +54,8 @@ class ScoredPosition(BaseModel):
     logprob: float = Field(le=0.0)
     rank: int | None = Field(default=None, ge=1)
     top: tuple[TopLogprob, ...] = ()
+    token_id: int | None = None
+    top_ids: tuple[int, ...] | None = None
 
     @property
     def margin_nats(self) -> float | None:
@@ -59,6 +70,7 @@ class ScoredOutput(BaseModel):
 
     ``note``: why positions are missing or partial (``""`` when complete). ``top_k``: the
     alternatives asked per position. ``logprobs_kind``: see :data:`LogprobsKind`.
+    ``scored_by``: see :data:`ScoredBy`.
     """
 
     model_config = _CONFIG
@@ -67,6 +79,7 @@ class ScoredOutput(BaseModel):
     note: str = ""
     top_k: int = Field(ge=0)
     logprobs_kind: LogprobsKind
+    scored_by: ScoredBy = "text"
 
     @property
     def text_bytes(self) -> bytes:

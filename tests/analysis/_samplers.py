@@ -101,6 +101,18 @@ def make_target(
     return Target(logits, draft, t, top_k, top_p)
 
 
+def make_flat_target(
+    seed: int, n: int, t: float, *, vocab: int = 200, scale: float = 1.0
+) -> Target:
+    """A near-flat seeded target (a large vocabulary, small logit spread: ``off``'s
+    top-``K`` leaves most of the mass, and the tail's tempered mass unknown, outside),
+    as on a randomly initialised model; no near-certain positions."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(scale=scale, size=(n, vocab))
+    draft = logits + rng.normal(scale=DRAFT_NOISE * scale, size=(n, vocab))
+    return Target(logits, draft, t, None, 1.0)
+
+
 def _spec_law(p: np.ndarray, q: np.ndarray, r: np.ndarray, accept: np.ndarray) -> np.ndarray:
     """Output law of one speculative step (module docstring); ``accept`` is ``a(x)``."""
     taken = r * accept

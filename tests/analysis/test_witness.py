@@ -100,10 +100,11 @@ def test_the_false_refusal_rate_pooled_over_many_seeds() -> None:
     refused = _refusals(results)
     upper = stats.binomtest(refused, 200).proportion_ci(0.99).high
     assert refused / 200 <= ALPHA + 0.03 and upper > 0, refused
-    # each of the three tests alone at its Bonferroni share alpha/3
-    for name in ("ks_p_value", "chi2_p_value", "score_p_value"):
-        alone = sum(getattr(r, name) < ALPHA / 3 for r in results)
-        assert _quiet(alone, 200, ALPHA / 3), (name, alone)
+    # each of the four tests alone at its Bonferroni share alpha/4
+    for name in ("ks_p_value", "chi2_p_value", "score_p_value", "outside_p_value"):
+        alone = sum(getattr(r, name) < ALPHA / 4 for r in results)
+        assert _quiet(alone, 200, ALPHA / 4), (name, alone)
+    assert sum(r.outside_checked for r in results) > 0  # the outside share was checked
 
 
 def test_the_selection_leaves_out_near_certain_positions_only() -> None:
@@ -204,8 +205,13 @@ def test_exclusions_and_support() -> None:
     cut = _pos("t2", [math.log(0.6), math.log(0.3), math.log(0.05)])
     r = witness([inside, cut], spec, top_k=3, alpha=ALPHA, seed=1)
     assert (r.tokens_tested, r.outside_support, r.rejects) == (1, 1, True)
+    # above T = 1 without the vocabulary size the tail is unbounded: the token is still
+    # tested inside the top-k set, and the outside share is not checked
     hot = witness([inside], SamplingSpec(temperature=1.5), top_k=3, alpha=ALPHA, seed=1)
-    assert hot.tokens_tested == 0 and "vocabulary size" in hot.exclusions[0].reason
+    assert (hot.tokens_tested, hot.outside_checked) == (1, 0)
+    nucleus = SamplingSpec(temperature=1.5, top_p=0.9)
+    hot_p = witness([inside], nucleus, top_k=3, alpha=ALPHA, seed=1)
+    assert hot_p.tokens_tested == 0 and "unknown tail" in hot_p.exclusions[0].reason
     short = witness([inside], spec, top_k=5, alpha=ALPHA, seed=1)
     assert short.tokens_tested == 0 and not short.rejects
     assert short.detectable_distance == 1.0

@@ -72,14 +72,14 @@ PLAN: dict[str, Any] = {
 
 
 class Recording(httpx.AsyncBaseTransport):
-    """Keeps every chat request's URL and JSON body, then sends it on."""
+    """Keeps every chat and completions request's URL and JSON body, then sends it on."""
 
     def __init__(self) -> None:
         self.inner = httpx.AsyncHTTPTransport()
         self.sent: list[tuple[str, dict[str, Any]]] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "POST" and request.url.path.endswith("/chat/completions"):
+        if request.method == "POST" and request.url.path.endswith("/completions"):
             self.sent.append((str(request.url), orjson.loads(await request.aread())))
         return await self.inner.handle_async_request(request)
 
@@ -159,9 +159,21 @@ def test_scoring_goes_to_off_only_and_its_cost_is_stated(
     off_url = next(r.base_url for r in result.plan.routes if r.label == "off")
     scoring = [(u, b) for u, b in rec.sent if "prompt_logprobs" in b]
     assert scoring and all(u.startswith(off_url) for u, _ in scoring)
-    assert all(b["continue_final_message"] and b["max_tokens"] == 1 for _, b in scoring)
+    # the sampled token ids were streamed, so off scores them: a token-id prompt on
+    # /v1/completions after a chat request for the prompt's own ids
+    assert all(u.endswith("/v1/completions") and b["max_tokens"] == 1 for u, b in scoring)
+    assert all(isinstance(b["prompt"], list) for _, b in scoring)
+    asked_ids = [b for u, b in rec.sent if u.endswith("/chat/completions") and b["max_tokens"] == 1]
+    assert len(asked_ids) == len(scoring) and all(b["return_token_ids"] for b in asked_ids)
+    sampled = [b for _, b in rec.sent if b["stream"] and b["temperature"] > 0]
+    assert sampled and all(b["return_token_ids"] for b in sampled)  # sampled: ids asked
+    greedy = [b for _, b in rec.sent if b["stream"] and b["temperature"] == 0]
+    assert greedy and not any("return_token_ids" in b for b in greedy)
     scores = [r for r in read_records(path) if r["record"] == "witness_score"]
     assert len(scores) == len(scoring) == len(result.rows) * PROMPTS  # one per sampled output
+    assert all(r["scored"]["scored_by"] == "token_ids" for r in scores)
+    notes = [r.witness_note or "" for r in result.rows]
+    assert all("outputs scored on the sampled token ids" in n for n in notes), notes
     for row in result.rows:
         assert row.witness_requests == PROMPTS
         assert row.witness_scored_tokens is not None and row.witness_scored_tokens > 0
