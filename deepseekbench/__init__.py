@@ -38,6 +38,7 @@ functions and ``if TYPE_CHECKING:`` blocks too)::
     _userfile            the one reader for user files (plan, datasets, tasks, model)
     _errors              the one exception tree
     _version             the version string (recorded in every results file)
+    _moved               0.1.0's private module paths, still importable (deprecated)
 
 **Import cost.** ``import deepseekbench`` imports none of the stages: every public
 name is looked up in ``_IMPORTS`` on first use (module ``__getattr__``, as pydantic
@@ -48,11 +49,6 @@ that needs them is touched.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
-import warnings
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -361,6 +357,7 @@ if TYPE_CHECKING:
     from deepseekbench._types._selfcheck import DEFAULT_LAG_THRESHOLD_MS
     from deepseekbench._types._tokens import TokenCounter
 
+from deepseekbench._moved import install_moved_finder
 from deepseekbench._version import __version__
 
 # public name -> the module that defines it
@@ -882,71 +879,4 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-# Private module paths from before the stage folders (0.1.0's flat layout), kept
-# importable because docs and scripts used some of them. Deprecated: import the
-# public name from ``deepseekbench`` instead. (``_plan``, ``_measure`` and
-# ``_analysis`` are now the stage folders themselves.)
-_MOVED: dict[str, str] = {
-    "deepseekbench._acceptance": "deepseekbench._dialects",
-    "deepseekbench._axes": "deepseekbench._types._axes",
-    "deepseekbench._breakdown": "deepseekbench._analysis._breakdown",
-    "deepseekbench._capability": "deepseekbench._plan._capability",
-    "deepseekbench._client_health": "deepseekbench._records._client_health",
-    "deepseekbench._executor": "deepseekbench._execute._executor",
-    "deepseekbench._gate": "deepseekbench._net._gate",
-    "deepseekbench._llamacpp": "deepseekbench._launch._llamacpp",
-    "deepseekbench._parity": "deepseekbench._types._parity",
-    "deepseekbench._plot": "deepseekbench._report._plot",
-    "deepseekbench._pool_executor": "deepseekbench._execute._pool_executor",
-    "deepseekbench._prepare": "deepseekbench._execute._prepare",
-    "deepseekbench._probe": "deepseekbench._net._probe",
-    "deepseekbench._ray_executor": "deepseekbench._execute._ray_executor",
-    "deepseekbench._request": "deepseekbench._types._request",
-    "deepseekbench._results": "deepseekbench._store._results",
-    "deepseekbench._route": "deepseekbench._net._route",
-    "deepseekbench._row": "deepseekbench._types._row",
-    "deepseekbench._rowstats": "deepseekbench._analysis._rowstats",
-    "deepseekbench._schedule": "deepseekbench._plan._schedule",
-    "deepseekbench._scorecard": "deepseekbench._report._scorecard",
-    "deepseekbench._selfcheck": "deepseekbench._measure._selfcheck",
-    "deepseekbench._server_metrics": "deepseekbench._measure._server_metrics",
-    "deepseekbench._servers": "deepseekbench._launch._servers",
-    "deepseekbench._spec_config": "deepseekbench._execute._served_config",
-    "deepseekbench._spec_fields": "deepseekbench._analysis._spec_fields",
-    "deepseekbench._speedup": "deepseekbench._analysis._speedup",
-    "deepseekbench._sse": "deepseekbench._measure._sse",
-    "deepseekbench._stats": "deepseekbench._analysis._stats",
-    "deepseekbench._tasks": "deepseekbench._plan._tasks",
-    "deepseekbench._tokens": "deepseekbench._measure._tokens",
-    "deepseekbench._traffic": "deepseekbench._analysis._traffic",
-    "deepseekbench._transport": "deepseekbench._net._transport",
-    "deepseekbench._vllm": "deepseekbench._launch._vllm",
-    "deepseekbench._worker": "deepseekbench._execute._worker",
-    "deepseekbench._workers": "deepseekbench._execute._workers",
-    "deepseekbench._workload": "deepseekbench._plan._workload",
-    "deepseekbench._workshare": "deepseekbench._execute._workshare",
-}
-
-
-class _MovedLoader(importlib.abc.Loader):
-    def exec_module(self, module: ModuleType) -> None:
-        new = _MOVED[module.__name__]
-        warnings.warn(
-            f"{module.__name__} moved to {new}; import the public name from deepseekbench",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        target = importlib.import_module(new)
-        module.__dict__.update({k: v for k, v in vars(target).items() if not k.startswith("__")})
-        module.__dict__["__all__"] = list(getattr(target, "__all__", ()))
-
-
-class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in _MOVED:
-            return None
-        return importlib.util.spec_from_loader(fullname, _MovedLoader())
-
-
-if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-    sys.meta_path.append(_MovedFinder())
+install_moved_finder()  # the 0.1.0 module paths, importable with a warning (_moved)
