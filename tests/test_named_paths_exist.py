@@ -66,14 +66,14 @@ def cited(text: str) -> tuple[list[str], list[str]]:
 
 
 def _old_paths() -> set[str]:
-    """The deprecated aliases ``deepseekbench/__init__.py`` keeps (``_MOVED``): named
+    """The deprecated aliases ``deepseekbench/_moved.py`` keeps (``_MOVED``): named
     there and where a module says it keeps one, never cited as a place to look."""
-    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    tree = ast.parse((PACKAGE / "_moved.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "_MOVED":
             assert isinstance(node.value, ast.Dict)
             return {ast.literal_eval(k) for k in node.value.keys if k}
-    raise AssertionError("deepseekbench/__init__.py has no _MOVED table")
+    raise AssertionError("deepseekbench/_moved.py has no _MOVED table")
 
 
 def missing(files: list[Path]) -> list[str]:
@@ -82,7 +82,7 @@ def missing(files: list[Path]) -> list[str]:
     for f in files:
         text = f.read_text()
         paths, names = cited(text)
-        if f.name == "__init__.py":
+        if f.name in ("__init__.py", "_moved.py"):
             names = [n for n in names if n not in aliases]
         out += [f"{f.relative_to(ROOT)}: {p}" for p in paths if not path_exists(p, f)]
         out += [f"{f.relative_to(ROOT)}: {n}" for n in names if not dotted_exists(n)]
