@@ -41,14 +41,33 @@ def _alpha(text: str) -> float:
     return value
 
 
+def _margin(text: str) -> float:
+    """``--margin``: a fraction in [0, 1), as ``5%`` or ``0.05``."""
+    value = regression_threshold(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be below 100%, got {text!r}")
+    return value
+
+
 def add_compare_arguments(cmp: argparse.ArgumentParser) -> None:
     """The ``compare`` sub-command's flags."""
+    from deepseekbench._analysis._compare_runs import DEFAULT_MARGIN
+
     cmp.add_argument("a", type=Path, help="results JSONL of the earlier run (A)")
     cmp.add_argument("b", type=Path, help="results JSONL of the later run (B)")
     cmp.add_argument("--run-a", metavar="HASH", default=None, help="A's plan hash (prefix)")
     cmp.add_argument("--run-b", metavar="HASH", default=None, help="B's plan hash (prefix)")
     cmp.add_argument(
         "--format", choices=_FORMATS, default="text", help="output format (default: %(default)s)"
+    )
+    cmp.add_argument(
+        "--margin",
+        metavar="PCT",
+        type=_margin,
+        default=DEFAULT_MARGIN,
+        help="a change counts only when its interval lies wholly beyond PCT of A "
+        "(default: 5%%, the drift between back-to-back runs of identical engines; 0 for "
+        "the plain test of no change)",
     )
     cmp.add_argument(
         "--alpha",
@@ -99,7 +118,7 @@ def compare_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         warnings.simplefilter("ignore", ResultsIntegrityWarning)
         a = load_results(args.a, plan_hash=args.run_a)
         b = load_results(args.b, plan_hash=args.run_b)
-    cmp = compare_runs(a, b, alpha=args.alpha, seed=args.seed)
+    cmp = compare_runs(a, b, alpha=args.alpha, seed=args.seed, margin=args.margin)
     threshold: float = args.fail_on_regression
     out.write(render_comparison(cmp, args.format, threshold=threshold))
     if args.plot is not None:

@@ -51,7 +51,8 @@ def _header(cmp: RunComparison) -> list[str]:
         f"B: {cmp.b}",
         f"summary: {cmp.summary}",
         f"family-wise α {cmp.alpha:g} over {cmp.judged} figures judged (Bonferroni): "
-        f"each interval at level {cmp.level:.2g}",
+        f"each interval at level {cmp.level:.2g}; a change counts only beyond "
+        f"{cmp.margin:.0%} of A (the margin)",
     ]
 
 
