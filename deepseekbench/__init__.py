@@ -90,6 +90,7 @@ if TYPE_CHECKING:
         expected_acceptance_length,
         which_factor_moved,
     )
+    from deepseekbench._analysis._anytime_rate import anytime_rate_bound
     from deepseekbench._analysis._divergence import (  # the noise floor
         NoiseFloor,
         NoiseVerdict,
@@ -614,6 +615,7 @@ _IMPORTS: dict[str, str] = {
     "within_noise_verdict": "deepseekbench._analysis._divergence",
     "TauEstimate": "deepseekbench._analysis._divergence",
     "lossy_rate_bound": "deepseekbench._analysis._divergence",
+    "anytime_rate_bound": "deepseekbench._analysis._anytime_rate",
     "measure_tau": "deepseekbench._analysis._divergence",
     "OffProfile": "deepseekbench._types._noise",
 }
@@ -798,6 +800,7 @@ __all__ = [
     "acceptance_from_vllm",
     "acceptance_profile",
     "all_reference_tasks",
+    "anytime_rate_bound",
     "bootstrap_speedup_ci",
     "break_even_acceptance_rate",
     "capacity_report",
