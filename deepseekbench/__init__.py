@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         RunResult,
         load_results,
     )
+    from deepseekbench._analysis._anytime_rate import anytime_rate_bound
     from deepseekbench._analysis._breakdown import (
         category_speedups,
     )
@@ -90,7 +91,6 @@ if TYPE_CHECKING:
         expected_acceptance_length,
         which_factor_moved,
     )
-    from deepseekbench._analysis._anytime_rate import anytime_rate_bound
     from deepseekbench._analysis._divergence import (  # the noise floor
         NoiseFloor,
         NoiseVerdict,

@@ -13,7 +13,8 @@ Math. Statist. 41, 1970; S. R. Howard, A. Ramdas, J. McAuliffe and J. Sekhon,
 2021, the conjugate-mixture construction). For a rate ``p`` the mixture likelihood
 ratio, with a uniform Beta(1, 1) mixing distribution over the alternative,
 
-    M_n(p) = B(k + 1, n − k + 1) / (p^k (1 − p)^(n − k)) = 1 / ((n + 1) · C(n, k) p^k (1 − p)^(n − k))
+    M_n(p) = B(k + 1, n − k + 1) / (p^k (1 − p)^(n − k))
+           = 1 / ((n + 1) · C(n, k) p^k (1 − p)^(n − k))
 
 is a nonnegative martingale with mean 1 under the true ``p``, so by Ville's inequality
 P(∃ n: M_n(p) ≥ 1/α) ≤ α: the set {p: M_n(p) < 1/α} covers the true rate at every
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["anytime_rate_bound", "anytime_comparisons_needed"]
+__all__ = ["anytime_comparisons_needed", "anytime_rate_bound"]
 
 _ITERATIONS = 200  # bisection steps: the interval halves each step, far below 1e-15
 

@@ -80,7 +80,7 @@ def test_continuous_monitoring_false_verified_rate() -> None:
     events = (rng.random((1000, 400)) < LOSSY).astype(np.int64)
     seq = _false_verified_rate(anytime_rate_bound, events)
     fixed = _false_verified_rate(lossy_rate_bound, events)
-    print(f"false verified over 1,000 streams: anytime {seq:.3f}, Clopper-Pearson peeked {fixed:.3f}")
+    print(f"false verified, 1,000 streams: anytime {seq:.3f}, Clopper-Pearson peeked {fixed:.3f}")
     assert seq <= ALPHA
     assert fixed > ALPHA
 
