@@ -134,7 +134,10 @@ def test_sequential_parity_reads_the_anytime_bound(tmp_path: Path) -> None:
                 ("mtp", "mtp", e1.base_url, Dialect.vllm),
                 ("mtp-relaxed", "mtp", e2.base_url, Dialect.vllm),
             ]
-            over = {"requests_per_cell": 64, "stopping": {"mode": "sequential"}}
+            # min_rounds = cap: no route stops early, so all 64 measured requests are
+            # compared whatever the speedup does (the count does not depend on timing)
+            stopping = {"mode": "sequential", "cap": 3, "min_rounds": 3}
+            over = {"requests_per_cell": 64, "stopping": stopping}
             plan = plan_of(routes, PLAN, over)
             return await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
 
