@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         RunResult,
         load_results,
     )
+    from deepseekbench._analysis._anytime_rate import anytime_rate_bound
     from deepseekbench._analysis._breakdown import (
         category_speedups,
     )
@@ -611,6 +612,7 @@ _IMPORTS: dict[str, str] = {
     "within_noise_verdict": "deepseekbench._analysis._divergence",
     "TauEstimate": "deepseekbench._analysis._divergence",
     "lossy_rate_bound": "deepseekbench._analysis._divergence",
+    "anytime_rate_bound": "deepseekbench._analysis._anytime_rate",
     "measure_tau": "deepseekbench._analysis._divergence",
     "OffProfile": "deepseekbench._types._noise",
 }
@@ -795,6 +797,7 @@ __all__ = [
     "acceptance_from_vllm",
     "acceptance_profile",
     "all_reference_tasks",
+    "anytime_rate_bound",
     "bootstrap_speedup_ci",
     "break_even_acceptance_rate",
     "capacity_report",

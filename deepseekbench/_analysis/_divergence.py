@@ -27,6 +27,9 @@ _types._noise.OffProfile`). The noise model (docs/rows-and-gate.md, "Parity with
   at the plan's α on the decisive-divergence rate per compared output, with none
   observed, is at most ``parity.lossy_rate`` (:data:`DEFAULT_LOSSY_RATE`); else
   ``unknown`` with how many more comparisons would decide.
+  Under ``[stopping] mode = "sequential"`` the verdict is read after every round, so
+  the bound is the anytime-valid beta-binomial mixture bound instead
+  (:func:`~deepseekbench._analysis._anytime_rate.anytime_rate_bound`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from deepseekbench._types._noise import OffProfile
 __all__ = [
     "DEFAULT_LOSSY_RATE",
     "PROFILED_FEWER",
+    "SEQUENTIAL_BOUND_NAME",
     "TAU_MIN_SAMPLE",
     "TAU_QUANTILE",
     "DivergenceCounts",
@@ -333,15 +337,35 @@ def _opportunity_check(
     return None, total, with_one
 
 
-def _power_reason(n_compared: int, alpha: float, lossy_rate: float) -> tuple[float, int, str]:
-    bound = lossy_rate_bound(n_compared, 0, alpha)
-    need = comparisons_needed(lossy_rate, alpha)
+def _power_reason(
+    n_compared: int, alpha: float, lossy_rate: float, sequential: bool = False
+) -> tuple[float, int, str]:
+    if sequential:  # read after every round: the anytime-valid bound, never Clopper-Pearson
+        from deepseekbench._analysis._anytime_rate import (
+            anytime_comparisons_needed,
+            anytime_rate_bound,
+        )
+
+        bound = anytime_rate_bound(n_compared, 0, alpha)
+        need = anytime_comparisons_needed(lossy_rate, alpha)
+    else:
+        bound = lossy_rate_bound(n_compared, 0, alpha)
+        need = comparisons_needed(lossy_rate, alpha)
     text = (
         f"power: 0 decisive in {n_compared} compared outputs bounds a lossy route's "
         f"decisive rate by {bound:.3g} per output at α {alpha:g}"
     )
+    if sequential:
+        text += f" ({SEQUENTIAL_BOUND_NAME})"
     return bound, need, text
 
+
+SEQUENTIAL_BOUND_NAME: Final[str] = (
+    "anytime-valid beta-binomial mixture bound, Robbins 1970, valid read after every round"
+)
+"""How a ``[stopping] mode = "sequential"`` verdict names its power bound on its reason
+(:func:`~deepseekbench._analysis._anytime_rate.anytime_rate_bound`); a ``fixed``-mode
+reason names none (the one-sided Clopper-Pearson bound)."""
 
 PROFILED_FEWER = (
     "at most parity.profile_outputs per parity set and per cell and load point, "
@@ -362,6 +386,7 @@ def within_noise_verdict(
     n_missing: int = 0,
     lossy_rate: float = DEFAULT_LOSSY_RATE,
     require_power: bool = True,
+    sequential: bool = False,
 ) -> NoiseVerdict:
     """Judge a route whose divergences are ``margins`` (one per diverged output, already
     classified against ``tau``; each output's first fork) out of ``n_compared`` compared
@@ -370,6 +395,10 @@ def within_noise_verdict(
     sample size; ``verified`` needs no decisive or unexplained divergence, every near-tie
     at an opportunity, task parity (when given) ``verified``, no missing output, and the
     power bound at most ``lossy_rate``; otherwise ``unknown``, saying what would decide.
+    ``sequential`` (``[stopping] mode = "sequential"``, the verdict read after every
+    round): the power bound is the anytime-valid one (:func:`~deepseekbench._analysis.
+    _anytime_rate.anytime_rate_bound`, named on the reason as
+    :data:`SEQUENTIAL_BOUND_NAME`) instead of the fixed-horizon Clopper-Pearson bound.
 
     Raises:
         ValueError: ``alpha`` or ``lossy_rate`` outside (0, 1), or ``n_compared`` < 0.
@@ -395,7 +424,7 @@ def within_noise_verdict(
         "tau_quantile": t.quantile,
         "tau_sample": t.sample,
     }
-    bound, need, power = _power_reason(n_compared, alpha, lossy_rate)
+    bound, need, power = _power_reason(n_compared, alpha, lossy_rate, sequential)
     fields.update(power_bound=bound, comparisons_needed=need)
     unprofiled = sum(
         1

@@ -211,6 +211,7 @@ def judge_speculative(
         tau=tau,
         n_missing=exact.n_missing if exact is not None else 0,
         lossy_rate=plan.parity.lossy_rate,
+        sequential=plan.sequential,  # read after every round: the anytime-valid bound
     )
     fields = _fields(margins, floor, v, plan.parity.exact)
     fields["divergences_charged_to_off"] = charged

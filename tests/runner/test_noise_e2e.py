@@ -108,3 +108,45 @@ def test_the_numerics_pair_is_verified_at_every_sample_size(tmp_path: Path, requ
     else:
         assert mtp.tau_source == "default" and len(shifts) < TAU_MIN_SAMPLE
     print(f"\n{requests} requests: {mtp.divergence_note}")
+
+
+def test_sequential_parity_reads_the_anytime_bound(tmp_path: Path) -> None:
+    """Under ``[stopping] mode = "sequential"`` the within-noise verdict is read after
+    every round, so its power bound is the anytime-valid one, named on the reason; the
+    numerics pair is ``verified`` from 80 compared outputs (53 needed at the defaults),
+    the lossy route ``differs`` at once."""
+    from deepseekbench._analysis._anytime_rate import anytime_comparisons_needed
+    from deepseekbench._analysis._divergence import SEQUENTIAL_BOUND_NAME
+
+    async def main() -> RunResult:
+        off = EngineConfig(cost=COSTS, numerics=True)
+        mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": 3})
+        relaxed = mtp.model_copy(
+            update={"relaxed_acceptance": True, "relaxed_delta": RELAXED_DELTA_NATS}
+        )
+        async with (
+            EmbeddedEngine(off) as e0,
+            EmbeddedEngine(mtp) as e1,
+            EmbeddedEngine(relaxed) as e2,
+        ):
+            routes = [
+                ("off", "off", e0.base_url, Dialect.vllm),
+                ("mtp", "mtp", e1.base_url, Dialect.vllm),
+                ("mtp-relaxed", "mtp", e2.base_url, Dialect.vllm),
+            ]
+            # min_rounds = cap: no route stops early, so all 64 measured requests are
+            # compared whatever the speedup does (the count does not depend on timing)
+            stopping = {"mode": "sequential", "cap": 3, "min_rounds": 3}
+            over = {"requests_per_cell": 64, "stopping": stopping}
+            plan = plan_of(routes, PLAN, over)
+            return await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
+
+    rows = {r.route_label: r for r in anyio.run(main).rows}
+    mtp = rows["mtp"]
+    print(f"\nsequential: {mtp.parity_detail}")
+    assert SEQUENTIAL_BOUND_NAME in (mtp.divergence_note or ""), mtp.divergence_note
+    assert mtp.quality_parity is QualityParity.verified, mtp.parity_detail
+    assert mtp.parity_power_bound is not None and mtp.parity_power_bound <= 0.125
+    # the parity set and every measured request compared: enough for the anytime bound
+    assert anytime_comparisons_needed(0.125, 0.05) <= 16 + 64
+    assert rows["mtp-relaxed"].quality_parity is QualityParity.differs
