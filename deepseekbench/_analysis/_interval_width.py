@@ -44,7 +44,10 @@ def interval_too_wide(verdict: SpeedupVerdict | None, *, decided: bool = False) 
         fix = "more rounds (repeats) narrow it; the rounds disagree, so look for drift"
     else:
         fix = "more measured requests (requests_per_cell) or rounds (repeats >= 3) narrow it"
-    return f"95% interval {lo:.2f}–{hi:.2f} too wide to decide ({', '.join(why)}): {fix}"
+    # an interval off 1 has decided the direction (the verdict stands); it is too wide
+    # to say how large the change is
+    what = "too wide to say how large" if lo > 1 or hi < 1 else "too wide to decide"
+    return f"95% interval {lo:.2f}–{hi:.2f} {what} ({', '.join(why)}): {fix}"
 
 
 def wide_interval_notes(lines: Iterable[ScorecardLine], decided: Collection[str] = ()) -> list[str]:

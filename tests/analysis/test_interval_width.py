@@ -48,3 +48,12 @@ def test_a_line_the_sequence_decided_is_not_flagged_for_its_two_rounds_alone() -
     assert interval_too_wide(_verdict(1.40, 1.60, 2), decided=True) is None
     wide = interval_too_wide(_verdict(0.5, 3.0, 2), decided=True)
     assert wide is not None and "spans a factor of" in wide
+
+
+def test_an_interval_off_one_is_too_wide_to_size_never_to_decide() -> None:
+    # the direction is decided (the verdict stands); only the size is not
+    above = interval_too_wide(_verdict(1.40, 2.82, 3))
+    assert above is not None and "too wide to say how large" in above
+    assert "decide" not in above
+    across = interval_too_wide(_verdict(0.53, 1.35, 3))
+    assert across is not None and "too wide to decide" in across
