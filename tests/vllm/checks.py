@@ -348,7 +348,7 @@ def report_decomposition(run: PairRun, label: str) -> None:
         assert not line.credited and line.verdict is not None and not line.verdict.printed
         assert e.decode_step_ms == row_of(run, "off").server_tpot_ms
         assert e.verify_step_ms == pytest.approx(row.server_tpot_ms * row.acceptance_length)
-        append_report(f"{label}: {e.text()} [{line.speedup_text}]")
+        append_report(f"{label}: {e.text()}")
     else:
         append_report(f"{label}: decomposition withheld ({line.speedup_text})")
     spread = (row.acceptance_length_p10, row.acceptance_length_p50, row.acceptance_length_p90)
