@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._client_flag import client_flag
 from deepseekbench._analysis._decompose import SpeedupDecomposition, decompose_speedup
+from deepseekbench._analysis._engine_decompose import (
+    EngineClockDiagnosis,
+    diagnose_on_engine_clock,
+)
 from deepseekbench._analysis._speedup import (
     RefusalReason,
     SpeedupMetric,
@@ -137,7 +141,10 @@ class ScorecardLine(BaseModel):
     the row's dataset categories, each judged against ``off``'s.
     ``decomposition``: a credited TPOT speedup as acceptance length ÷ step-cost
     ratio with the break-even acceptance (:func:`~deepseekbench.decompose_speedup`),
-    ``None`` on every other line.
+    ``None`` on every other line. ``engine_diagnosis``: a TPOT line refused for a
+    client-clock reason, decomposed on the engine's clock as a diagnosis only
+    (:func:`~deepseekbench._analysis._engine_decompose.diagnose_on_engine_clock`;
+    never a credited speedup), ``None`` on every other line.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(_FromRow,))
@@ -149,6 +156,7 @@ class ScorecardLine(BaseModel):
     task_flips: tuple[str, ...] = ()
     categories: tuple[CategoryLine, ...] = ()
     decomposition: SpeedupDecomposition | None = None
+    engine_diagnosis: EngineClockDiagnosis | None = None
 
     # the row's own fields, read through
     speculative = _FromRow[Speculative]()
@@ -318,8 +326,9 @@ class _Judge:
         """``r``'s line, judged against ``base`` (its cell's ``off`` row) when there is one."""
         verdict = self.verdict(base, r) if base is not None else None
         tampered = verdict is not None and RefusalReason.results_tampered in verdict.reasons
-        parts = None
+        parts = diagnosis = None
         if base is not None and verdict is not None:
+            diagnosis = diagnose_on_engine_clock(base, r, verdict)
             parts = decompose_speedup(
                 base,
                 r,
@@ -338,6 +347,7 @@ class _Judge:
                 base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms, tampered
             ),
             decomposition=parts,
+            engine_diagnosis=diagnosis,
         )
 
 

@@ -3,7 +3,10 @@ acceptance length ÷ step-cost ratio, the break-even acceptance per load, and wh
 moved between a route's loads (:mod:`deepseekbench._analysis._decompose`).
 
 Holds :data:`DECOMPOSITION_TITLE`, :data:`DECOMPOSITION_COLUMNS`,
-:func:`decomposition_cells` and :func:`decomposition_items`.
+:func:`decomposition_cells` and :func:`decomposition_items`. A line refused for a
+client-clock reason whose engine reported per-request decode timings gets a diagnosis
+sentence instead, labelled "on the engine's clock; no speedup credited"
+(:mod:`deepseekbench._analysis._engine_decompose`): never a table row, never a figure.
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
 def decomposition_items(lines: Sequence[ScorecardLine]) -> list[str]:
     """The section's sentences: per route and cell decomposed at 2 or more loads,
     which factor moved from the lowest load to the highest; then, per line, the
-    target a draft head must reach to pay at that load."""
+    target a draft head must reach to pay at that load; then each client-clock-refused
+    line's diagnosis on the engine's clock (no speedup credited)."""
     groups: dict[tuple[str, str], list[ScorecardLine]] = {}
     for ln in lines:
         if ln.decomposition is not None:
@@ -97,4 +101,8 @@ def decomposition_items(lines: Sequence[ScorecardLine]) -> list[str]:
         d = ln.decomposition
         if d is not None:
             out.append(f"{ln.route} @ {ln.cell} {ln.load}: {d.target_text()}")
+    for ln in lines:
+        e = ln.engine_diagnosis
+        if e is not None:
+            out.append(f"{ln.route} @ {ln.cell} {ln.load}: {e.text()}")
     return out

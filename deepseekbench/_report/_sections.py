@@ -107,15 +107,15 @@ def report_sections(card: Scorecard) -> list[Section]:
         *([Section("integrity", items=(f"Results file: {note}",))] if note else []),
         _table("table", "", main_columns(lines, card.clock), main_cells(lines, card.clock)),
     ]
-    parts = decomposition_cells(lines)
-    if parts:
+    parts, why = decomposition_cells(lines), decomposition_items(lines)
+    if parts or why:
         out.append(
             Section(
                 "decomposition",
                 DECOMPOSITION_TITLE,
                 DECOMPOSITION_COLUMNS,
                 tuple(tuple(r) for r in parts),
-                tuple(decomposition_items(lines)),
+                tuple(why),
             )
         )
     spread = acceptance_cells(lines)

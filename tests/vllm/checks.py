@@ -16,6 +16,7 @@ from deepseekbench import (
     Dialect,
     QualityParity,
     RefusalReason,
+    Row,
     SpeedupMetric,
     acceptance_profile,
     read_acceptance_profile,
@@ -330,15 +331,24 @@ def _ms(x: float | None) -> str:
 
 
 def report_decomposition(run: PairRun, label: str) -> None:
-    """Print the route's speedup decomposition and break-even acceptance (or why it is
-    withheld: only a credited TPOT speedup is decomposed) beside vLLM's own per-request
+    """Print the route's speedup decomposition and break-even acceptance (a refused line
+    whose client clock was refused: the diagnosis on vLLM's own clock, labelled "no speedup
+    credited"; otherwise why it is withheld) beside vLLM's own per-request
     figures, and check its acceptance profile: acceptance length = 1 + Σ marginal, the
     file read back equal (``deepseekbench._analysis._acceptance_profile``)."""
     line = next(ln for ln in run.card.lines if ln.route == label)
     row = line.row
     d = line.decomposition
+    e = line.engine_diagnosis
     if d is not None:
+        assert e is None, (d, e)  # a credited line is never diagnosed on the side
         append_report(f"{label}: {d.text()}; break-even: {d.target_text()}")
+    elif e is not None:
+        # the client clock was refused; the engine's own TPOT diagnoses the split
+        assert not line.credited and line.verdict is not None and not line.verdict.printed
+        assert e.decode_step_ms == row_of(run, "off").server_tpot_ms
+        assert e.verify_step_ms == pytest.approx(row.server_tpot_ms * row.acceptance_length)
+        append_report(f"{label}: {e.text()}")
     else:
         append_report(f"{label}: decomposition withheld ({line.speedup_text})")
     spread = (row.acceptance_length_p10, row.acceptance_length_p50, row.acceptance_length_p90)
@@ -361,3 +371,8 @@ def report_decomposition(run: PairRun, label: str) -> None:
 
 def _num(x: float | None) -> str:
     return f"{x:.2f}" if x is not None else "—"
+
+
+def row_of(run: PairRun, label: str) -> Row:
+    """The run's row of route ``label``."""
+    return next(r for r in run.result.rows if r.route_label == label)
