@@ -347,6 +347,7 @@ def report_decomposition(run: PairRun, label: str) -> None:
         # the client clock was refused; the engine's own TPOT diagnoses the split
         assert not line.credited and line.verdict is not None and not line.verdict.printed
         assert e.decode_step_ms == row_of(run, "off").server_tpot_ms
+        assert row.server_tpot_ms is not None and row.acceptance_length is not None
         assert e.verify_step_ms == pytest.approx(row.server_tpot_ms * row.acceptance_length)
         append_report(f"{label}: {e.text()}")
     else:
