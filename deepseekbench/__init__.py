@@ -12,6 +12,10 @@ the plan imports no measurement, network or launch code; the store and analysis
 import no measurement or execution code; the report imports no plan.
 ``tests/test_layers.py`` holds the rules, for every import in every module (inside
 functions and ``if TYPE_CHECKING:`` blocks too)::
+    from deepseekbench._types._fraction import parse_fraction
+    from deepseekbench._analysis._compare_runs import DEFAULT_MARGIN
+    from deepseekbench._errors import UnknownKeyError
+    from deepseekbench._errors import FractionFormatError
 
     __init__             the public surface (everything re-exported, lazily)
     __main__             ``python -m deepseekbench``
@@ -363,6 +367,10 @@ from deepseekbench._version import __version__
 
 # public name -> the module that defines it
 _IMPORTS: dict[str, str] = {
+    "parse_fraction": "deepseekbench._types._fraction",
+    "DEFAULT_MARGIN": "deepseekbench._analysis._compare_runs",
+    "UnknownKeyError": "deepseekbench._errors",
+    "FractionFormatError": "deepseekbench._errors",
     "CacheWindow": "deepseekbench._types._cache",  # the cache window
     "SharedPrefix": "deepseekbench._plan._prefix",
     "load_mt_bench": "deepseekbench._plan._datasets",
@@ -621,6 +629,7 @@ __all__ = [
     "BASELINE_NONDETERMINISTIC",
     "CLOCK_TOLERANCE",
     "DEFAULT_LAG_THRESHOLD_MS",
+    "DEFAULT_MARGIN",
     "DEFAULT_TAU_NATS",
     "DEFAULT_TOLERANCE",
     "FAULT_HEADER",
@@ -673,6 +682,7 @@ __all__ = [
     "FaultKind",
     "FewRoundsWarning",
     "FigureChange",
+    "FractionFormatError",
     "GatedTransport",
     "GaugeSet",
     "Grader",
@@ -779,6 +789,7 @@ __all__ = [
     "TokenCounter",
     "TokenizeError",
     "TracePlan",
+    "UnknownKeyError",
     "VllmServerError",
     "VllmServerSpec",
     "WitnessExclusion",
@@ -837,6 +848,7 @@ __all__ = [
     "mtp_depth_from_gguf",
     "mtp_depth_from_hf_config",
     "paired_speedup_ci",
+    "parse_fraction",
     "parse_metrics",
     "pool_limits",
     "probe_model_capability",

@@ -21,6 +21,8 @@ Every class is exported from :mod:`deepseekbench`. The tree::
     │   ├── ResultsInUseError       another run holds the results file's lock
     │   └── ResultsWriteError       a record could not be written
     ├── WorkerError              a client worker failed
+    ├── UnknownKeyError          a route, cell or load key a result does not hold (also a KeyError)
+    ├── FractionFormatError      a threshold or margin outside its accepted forms (also a ValueError)
     ├── RayUnavailableError      ``executor = "ray"`` without the ``ray`` package
     └── ServerError              an engine server could not be started or got no ready
         ├── VllmServerError         ... a vLLM server
@@ -174,6 +176,33 @@ class AcceptanceProfileError(DeepseekBenchError, ValueError):
     format or its consistency check: acceptance length = 1 + Σ marginal acceptance,
     marginal never rising with the position, conditional = marginal[i] / marginal[i-1]
     (``deepseekbench._analysis._acceptance_profile``)."""
+
+
+class UnknownKeyError(DeepseekBenchError, KeyError):
+    """A route label, cell id or load point key that a result does not hold (raised by
+    the accessors of :class:`~deepseekbench.RunResult`, e.g. ``samples(load=...)``).
+
+    Also a :class:`KeyError`, so ``except KeyError`` catches it. ``kind``: ``"route"``,
+    ``"cell"`` or ``"load"``; ``key``: what was asked for; ``known``: the keys that
+    exist, in plan order (the message names them).
+    """
+
+    def __init__(self, kind: str, key: object, known: tuple[str, ...]) -> None:
+        words = {"route": "route labels", "cell": "cells"}.get(kind, f"{kind} keys")
+        super().__init__(f"no {kind} {key!r} in this run; known {words}: {list(known)}")
+        self.kind = kind
+        self.key = key
+        self.known = known
+
+    def __str__(self) -> str:  # KeyError's own __str__ would quote the message
+        return str(self.args[0])
+
+
+class FractionFormatError(DeepseekBenchError, ValueError):
+    """A threshold or margin given in none of the accepted forms: a fraction (``0.05``)
+    or a percent string (``"5%"``, ``"5 %"``), inside its allowed range
+    (``deepseekbench._types._fraction.parse_fraction``). Also a :class:`ValueError`.
+    The message names the argument, the value and the accepted forms."""
 
 
 class WorkerError(DeepseekBenchError):

@@ -18,6 +18,7 @@ from deepseekbench import (
     LiveGate,
     MissingExtraError,
     RunResult,
+    UnknownKeyError,
     compare_speedup,
     run_plan,
 )
@@ -115,6 +116,30 @@ def test_run_result_repr_is_short_and_samples_names_known_routes(tmp_path: Path)
         result.samples("mtp", "1k/265/non_think")
     with pytest.raises(AttributeError, match="tpot"):
         result.samples("mtp", cell, "tpot")
+
+
+def test_every_result_accessor_refuses_an_unknown_key_by_name(tmp_path: Path) -> None:
+    result = _small_run(tmp_path)
+    cell = result.plan.cells[0].cell_id
+    load = result.row_keys[0][2]
+    assert result.samples("mtp", cell, "e2e_ms", load=load)  # the known key still answers
+    calls = {
+        "samples": lambda **k: result.samples(**k),
+        "row_requests": lambda **k: result.row_requests(**k),
+        "round_values": lambda **k: result.round_values(**k),
+    }
+    for name, call in calls.items():
+        for kind, keys in (
+            ("load", {"route": "mtp", "cell": cell, "load": "c=7"}),
+            ("route", {"route": "mpt", "cell": cell, "load": load}),
+            ("cell", {"route": "mtp", "cell": "nope", "load": load}),
+        ):
+            with pytest.raises(UnknownKeyError) as info:
+                call(**keys)
+            err = info.value
+            assert isinstance(err, KeyError) and err.kind == kind, name
+            assert repr(keys[kind]) in str(err) and err.known, name
+            assert all(k in str(err) for k in err.known), name
 
 
 def test_per_request_records_and_dataframe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

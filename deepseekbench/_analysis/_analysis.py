@@ -240,7 +240,28 @@ class RunResult:
             f"results_path={str(self.results_path) if self.results_path else None!r})"
         )
 
+    def check_keys(self, route: str, cell: str, load: str | None = None) -> None:
+        """Refuse a route label, cell id or load point key this run does not hold (every
+        accessor taking them calls this first; ``load=None`` means every load point).
+
+        Raises:
+            UnknownKeyError: (also a ``KeyError``) naming the keys that exist.
+        """
+        from deepseekbench._errors import UnknownKeyError
+
+        labels = tuple(r.label for r in self.plan.routes)
+        cells = tuple(c.cell_id for c in self.plan.cells)
+        loads = tuple(dict.fromkeys([lp.key for lp in self.plan.load_points]
+                                    + [k[2] for k in self.row_keys]))  # fmt: skip
+        if route not in labels:
+            raise UnknownKeyError("route", route, labels)
+        if cell not in cells:
+            raise UnknownKeyError("cell", cell, cells)
+        if load is not None and load not in loads:
+            raise UnknownKeyError("load", load, loads)
+
     def _matching(self, route: str, cell: str, load: str | None) -> list[MeasuredRequest]:
+        self.check_keys(route, cell, load)
         single = len(self.plan.load_points) == 1
         return [
             m
@@ -257,17 +278,12 @@ class RunResult:
         (and load point key; ``None`` = every load point), successful requests only.
 
         Raises:
-            KeyError: ``route`` or ``cell`` is not in the plan (the message lists
-                the known route labels and cell ids).
+            UnknownKeyError: ``route``, ``cell`` or ``load`` is not in this run (also a
+                ``KeyError``; the message lists the keys that exist).
             AttributeError: ``metric`` names no :class:`~deepseekbench.StreamMeasurement`
                 field.
         """
-        labels = [r.label for r in self.plan.routes]
-        cells = [c.cell_id for c in self.plan.cells]
-        if route not in labels:
-            raise KeyError(f"no route {route!r} in this run; known route labels: {labels}")
-        if cell not in cells:
-            raise KeyError(f"no cell {cell!r} in this run; known cells: {cells}")
+        self.check_keys(route, cell, load)
         if metric not in StreamMeasurement.model_fields:
             raise AttributeError(f"{metric!r} is not a StreamMeasurement field")
         out: list[float] = []
@@ -341,7 +357,11 @@ class RunResult:
 
     def row_requests(self, route: str, cell: str, load: str | None = None) -> RowRequests:
         """The measured requests of one row, for its window figures (see :mod:`_rowstats`);
-        requests never sent (``budget_refused``) are not among them."""
+        requests never sent (``budget_refused``) are not among them.
+
+        Raises:
+            UnknownKeyError: ``route``, ``cell`` or ``load`` is not in this run.
+        """
         return RowRequests(
             tuple(
                 (m.measurement, MeasureInfo(m.round, m.queue_ms, m.run_id))
@@ -385,6 +405,7 @@ class RunResult:
         ``request_throughput_per_s`` / ``goodput_req_per_s`` requests/s).
 
         Raises:
+            UnknownKeyError: ``route``, ``cell`` or ``load`` is not in this run.
             AttributeError: ``metric`` names neither.
         """
         return self.row_requests(route, cell, load).round_values(metric)

@@ -55,6 +55,7 @@ from deepseekbench._analysis._compare_records import Factor, RunRecords, diff_re
 from deepseekbench._analysis._speedup import RefusalReason, compare_speedup
 from deepseekbench._types._axes import QualityParity, Speculative
 from deepseekbench._types._clock import CLOCK_TOLERANCE
+from deepseekbench._types._fraction import Fraction, parse_fraction
 from deepseekbench._types._row import Row
 
 if TYPE_CHECKING:
@@ -127,13 +128,19 @@ class FigureChange(BaseModel):
             return None
         return (self.b - self.a) / abs(self.a)
 
-    def regressed(self, threshold: float = 0.0) -> bool:
+    def regressed(self, threshold: Fraction = 0.0) -> bool:
         """True when the figure changed significantly for the worse by more than
-        ``threshold`` (a fraction of A: 0.05 = 5 %; a worse change from 0 always counts)."""
+        ``threshold`` of A (a fraction ``0.05`` or a percent string ``"5%"``; a worse
+        change from 0 always counts).
+
+        Raises:
+            FractionFormatError: ``threshold`` is in neither form, or negative.
+        """
+        limit = parse_fraction(threshold, name="threshold", upper=math.inf)
         if self.status != "changed" or not self.worse:
             return False
         rel = self.relative_change
-        return rel is None or abs(rel) > threshold
+        return rel is None or abs(rel) > limit
 
     def interval_text(self) -> str:
         """``B/A 0.94–1.07`` or ``B−A −0.02–+0.03`` (empty without an interval)."""
@@ -245,10 +252,16 @@ class RunComparison(BaseModel):
         """Every figure that changed significantly, with its line."""
         return [(ln, f) for ln in self.lines for f in ln.figures if f.status == "changed"]
 
-    def regressions(self, threshold: float = 0.0) -> list[str]:
-        """Every regression beyond ``threshold`` (a fraction: 0.05 = 5 %) in words: a
-        figure changed significantly for the worse, or parity lost its ``verified``."""
-        out = [f"{ln.name}: {f.label} {f}" for ln, f in self.changed() if f.regressed(threshold)]
+    def regressions(self, threshold: Fraction = 0.0) -> list[str]:
+        """Every regression beyond ``threshold`` of A (a fraction ``0.05`` or a percent
+        string ``"5%"``) in words: a figure changed significantly for the worse, or
+        parity lost its ``verified``.
+
+        Raises:
+            FractionFormatError: ``threshold`` is in neither form, or negative.
+        """
+        limit = parse_fraction(threshold, name="threshold", upper=math.inf)
+        out = [f"{ln.name}: {f.label} {f}" for ln, f in self.changed() if f.regressed(limit)]
         out += [f"{ln.name}: parity {ln.parity}" for ln in self.lines if ln.parity.regressed]
         return out
 
@@ -357,7 +370,7 @@ def compare_runs(
     *,
     alpha: float = 0.05,
     seed: int = 0,
-    margin: float = DEFAULT_MARGIN,
+    margin: Fraction = DEFAULT_MARGIN,
 ) -> RunComparison:
     """What changed from run ``a`` to run ``b`` (results files or
     :class:`~deepseekbench.RunResult`), line by line and figure by figure.
@@ -383,15 +396,17 @@ def compare_runs(
         a, b: the runs (a path reads the file's last run, as :func:`~deepseekbench.load_results`).
         alpha: the family-wise false-change rate, in (0, 1).
         seed: the bootstrap generator's seed (the same inputs give the same verdicts).
-        margin: "changed significantly" needs the interval wholly beyond this fraction
-            of A (default 0.05: the drift between back-to-back identical runs).
+        margin: "changed significantly" needs the interval wholly beyond this share
+            of A, a fraction or a percent string (``0.05`` = ``"5%"``; default
+            :data:`DEFAULT_MARGIN`: the drift between back-to-back identical runs).
 
     Returns:
         A :class:`RunComparison`; its ``summary`` names what moved and the recorded
         differences (:class:`~deepseekbench._analysis._compare_records.Factor`).
 
     Raises:
-        ValueError: ``alpha`` not in (0, 1), or ``margin`` not in [0, 1).
+        ValueError: ``alpha`` not in (0, 1).
+        FractionFormatError: ``margin`` in neither form, or not in [0, 1) (a ValueError).
         ResultsFormatError: a results file is unreadable or has no run.
     """
     return compare_sides(_loaded(a), _loaded(b), alpha=alpha, seed=seed, margin=margin)
@@ -409,18 +424,24 @@ class _Pending:
 
 
 def compare_sides(
-    a: RunSide, b: RunSide, *, alpha: float = 0.05, seed: int = 0, margin: float = 0.0
+    a: RunSide,
+    b: RunSide,
+    *,
+    alpha: float = 0.05,
+    seed: int = 0,
+    margin: Fraction = DEFAULT_MARGIN,
 ) -> RunComparison:
     """:func:`compare_runs` of two runs already read (:func:`side_of`, or lines built by
-    hand, e.g. synthetic rows in tests); ``margin`` defaults to 0 here (the plain test).
+    hand, e.g. synthetic rows in tests); ``margin`` as there (default
+    :data:`DEFAULT_MARGIN`; ``margin=0`` gives the plain test of no change).
 
     Raises:
-        ValueError: ``alpha`` not in (0, 1), or ``margin`` not in [0, 1).
+        ValueError: ``alpha`` not in (0, 1).
+        FractionFormatError: ``margin`` in neither form, or not in [0, 1) (a ValueError).
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if not 0 <= margin < 1:
-        raise ValueError(f"margin must be in [0, 1), got {margin}")
+    margin = parse_fraction(margin, name="margin")
     common = [k for k in a.lines if k in b.lines]
     built: list[tuple[LineKey, list[FigureChange | _Pending]]] = []
     pending: list[_Pending] = []

@@ -20,15 +20,15 @@ _FORMATS = ("text", "markdown", "json", "html")  # deepseekbench._report._compar
 
 
 def regression_threshold(text: str) -> float:
-    """``5%`` or ``0.05`` → 0.05 (a fraction >= 0); argparse exits 2 otherwise."""
-    raw = text.strip()
+    """``5%`` or ``0.05`` → 0.05 (a fraction >= 0, read by the library's one parser,
+    ``deepseekbench._types._fraction.parse_fraction``); argparse exits 2 otherwise."""
+    from deepseekbench._errors import FractionFormatError
+    from deepseekbench._types._fraction import parse_fraction
+
     try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a percentage or fraction: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
+        return parse_fraction(text, name="the threshold", upper=float("inf"))
+    except FractionFormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _alpha(text: str) -> float:
@@ -43,10 +43,13 @@ def _alpha(text: str) -> float:
 
 def _margin(text: str) -> float:
     """``--margin``: a fraction in [0, 1), as ``5%`` or ``0.05``."""
-    value = regression_threshold(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"must be below 100%, got {text!r}")
-    return value
+    from deepseekbench._errors import FractionFormatError
+    from deepseekbench._types._fraction import parse_fraction
+
+    try:
+        return parse_fraction(text, name="the margin")
+    except FractionFormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_compare_arguments(cmp: argparse.ArgumentParser) -> None:

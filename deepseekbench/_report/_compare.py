@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 import orjson
 
 from deepseekbench._analysis._compare_runs import FigureChange, LineComparison, RunComparison
+from deepseekbench._types._fraction import Fraction, parse_fraction
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -161,19 +162,20 @@ def _html(cmp: RunComparison, threshold: float) -> str:
     return "\n".join(parts) + "\n"
 
 
-def render_comparison(cmp: RunComparison, fmt: str = "text", *, threshold: float = 0.0) -> str:
-    """``cmp`` as ``fmt`` (one of :data:`COMPARE_FORMATS`); ``threshold``: the fraction
-    (0.05 = 5 %) beyond which a significant change for the worse is flagged a regression.
-    HTML is a self-contained page with the plot of the changed figures inlined (a note
-    instead when matplotlib is missing).
+def render_comparison(cmp: RunComparison, fmt: str = "text", *, threshold: Fraction = 0.0) -> str:
+    """``cmp`` as ``fmt`` (one of :data:`COMPARE_FORMATS`); ``threshold``: the share of A
+    (a fraction ``0.05`` or a percent string ``"5%"``) beyond which a significant change
+    for the worse is flagged a regression. HTML is a self-contained page with the plot
+    of the changed figures inlined (a note instead when matplotlib is missing).
 
     Raises:
         ValueError: unknown format.
+        FractionFormatError: ``threshold`` in neither form, or negative (a ValueError).
     """
     renderers = {"text": _text, "markdown": _markdown, "json": _json, "html": _html}
     if fmt not in renderers:
         raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(COMPARE_FORMATS)}")
-    return renderers[fmt](cmp, threshold)
+    return renderers[fmt](cmp, parse_fraction(threshold, name="threshold", upper=float("inf")))
 
 
 def plot_comparison(cmp: RunComparison, path: str | Path | None = None) -> Figure:

@@ -394,3 +394,46 @@ def test_a_launch_flag_recorded_in_the_spec_config_too_is_one_factor() -> None:
         ("launch flag", "--ctx-size", "1024", "2048"),
         ("speculative config", "spec_tokens", "2", "4"),
     ]
+
+
+# -- thresholds and margins: a fraction or a percent string, one parser, one default ---------
+
+
+def test_a_threshold_or_margin_takes_a_percent_string_as_its_fraction() -> None:
+    from deepseekbench._report._compare import render_comparison
+
+    slow = Engines(tpot_mtp_ms=9.0, flags=("--verify-token-ms", "0.8"))
+    cmp = compare_sides(synthetic_run(1, Engines(), "A"), synthetic_run(2, slow, "B"))
+    assert cmp.regressions("5%") == cmp.regressions(0.05) == cmp.regressions("0.05") != []
+    assert cmp.regressions("5 %") == cmp.regressions(0.05)
+    assert cmp.regressions("900%") == [] and cmp.regressions(9.0) == []
+    assert render_comparison(cmp, threshold="5%") == render_comparison(cmp, threshold=0.05)
+    side = synthetic_run(3, Engines(), "A")
+    assert compare_sides(side, side, margin="2%").margin == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("bad", ["5", "five %", "-1%", True, None, float("nan"), "inf", [0.05]])
+def test_a_threshold_in_no_accepted_form_is_a_typed_error_naming_the_forms(bad: object) -> None:
+    from deepseekbench import FractionFormatError
+
+    cmp = compare_sides(synthetic_run(1, Engines(), "A"), synthetic_run(2, Engines(), "B"))
+    if bad == "5":  # "5" is the fraction 5 (500 %): a threshold may exceed 100 %, a margin not
+        assert cmp.regressions(bad) == []
+        with pytest.raises(FractionFormatError, match=r'"5%"'):
+            compare_sides(synthetic_run(1, Engines(), "A"), synthetic_run(2, Engines(), "B"),
+                          margin=bad)  # fmt: skip
+        return
+    with pytest.raises(FractionFormatError, match=r'a fraction \(0.05\) or a percent string'):
+        cmp.regressions(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="margin"):  # also a ValueError
+        compare_sides(synthetic_run(1, Engines(), "A"), synthetic_run(2, Engines(), "B"),
+                      margin=bad)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_compare_runs_and_compare_sides_share_one_default_margin() -> None:
+    import inspect
+
+    from deepseekbench import DEFAULT_MARGIN, compare_runs
+
+    for fn in (compare_runs, compare_sides):
+        assert inspect.signature(fn).parameters["margin"].default == DEFAULT_MARGIN
