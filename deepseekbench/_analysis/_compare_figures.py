@@ -208,6 +208,43 @@ def _by_position(k: int) -> Figure:
     )
 
 
+def _percentile_pair(
+    metric: str,
+    label: str,
+    unit: str,
+    refusals: Callable[[Row], tuple[str, ...]] = lambda row: (),
+) -> tuple[Figure, Figure]:
+    """The p50 and p99 figures of a per-request latency ``metric`` (``ttft``, ``tpot``;
+    field ``<metric>_ms``, in ``unit``): lower is better, compared as a ratio; the
+    p99 needs :data:`P99_MIN_REQUESTS` requests a run."""
+    field_name = f"{metric}_ms"
+    return (
+        Figure(
+            name=f"{metric}_p50_ms",
+            label=f"{label} p50",
+            unit=unit,
+            higher_is_better=False,
+            scale="ratio",
+            columns=_col(field_name),
+            statistic=_median,
+            row_value=_pct(field_name, "p50"),
+            refusals=refusals,
+        ),
+        Figure(
+            name=f"{metric}_p99_ms",
+            label=f"{label} p99",
+            unit=unit,
+            higher_is_better=False,
+            scale="ratio",
+            columns=_col(field_name),
+            statistic=_p99,
+            row_value=_pct(field_name, "p99"),
+            refusals=refusals,
+            min_requests=P99_MIN_REQUESTS,
+        ),
+    )
+
+
 FIGURES: tuple[Figure, ...] = (
     Figure(
         name="speedup",
@@ -244,50 +281,8 @@ FIGURES: tuple[Figure, ...] = (
         row_value=_attr("acceptance_length"),
         applies=_speculative,
     ),
-    Figure(
-        name="ttft_p50_ms",
-        label="TTFT p50",
-        unit="ms",
-        higher_is_better=False,
-        scale="ratio",
-        columns=_col("ttft_ms"),
-        statistic=_median,
-        row_value=_pct("ttft_ms", "p50"),
-    ),
-    Figure(
-        name="ttft_p99_ms",
-        label="TTFT p99",
-        unit="ms",
-        higher_is_better=False,
-        scale="ratio",
-        columns=_col("ttft_ms"),
-        statistic=_p99,
-        row_value=_pct("ttft_ms", "p99"),
-        min_requests=P99_MIN_REQUESTS,
-    ),
-    Figure(
-        name="tpot_p50_ms",
-        label="TPOT p50",
-        unit="ms/token",
-        higher_is_better=False,
-        scale="ratio",
-        columns=_col("tpot_ms"),
-        statistic=_median,
-        row_value=_pct("tpot_ms", "p50"),
-        refusals=_tpot_refusals,
-    ),
-    Figure(
-        name="tpot_p99_ms",
-        label="TPOT p99",
-        unit="ms/token",
-        higher_is_better=False,
-        scale="ratio",
-        columns=_col("tpot_ms"),
-        statistic=_p99,
-        row_value=_pct("tpot_ms", "p99"),
-        refusals=_tpot_refusals,
-        min_requests=P99_MIN_REQUESTS,
-    ),
+    *_percentile_pair("ttft", "TTFT", "ms"),
+    *_percentile_pair("tpot", "TPOT", "ms/token", _tpot_refusals),
     Figure(
         name="goodput_req_per_s",
         label="goodput",
