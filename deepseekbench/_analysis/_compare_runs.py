@@ -668,8 +668,25 @@ def _moved(cmp: RunComparison) -> tuple[list[str], list[str]]:
     return moved, still
 
 
+SUMMARY_PLAN_KEYS = 3
+"""Plan keys the summary names before it counts the rest (every one stays in
+:attr:`RunComparison.factors`: ``compare --format json``, or the text's closing list)."""
+
+
 def _factor_words(cmp: RunComparison) -> list[str]:
-    return [str(f) for f in cmp.factors] + [f"{n} unchanged" for n in cmp.unchanged_records]
+    """The recorded differences in words; past :data:`SUMMARY_PLAN_KEYS` plan keys, their
+    count and the first few (two unrelated plans differ in most of their keys)."""
+    plan_keys = [f for f in cmp.factors if f.kind == "plan key"]
+    if len(plan_keys) <= SUMMARY_PLAN_KEYS:
+        words = [str(f) for f in cmp.factors]
+    else:
+        first = ", ".join(f.name for f in plan_keys[:SUMMARY_PLAN_KEYS])
+        words = [str(f) for f in cmp.factors if f.kind != "plan key"]
+        words.append(
+            f"{len(plan_keys)} plan keys differ ({first}, …; all in the comparison's "
+            "factors: compare --format json, or the list of recorded differences)"
+        )
+    return words + [f"{n} unchanged" for n in cmp.unchanged_records]
 
 
 def _summary(cmp: RunComparison) -> str:

@@ -437,3 +437,25 @@ def test_compare_runs_and_compare_sides_share_one_default_margin() -> None:
 
     for fn in (compare_runs, compare_sides):
         assert inspect.signature(fn).parameters["margin"].default == DEFAULT_MARGIN
+
+
+def test_two_unrelated_plans_summarise_their_plan_keys_as_a_count() -> None:
+    from deepseekbench._analysis._compare_runs import SUMMARY_PLAN_KEYS
+
+    side = synthetic_run(28, Engines())
+    plan_a = {f"key{i:03d}": i for i in range(100)} | {"model": "m"}
+    plan_b = {f"key{i:03d}": i + 1 for i in range(100)} | {"model": "m"}
+    a = replace(side, records=RunRecords("0.1.0", "m", plan_a, {}, 16))
+    b = replace(side, records=RunRecords("0.1.0", "m", plan_b, {}, 16))
+    cmp = compare_sides(a, b)
+    assert len([f for f in cmp.factors if f.kind == "plan key"]) == 100  # all kept
+    assert "100 plan keys differ (key000, key001, key002, …" in cmp.summary
+    assert "key003" not in cmp.summary and "--format json" in cmp.summary
+    few = {"key000": 1} | {"model": "m"}
+    c = replace(side, records=RunRecords("0.1.0", "m", few, {}, 16))
+    small = compare_sides(a, c)
+    n = len([f for f in small.factors if f.kind == "plan key"])
+    assert n > SUMMARY_PLAN_KEYS and "plan keys differ" in small.summary
+    d = replace(side, records=RunRecords("0.1.0", "m", plan_a | {"key000": 7}, {}, 16))
+    one = compare_sides(a, d)
+    assert "plan key key000: 0 → 7" in one.summary and "plan keys differ" not in one.summary
