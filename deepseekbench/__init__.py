@@ -12,6 +12,9 @@ the plan imports no measurement, network or launch code; the store and analysis
 import no measurement or execution code; the report imports no plan.
 ``tests/test_layers.py`` holds the rules, for every import in every module (inside
 functions and ``if TYPE_CHECKING:`` blocks too)::
+    from deepseekbench._execute._workers import WorkerDeath
+    from deepseekbench._analysis._engine_decompose import EngineClockDiagnosis
+    from deepseekbench._engine._server import ChunkSend
     from deepseekbench._types._fraction import parse_fraction
     from deepseekbench._analysis._compare_runs import DEFAULT_MARGIN
     from deepseekbench._errors import UnknownKeyError
@@ -367,6 +370,9 @@ from deepseekbench._version import __version__
 
 # public name -> the module that defines it
 _IMPORTS: dict[str, str] = {
+    "WorkerDeath": "deepseekbench._execute._workers",
+    "EngineClockDiagnosis": "deepseekbench._analysis._engine_decompose",
+    "ChunkSend": "deepseekbench._engine._server",
     "parse_fraction": "deepseekbench._types._fraction",
     "DEFAULT_MARGIN": "deepseekbench._analysis._compare_runs",
     "UnknownKeyError": "deepseekbench._errors",
@@ -654,6 +660,7 @@ __all__ = [
     "CapacityReport",
     "CellPlan",
     "ChatRequest",
+    "ChunkSend",
     "Clock",
     "CompareSpeedup",
     "ContextBucket",
@@ -671,6 +678,7 @@ __all__ = [
     "DryRunResult",
     "EmbeddedEngine",
     "EndpointTokenCounter",
+    "EngineClockDiagnosis",
     "EngineConfig",
     "EngineCounters",
     "EngineDialect",
@@ -794,6 +802,7 @@ __all__ = [
     "VllmServerSpec",
     "WitnessExclusion",
     "WitnessResult",
+    "WorkerDeath",
     "WorkerError",
     "WorkerPool",
     "WorkloadCoverage",
