@@ -412,13 +412,13 @@ class RunResult:
 
 
 def run_loads(plan: BenchmarkPlan, state: ResultsState) -> tuple[LoadPoint, ...]:
-    """The plan's load points, then the ``[search]`` levels its records
-    probed that the plan does not list, ascending by level."""
+    """The plan's load points and the ``[search]`` levels its records probed that the
+    plan does not list, ascending by level (concurrency, or rate in requests/s): every
+    table of loads reads in load order, a probed c=3 between c=1 and c=5 (a stable
+    sort: equal levels keep plan order)."""
     keys = {lp.key for lp in plan.load_points}
-    extra = sorted(
-        (lp for k, lp in state.search_loads.items() if k not in keys), key=lambda lp: lp.level
-    )
-    return (*plan.load_points, *extra)
+    extra = [lp for k, lp in state.search_loads.items() if k not in keys]
+    return tuple(sorted((*plan.load_points, *extra), key=lambda lp: lp.level))
 
 
 def build_result(

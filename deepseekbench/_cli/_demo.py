@@ -339,12 +339,6 @@ async def run_demo_sampling(args: argparse.Namespace, out: TextIO, err: TextIO) 
         finally:
             prog.close()
     out.write(Scorecard.from_run(result).render(args.format))
-    for row in result.rows:
-        why = ""
-        rejects = "witness rejects" in (row.witness_note or "")
-        if row.quality_parity.value == "differs" and not rejects:
-            why = " (the row differs by its exact or task parity, not by the witness)"
-        out.write(f"{row.route_label}: {row.quality_parity.value}: {row.witness_note}{why}\n")
     out.flush()
     err.write(f"\nresults: {args.results}\ndemo wall time: {time.perf_counter() - t0:.1f} s\n")
     return exit_for(result)

@@ -102,6 +102,15 @@ def _loads_of(lines: Sequence[ScorecardLine]) -> str:
     return f" ({', '.join(loads)})" if loads != ["—"] else ""
 
 
+def _without_witness(detail: str | None, witness_note: str | None) -> str | None:
+    """A parity detail with the distribution witness's paragraph cut to its verdict: the
+    paragraph is printed once, in the route's witness note (:func:`_witness_notes`)."""
+    if detail is None or not witness_note or witness_note not in detail:
+        return detail
+    verdict = witness_note.split(":", 1)[0]
+    return detail.replace(witness_note, f"{verdict} (its figures in the witness note below)")
+
+
 def _parity_notes(lines: Sequence[ScorecardLine]) -> list[str]:
     """One note per route, cell and explanation of an uncredited line; the load
     points it holds at are listed, then its first divergence and task flips."""
@@ -113,7 +122,8 @@ def _parity_notes(lines: Sequence[ScorecardLine]) -> list[str]:
         ):
             continue
         key = (ln.route, ln.cell, r.speculative is Speculative.off, r.quality_parity,
-               r.parity_detail, ln.first_divergence, ln.task_flips)  # fmt: skip
+               _without_witness(r.parity_detail, r.witness_note), ln.first_divergence,
+               ln.task_flips)  # fmt: skip
         groups.setdefault(key, []).append(ln)
     notes: list[str] = []
     for (route, cell, is_off, parity, detail, first, flips), lns in groups.items():
