@@ -22,7 +22,7 @@ Every class is exported from :mod:`deepseekbench`. The tree::
     │   └── ResultsWriteError       a record could not be written
     ├── WorkerError              a client worker failed
     ├── UnknownKeyError          a route, cell or load key a result does not hold (also a KeyError)
-    ├── FractionFormatError      a threshold or margin outside its accepted forms (also a ValueError)
+    ├── FractionFormatError      a threshold or margin in no accepted form (also a ValueError)
     ├── RayUnavailableError      ``executor = "ray"`` without the ``ray`` package
     └── ServerError              an engine server could not be started or got no ready
         ├── VllmServerError         ... a vLLM server

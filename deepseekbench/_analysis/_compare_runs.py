@@ -56,6 +56,7 @@ from deepseekbench._analysis._speedup import RefusalReason, compare_speedup
 from deepseekbench._types._axes import QualityParity, Speculative
 from deepseekbench._types._clock import CLOCK_TOLERANCE
 from deepseekbench._types._fraction import Fraction, parse_fraction
+from deepseekbench._types._interval import interval_text
 from deepseekbench._types._row import Row
 
 if TYPE_CHECKING:
@@ -147,8 +148,8 @@ class FigureChange(BaseModel):
         if self.ci_low is None or self.ci_high is None:
             return ""
         if self.scale == "ratio":
-            return f"B/A {self.ci_low:.3g}–{self.ci_high:.3g}"
-        return f"B−A {self.ci_low:+.3g}–{self.ci_high:+.3g}"
+            return f"B/A {interval_text(self.ci_low, self.ci_high, spec='.3g')}"
+        return f"B−A {interval_text(self.ci_low, self.ci_high, spec='+.3g')}"
 
     def values_text(self) -> str:
         """``9.12 → 11.1 ms`` (``—`` for an unknown side)."""

@@ -10,6 +10,7 @@ and :func:`judge_rows`, which pairs and judges a run's rows
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
@@ -359,6 +360,22 @@ def _with_margin(first: str | None, r: Row) -> str | None:
     return first + (f" [off's margin {m:.3f} nats]" if m is not None else " [no margin]")
 
 
+def load_order(rows: Sequence[Row]) -> list[Row]:
+    """``rows`` with each cell's load points ascending by level (a rate in requests/s,
+    else the concurrency in streams), cells and routes in their first order (a stable
+    sort; a row without a load, an older row, first in its cell)."""
+    cells: dict[str, int] = {}
+    for r in rows:
+        cells.setdefault(cell_id(r), len(cells))
+
+    def level(r: Row) -> float:
+        if r.request_rate_per_s is not None:
+            return r.request_rate_per_s
+        return float(r.concurrency) if r.concurrency is not None else -math.inf
+
+    return sorted(rows, key=lambda r: (cells[cell_id(r)], level(r)))
+
+
 def judge_rows(
     rows: Sequence[Row],
     *,
@@ -372,8 +389,10 @@ def judge_rows(
     results_tampered: bool = False,
     acceptance: Mapping[str, Sequence[float]] | None = None,
 ) -> list[ScorecardLine]:
-    """One line per row, in row order: each speculative row judged against the first
-    ``off`` row of its cell and load (every key axis but ``speculative`` equal).
+    """One line per row, in row order but for the loads of a cell, which read ascending
+    (concurrency, or rate in requests/s: :func:`load_order`): each speculative row judged
+    against the first ``off`` row of its cell and load (every key axis but
+    ``speculative`` equal).
     ``samples``, ``details``, ``rounds`` and ``acceptance`` (per-request acceptance
     lengths, tokens per verify step: the decomposition's interval) are keyed by
     :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``)."""
@@ -383,7 +402,7 @@ def judge_rows(
             offs.setdefault(_pair_key(r), r)
     judge = _Judge(metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance)
     lines: list[ScorecardLine] = []
-    for r in rows:
+    for r in load_order(rows):
         base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))
         d = details.get(line_key(r)) if details is not None else None
         lines.append(judge.line(r, base, d))

@@ -33,6 +33,7 @@ from deepseekbench._types._axes import (
 )
 from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock
 from deepseekbench._types._identity import RouteIdentity
+from deepseekbench._types._interval import interval_text
 from deepseekbench._types._row import Row
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
@@ -282,12 +283,13 @@ class SpeedupVerdict(BaseModel):
         if self.printed and self.speedup is not None:
             ci = ""
             if self.ci_low is not None and self.ci_high is not None:
-                ci = f" (95% CI {self.ci_low:.2f}–{self.ci_high:.2f})"
+                ci = f" (95% CI {interval_text(self.ci_low, self.ci_high, rounds=self.rounds)})"
             slower = " — slower" if self.slower else ""
             return f"{self.speedup:.2f}× by {self.metric.value}{self._on_clock}{slower}{ci}"
         if self.inconclusive and self.ci_low is not None and self.ci_high is not None:
             return (
-                f"no significant difference ({self.ci_low:.2f}–{self.ci_high:.2f}) "
+                "no significant difference "
+                f"({interval_text(self.ci_low, self.ci_high, rounds=self.rounds)}) "
                 f"by {self.metric.value}{self._on_clock}"
             )
         text = "refused: " + ", ".join(r.value for r in self.reasons)

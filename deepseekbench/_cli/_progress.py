@@ -18,17 +18,19 @@ __all__ = ["StderrProgress"]
 class StderrProgress:
     """A tqdm progress bar on ``stream`` (done/total, errors, elapsed, rate);
     silent unless ``stream`` is a TTY, except for one line at the start of a resumed
-    run (measured requests kept from the results file and still to do)."""
+    run (measured requests kept from the results file and still to do), unless
+    ``resume_line`` is False (a caller that says itself why a run reuses a file)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, resume_line: bool = True) -> None:
         self.stream = stream
+        self.resume_line = resume_line
         self.enabled = stream.isatty()
         self._bar: tqdm[None] | None = None
 
     def __call__(self, ev: ProgressEvent) -> None:
         from tqdm import tqdm
 
-        if ev.phase == "resume":
+        if ev.phase == "resume" and self.resume_line:
             self.stream.write(
                 f"resumed: {ev.kept} measured request(s) kept from the results file, "
                 f"{ev.remaining} to do\n"

@@ -16,6 +16,7 @@ from typing import Final
 
 from deepseekbench._analysis._decompose import SpeedupDecomposition, moved_text
 from deepseekbench._analysis._lines import ScorecardLine
+from deepseekbench._types._interval import interval_text
 
 __all__ = [
     "DECOMPOSITION_COLUMNS",
@@ -41,7 +42,7 @@ DECOMPOSITION_COLUMNS: Final = (
 
 def _ci(value: float, ci: tuple[float, float] | None, digits: int = 2) -> str:
     text = f"{value:.{digits}f}"
-    return text + (f" ({ci[0]:.{digits}f}–{ci[1]:.{digits}f})" if ci is not None else "")
+    return text + (f" ({interval_text(*ci, spec=f'.{digits}f')})" if ci is not None else "")
 
 
 def _rate(d: SpeedupDecomposition) -> str:

@@ -213,12 +213,22 @@ def _witness_notes(lines: Sequence[ScorecardLine]) -> list[str]:
 
 def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
     """Short outputs, then the footnotes of the ``*`` and ``!`` markers and of rounds."""
+    short = [ln for ln in lines if ln.row.output_short]
+    natural = [ln for ln in short if ln.row.output_length == "natural"]
     notes = [
         f"{_where(ln)}: {ln.row.n_output_short} of {ln.row.n_requests} outputs "
         "fell short of max_tokens: decode is under-measured at this output target"
-        for ln in lines
-        if ln.row.output_short
+        for ln in short
+        if ln.row.output_length != "natural"
     ]
+    if natural:  # the plan asked for each answer at its own length: a fact, said once
+        n = sum(ln.row.n_output_short for ln in natural)
+        total = sum(ln.row.n_requests for ln in natural)
+        notes.append(
+            f"{n} of {total} outputs on {len(natural)} line(s) ended before max_tokens, as "
+            'workload.output_length = "natural" asks (each answer at its own length); '
+            '"pinned" or "forced" measures decode at the cell\'s full output target'
+        )
     if any(server_wide_marked(ln) for ln in lines):  # the footnote of a shown "*"
         notes.append("* acceptance is a server-wide /metrics delta, not per request")
     if any(ln.row.schedule_lagged for ln in lines):

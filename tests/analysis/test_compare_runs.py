@@ -423,7 +423,7 @@ def test_a_threshold_in_no_accepted_form_is_a_typed_error_naming_the_forms(bad: 
             compare_sides(synthetic_run(1, Engines(), "A"), synthetic_run(2, Engines(), "B"),
                           margin=bad)  # fmt: skip
         return
-    with pytest.raises(FractionFormatError, match=r'a fraction \(0.05\) or a percent string'):
+    with pytest.raises(FractionFormatError, match=r"a fraction \(0.05\) or a percent string"):
         cmp.regressions(bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="margin"):  # also a ValueError
         compare_sides(synthetic_run(1, Engines(), "A"), synthetic_run(2, Engines(), "B"),
