@@ -8,7 +8,7 @@ import io
 from types import SimpleNamespace
 from typing import Any
 
-from deepseekbench import LoadPoint, Scorecard, SpeedupVerdict
+from deepseekbench import LoadPoint, Scorecard, SpeedupMetric, SpeedupVerdict
 from deepseekbench._analysis._analysis import run_loads
 from deepseekbench._cli._progress import StderrProgress
 from deepseekbench._runner._progress import ProgressEvent
@@ -78,7 +78,12 @@ def test_an_interval_of_zero_width_or_from_two_rounds_is_marked() -> None:
     assert interval_text(1.2, 1.6, rounds=2) == "1.20–1.60, from 2 rounds only"
     assert interval_text(1.2, 1.6, rounds=3) == "1.20–1.60"
     v = SpeedupVerdict(
-        metric="tpot_ms", printed=True, speedup=1.42, ci_low=1.42, ci_high=1.42, rounds=2
+        metric=SpeedupMetric.tpot_ms,
+        printed=True,
+        speedup=1.42,
+        ci_low=1.42,
+        ci_high=1.42,
+        rounds=2,
     )
     text = str(v)
     assert "1.42–1.42" not in text
