@@ -12,13 +12,6 @@ the plan imports no measurement, network or launch code; the store and analysis
 import no measurement or execution code; the report imports no plan.
 ``tests/test_layers.py`` holds the rules, for every import in every module (inside
 functions and ``if TYPE_CHECKING:`` blocks too)::
-    from deepseekbench._execute._workers import WorkerDeath
-    from deepseekbench._analysis._engine_decompose import EngineClockDiagnosis
-    from deepseekbench._engine._server import ChunkSend
-    from deepseekbench._types._fraction import parse_fraction
-    from deepseekbench._analysis._compare_runs import DEFAULT_MARGIN
-    from deepseekbench._errors import UnknownKeyError
-    from deepseekbench._errors import FractionFormatError
 
     __init__             the public surface (everything re-exported, lazily)
     __main__             ``python -m deepseekbench``
@@ -72,9 +65,7 @@ if TYPE_CHECKING:
         load_results,
     )
     from deepseekbench._analysis._anytime_rate import anytime_rate_bound
-    from deepseekbench._analysis._breakdown import (
-        category_speedups,
-    )
+    from deepseekbench._analysis._breakdown import category_speedups
     from deepseekbench._analysis._capacity import (  # capacity under SLO
         CapacityRatio,
         CapacityReport,
@@ -82,6 +73,7 @@ if TYPE_CHECKING:
         capacity_report,
     )
     from deepseekbench._analysis._compare_runs import (  # what changed between two runs
+        DEFAULT_MARGIN,
         FigureChange,
         LineComparison,
         RunComparison,
@@ -102,6 +94,7 @@ if TYPE_CHECKING:
         measure_tau,
         within_noise_verdict,
     )
+    from deepseekbench._analysis._engine_decompose import EngineClockDiagnosis
     from deepseekbench._analysis._lines import ScorecardLine
     from deepseekbench._analysis._route_parity import RouteParity
     from deepseekbench._analysis._sequential import (
@@ -159,10 +152,12 @@ if TYPE_CHECKING:
         all_reference_tasks,
         reference_tasks,
     )
+    from deepseekbench._engine._server import ChunkSend
     from deepseekbench._errors import (
         AcceptanceProfileError,
         CalibrationError,
         DeepseekBenchError,
+        FractionFormatError,
         KeyFormatError,
         LiveGateError,
         LlamaServerError,
@@ -179,17 +174,17 @@ if TYPE_CHECKING:
         ServerError,
         TaskFormatError,
         TokenizeError,
+        UnknownKeyError,
         VllmServerError,
         WorkerError,
         WorkloadFormatError,
         WorkloadLengthError,
     )
-    from deepseekbench._execute._ray_executor import (
-        RayPool,
-    )
+    from deepseekbench._execute._ray_executor import RayPool
     from deepseekbench._execute._workers import (
         PoolReport,
         PoolResult,
+        WorkerDeath,
         WorkerPool,
     )
     from deepseekbench._execute._workshare import (
@@ -237,9 +232,7 @@ if TYPE_CHECKING:
         eos_controls,
         reasoning_controls,
     )
-    from deepseekbench._net._transport import (
-        pool_limits,
-    )
+    from deepseekbench._net._transport import pool_limits
     from deepseekbench._plan._arrival import ArrivalPlan, SloPlan
     from deepseekbench._plan._capability import (
         ModelCapability,
@@ -373,7 +366,6 @@ _IMPORTS: dict[str, str] = {
     "WorkerDeath": "deepseekbench._execute._workers",
     "EngineClockDiagnosis": "deepseekbench._analysis._engine_decompose",
     "ChunkSend": "deepseekbench._engine._server",
-    "parse_fraction": "deepseekbench._types._fraction",
     "DEFAULT_MARGIN": "deepseekbench._analysis._compare_runs",
     "UnknownKeyError": "deepseekbench._errors",
     "FractionFormatError": "deepseekbench._errors",
@@ -857,7 +849,6 @@ __all__ = [
     "mtp_depth_from_gguf",
     "mtp_depth_from_hf_config",
     "paired_speedup_ci",
-    "parse_fraction",
     "parse_metrics",
     "pool_limits",
     "probe_model_capability",

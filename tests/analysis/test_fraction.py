@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deepseekbench import FractionFormatError, parse_fraction
+from deepseekbench import FractionFormatError
+from deepseekbench._types._fraction import parse_fraction
 
 
 @given(st.floats(min_value=0, max_value=0.999, allow_nan=False))
