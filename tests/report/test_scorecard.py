@@ -255,9 +255,9 @@ def _load_rows(tpots: dict[int, float]) -> list[Row]:
 def test_scorecard_pairs_each_load_point_with_its_own_baseline_and_names_the_crossover() -> None:
     card = Scorecard.from_rows(_load_rows({64: 22.0, 1: 12.5, 16: 16.0}))
     lines = [ln for ln in card.lines if ln.route == "mtp"]
-    assert [ln.load for ln in lines] == ["c=64", "c=1", "c=16"]
+    assert [ln.load for ln in lines] == ["c=1", "c=16", "c=64"]  # load order, not row order
     assert [ln.verdict.speedup if ln.verdict else None for ln in lines] == pytest.approx(
-        [20 / 22, 1.6, 1.25]
+        [1.6, 1.25, 20 / 22]
     )
     assert card.crossovers() == (
         "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.25×); "
