@@ -41,3 +41,10 @@ def test_demo_numerics_prints_both_verdicts_with_margins(tmp_path: Path) -> None
         assert re.search(r"decisive divergence at \S+ token \d+: off's top-1 margin", part)
     # the wall time is reported (< 60 s on an idle machine), never judged: a busy one is slower
     assert re.search(r"demo wall time: [\d.]+ s", proc.stderr)
+    # a fresh results file is never announced as resumed: the second pass judges the first
+    # pass's records again, and says so in one line; the forced length's expected past-EOS
+    # notes are one line of the demo's, not a "!" warning per route
+    assert "resumed:" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("judging the same measured requests") == 1, proc.stderr
+    assert "acceptance measured on text past EOS" not in proc.stdout
+    assert proc.stdout.count("(expected here: every route decodes") == 2
