@@ -32,6 +32,7 @@ from deepseekbench._types._axes import (
     _ClosedEnum,
 )
 from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock
+from deepseekbench._types._fraction import parse_fraction
 from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._interval import interval_text
 from deepseekbench._types._row import Row
@@ -448,7 +449,7 @@ def compare_speedup(
     n_resamples: int = 2000,
     seed: int = 0,
     clock: Clock | str = Clock.client,
-    clock_tolerance: float = CLOCK_TOLERANCE,
+    clock_tolerance: float | str = CLOCK_TOLERANCE,
 ) -> SpeedupVerdict:
     """Credit ``candidate`` with a speedup over ``baseline`` only when it is earned.
 
@@ -515,7 +516,7 @@ def compare_speedup(
             :data:`~deepseekbench._types._clock.CLOCK_TOLERANCE`, 25 %) from the
             server-clock speedup is withheld (``clock_disagreement``): the ratio of
             the row medians, and the figure printed (the paired rounds' geometric
-            mean) alike.
+            mean) alike. A fraction (``0.25``) or a percent string (``"25%"``).
 
     Returns:
         A :class:`SpeedupVerdict`; ``speedup`` is dimensionless ("times faster");
@@ -525,11 +526,13 @@ def compare_speedup(
         ValueError: ``metric`` is not a :class:`SpeedupMetric` value,
             ``min_requests < 1``, ``result`` given together with ``samples`` or
             ``rounds``, or a row that is not one of ``result``'s rows.
+        FractionFormatError: ``clock_tolerance`` in neither form (a ValueError).
     """
     metric = SpeedupMetric(metric)
     clock = Clock(clock)
     if min_requests < 1:
         raise ValueError("min_requests must be >= 1")
+    clock_tolerance = parse_fraction(clock_tolerance, name="clock_tolerance", upper=math.inf)
     if not clock_tolerance > 0:
         raise ValueError("clock_tolerance must be > 0")
     if result is not None:

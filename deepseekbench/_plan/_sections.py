@@ -8,9 +8,9 @@ parity set and its verdict rule), with :data:`DATASET_SOURCES`.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from deepseekbench._plan._model_config import PLAN_CONFIG, Seed
 from deepseekbench._plan._output_length import OutputLength, OutputLengthMode
@@ -18,6 +18,7 @@ from deepseekbench._plan._prefix import SharedPrefix
 from deepseekbench._plan._tasks import DEFAULT_TOLERANCE
 from deepseekbench._plan._trace import TracePlan
 from deepseekbench._plan._workload import MAX_CONTEXT_TOKENS, InputLength
+from deepseekbench._types._fraction import parse_fraction
 
 __all__ = ["DATASET_SOURCES", "ParityPlan", "WorkloadPlan"]
 
@@ -188,6 +189,14 @@ class WorkloadPlan(BaseModel):
         return self
 
 
+def _percent(value: object) -> object:
+    """A plan's share given as a percent string (``"5%"``) as its fraction; any other
+    value is left to the field's own check (``deepseekbench._types._fraction``)."""
+    if isinstance(value, str):
+        return parse_fraction(value, name="parity.tolerance")
+    return value
+
+
 class ParityPlan(BaseModel):
     """The deterministic parity set run on every route.
 
@@ -249,7 +258,9 @@ class ParityPlan(BaseModel):
     prompts: tuple[str, ...] = ()
     tasks: str = "smoke"
     task_mode: Literal["strict", "lenient"] = "strict"
-    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0, lt=1)
+    tolerance: Annotated[float, BeforeValidator(_percent)] = Field(
+        default=DEFAULT_TOLERANCE, ge=0, lt=1
+    )
     alpha: float = Field(default=0.05, gt=0, lt=1)
     max_tokens: int = Field(default=128, ge=1, le=MAX_CONTEXT_TOKENS)
     seed: Seed = 1234

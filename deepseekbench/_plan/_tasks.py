@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from deepseekbench._errors import TaskFormatError
 from deepseekbench._types._axes import QualityParity
+from deepseekbench._types._fraction import parse_fraction
 from deepseekbench._types._parity import ParityOutput
 from deepseekbench._userfile import read_user_text
 
@@ -333,7 +334,7 @@ def task_parity(
     candidate: Mapping[str, ParityOutput],
     *,
     mode: TaskParityMode = "strict",
-    tolerance: float = DEFAULT_TOLERANCE,
+    tolerance: float | str = DEFAULT_TOLERANCE,
     alpha: float = 0.05,
     grade: GradeFn | None = None,
 ) -> TaskParityResult:
@@ -343,7 +344,8 @@ def task_parity(
         tasks: the task set.
         baseline, candidate: outputs keyed by task id (``off`` and speculative route).
         mode: ``strict`` (no pass → fail flip allowed) or ``lenient`` (see the module).
-        tolerance: lenient bound on the pass → fail rate, a fraction in [0, 1).
+        tolerance: lenient bound on the pass → fail rate, in [0, 1): a fraction
+            (``0.05``) or a percent string (``"5%"``).
         alpha: lenient McNemar significance level, in (0, 1).
         grade: optional ``(task, text) -> bool`` replacing each task's grader.
 
@@ -352,8 +354,10 @@ def task_parity(
         and never a flip: it makes parity ``unknown`` unless a flip was seen.
 
     Raises:
-        ValueError: ``mode``, ``tolerance`` or ``alpha`` out of range.
+        ValueError: ``mode`` or ``alpha`` out of range.
+        FractionFormatError: ``tolerance`` in neither form or out of range (a ValueError).
     """
+    tolerance = parse_fraction(tolerance, name="tolerance")
     _check_parity_args(mode, tolerance, alpha)
     g = _grade_all(tasks, baseline, candidate, grade)
     common: dict[str, Any] = {

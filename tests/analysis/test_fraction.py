@@ -23,3 +23,20 @@ def test_out_of_range_is_refused_with_the_forms_named(x: float) -> None:
         parse_fraction(x, name="m")
     with pytest.raises(FractionFormatError):
         parse_fraction(f"{x * 100!r}%", name="m")
+
+
+def test_every_public_share_takes_a_percent_string() -> None:
+    from deepseekbench import ParityPlan, compare_speedup, task_parity
+    from tests._helpers import make_row
+
+    assert ParityPlan(tolerance="2%").tolerance == pytest.approx(0.02)  # type: ignore[arg-type]
+    assert ParityPlan(tolerance=0.02).tolerance == 0.02
+    with pytest.raises(ValueError, match=r"parity\.tolerance"):
+        ParityPlan(tolerance="two percent")  # type: ignore[arg-type]
+    assert task_parity([], {}, {}, mode="lenient", tolerance="5%").tolerance == 0.05
+    with pytest.raises(FractionFormatError, match="tolerance"):
+        task_parity([], {}, {}, tolerance="5")
+    base, cand = make_row(), make_row(speculative="mtp", route_label="mtp", tpot_ms=5.0)
+    assert compare_speedup(base, cand, clock_tolerance="25%") == compare_speedup(base, cand)
+    with pytest.raises(FractionFormatError, match="clock_tolerance"):
+        compare_speedup(base, cand, clock_tolerance="a quarter")
