@@ -25,6 +25,7 @@ from deepseekbench import (
     compare_speedup,
 )
 from deepseekbench._report._scorecard import line_key
+from deepseekbench._types._interval import interval_text
 from tests.strategies import creditable_pairs
 from tests.test_foundation import make_row
 from tests.test_properties import BROKEN_SETTINGS, PROPERTY_SETTINGS
@@ -46,7 +47,8 @@ def _assert_significance(verdict: SpeedupVerdict) -> None:
     if lo is not None and hi is not None and lo <= 1.0 <= hi:
         assert not verdict and verdict.speedup is None
         assert verdict.reasons == (RefusalReason.no_significant_difference,)
-        assert str(verdict).startswith(f"no significant difference ({lo:.2f}–{hi:.2f})")
+        text = interval_text(lo, hi, rounds=verdict.rounds)
+        assert str(verdict).startswith(f"no significant difference ({text})")
     if verdict:
         assert lo is None or not (lo <= 1.0 <= hi)  # type: ignore[operator]
 

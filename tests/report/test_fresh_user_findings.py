@@ -74,7 +74,8 @@ def test_natural_length_outputs_short_of_the_cap_are_said_once_not_warned_per_li
 def test_an_interval_of_zero_width_or_from_two_rounds_is_marked() -> None:
     assert interval_text(1.2, 1.6) == "1.20–1.60"
     assert interval_text(1.42, 1.42) == "1.42, zero width (identical values)"
-    assert interval_text(1.421, 1.424) == "1.42, zero width (identical values)"  # prints alike
+    assert interval_text(1.421, 1.424) == "1.421–1.424"  # narrow, not zero: more digits
+    assert interval_text(0.9981, 1.0042, spec="+.3g") == "+0.998–+1"
     assert interval_text(1.2, 1.6, rounds=2) == "1.20–1.60, from 2 rounds only"
     assert interval_text(1.2, 1.6, rounds=3) == "1.20–1.60"
     v = SpeedupVerdict(
