@@ -31,6 +31,7 @@ with its interval shown. ``margin = 0`` gives the plain test of no change.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepseekbench._analysis._clock_witness import clock_disagrees
 from deepseekbench._analysis._compare_figures import (
+    FIGURES,
     Figure,
     Group,
     SideLine,
@@ -212,7 +214,18 @@ class LineComparison(BaseModel):
         return f"{self.route} @ {self.cell} @ {self.load}"
 
     def figure(self, name: str) -> FigureChange | None:
-        """The verdict of figure ``name`` (``None``: not on this line)."""
+        """The verdict of figure ``name`` (``None``: a figure compare judges, not on
+        this line).
+
+        Raises:
+            UnknownKeyError: ``name`` is no figure compare judges (also a ``KeyError``;
+                the message lists them: ``FIGURES``' names, ``acceptance_pos_<k>``).
+        """
+        from deepseekbench._errors import UnknownKeyError
+
+        known = tuple(f.name for f in FIGURES)
+        if name not in known and not re.fullmatch(r"acceptance_pos_[1-9]\d*", name):
+            raise UnknownKeyError("figure", name, (*known, "acceptance_pos_<k>"))
         return next((f for f in self.figures if f.figure == name), None)
 
 

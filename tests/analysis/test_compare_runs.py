@@ -459,3 +459,15 @@ def test_two_unrelated_plans_summarise_their_plan_keys_as_a_count() -> None:
     d = replace(side, records=RunRecords("0.1.0", "m", plan_a | {"key000": 7}, {}, 16))
     one = compare_sides(a, d)
     assert "plan key key000: 0 → 7" in one.summary and "plan keys differ" not in one.summary
+
+
+def test_a_line_refuses_a_figure_name_compare_never_judges() -> None:
+    from deepseekbench import UnknownKeyError
+
+    cmp = compare_sides(synthetic_run(1, Engines(), "A"), synthetic_run(2, Engines(), "B"))
+    line = next(ln for ln in cmp.lines if ln.route == "mtp")
+    assert line.figure("tpot_p50_ms") is not None and line.figure("acceptance_pos_1") is not None
+    assert next(ln for ln in cmp.lines if ln.route == "off").figure("acceptance_rate") is None
+    with pytest.raises(UnknownKeyError, match="tpot_p50_ms") as info:
+        line.figure("tpot_p50")
+    assert isinstance(info.value, KeyError) and "acceptance_pos_<k>" in str(info.value)
