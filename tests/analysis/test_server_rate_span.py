@@ -70,7 +70,7 @@ def measured(
     (``kw`` overrides the span)."""
     times = dialect.server_times(chunk)
     assert times is not None
-    fields = {k: times.get(k) for k in SERVER_TIME_FIELDS}
+    fields: dict[str, Any] = {k: times.get(k) for k in SERVER_TIME_FIELDS}
     span = kw.get("span", dialect.server_rate_span)
     return StreamMeasurement(
         completion_tokens=n, tokens_estimated=False, server_rate_span=span, **fields
