@@ -18,7 +18,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from deepseekbench import ServerClockFault, ServerRateSpan, StreamMeasurement
+from deepseekbench import Dialect, ServerClockFault, ServerRateSpan, StreamMeasurement
 from deepseekbench._analysis._clock_witness import (
     count_check_skipped,
     rate_span_ms,
@@ -28,6 +28,7 @@ from deepseekbench._dialects import SERVER_TIME_FIELDS, EngineDialect, all_diale
 from deepseekbench._dialects.auto import DIALECT as AUTO
 from deepseekbench._dialects.llamacpp import DIALECT as LLAMACPP
 from deepseekbench._dialects.vllm import DIALECT as VLLM
+from deepseekbench._engine._dialects import RequestStats, tail_extras
 
 MISMATCH = ServerClockFault.server_clock_count_mismatch
 COUNT_SLACK = (1, 0.02)  # 1 token + 2 %, as docs/measurement.md states it
@@ -149,3 +150,23 @@ def test_the_shared_vllm_figures_are_one_consistent_count() -> None:
     # the generation time alone (the old rule for every engine) counts 10.8 tokens of 128
     old = m.model_copy(update={"server_rate_span": ServerRateSpan.generation})
     assert request_faults(old) == {MISMATCH}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dialect=st.sampled_from([Dialect.vllm, Dialect.llamacpp]),
+    n=st.integers(2, 2048),
+    prompt_ms=st.floats(0.5, 10_000.0),
+    predicted_ms=st.floats(1.0, 100_000.0),
+)
+def test_the_embedded_engine_reports_each_engines_rate_as_that_engine(
+    dialect: Dialect, n: int, prompt_ms: float, predicted_ms: float
+) -> None:
+    # the embedded engine mirrors each engine's wire: its rate must pass the same check
+    stats = RequestStats(
+        prompt_tokens=7, depth=1, completion_tokens=n, prompt_ms=prompt_ms,
+        predicted_ms=predicted_ms,
+    )  # fmt: skip
+    adapter = VLLM if dialect is Dialect.vllm else LLAMACPP
+    m = measured(adapter, tail_extras(dialect, stats), n)
+    assert count_check_skipped(m) is None and MISMATCH not in request_faults(m), m
