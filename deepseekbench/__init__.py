@@ -311,7 +311,12 @@ if TYPE_CHECKING:
         SpeculativeName,
     )
     from deepseekbench._types._cache import CacheWindow  # the cache window
-    from deepseekbench._types._clock import CLOCK_TOLERANCE, Clock, ServerClockFault
+    from deepseekbench._types._clock import (
+        CLOCK_TOLERANCE,
+        Clock,
+        ServerClockFault,
+        ServerRateSpan,
+    )
     from deepseekbench._types._identity import (  # launched routes, the route-identity check
         LaunchRecord,
         RouteIdentity,
@@ -502,6 +507,7 @@ _IMPORTS: dict[str, str] = {
     "Clock": "deepseekbench._types._clock",  # the server clock witness
     "CLOCK_TOLERANCE": "deepseekbench._types._clock",
     "ServerClockFault": "deepseekbench._types._clock",
+    "ServerRateSpan": "deepseekbench._types._clock",
     "SelfCheckSummary": "deepseekbench._measure._selfcheck",
     "ServerError": "deepseekbench._errors",
     "SliceStats": "deepseekbench._types._row",
@@ -762,6 +768,7 @@ __all__ = [
     "SelfCheckSummary",
     "ServerClockFault",
     "ServerError",
+    "ServerRateSpan",
     "SharedPrefix",
     "SliceStats",
     "SloPlan",

@@ -15,7 +15,9 @@ shorter than the client's first-to-last-token window beyond the tolerance
 :data:`~deepseekbench._types._clock.SERVER_WINDOW_SLACK_MS`, 50 ms, plus the client's
 own recorded stall: network jitter and stream buffering can only stretch the client's
 window by that much), a TTFT longer than the client's, or a token count that is not
-the usage count. A row records every fault any of its requests showed
+the usage count (the engine's output rate × the span it divides by: the generation
+time on llama.cpp, TTFT + generation time on vLLM 0.32; :func:`rate_span_ms`). A row
+records every fault any of its requests showed
 (``Row.server_clock_faults``) and :func:`witness_faults` adds what the row's own
 medians contradict; ``compare_speedup`` refuses a server-clock verdict over either
 with the fault's name. The reverse stays allowed: an engine window longer than the
@@ -35,6 +37,7 @@ from deepseekbench._types._clock import (
     SERVER_COUNT_SLACK,
     SERVER_WINDOW_SLACK_MS,
     ServerClockFault,
+    ServerRateSpan,
 )
 from deepseekbench._types._row import Row
 
@@ -42,6 +45,8 @@ __all__ = [
     "SERVER_FIGURES",
     "SERVER_SAMPLES",
     "clock_disagrees",
+    "count_check_skipped",
+    "rate_span_ms",
     "request_faults",
     "server_clock_fields",
     "server_value",
@@ -93,9 +98,10 @@ def request_faults(m: StreamMeasurement) -> frozenset[ServerClockFault]:
     (mean ITL × (n − 1), and the generation time) with ``decode × 1.25 + slack <``
     the client's ``e2e_ms − ttft_ms``, or an engine TTFT with ``client TTFT × 1.25 +
     slack <`` it, where slack = 50 ms + the client's own longest stall or loop lag
-    (``client_stall_ms``/``client_lag_ms``); an engine count (output rate × generation
-    time / 1000) further than 1 token + 2 % from ``n`` (only with a usage count, not an
-    estimate). A failed request, or one without engine figures, has none."""
+    (``client_stall_ms``/``client_lag_ms``); an engine count (output rate × the span its
+    dialect divides it by, :func:`rate_span_ms`, / 1000) further than 1 token + 2 % from
+    ``n`` (only with a usage count, not an estimate, and a stated span). A failed
+    request, or one without engine figures, has none."""
     F = ServerClockFault
     if m.error is not None:
         return frozenset()
@@ -119,13 +125,47 @@ def request_faults(m: StreamMeasurement) -> frozenset[ServerClockFault]:
     if client_ttft is not None and server_ttft is not None:  # noqa: SIM102 (narrowing)
         if _shorter(client_ttft, server_ttft, slack):
             out.add(F.server_clock_contradicts_client)
-    rate, gen = m.server_toks_per_s, m.server_generation_ms
-    usage = None if m.tokens_estimated or m.choices_seen > 1 else m.completion_tokens
-    if usage is not None and rate is not None and gen is not None and rate > 0 and gen > 0:
-        tokens, share = SERVER_COUNT_SLACK
-        if abs(rate * gen / 1000 - usage) > tokens + share * usage:
-            out.add(F.server_clock_count_mismatch)
+    if _count_mismatch(m):
+        out.add(F.server_clock_count_mismatch)
     return frozenset(out)
+
+
+def rate_span_ms(m: StreamMeasurement) -> float | None:
+    """The span (ms) the engine divided ``m.server_toks_per_s`` by, per its dialect's
+    :class:`~deepseekbench.ServerRateSpan` (``m.server_rate_span``): the generation time
+    (llama.cpp), or TTFT + generation time (vLLM 0.32). ``None`` when the span is not
+    stated (the count check is skipped: :func:`count_check_skipped` says why) or a
+    figure it needs is missing or not > 0."""
+    span, gen, ttft = m.server_rate_span, m.server_generation_ms, m.server_ttft_ms
+    if span is None or gen is None or not gen > 0:
+        return None
+    if span is ServerRateSpan.generation:
+        return gen
+    return gen + ttft if ttft is not None and ttft > 0 else None
+
+
+def count_check_skipped(m: StreamMeasurement) -> str | None:
+    """Why :func:`request_faults` made no count check of ``m``, or ``None`` when it
+    made one (or there was no engine rate to check)."""
+    if m.server_toks_per_s is None:
+        return None
+    if m.tokens_estimated or m.choices_seen > 1 or m.completion_tokens is None:
+        return "no usage count of one choice to hold the engine's rate against"
+    if m.server_rate_span is None:
+        return "the dialect states no span for the engine's output rate"
+    if rate_span_ms(m) is None:
+        return f"a figure of the rate's span ({m.server_rate_span.value}) is missing or not > 0"
+    return None
+
+
+def _count_mismatch(m: StreamMeasurement) -> bool:
+    """The engine's count (its rate × the span it divides by) is not usage's."""
+    rate, span = m.server_toks_per_s, rate_span_ms(m)
+    usage = None if m.tokens_estimated or m.choices_seen > 1 else m.completion_tokens
+    if usage is None or rate is None or span is None or not rate > 0:
+        return False
+    tokens, share = SERVER_COUNT_SLACK
+    return abs(rate * span / 1000 - usage) > tokens + share * usage
 
 
 def witness_faults(row: Row, metric: str) -> tuple[ServerClockFault, ...]:

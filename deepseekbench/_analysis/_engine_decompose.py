@@ -21,13 +21,12 @@ A diagnosis is produced only when the verdict refused the figure for a client-cl
 reason and for nothing else the engine's clock cannot answer (its reasons within
 :data:`CLIENT_CLOCK_REASONS` plus ``no_significant_difference``), both rows carry an
 engine TPOT the witness rules accept on its timing
-(:func:`~deepseekbench._analysis._clock_witness.witness_faults` naming no fault but
-``server_clock_count_mismatch``: that one compares the engine's output *rate* × generation
-time with the usage count, figures the diagnosis does not read; vLLM's
-``metrics.output_toks_per_s`` spans TTFT + generation, so it trips on every vLLM
-request) and the candidate an acceptance length. It is a separate type from
-:class:`~deepseekbench.SpeedupDecomposition`, has no ``speedup`` field, and never enters
-the gate's path or a verdict: the line stays refused.
+(:func:`~deepseekbench._analysis._clock_witness.witness_faults` naming no fault; the
+count check multiplies each engine's output rate by the span that engine divides it by,
+so vLLM's TTFT-inclusive rate is no fault) and the candidate an acceptance length. It
+is a separate type from :class:`~deepseekbench.SpeedupDecomposition`, has no
+``speedup`` field, and never enters the gate's path or a verdict: the line stays
+refused.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from deepseekbench._analysis._clock_witness import server_value, witness_faults
 from deepseekbench._analysis._decompose import break_even_acceptance_rate
 from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric, SpeedupVerdict
-from deepseekbench._types._clock import ServerClockFault
 from deepseekbench._types._row import Row
 
 __all__ = ["CLIENT_CLOCK_REASONS", "EngineClockDiagnosis", "diagnose_on_engine_clock"]
@@ -111,11 +109,6 @@ class EngineClockDiagnosis(BaseModel):
         )
 
 
-def _timing_faults(row: Row) -> set[ServerClockFault]:
-    """The witness faults that touch the engine's decode timing (all but the count)."""
-    return set(witness_faults(row, "tpot_ms")) - {ServerClockFault.server_clock_count_mismatch}
-
-
 def diagnose_on_engine_clock(
     baseline: Row, candidate: Row, verdict: SpeedupVerdict
 ) -> EngineClockDiagnosis | None:
@@ -149,8 +142,8 @@ def diagnose_on_engine_clock(
         or cand is None
         or length is None
         or not (decode > 0 and cand > 0 and length >= 1)
-        or _timing_faults(baseline)
-        or _timing_faults(candidate)
+        or witness_faults(baseline, "tpot_ms")
+        or witness_faults(candidate, "tpot_ms")
     ):
         return None
     ratio = decode / cand

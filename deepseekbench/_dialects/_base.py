@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, ReasoningMode
+from deepseekbench._types._clock import ServerRateSpan
 
 __all__ = [
     "SERVER_TIME_FIELDS",
@@ -176,6 +177,11 @@ class EngineDialect:
             engine cannot; then ``teacher_forcing_refusal`` says why.
         prompt_logprobs_kind: whether those logprobs are the model's raw ones
             (``"raw"``), processed, or ``"unknown"``.
+        server_rate_span: the span (:class:`~deepseekbench.ServerRateSpan`) the
+            engine divides its output rate (``server_toks_per_s``, tokens/s) by, or
+            ``None`` when not known: the witness's count check is then skipped.
+        server_rate_source: where :attr:`server_rate_span` comes from (the engine's
+            source or a shared case), or why it is not known.
 
     The defaults fit a plain OpenAI-compatible host: no reasoning controls
     beyond ``chat_template_kwargs``, no EOS override, no acceptance figures,
@@ -194,6 +200,8 @@ class EngineDialect:
     teacher_forcing: ClassVar[str | None] = None
     teacher_forcing_refusal: ClassVar[str] = "the engine serves no prompt log-probabilities"
     prompt_logprobs_kind: ClassVar[str] = "unknown"
+    server_rate_span: ClassVar[ServerRateSpan | None] = None
+    server_rate_source: ClassVar[str] = "the engine reports no per-request output rate"
 
     @property
     def engine(self) -> Dialect:

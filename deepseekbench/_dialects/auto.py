@@ -19,6 +19,7 @@ from deepseekbench._dialects.sglang import DIALECT as SGLANG
 from deepseekbench._dialects.trtllm import DIALECT as TRTLLM
 from deepseekbench._dialects.vllm import DIALECT as VLLM
 from deepseekbench._types._acceptance import AcceptanceRecord
+from deepseekbench._types._clock import ServerRateSpan
 
 __all__ = ["DIALECT", "AutoDialect"]
 
@@ -33,6 +34,8 @@ class AutoDialect(EngineDialect):
     # list, which is then the recorded reason
     teacher_forcing: ClassVar[str | None] = "vllm_prompt_logprobs"
     continuous_usage: ClassVar[bool] = True
+    server_rate_span: ClassVar[ServerRateSpan | None] = VLLM.server_rate_span  # its times
+    server_rate_source: ClassVar[str] = VLLM.server_rate_source
     spec_keys: ClassVar[frozenset[str]] = frozenset().union(*(d.spec_keys for d in _READERS))
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset().union(
         *(d.choice_spec_keys for d in _READERS)

@@ -29,6 +29,7 @@ from deepseekbench._dialects._base import CacheSet, CounterSet, EngineDialect, d
 from deepseekbench._dialects._counters import CounterKind, first_count, prometheus_sets
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, ReasoningMode
+from deepseekbench._types._clock import ServerRateSpan
 
 __all__ = ["DIALECT", "LlamacppDialect", "acceptance_from_llamacpp"]
 
@@ -67,6 +68,12 @@ class LlamacppDialect(EngineDialect):
     )
     spec_keys: ClassVar[frozenset[str]] = frozenset({"timings"})
     counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.llamacpp)
+    server_rate_span: ClassVar[ServerRateSpan | None] = ServerRateSpan.generation
+    server_rate_source: ClassVar[str] = (
+        "llama.cpp tools/server/server.cpp timings: predicted_per_second = "
+        "1e3 / t_token_generation * n_decoded (predicted_n / predicted_ms); shared case "
+        "sse/16-llamacpp-timings, 243.9 tokens/s x 41.0 ms = 10 tokens"
+    )
     cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # the cache window
         CacheSet(
             source="prometheus:llamacpp:prompt_tokens_cached",
@@ -94,7 +101,8 @@ class LlamacppDialect(EngineDialect):
         """llama-server's ``timings``: ``prompt_ms`` as the engine's TTFT
         (prompt processing; llama-server reports no queueing), ``predicted_ms`` as its
         generation time, ``predicted_per_token_ms`` as its mean ITL (ms) and
-        ``predicted_per_second`` (tokens/s); tools/server/server.cpp ``timings``."""
+        ``predicted_per_second`` (tokens/s, over the generation time alone:
+        :attr:`server_rate_span`); tools/server/server.cpp ``timings``."""
         t = chunk.get("timings")
         if not isinstance(t, Mapping) or t.get("predicted_per_token_ms") is None:
             return None

@@ -42,6 +42,7 @@ from deepseekbench._types._acceptance import (
     positions_from_steps,
 )
 from deepseekbench._types._axes import Dialect
+from deepseekbench._types._clock import ServerRateSpan
 
 __all__ = ["DIALECT", "VllmDialect", "acceptance_from_vllm"]
 
@@ -121,6 +122,12 @@ class VllmDialect(EngineDialect):
     spec_keys: ClassVar[frozenset[str]] = frozenset({"metrics"})
     choice_spec_keys: ClassVar[frozenset[str]] = frozenset({"speculative_decoding_stats"})
     counter_sets: ClassVar[tuple[CounterSet, ...]] = prometheus_sets(Dialect.vllm)
+    server_rate_span: ClassVar[ServerRateSpan | None] = ServerRateSpan.ttft_and_generation
+    server_rate_source: ClassVar[str] = (
+        "vLLM 0.32 metrics.tokens_per_second = completion tokens / "
+        "(time_to_first_token_ms + generation_time_ms): shared case "
+        "sse/21-vllm-0.32-ngram-per-request-metrics, 128 / (871.34 + 80.69) ms = 134.45"
+    )
     cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # the cache window
         CacheSet(
             source="prometheus:vllm:prefix_cache_*",
@@ -157,7 +164,8 @@ class VllmDialect(EngineDialect):
 
     def server_times(self, chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """vLLM's per-request ``metrics`` object: TTFT, queue, generation and mean
-        ITL (ms) and output rate (tokens/s)."""
+        ITL (ms) and output rate (tokens/s, over TTFT + generation time:
+        :attr:`server_rate_span`)."""
         m = chunk.get("metrics")
         if not isinstance(m, Mapping):
             return None

@@ -86,12 +86,14 @@ def usage_block(stats: RequestStats) -> dict[str, Any]:
 def _vllm(stats: RequestStats) -> dict[str, Any]:
     n = stats.completion_tokens
     gen_ms = stats.predicted_ms
+    span_ms = stats.prompt_ms + gen_ms
     metrics: dict[str, Any] = {
         "time_to_first_token_ms": stats.prompt_ms,
         "generation_time_ms": gen_ms,
         "queue_time_ms": stats.queue_ms,
         "mean_itl_ms": gen_ms / (n - 1) if n > 1 else 0.0,
-        "tokens_per_second": 1000.0 * n / gen_ms if gen_ms > 0 else 0.0,
+        # vLLM 0.32: over TTFT + generation time (shared case sse/21)
+        "tokens_per_second": 1000.0 * n / span_ms if span_ms > 0 else 0.0,
     }
     if stats.drafted:
         metrics["speculative_decoding"] = {

@@ -524,7 +524,10 @@ class StreamAccumulator:
 
     def _server_times(self) -> dict[str, Any]:  # float | None each (Any: ** into the model)
         m = self.server_timing
-        return {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
+        times: dict[str, Any] = {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
+        rated = times["server_toks_per_s"] is not None  # the rate's span, as the dialect says
+        times["server_rate_span"] = self.adapter.server_rate_span if rated else None
+        return times
 
     def measurement(self, route: EngineRoute) -> StreamMeasurement:
         """The record of this stream: the folded totals, timed from ``start_ns``, for ``route``."""

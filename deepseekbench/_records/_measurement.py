@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._types._acceptance import AcceptanceRecord
 from deepseekbench._types._axes import Dialect, Speculative
+from deepseekbench._types._clock import ServerRateSpan
 
 __all__ = [
     "ERROR_SEVERITY",
@@ -270,7 +271,16 @@ class StreamMeasurement(BaseModel):
         default=None, description="The engine's own mean inter-token latency (ms; vLLM)."
     )
     server_toks_per_s: float | None = Field(
-        default=None, description="The engine's own output rate (tokens/s; vLLM metrics)."
+        default=None,
+        description="The engine's own output rate (tokens/s; vLLM metrics.tokens_per_second, "
+        "llama.cpp timings.predicted_per_second).",
+    )
+    server_rate_span: ServerRateSpan | None = Field(
+        default=None,
+        description="The span the engine divides server_toks_per_s by, as its dialect "
+        "states it (generation: the generation time alone, llama.cpp; ttft_and_generation: "
+        "TTFT + generation time, vLLM 0.32); None when no rate was read or the dialect "
+        "states no span (the count check is then skipped).",
     )
     pool_wait_ms: float | None = Field(
         default=None,

@@ -20,6 +20,7 @@ __all__ = [
     "Clock",
     "ServerClockFault",
     "ServerClockFaultName",
+    "ServerRateSpan",
 ]
 
 CLOCK_TOLERANCE = 0.25
@@ -73,6 +74,25 @@ ServerClockFaultName = Literal[
     "server_clock_not_positive", "server_clock_contradicts_client", "server_clock_count_mismatch"
 ]
 """The string values :class:`ServerClockFault` accepts."""
+
+
+class ServerRateSpan(_ClosedEnum):
+    """The time span an engine divides its per-request output rate (tokens/s) by, so
+    the count check (``server_clock_count_mismatch``) multiplies the rate by the same
+    span (ms) to get the engine's own token count.
+
+    ``generation``: the generation time alone, first to last token (llama.cpp
+    ``timings.predicted_per_second`` = ``predicted_n`` / ``predicted_ms``;
+    tools/server/server.cpp ``timings``). ``ttft_and_generation``: the engine's TTFT
+    plus its generation time (vLLM 0.32 ``metrics.tokens_per_second`` = completion
+    tokens / (``time_to_first_token_ms`` + ``generation_time_ms``); the shared case
+    ``sse/21-vllm-0.32-ngram-per-request-metrics``: 128 / (871.34 + 80.69) ms =
+    134.45 tokens/s). A dialect that states no span (``None``) has its count check
+    skipped, never guessed.
+    """
+
+    generation = "generation"
+    ttft_and_generation = "ttft_and_generation"
 
 
 class Clock(_ClosedEnum):

@@ -90,12 +90,19 @@ def test_no_diagnosis_without_a_client_clock_refusal_and_an_engine_clock(
     assert diagnose_on_engine_clock(off, mtp, verdict) is None, why
 
 
-def test_a_count_mismatch_alone_does_not_block_the_diagnosis() -> None:
-    # the count check reads the engine's output rate, which the diagnosis does not use
+@pytest.mark.parametrize("which", ["off", "mtp"])
+def test_a_count_mismatch_blocks_the_diagnosis_like_any_witness_fault(which: str) -> None:
+    # the count check multiplies each engine's rate by the span it divides by, so a
+    # mismatch is a real contradiction of the engine's figures, not vLLM's TTFT-inclusive
+    # rate: no fault is set aside
     off, mtp = _starved_pair()
-    faults = {"server_clock_faults": ("server_clock_count_mismatch",)}
-    off, mtp = off.model_copy(update=faults), mtp.model_copy(update=faults)
     assert diagnose_on_engine_clock(off, mtp, compare_speedup(off, mtp)) is not None
+    faults = {"server_clock_faults": ("server_clock_count_mismatch",)}
+    if which == "off":
+        off = off.model_copy(update=faults)
+    else:
+        mtp = mtp.model_copy(update=faults)
+    assert diagnose_on_engine_clock(off, mtp, compare_speedup(off, mtp)) is None
 
 
 def test_the_diagnosis_has_no_speedup_field() -> None:

@@ -18,6 +18,7 @@ from deepseekbench import (
     RefusalReason,
     Row,
     ServerClockFault,
+    ServerRateSpan,
     StreamMeasurement,
     compare_speedup,
 )
@@ -43,13 +44,13 @@ class Request:
 
     def measurement(self) -> StreamMeasurement:
         gen = self.server_itl_ms * (self.n - 1)
-        rate = 1000.0 * self.server_count / gen if gen > 0 else None
+        rate = 1000.0 * self.server_count / gen if gen > 0 else None  # llama.cpp's span
         return StreamMeasurement(
             completion_tokens=self.n, tokens_estimated=False, ttft_ms=self.ttft_ms,
             tpot_ms=self.tpot_ms, e2e_ms=self.ttft_ms + self.tpot_ms * (self.n - 1),
             client_stall_ms=self.stall_ms, server_ttft_ms=self.server_ttft_ms,
             server_mean_itl_ms=self.server_itl_ms, server_generation_ms=gen,
-            server_toks_per_s=rate,
+            server_toks_per_s=rate, server_rate_span=ServerRateSpan.generation,
         )  # fmt: skip
 
 

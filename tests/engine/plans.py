@@ -1,11 +1,13 @@
-"""The llama.cpp engine tests' shared pieces: their plan over the running routes, and a
-recording transport that observes every chat request independently of the measurement code."""
+"""The llama.cpp engine tests' shared pieces: their plan over the running routes, the plan
+that launches its own ``off`` and draft routes, and a recording transport that observes
+every chat request independently of the measurement code."""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,8 +15,67 @@ import orjson
 
 from deepseekbench import BenchmarkPlan, Dialect, ReasoningMode, RunningLlamaServer
 from deepseekbench._measure._sse import SSEDecoder
+from tests.engine.gguf_models import EngineModels
 
 MODE = ReasoningMode.non_think
+
+
+def launched_pair_plan(
+    models: EngineModels,
+    results: Path,
+    *,
+    spec_tokens: int | list[int],
+    requests_per_cell: int,
+    repeats: int,
+    draft_ctx: int = 1024,
+) -> BenchmarkPlan:
+    """``off`` and a draft-model route (``spec_tokens``: one depth or a list, one route
+    each), both launched by the plan through ``[routes.launch]`` (``off`` at
+    ``--ctx-size 1024``, the draft route at ``draft_ctx``), one 48-token cell, one
+    warm-up, one workload and one parity prompt; results written to ``results``."""
+
+    def launch(**extra: object) -> dict[str, object]:
+        return {"engine": "llama.cpp", "model": str(models.target), "startup_timeout_s": 180,
+                **extra}  # fmt: skip
+
+    return BenchmarkPlan.model_validate(
+        {
+            "model": "deepseekbench-llama-generated",
+            "engine_route": "llamacpp",
+            "hosting": "self_hosted",
+            "results": str(results),
+            "routes": [
+                {
+                    "label": "off",
+                    "speculative": "off",
+                    "dialect": "llamacpp",
+                    "launch": launch(engine_args={"ctx_size": 1024}),
+                },
+                {
+                    "label": "draft",
+                    "speculative": "draft",
+                    "dialect": "llamacpp",
+                    "launch": launch(
+                        draft_model=str(models.draft),
+                        spec_tokens=spec_tokens,
+                        engine_args={"ctx_size": draft_ctx},
+                    ),
+                },
+            ],
+            "cells": [{"max_tokens": 48}],
+            "requests_per_cell": requests_per_cell,
+            "warmup_per_cell": 1,
+            "repeats": repeats,
+            "timeout_s": 120.0,
+            "workload": {"prompts": ["Tell me about the river and the stone."]},
+            "parity": {
+                "prompts": ["Name a bird, a fish and a horse."],
+                "tasks": "none",
+                "max_tokens": 32,
+                "concurrency": 1,
+            },
+        }
+    )
 
 
 def llamacpp_plan(

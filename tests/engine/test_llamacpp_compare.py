@@ -19,52 +19,14 @@ import pytest
 from deepseekbench import BenchmarkPlan, LiveGate, compare_runs, list_runs, load_results, run_plan
 from deepseekbench._cli._main import main
 from tests.engine.gguf_models import EngineModels
+from tests.engine.plans import launched_pair_plan
 
 pytestmark = pytest.mark.engine
 
 
 def _plan(models: EngineModels, results: Path, draft_ctx: int) -> BenchmarkPlan:
-    def launch(**extra: object) -> dict[str, object]:
-        return {"engine": "llama.cpp", "model": str(models.target), "startup_timeout_s": 180,
-                **extra}  # fmt: skip
-
-    return BenchmarkPlan.model_validate(
-        {
-            "model": "deepseekbench-llama-generated",
-            "engine_route": "llamacpp",
-            "hosting": "self_hosted",
-            "results": str(results),
-            "routes": [
-                {
-                    "label": "off",
-                    "speculative": "off",
-                    "dialect": "llamacpp",
-                    "launch": launch(engine_args={"ctx_size": 1024}),
-                },
-                {
-                    "label": "draft",
-                    "speculative": "draft",
-                    "dialect": "llamacpp",
-                    "launch": launch(
-                        draft_model=str(models.draft),
-                        spec_tokens=2,
-                        engine_args={"ctx_size": draft_ctx},
-                    ),
-                },
-            ],
-            "cells": [{"max_tokens": 48}],
-            "requests_per_cell": 6,
-            "warmup_per_cell": 1,
-            "repeats": 2,
-            "timeout_s": 120.0,
-            "workload": {"prompts": ["Tell me about the river and the stone."]},
-            "parity": {
-                "prompts": ["Name a bird, a fish and a horse."],
-                "tasks": "none",
-                "max_tokens": 32,
-                "concurrency": 1,
-            },
-        }
+    return launched_pair_plan(
+        models, results, spec_tokens=2, requests_per_cell=6, repeats=2, draft_ctx=draft_ctx
     )
 
 

@@ -20,57 +20,13 @@ from deepseekbench import BenchmarkPlan, LiveGate, RouteIdentity, load_results, 
 from tests._helpers import read_records
 from tests._procs import running
 from tests.engine.gguf_models import EngineModels
+from tests.engine.plans import launched_pair_plan
 
 pytestmark = pytest.mark.engine
 
 
 def _plan(models: EngineModels, results: Path) -> BenchmarkPlan:
-    return BenchmarkPlan.model_validate(
-        {
-            "model": "deepseekbench-llama-generated",
-            "engine_route": "llamacpp",
-            "hosting": "self_hosted",
-            "results": str(results),
-            "routes": [
-                {
-                    "label": "off",
-                    "speculative": "off",
-                    "dialect": "llamacpp",
-                    "launch": {
-                        "engine": "llama.cpp",
-                        "model": str(models.target),
-                        "engine_args": {"ctx_size": 1024},
-                        "startup_timeout_s": 180,
-                    },
-                },
-                {
-                    "label": "draft",
-                    "speculative": "draft",
-                    "dialect": "llamacpp",
-                    "launch": {
-                        "engine": "llama.cpp",
-                        "model": str(models.target),
-                        "draft_model": str(models.draft),
-                        "spec_tokens": [2, 4],
-                        "engine_args": {"ctx_size": 1024},
-                        "startup_timeout_s": 180,
-                    },
-                },
-            ],
-            "cells": [{"max_tokens": 48}],
-            "requests_per_cell": 5,
-            "warmup_per_cell": 1,
-            "repeats": 1,
-            "timeout_s": 120.0,
-            "workload": {"prompts": ["Tell me about the river and the stone."]},
-            "parity": {
-                "prompts": ["Name a bird, a fish and a horse."],
-                "tasks": "none",
-                "max_tokens": 32,
-                "concurrency": 1,
-            },
-        }
-    )
+    return launched_pair_plan(models, results, spec_tokens=[2, 4], requests_per_cell=5, repeats=1)
 
 
 def test_a_plan_launches_off_and_a_draft_route_at_two_depths(

@@ -46,6 +46,9 @@ from deepseekbench import (
     RunningLlamaServer,
     RunResult,
     Scorecard,
+    ServerClockFault,
+    ServerRateSpan,
+    compare_speedup,
     run_plan,
 )
 from deepseekbench._execute._forensics import TOP_LOGPROBS
@@ -232,6 +235,21 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
 
     # ---- ngram: lossless too (its speed is whatever n-gram lookup finds in random text)
     assert rows["ngram"].quality_parity is QualityParity.verified
+
+    # ---- the server clock: llama.cpp's timings.predicted_per_second x predicted_ms is
+    # each request's usage count (its rate's span: the generation time alone), so no row
+    # records a count mismatch, and the server-clock verdict names no count fault
+    for name, row in rows.items():
+        assert ServerClockFault.server_clock_count_mismatch not in row.server_clock_faults, name
+    for m in result.measurements:
+        mm = m.measurement
+        if mm.error is None and mm.server_toks_per_s is not None:
+            assert mm.server_rate_span is ServerRateSpan.generation, m.route
+    server = compare_speedup(rows["off"], rows["draft"], clock="server")
+    assert RefusalReason.server_clock_count_mismatch not in server.reasons, server
+    with capsys.disabled():
+        faults = {k: [f.value for f in r.server_clock_faults] for k, r in rows.items()}
+        print(f"[llama.cpp plan] server clock: draft vs off {server}; faults {faults}", flush=True)
 
     # ---- draft-mistuned: diverges, refused, first divergence shown
     bad = result.parity[("draft-mistuned", MODE)]

@@ -50,27 +50,30 @@ RELAXED_DELTA_NATS = 1.0
 """The lossy route's ``relaxed_delta`` (nats): far above τ (default 0.05, measured 0.04)."""
 
 
-def run(tmp_path: Path, requests: int) -> RunResult:
-    async def main() -> RunResult:
-        off = EngineConfig(cost=COSTS, numerics=True)
-        mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": 3})
-        relaxed = mtp.model_copy(
-            update={"relaxed_acceptance": True, "relaxed_delta": RELAXED_DELTA_NATS}
-        )
-        async with (
-            EmbeddedEngine(off) as e0,
-            EmbeddedEngine(mtp) as e1,
-            EmbeddedEngine(relaxed) as e2,
-        ):
-            routes = [
-                ("off", "off", e0.base_url, Dialect.vllm),
-                ("mtp", "mtp", e1.base_url, Dialect.vllm),
-                ("mtp-relaxed", "mtp", e2.base_url, Dialect.vllm),
-            ]
-            plan = plan_of(routes, PLAN, {"requests_per_cell": requests})
-            return await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
+async def run_trio(tmp_path: Path, over: dict[str, Any]) -> RunResult:
+    """``off``, ``mtp`` (depth 3) and ``mtp-relaxed`` on three embedded engines in
+    numerics mode, run under :data:`PLAN` with ``over`` on top (results in ``r.jsonl``)."""
+    off = EngineConfig(cost=COSTS, numerics=True)
+    mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": 3})
+    relaxed = mtp.model_copy(
+        update={"relaxed_acceptance": True, "relaxed_delta": RELAXED_DELTA_NATS}
+    )
+    async with (
+        EmbeddedEngine(off) as e0,
+        EmbeddedEngine(mtp) as e1,
+        EmbeddedEngine(relaxed) as e2,
+    ):
+        routes = [
+            ("off", "off", e0.base_url, Dialect.vllm),
+            ("mtp", "mtp", e1.base_url, Dialect.vllm),
+            ("mtp-relaxed", "mtp", e2.base_url, Dialect.vllm),
+        ]
+        plan = plan_of(routes, PLAN, over)
+        return await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
 
-    return anyio.run(main)
+
+def run(tmp_path: Path, requests: int) -> RunResult:
+    return anyio.run(run_trio, tmp_path, {"requests_per_cell": requests})
 
 
 @pytest.mark.parametrize("requests", [8, 48, 256])
@@ -118,30 +121,11 @@ def test_sequential_parity_reads_the_anytime_bound(tmp_path: Path) -> None:
     from deepseekbench._analysis._anytime_rate import anytime_comparisons_needed
     from deepseekbench._analysis._divergence import SEQUENTIAL_BOUND_NAME
 
-    async def main() -> RunResult:
-        off = EngineConfig(cost=COSTS, numerics=True)
-        mtp = off.model_copy(update={"speculative": Speculative.mtp, "draft_depth": 3})
-        relaxed = mtp.model_copy(
-            update={"relaxed_acceptance": True, "relaxed_delta": RELAXED_DELTA_NATS}
-        )
-        async with (
-            EmbeddedEngine(off) as e0,
-            EmbeddedEngine(mtp) as e1,
-            EmbeddedEngine(relaxed) as e2,
-        ):
-            routes = [
-                ("off", "off", e0.base_url, Dialect.vllm),
-                ("mtp", "mtp", e1.base_url, Dialect.vllm),
-                ("mtp-relaxed", "mtp", e2.base_url, Dialect.vllm),
-            ]
-            # min_rounds = cap: no route stops early, so all 64 measured requests are
-            # compared whatever the speedup does (the count does not depend on timing)
-            stopping = {"mode": "sequential", "cap": 3, "min_rounds": 3}
-            over = {"requests_per_cell": 64, "stopping": stopping}
-            plan = plan_of(routes, PLAN, over)
-            return await run_plan(plan, gate=LiveGate(), results_path=tmp_path / "r.jsonl")
-
-    rows = {r.route_label: r for r in anyio.run(main).rows}
+    # min_rounds = cap: no route stops early, so all 64 measured requests are
+    # compared whatever the speedup does (the count does not depend on timing)
+    stopping = {"mode": "sequential", "cap": 3, "min_rounds": 3}
+    over = {"requests_per_cell": 64, "stopping": stopping}
+    rows = {r.route_label: r for r in anyio.run(run_trio, tmp_path, over).rows}
     mtp = rows["mtp"]
     print(f"\nsequential: {mtp.parity_detail}")
     assert SEQUENTIAL_BOUND_NAME in (mtp.divergence_note or ""), mtp.divergence_note

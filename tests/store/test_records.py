@@ -130,7 +130,7 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
             for name in MARGIN_ROW_FIELDS:
                 assert out["row"].pop(name) == defaults.get(name), name
         if out["record"] == "measurement":  # TPOT's decode window, added since
-            for name in ("finish_ms", "tpot_tokens"):
+            for name in ("finish_ms", "tpot_tokens", "server_rate_span"):  # + the rate's span
                 assert out["measurement"].pop(name) is None, name
         if out["record"] == "row":  # the row fields added since (traffic)
             assert out["row"].pop("output_length") is None

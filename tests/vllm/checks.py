@@ -17,8 +17,10 @@ from deepseekbench import (
     QualityParity,
     RefusalReason,
     Row,
+    ServerClockFault,
     SpeedupMetric,
     acceptance_profile,
+    compare_speedup,
     read_acceptance_profile,
     write_acceptance_profile,
 )
@@ -319,7 +321,58 @@ def check_clocks(run: PairRun, label: str) -> dict[str, tuple[float, float]]:
         assert _within_tolerance(verdict.speedup, server_ratio), (verdict, server_ratio)
     elif all(rows[n].quality_parity is QualityParity.verified for n in ("off", label)):
         assert reasons and reasons <= CLOCK_REFUSALS, verdict
+    check_server_clock(run, label)
     return clocks
+
+
+def _counts(seen: list[Completion], span: tuple[str, ...]) -> list[float]:
+    """vLLM's own token count of each request: ``tokens_per_second`` × the sum of the
+    ``metrics`` fields in ``span`` (ms) / 1000."""
+    return [
+        float(c.metrics["tokens_per_second"]) * sum(float(c.metrics[k]) for k in span) / 1000
+        for c in seen
+        if c.metrics is not None
+    ]
+
+
+def check_server_clock(run: PairRun, label: str) -> None:
+    """vLLM's rate is over TTFT + generation time, and the library's count check uses it.
+
+    From the raw streams, independently of the library: each measured request's
+    ``metrics.tokens_per_second`` × (``time_to_first_token_ms`` + ``generation_time_ms``)
+    is its usage count within 1 token + 2 % (the count check's slack), while the rate ×
+    the generation time alone is printed beside it (what the witness used to multiply
+    by). Neither row records ``server_clock_count_mismatch``, and the server-clock TPOT
+    verdict (``clock = "server"``) names no count fault. Prints both counts (min /
+    median / max over requests), the rows' faults and the server-clock verdict."""
+    rows = {r.route_label: r for r in run.result.rows}
+    for name in ("off", label):
+        seen = _measured(run.recorder.completions[run.servers[name].port])
+        usage = [c.completion_tokens for c in seen]
+        assert all(n is not None for n in usage) and len(seen) == REQUESTS_PER_CELL, name
+        both = _counts(seen, ("time_to_first_token_ms", "generation_time_ms"))
+        gen = _counts(seen, ("generation_time_ms",))
+        for n, count in zip(usage, both, strict=True):
+            assert n is not None and abs(count - n) <= 1 + 0.02 * n, (name, count, n)
+        faults = rows[name].server_clock_faults
+        assert ServerClockFault.server_clock_count_mismatch not in faults, (name, faults)
+        append_report(
+            f"server clock {name}: usage {_spread(usage)} tokens; vLLM rate x (TTFT + "
+            f"generation) {_spread(both)}, rate x generation alone {_spread(gen)}; row "
+            f"faults: {', '.join(f.value for f in faults) or 'none'}"
+        )
+    verdict = compare_speedup(rows["off"], rows[label], clock="server")
+    assert RefusalReason.server_clock_count_mismatch not in verdict.reasons, verdict
+    append_report(
+        f"server clock {label} vs off (TPOT, clock=server): server TPOT "
+        f"{_num(rows['off'].server_tpot_ms)} / {_num(rows[label].server_tpot_ms)} ms; "
+        f"verdict: {verdict}"
+    )
+
+
+def _spread(xs: list[Any]) -> str:
+    v = sorted(float(x) for x in xs)
+    return f"{v[0]:.1f} / {statistics.median(v):.1f} / {v[-1]:.1f}"
 
 
 def _share(x: float | None) -> str:

@@ -41,6 +41,7 @@ class Completion:
     metrics: dict[str, Any] | None = None
     finished: bool = False
     logprobs: bool = False  # the body asked for logprobs (the margin follow-ups)
+    completion_tokens: int | None = None  # the stream's usage count
 
 
 @dataclass
@@ -67,6 +68,9 @@ class _Parser:
             content = (choice.get("delta") or {}).get("content")
             if choice.get("index", 0) == 0 and isinstance(content, str):
                 self.parts.append(content)
+        usage = obj.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.completion.completion_tokens = usage["completion_tokens"]
         metrics = obj.get("metrics")
         if isinstance(metrics, dict):
             self.completion.metrics = metrics
