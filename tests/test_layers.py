@@ -27,6 +27,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "deepseekbench"
 
 # lowest first; a layer may import itself and anything before it
 LAYERS = (
+    "_exports",
     "_moved",
     "_version",
     "_errors",
