@@ -30,6 +30,7 @@ The servers are the session pool's (shared with ``test_vllm_deepseek.py`` and
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,11 @@ from deepseekbench import BenchmarkPlan, QualityParity, SamplingSpec, ScoredPosi
 from tests.vllm import hf_models
 from tests.vllm.conftest import (
     DEEPSEEK_MODEL,
+    MLA_ATTENTION_BACKEND,
     SEED,
     VllmModels,
     deepseek_specs,
+    server_spec,
 )
 from tests.vllm.plans import PairRun, append_report, build_plan, run_pair
 from tests.vllm.pool import ServerPool
@@ -124,6 +127,23 @@ def subset_witness(run: PairRun, scores: list[dict[str, Any]]) -> str:
     )
 
 
+def run_fit(run: PairRun, name: str) -> str:
+    """The effective-temperature diagnosis of ``name``'s id-scored tokens, in words."""
+    parity = run.result.plan.parity
+    positions = [
+        ScoredPosition.model_validate(p)
+        for s in run.records("witness_score")
+        if s["route"] == name and s["scored"] is not None
+        for p in s["scored"]["positions"]
+    ]
+    r = witness(
+        positions, SamplingSpec(temperature=TEMPERATURE), top_k=parity.witness_top_k,
+        alpha=parity.alpha, seed=parity.seed, max_top1=parity.witness_max_top1,
+    )  # fmt: skip
+    fit = r.effective_temperature
+    return "none (no informative position)" if fit is None else fit.words()
+
+
 def check_acceptance(run: PairRun, label: str) -> None:
     """Print vLLM's own acceptance on the sampled traffic against the lossless bound."""
     row = next(r for r in run.result.rows if r.route_label == label)
@@ -155,6 +175,8 @@ def check_witness(run: PairRun, label: str) -> None:
             f"{row.witness_detectable_distance} at power {row.witness_power}; cost "
             f"{row.witness_requests} requests, {row.witness_scored_tokens} tokens"
         )
+        fit = run_fit(run, name)
+        append_report(f"witness {name} effective temperature: {fit}")
         mine = [s for s in scores if s["route"] == name]
         assert mine and all(s["scored"] is not None for s in mine), [s["reason"] for s in mine]
         # off scored the tokens vLLM sampled: vLLM's completion_tokens also counts the end
@@ -218,3 +240,27 @@ def test_deepseek_mtp_is_verified_by_the_witness(
     plan = sampled(build_plan(DEEPSEEK_MODEL, servers["off"], servers["mtp"], "mtp", "mtp"))
     run = run_pair(plan, servers, tmp_path, f"DeepSeek-V3 MTP at T={TEMPERATURE} (vLLM)")
     check_witness(run, "mtp")
+
+
+@pytest.mark.skipif(
+    not os.environ.get("DEEPSEEKBENCH_VLLM_DIAGNOSE"),
+    reason="a diagnosis, not in the CI step: set DEEPSEEKBENCH_VLLM_DIAGNOSE=1",
+)
+@pytest.mark.parametrize("route", ["ngram"])
+def test_deepseek_diagnosis_routes(
+    route: str, deepseek_models: VllmModels, vllm_pool: ServerPool, tmp_path: Path
+) -> None:
+    """The witness and its effective temperature on the DeepSeek ``ngram`` route at
+    T=0.8 (no model drafter: splits "model drafters" from "any speculation"), printed as
+    found; ``off`` must still be verified."""
+    off = deepseek_specs(deepseek_models.deepseek, depth=1)[0]
+    spec = server_spec(
+        "ngram", "ds-ngram", deepseek_models.deepseek, num_speculative_tokens=1,
+        served_model_name=DEEPSEEK_MODEL, enforce_eager=True,
+        attention_backend=MLA_ATTENTION_BACKEND, max_num_seqs=1,
+    )  # fmt: skip
+    running = vllm_pool.serve([off, spec])
+    servers = {"off": running["ds-off"], route: running[spec.name]}
+    plan = sampled(build_plan(DEEPSEEK_MODEL, servers["off"], servers[route], route, route))
+    run = run_pair(plan, servers, tmp_path, f"DeepSeek-V3 {route} at T={TEMPERATURE} (vLLM)")
+    check_witness(run, route)
