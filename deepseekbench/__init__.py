@@ -123,6 +123,10 @@ if TYPE_CHECKING:
         WitnessResult,
         witness,
     )
+    from deepseekbench._analysis._witness_temperature import (
+        EffectiveTemperature,
+        fit_effective_temperature,
+    )
     from deepseekbench._analysis._witness_rows import (
         RouteWitness,
         route_witnesses,
@@ -485,6 +489,8 @@ _IMPORTS: dict[str, str] = {
     "RouteWitness": "deepseekbench._analysis._witness_rows",
     "route_witnesses": "deepseekbench._analysis._witness_rows",
     "witness_verdict": "deepseekbench._analysis._witness_rows",
+    "EffectiveTemperature": "deepseekbench._analysis._witness_temperature",
+    "fit_effective_temperature": "deepseekbench._analysis._witness_temperature",
     "ScoredOutput": "deepseekbench._types._scored",
     "ScoredPosition": "deepseekbench._types._scored",
     "RunningLlamaServer": "deepseekbench._launch._llamacpp",
@@ -660,6 +666,7 @@ __all__ = [
     "DivergenceKind",
     "DivergenceMargin",
     "DryRunResult",
+    "EffectiveTemperature",
     "EmbeddedEngine",
     "EndpointTokenCounter",
     "EngineConfig",
@@ -817,6 +824,7 @@ __all__ = [
     "expected_acceptance_length",
     "find_llama_server",
     "find_vllm_python",
+    "fit_effective_temperature",
     "is_loopback_host",
     "list_runs",
     "llama_server",
