@@ -123,14 +123,14 @@ if TYPE_CHECKING:
         WitnessResult,
         witness,
     )
-    from deepseekbench._analysis._witness_temperature import (
-        EffectiveTemperature,
-        fit_effective_temperature,
-    )
     from deepseekbench._analysis._witness_rows import (
         RouteWitness,
         route_witnesses,
         witness_verdict,
+    )
+    from deepseekbench._analysis._witness_temperature import (
+        EffectiveTemperature,
+        fit_effective_temperature,
     )
     from deepseekbench._dialects import (
         CounterSet,

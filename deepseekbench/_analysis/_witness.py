@@ -43,8 +43,8 @@ the selected.
 
 **Four tests, each at α/4 (Bonferroni).** On the inside tokens: the KS test on the
 selected PITs (any shift of the PIT law); the rank-bin Wald chi-square
-(:func:`_rank_chi2`); and the log-score z test (``_witness_temperature.log_score_test``): the sampled
-tokens' summed raw log-probability against its conditional null mean and exact null
+(:func:`_rank_chi2`); and the log-score z test (``_witness_temperature.log_score_test``):
+the sampled tokens' summed raw log-probability against its conditional null mean and exact null
 variance, the score test for a change of temperature (a draft that ignores the
 temperature leaves the output too hot, argmax acceptance too cold). On every kept
 token: the outside-share check. The two weighted tests do not dilute where ``off`` is

@@ -34,6 +34,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx
+import numpy as np
 import pytest
 
 from deepseekbench import BenchmarkPlan, QualityParity, SamplingSpec, ScoredPosition, witness
@@ -264,3 +266,57 @@ def test_deepseek_diagnosis_routes(
     plan = sampled(build_plan(DEEPSEEK_MODEL, servers["off"], servers[route], route, route))
     run = run_pair(plan, servers, tmp_path, f"DeepSeek-V3 {route} at T={TEMPERATURE} (vLLM)")
     check_witness(run, route)
+
+
+def _probe(
+    base: str, model: str, prompt: str, seed: int
+) -> tuple[list[int], list[int], list[float]]:
+    """One sampled completion at T=0.8: prompt ids, sampled ids and the server's own raw
+    logprob of each sampled token (on a speculative server: the verify pass's)."""
+    body = {
+        "model": model, "prompt": prompt, "max_tokens": 48, "temperature": TEMPERATURE,
+        "seed": seed, "logprobs": 1, "return_token_ids": True, "ignore_eos": True,
+    }  # fmt: skip
+    got = httpx.post(f"{base}/v1/completions", json=body, timeout=120).json()["choices"][0]
+    return got["prompt_token_ids"], got["token_ids"], got["logprobs"]["token_logprobs"]
+
+
+def _forced(base: str, model: str, prompt: list[int], ids: list[int]) -> list[float]:
+    """The server's teacher-forced raw logprob of each of ``ids`` after ``prompt``."""
+    body = {"model": model, "prompt": [*prompt, *ids], "max_tokens": 1, "prompt_logprobs": 1}
+    got = httpx.post(f"{base}/v1/completions", json=body, timeout=120).json()["choices"][0]
+    entries = got["prompt_logprobs"][len(prompt) :]
+    return [float(e[str(t)]["logprob"]) for e, t in zip(entries, ids, strict=True)]
+
+
+@pytest.mark.skipif(
+    not os.environ.get("DEEPSEEKBENCH_VLLM_DIAGNOSE"),
+    reason="a diagnosis, not in the CI step: set DEEPSEEKBENCH_VLLM_DIAGNOSE=1",
+)
+def test_deepseek_mtp_target_logprobs_probe(
+    deepseek_models: VllmModels, vllm_pool: ServerPool
+) -> None:
+    """Where does MTP's sharper law enter? Compare, on the same sampled ids, the raw
+    logprob each server reports while sampling (MTP: its verify pass) with ``off``'s and
+    the MTP server's own teacher-forced (prefill) logprobs; printed: the mean difference
+    and the least-squares slope (a slope above 1: the logits scaled up)."""
+    running = vllm_pool.serve(deepseek_specs(deepseek_models.deepseek, depth=1))
+    off, mtp = running["ds-off"], running["ds-mtp"]
+    for name, srv in (("off", off), ("mtp", mtp)):
+        own: list[float] = []
+        ref: list[float] = []
+        pre: list[float] = []
+        for i, prompt in enumerate(PROMPTS[:12]):
+            p_ids, ids, lps = _probe(srv.base_url, DEEPSEEK_MODEL, prompt, 1000 + i)
+            own += lps
+            ref += _forced(off.base_url, DEEPSEEK_MODEL, p_ids, ids)
+            pre += _forced(srv.base_url, DEEPSEEK_MODEL, p_ids, ids)
+        a, b, c = np.array(own), np.array(ref), np.array(pre)
+        slope = float(np.polyfit(b, a, 1)[0])
+        append_report(
+            f"probe {name}: {len(a)} sampled tokens; own sampling logprob minus off's "
+            f"teacher-forced: mean {float((a - b).mean()):+.4f}, max |.| "
+            f"{float(np.abs(a - b).max()):.4f}, slope {slope:.3f}; own teacher-forced minus "
+            f"off's: max |.| {float(np.abs(c - b).max()):.4f}; mean sampled logprob "
+            f"{float(b.mean()):.3f} nats under off"
+        )
