@@ -21,7 +21,13 @@ speculative routes refused with the ids scored (MTP: a sharper law, log-score z 
 expected, special tokens such as ``<|assistant|>`` among them, acceptance 0.165 in one
 run and 0.001 in the next), with acceptance rates under the lossless bound and vLLM's
 CPU rejection-sampling kernels exact when called alone. So the assertion on the
-speculative routes stays the printed finding, not ``verified``.
+speculative routes stays the printed finding, not ``verified``. Each route also prints
+the effective temperature its tokens fit (``EffectiveTemperature``, a diagnosis): on
+2026-12-03 ``off`` fit T≈0.79 [0.76, 0.82], MTP T≈0.59 [0.57, 0.62] (about 1.35x
+sharper logits, whatever each output's acceptance), and the opt-in ``ngram`` route
+(``DEEPSEEKBENCH_VLLM_DIAGNOSE=1``: same server flags, no model drafter, vLLM's same
+no-draft-probabilities rejection path) was verified, p 0.20 on 1,153 tokens, T≈0.82
+[0.78, 0.86]: the departure needs the model drafter.
 
 The servers are the session pool's (shared with ``test_vllm_deepseek.py`` and
 ``test_vllm_llama.py``).
@@ -277,14 +283,18 @@ def _probe(
         "model": model, "prompt": prompt, "max_tokens": 48, "temperature": TEMPERATURE,
         "seed": seed, "logprobs": 1, "return_token_ids": True, "ignore_eos": True,
     }  # fmt: skip
-    got = httpx.post(f"{base}/v1/completions", json=body, timeout=120).json()["choices"][0]
+    data = httpx.post(f"{base.removesuffix('/v1')}/v1/completions", json=body, timeout=120).json()
+    assert "choices" in data, data
+    got = data["choices"][0]
     return got["prompt_token_ids"], got["token_ids"], got["logprobs"]["token_logprobs"]
 
 
 def _forced(base: str, model: str, prompt: list[int], ids: list[int]) -> list[float]:
     """The server's teacher-forced raw logprob of each of ``ids`` after ``prompt``."""
     body = {"model": model, "prompt": [*prompt, *ids], "max_tokens": 1, "prompt_logprobs": 1}
-    got = httpx.post(f"{base}/v1/completions", json=body, timeout=120).json()["choices"][0]
+    data = httpx.post(f"{base.removesuffix('/v1')}/v1/completions", json=body, timeout=120).json()
+    assert "choices" in data, data
+    got = data["choices"][0]
     entries = got["prompt_logprobs"][len(prompt) :]
     return [float(e[str(t)]["logprob"]) for e, t in zip(entries, ids, strict=True)]
 
