@@ -131,6 +131,10 @@ if TYPE_CHECKING:
         route_witnesses,
         witness_verdict,
     )
+    from deepseekbench._analysis._witness_temperature import (
+        EffectiveTemperature,
+        fit_effective_temperature,
+    )
     from deepseekbench._dialects import (
         CounterSet,
         EngineDialect,
@@ -416,6 +420,7 @@ __all__ = [
     "DivergenceKind",
     "DivergenceMargin",
     "DryRunResult",
+    "EffectiveTemperature",
     "EmbeddedEngine",
     "EndpointTokenCounter",
     "EngineClockDiagnosis",
@@ -578,6 +583,7 @@ __all__ = [
     "expected_acceptance_length",
     "find_llama_server",
     "find_vllm_python",
+    "fit_effective_temperature",
     "is_loopback_host",
     "list_runs",
     "llama_server",

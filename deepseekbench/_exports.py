@@ -270,4 +270,6 @@ EXPORTS: dict[str, str] = {
     "anytime_rate_bound": "deepseekbench._analysis._anytime_rate",
     "measure_tau": "deepseekbench._analysis._divergence",
     "OffProfile": "deepseekbench._types._noise",
+    "EffectiveTemperature": "deepseekbench._analysis._witness_temperature",
+    "fit_effective_temperature": "deepseekbench._analysis._witness_temperature",
 }

@@ -43,8 +43,8 @@ the selected.
 
 **Four tests, each at α/4 (Bonferroni).** On the inside tokens: the KS test on the
 selected PITs (any shift of the PIT law); the rank-bin Wald chi-square
-(:func:`_rank_chi2`); and the log-score z test (:func:`_log_score`): the sampled
-tokens' summed raw log-probability against its conditional null mean and exact null
+(:func:`_rank_chi2`); and the log-score z test (``_witness_temperature.log_score_test``):
+the sampled tokens' summed raw log-probability against its conditional null mean and exact null
 variance, the score test for a change of temperature (a draft that ignores the
 temperature leaves the output too hot, argmax acceptance too cold). On every kept
 token: the outside-share check. The two weighted tests do not dilute where ``off`` is
@@ -114,6 +114,11 @@ else:  # scipy (about 1 CPU-s to import) loads at the first witness test, not wi
 
     optimize, stats = _OnFirstUse("scipy.optimize"), _OnFirstUse("scipy.stats")
 
+from deepseekbench._analysis._witness_temperature import (
+    EffectiveTemperature,
+    fit_effective_temperature,
+    log_score_test,
+)
 from deepseekbench._types._margin import TopLogprob
 
 __all__ = [
@@ -259,6 +264,9 @@ class WitnessResult(BaseModel):
             deviations) caught with probability ``power`` (``inf`` when nothing was
             tested).
         power: the power those figures are stated at.
+        effective_temperature: the temperature the tested tokens fit best, a diagnosis
+            that never changes the verdict (``_witness_temperature``); ``None`` when
+            no tested position carries information.
     """
 
     model_config = _CONFIG
@@ -289,6 +297,7 @@ class WitnessResult(BaseModel):
     detectable_rank_shift: float = Field(ge=0)
     detectable_score_shift: float = Field(default=math.inf, ge=0)
     power: float = Field(default=DEFAULT_WITNESS_POWER, gt=0, lt=1)
+    effective_temperature: EffectiveTemperature | None = None
 
     @property
     def rejects(self) -> bool:
@@ -442,6 +451,8 @@ class _Scored(NamedTuple):
     score_var: float
     out_p: float | None
     out_half: float
+    gaps: np.ndarray = np.zeros(0)  # tempered log-weights vs the top-1 (-inf: removed)
+    cat: int = -1
 
 
 def _rank_bins(law: np.ndarray, k: int) -> np.ndarray:
@@ -535,6 +546,8 @@ def _one_position(
         score_var=float(q @ (g - mean) ** 2),
         out_p=out_p,
         out_half=out_half,
+        gaps=np.where(w > 0, g / spec.temperature, -np.inf),
+        cat=cat,
     )
 
 
@@ -738,26 +751,6 @@ def _rank_chi2(kept: Sequence[_Scored]) -> tuple[float, float, int]:
     return x, float(stats.chi2.sf(x, df)), df
 
 
-def _log_score(kept: Sequence[_Scored]) -> tuple[float, float]:
-    """(z, two-sided p-value) of the log-score test: the sampled tokens' summed raw
-    log-probabilities (relative to the top-1, nats) against their null mean under the
-    conditional law on the top-k set, over the square root of the summed null variances.
-
-    Each term ``g_t(x_t) - E_t g_t`` is a martingale difference with predictable
-    variance, so ``z`` is asymptotically N(0, 1) under a correct sampler (martingale
-    CLT, McLeish 1974, Ann. Probab. 2(4)). ``g_t`` is the log-likelihood's derivative
-    in ``1/T`` up to a constant, so this is the score test for a change of temperature
-    (Rao 1948): locally the most powerful against a sampler too hot (a draft that
-    ignores the temperature) or too cold (argmax acceptance).
-    """
-    var = sum(s.score_var for s in kept)
-    if not kept or var <= 0:
-        return 0.0, 1.0
-    dev = sum(s.score - s.score_mean for s in kept)
-    z = dev / math.sqrt(var)
-    return z, float(min(1.0, 2 * stats.norm.sf(abs(z))))
-
-
 def witness(
     positions: Sequence[WitnessPosition],
     spec: SamplingSpec,
@@ -844,11 +837,17 @@ def witness_groups(
         kept += got
         for reason, count in why.items():
             excluded[reason] = excluded.get(reason, 0) + count
-    return _result(kept, excluded, alpha, power, max_top1)
+    temps = {spec.temperature for spec, _ in groups}
+    return _result(kept, excluded, alpha, power, max_top1, temps.pop() if len(temps) == 1 else None)
 
 
 def _result(
-    kept: Sequence[_Scored], excluded: dict[str, int], alpha: float, power: float, bound: float
+    kept: Sequence[_Scored],
+    excluded: dict[str, int],
+    alpha: float,
+    power: float,
+    bound: float,
+    requested: float | None = None,
 ) -> WitnessResult:
     """The four tests, combined by Bonferroni, and the power figures: the three on the
     tokens inside ``off``'s top-k set (conditional), the outside-share check on all."""
@@ -856,7 +855,9 @@ def _result(
     inside = [s for s in kept if s.inside]
     d, p_ks = _ks(inside)
     x, p_chi, df = _rank_chi2(inside)
-    z, p_z = _log_score(inside)
+    z, p_z = log_score_test(
+        sum(s.score - s.score_mean for s in inside), sum(s.score_var for s in inside)
+    )
     out, checked, expected, p_out = _outside(kept)
     n = len(inside)
     level = alpha / TESTS
@@ -884,4 +885,7 @@ def _result(
         detectable_rank_shift=detectable_rank_shift(n, df, level, power=power),
         detectable_score_shift=detectable_score_shift(n, level, power=power),
         power=power,
+        effective_temperature=fit_effective_temperature(
+            [s.gaps for s in inside], [s.cat for s in inside], requested
+        ),
     )

@@ -236,8 +236,8 @@ def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityPar
     ``min_tokens`` tokens tested (the line then says what it could have caught),
     ``verified`` otherwise. The line states the tokens tested and excluded, the
     p-value, the log-score z, the detectable PIT-CDF distance and log-score shift at
-    the stated power, the tokens outside ``off``'s top-k set, and the scoring path.
-    Raises nothing."""
+    the stated power, the tokens outside ``off``'s top-k set, the scoring path, and
+    the effective temperature the tokens fit (a diagnosis). Raises nothing."""
     if w is None:
         return QualityParity.unknown, "distribution witness: no sampled output was scored"
     r = w.result
@@ -251,6 +251,8 @@ def witness_verdict(w: RouteWitness | None, min_tokens: int) -> tuple[QualityPar
         f"{_outside_words(r)}"
     )
     figures += f"; {_paths(w)}"
+    if r.effective_temperature is not None:  # a diagnosis only: never moves the verdict
+        figures += f"; {r.effective_temperature.words()}"
     if w.reason:  # outputs left out beside the tested ones: say which
         figures += f"; {w.reason}"
     if r.rejects:
