@@ -484,7 +484,7 @@ class StreamAccumulator:
         if isinstance(tool_calls, list) and tool_calls:
             has_token = True
         ids = choice.get("token_ids")
-        if isinstance(ids, list) and all(type(i) is int for i in ids):  # JSON true is no id
+        if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
             if self.token_ids is None:
                 self.token_ids = []
             self.token_ids.extend(ids)
@@ -527,26 +527,7 @@ class StreamAccumulator:
         return {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
 
     def measurement(self, route: EngineRoute) -> StreamMeasurement:
-        """The record of this stream: the folded totals, timed from ``start_ns``, for ``route``.
-
-        Built without pydantic validation (``model_construct``): every value is one this
-        accumulator typed itself (ints that are not bools, finite floats, the model's own
-        enums and records), so validation would only cost time on the hot path. That the
-        result equals :meth:`validated_measurement`'s, field for field and in its JSON, is
-        checked by a property test over random streams (``tests/measure/test_fast_measurement.py``).
-        """
-        return StreamMeasurement.model_construct(**self.measurement_fields(route))
-
-    def validated_measurement(self, route: EngineRoute) -> StreamMeasurement:
-        """:meth:`measurement` built through pydantic validation (the reference it must equal).
-
-        Raises:
-            pydantic.ValidationError: a field this accumulator built breaks the model's rules.
-        """
-        return StreamMeasurement(**self.measurement_fields(route))
-
-    def measurement_fields(self, route: EngineRoute) -> dict[str, Any]:
-        """The fields of this stream's :class:`StreamMeasurement`, by name (Any: ** into it)."""
+        """The record of this stream: the folded totals, timed from ``start_ns``, for ``route``."""
         counts = _usage_counts(self.usage)
         completion = counts.completion_tokens
         estimated: int | None = None
@@ -557,7 +538,7 @@ class StreamAccumulator:
         if choice_tokens is not None:
             n_tokens = choice_tokens  # usage counts every choice; the times are choice 0's
         text, reasoning = self._texts()
-        return dict(
+        return StreamMeasurement(
             text=text,
             reasoning_text=reasoning,
             **self._count_fields(counts, estimated),
