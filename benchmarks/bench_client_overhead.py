@@ -20,6 +20,10 @@ ratio's min/median/max over the rounds, and the load average. ``measure_streamed
 given a :class:`ChatRequest` built once per shape, as the executor gives it (its
 schedule's requests are validated when the plan is read); the raw loops a dict.
 
+``--token-ids``: each token chunk carries ``token_ids`` (vLLM ``return_token_ids``, asked
+on every sampled vLLM request for the witness), so a run with and one without give its
+per-chunk cost.
+
 Run: ``python benchmarks/bench_client_overhead.py [--mode paced --streams 32 --chunks 200]``
 """
 
@@ -46,16 +50,25 @@ from _aiohttp_sse import read_deltas
 from deepseekbench import ChatRequest, EngineRoute, LiveGate, Timeouts, measure_streamed
 
 
-def _events(chunks: int) -> list[bytes]:
-    """SSE events: ``chunks`` token chunks, finish, usage, [DONE]."""
+def _events(chunks: int, token_ids: bool = False) -> list[bytes]:
+    """SSE events: ``chunks`` token chunks, finish, usage, [DONE]; with ``token_ids``
+    each token chunk's choice carries ``"token_ids": [id]``, as vLLM streams it when a
+    request asks ``return_token_ids`` (every sampled vLLM request: the witness reads them)."""
     events: list[bytes] = []
     for i in range(chunks):
+        choice: dict[str, object] = {
+            "index": 0,
+            "delta": {"content": f" tok{i % 97}"},
+            "finish_reason": None,
+        }
+        if token_ids:
+            choice["token_ids"] = [1000 + i % 97]
         obj = {
             "id": "chatcmpl-bench",
             "object": "chat.completion.chunk",
             "created": 1764400000,
             "model": "bench",
-            "choices": [{"index": 0, "delta": {"content": f" tok{i % 97}"}, "finish_reason": None}],
+            "choices": [choice],
         }
         events.append(b"data: " + orjson.dumps(obj) + b"\n\n")
     events.append(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n')
@@ -71,12 +84,17 @@ def _chunked(event: bytes) -> bytes:
 
 
 def _serve(
-    port_queue: mp.Queue[int], mode: str, interval_ms: float, events_per_write: int = 1
+    port_queue: mp.Queue[int],
+    mode: str,
+    interval_ms: float,
+    events_per_write: int = 1,
+    token_ids: bool = False,
 ) -> None:
     """Serve precomputed streams on 127.0.0.1 (port sent through ``port_queue``).
 
     ``paced``: ``events_per_write`` events per write, then a pause of
     ``interval_ms`` x ``events_per_write`` (ms); ``burst``: the whole response in one write.
+    ``token_ids``: each token chunk carries its id (:func:`_events`).
     """
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -86,7 +104,7 @@ def _serve(
 
     async def respond(writer: asyncio.StreamWriter, chunks: int) -> None:
         if chunks not in cache:
-            cache[chunks] = [_chunked(e) for e in _events(chunks)]
+            cache[chunks] = [_chunked(e) for e in _events(chunks, token_ids)]
         events = cache[chunks]
         if mode == "burst":
             writer.write(head + b"".join(events) + b"0\r\n\r\n")
@@ -229,7 +247,8 @@ async def _run(port: int, args: argparse.Namespace) -> None:
     load = os.getloadavg()
     print(
         f"mode {args.mode}, {args.streams} streams x {args.requests} requests x {args.chunks} "
-        f"chunks, interval {args.interval_ms} ms, rounds {args.rounds}, backend {args.backend}; "
+        f"chunks, interval {args.interval_ms} ms, rounds {args.rounds}, backend {args.backend}, "
+        f"token_ids {'on' if args.token_ids else 'off'}; "
         f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(f"{'reader':<20}{'CPU us/chunk':>14}{'CPU us/request':>16}")
@@ -263,9 +282,16 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=float, default=2.0, help="paced: ms between writes")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backend", choices=["asyncio"], default="asyncio")
+    parser.add_argument(
+        "--token-ids",
+        action="store_true",
+        help="each token chunk carries token_ids (vLLM return_token_ids): its per-chunk cost",
+    )
     args = parser.parse_args()
     queue: mp.Queue[int] = mp.Queue()
-    server = mp.Process(target=_serve, args=(queue, args.mode, args.interval_ms), daemon=True)
+    server = mp.Process(
+        target=_serve, args=(queue, args.mode, args.interval_ms, 1, args.token_ids), daemon=True
+    )
     server.start()
     try:
         port = queue.get(timeout=30)

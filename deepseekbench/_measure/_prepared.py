@@ -4,8 +4,9 @@
 with the request's (re-encoding every header), merges empty cookies and query
 parameters and builds a timeout, for every request. None of that changes between two
 requests to the same route through the same client, so :func:`build_post` keeps it:
-the parsed URL per URL string, the merged headers per (client headers, route headers),
-and the timeout per connect deadline. Only the body is new for each request. A client
+the parsed URL per URL string, the merged and encoded headers (``Host`` included) per
+(host, client headers, route headers), and the timeout per connect deadline. Only the
+body and its ``Content-Length`` are new for each request. A client
 with cookies, default query parameters or a base URL takes ``build_request`` as before
 (the merge then has work to do).
 """
@@ -22,7 +23,7 @@ __all__ = ["build_post", "parsed_url"]
 _MERGED_MAX = 256
 """How many (client headers, route headers) pairs the merged-header cache holds."""
 
-_HeadersKey = tuple[tuple[tuple[bytes, bytes], ...], tuple[tuple[str, str], ...]]
+_HeadersKey = tuple[bytes, tuple[tuple[bytes, bytes], ...], tuple[tuple[str, str], ...]]
 _merged: dict[_HeadersKey, httpx.Headers] = {}
 
 
@@ -37,18 +38,23 @@ def _timeout(connect_s: float | None) -> httpx.Timeout:
     return httpx.Timeout(None, connect=connect_s)
 
 
-def _merged_headers(client: httpx.AsyncClient, headers: dict[str, str]) -> httpx.Headers:
-    """The client's headers updated with ``headers``, as ``build_request`` merges them;
-    keyed by both, so a client whose headers change gets a fresh merge."""
-    key = (tuple(client.headers.raw), tuple(headers.items()))
-    merged = _merged.get(key)
-    if merged is None:
+def _prototype_headers(
+    client: httpx.AsyncClient, url: httpx.URL, headers: dict[str, str]
+) -> httpx.Headers:
+    """The headers ``build_request`` gives an empty ``POST`` to ``url``'s host: the
+    client's updated with ``headers``, then ``Host`` and a ``Content-Length`` (of 1), in
+    httpx's order. Keyed by the host and both header sets, so a client whose headers
+    change gets a fresh merge."""
+    key = (url.netloc, tuple(client.headers.raw), tuple(headers.items()))
+    proto = _merged.get(key)
+    if proto is None:
         if len(_merged) >= _MERGED_MAX:
             _merged.clear()
         merged = httpx.Headers(client.headers)
         merged.update(headers)
-        _merged[key] = merged
-    return merged
+        proto = httpx.Request("POST", url, headers=merged, content=b" ").headers
+        _merged[key] = proto
+    return proto
 
 
 def build_post(
@@ -61,12 +67,21 @@ def build_post(
     """The ``POST`` of ``body`` to ``url`` (JSON bytes) that
     ``client.build_request("POST", url, content=body, headers=headers,
     timeout=httpx.Timeout(None, connect=connect_s))`` builds, from parts kept between
-    requests (``connect_s``: s, ``None`` = no connect deadline)."""
+    requests (``connect_s``: s, ``None`` = no connect deadline).
+
+    Only ``Content-Length`` is new per request: the other headers are copied as they
+    were encoded once (no re-encoding, no merge), and the body is handed over as the
+    request's stream (``httpx.Request(stream=...)``, which adds no header of its own).
+    """
     extensions: dict[str, Any] = {"timeout": _timeout(connect_s).as_dict()}
     if client.cookies or client.params or url.is_relative_url:
         return client.build_request(
             "POST", url, content=body, headers=headers, extensions=extensions
         )
-    return httpx.Request(
-        "POST", url, content=body, headers=_merged_headers(client, headers), extensions=extensions
+    merged = httpx.Headers(_prototype_headers(client, url, headers))
+    merged["Content-Length"] = str(len(body))
+    request = httpx.Request(
+        "POST", url, headers=merged, stream=httpx.ByteStream(body), extensions=extensions
     )
+    request._content = body  # what Request(content=...) keeps: .content, .read() need no I/O
+    return request

@@ -15,6 +15,10 @@ The flag names the cause, since the remedies are opposite:
   another host or pin it.
 - ``lagged``: late, yet neither busy nor waiting for a core (blocking code in the
   client's own loop, or no scheduler statistics on this OS).
+
+A ``saturated`` line with the run's ``workers`` and the cores known says how many
+workers would keep up: an estimate from the measured CPU share
+(:func:`~deepseekbench._analysis._workers_estimate.workers_from_share`), its basis stated.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from deepseekbench._analysis._client_flag import (
     ClientHealth,
     client_flag,
 )
+from deepseekbench._analysis._workers_estimate import workers_from_share
 
 __all__ = [
     "SATURATED_CPU_SHARE",
@@ -42,11 +47,22 @@ def _most(values: Sequence[float | int | None]) -> float | None:
     return max(known) if known else None
 
 
-def _workers_advice(workers: int | None) -> str:
+def _workers_advice(workers: int | None, share: float, cores: float | None) -> str:
     auto = 'or workers = "auto": one per core'
     if workers is None:
         return f"add workers (plan key workers, {auto}; docs/workers.md)"
-    return f"add workers (workers = {2 * workers}, now {workers}, {auto}; docs/workers.md)"
+    if cores is None:
+        return f"add workers (workers = {2 * workers}, now {workers}, {auto}; docs/workers.md)"
+    est = workers_from_share(min(1.0, max(0.0, share)), workers, max(1, int(cores)))
+    if est.short_of_cores:
+        return (
+            f"about {est.needed} workers would keep up (estimate: {est.basis}), more than "
+            f"the {est.cores} cores: run the client on more cores or hosts; docs/workers.md"
+        )
+    return (
+        f"about {est.needed} workers would keep up (estimate: {est.basis}; now {workers}, "
+        f"{est.cores} cores); docs/workers.md"
+    )
 
 
 def run_diagnosis(lines: Sequence[ClientHealth], workers: int | None = None) -> str | None:
@@ -76,7 +92,9 @@ def _sentence(kind: str, these: Sequence[ClientHealth], total: int, workers: int
     rows = f"{len(these)} of {total} rows"
     if kind == "saturated":
         share = _most([ln.client_cpu_share for ln in these]) or 0.0
-        return f"client saturated: {share:.0%} CPU ({rows}); {_workers_advice(workers)}"
+        cores = _most([ln.client_cores for ln in these])
+        advice = _workers_advice(workers, share, cores)
+        return f"client saturated: {share:.0%} CPU ({rows}); {advice}"
     stall = _most([ln.client_stall_ms for ln in these])
     stalled = f", its loop stalled up to {stall:.0f} ms" if stall is not None else ""
     if kind == "lagged":
