@@ -52,6 +52,7 @@ __all__ = [
     "decompose_speedup",
     "expected_acceptance_length",
     "factor_moved",
+    "rate_words",
     "which_factor_moved",
 ]
 
@@ -103,6 +104,31 @@ def break_even_acceptance_rate(length: float, depth: int) -> float | None:
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def rate_words(break_even_length: float, acceptance_length: float, depth: int | None) -> str:
+    """The break-even per-position rate beside the route's own, in words (no figure
+    stands for "any drafter"): "break-even 0.69 vs own 0.85 per position at depth 3",
+    "break-even below 1 (any drafter pays); own 0.85 per position at depth 3",
+    "break-even unreachable at depth 3 (at most 4); own 0.85 per position" or
+    "depth unknown". Both rates are i.i.d.-equivalent: the ``a`` solving
+    ``(1 - a^(k+1)) / (1 - a) = length`` (:func:`break_even_acceptance_rate`;
+    Leviathan, Kalman & Matias 2023, eq. 1) for the break-even length and for the
+    measured acceptance length (tokens per verify step).
+
+    Raises:
+        ValueError: a length not finite.
+    """
+    if depth is None:
+        return "depth unknown"
+    own = break_even_acceptance_rate(acceptance_length, depth)
+    own_text = f"own {own:.2f} per position" if own is not None else "own unknown"
+    if break_even_length <= 1.0:
+        return f"break-even below 1 (any drafter pays); {own_text} at depth {depth}"
+    need = break_even_acceptance_rate(break_even_length, depth)
+    if need is None:
+        return f"break-even unreachable at depth {depth} (at most {depth + 1}); {own_text}"
+    return f"break-even {need:.2f} vs {own_text} at depth {depth}"
 
 
 class SpeedupDecomposition(BaseModel):
@@ -157,16 +183,34 @@ class SpeedupDecomposition(BaseModel):
         """True when the measured acceptance length is above the break-even one."""
         return self.acceptance_length > self.break_even_length
 
+    @property
+    def own_rate(self) -> float | None:
+        """The route's own i.i.d.-equivalent per-position acceptance rate: the ``a``
+        with ``(1 - a^(k+1)) / (1 - a) = acceptance_length`` at ``depth``
+        (:func:`break_even_acceptance_rate`, dimensionless); ``None`` when the depth
+        is unknown."""
+        if self.depth is None:
+            return None
+        return break_even_acceptance_rate(self.acceptance_length, self.depth)
+
     def target_text(self) -> str:
         """The drafter's target in words, e.g. "a depth-3 head must reach acceptance
-        length 3.74 (acceptance rate 0.93 per position, i.i.d.); this one reaches 3.00"."""
+        length 3.74 (break-even 0.93 vs own 0.85 per position at depth 3); this one
+        reaches 3.00", or "any depth-3 head pays here: break-even acceptance length
+        0.90, below 1 (the verify step is cheaper than off's decode step); this one
+        reaches 3.00"."""
         head = f"a depth-{self.depth} head" if self.depth is not None else "a head"
-        need = f"must reach acceptance length {self.break_even_length:.2f}"
-        if self.depth is not None and not self.break_even_reachable:
-            need += f" (unreachable: at most {self.depth + 1} at depth {self.depth})"
-        elif self.break_even_rate is not None:
-            need += f" (acceptance rate {self.break_even_rate:.2f} per position, i.i.d.)"
-        return f"{head} {need}; this one reaches {self.acceptance_length:.2f}"
+        reach = f"this one reaches {self.acceptance_length:.2f}"
+        if self.break_even_length <= 1.0:
+            return (
+                f"any {head[2:]} pays here: break-even acceptance length "
+                f"{self.break_even_length:.2f}, below 1 (the verify step is cheaper than "
+                f"off's decode step); {reach}"
+            )
+        words = rate_words(self.break_even_length, self.acceptance_length, self.depth)
+        return (
+            f"{head} must reach acceptance length {self.break_even_length:.2f} ({words}); {reach}"
+        )
 
     def text(self) -> str:
         """The decomposition in one line, e.g. "1.68× = acceptance length 2.94

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from deepseekbench._analysis._decompose import SpeedupDecomposition, moved_text
+from deepseekbench._analysis._decompose import moved_text, rate_words
 from deepseekbench._analysis._lines import ScorecardLine
 
 __all__ = [
@@ -27,29 +27,23 @@ __all__ = [
 DECOMPOSITION_TITLE: Final = (
     "Where the speedup comes from (speedup = acceptance length ÷ step-cost ratio, the "
     "verify step over off's decode step at the same load; break-even acceptance length = "
-    "step-cost ratio, its per-position rate a from (1 - a^(k+1)) / (1 - a), Leviathan et "
-    "al. 2023; 95% CI)"
+    "step-cost ratio, its per-position rate a from (1 - a^(k+1)) / (1 - a) beside the "
+    "route's own from its acceptance length, Leviathan et al. 2023; 95% CI)"
 )
 """The section's heading: the identity and the break-even formula with its source."""
 
 DECOMPOSITION_COLUMNS: Final = (
     "cell", "load", "route", "speedup", "acc.len", "step-cost ratio", "verify step ms",
-    "off step ms", "break-even len", "break-even rate",
+    "off step ms", "per-position rate (break-even vs own)",
 )  # fmt: skip
-"""The section's table heads."""
+"""The section's table heads. The break-even acceptance length is the step-cost ratio
+itself, so it has no column of its own; the last column sets the break-even
+per-position rate beside the route's own i.i.d.-equivalent rate (:func:`rate_words`)."""
 
 
 def _ci(value: float, ci: tuple[float, float] | None, digits: int = 2) -> str:
     text = f"{value:.{digits}f}"
     return text + (f" ({ci[0]:.{digits}f}–{ci[1]:.{digits}f})" if ci is not None else "")
-
-
-def _rate(d: SpeedupDecomposition) -> str:
-    if d.depth is None:
-        return "depth unknown"
-    if not d.break_even_reachable:
-        return f"unreachable at depth {d.depth}"
-    return f"{d.break_even_rate:.2f} at depth {d.depth}" if d.break_even_rate is not None else "—"
 
 
 def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
@@ -69,8 +63,7 @@ def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
                 _ci(d.step_cost_ratio, d.step_cost_ratio_ci),
                 _ci(d.verify_step_ms, d.verify_step_ms_ci, 1),
                 f"{d.decode_step_ms:.1f}",
-                f"{d.break_even_length:.2f}",
-                _rate(d),
+                rate_words(d.break_even_length, d.acceptance_length, d.depth),
             ]
         )
     return out

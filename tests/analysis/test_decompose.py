@@ -20,6 +20,7 @@ from deepseekbench import (
     which_factor_moved,
     witness_step_costs,
 )
+from deepseekbench._analysis._decompose import rate_words
 from tests._helpers import make_row
 
 MTP = {"speculative": "mtp", "route_label": "mtp", "spec_tokens": 3}
@@ -51,6 +52,27 @@ def test_the_issue_example_splits_into_acceptance_and_step_cost() -> None:
     text = high.target_text()
     assert "a depth-3 head must reach acceptance length 3.74" in text
     assert "this one reaches 3.00" in text
+    # the break-even per-position rate beside the route's own i.i.d.-equivalent one
+    own = break_even_acceptance_rate(3.0, 3)
+    assert own is not None and expected_acceptance_length(own, 3) == pytest.approx(3.0)
+    assert high.own_rate == pytest.approx(own)
+    need = break_even_acceptance_rate(3.74, 3)
+    assert need is not None and need > own
+    assert f"break-even {need:.2f} vs own {own:.2f} per position at depth 3" in text
+
+
+def test_a_break_even_below_one_or_unreachable_is_worded_never_rate_zero() -> None:
+    # a verify step cheaper than off's decode step: any drafter pays
+    cheap, _ = _pair(off_tpot=10.0, mtp_tpot=10.0 * 0.9 / 2.0, length=2.0)
+    assert cheap.break_even_length == pytest.approx(0.9)
+    text = cheap.target_text()
+    assert "any depth-3 head pays here" in text and "below 1" in text
+    assert "0.00" not in text
+    words = rate_words(0.9, 2.0, 3)
+    assert words.startswith("break-even below 1 (any drafter pays); own 0.")
+    assert "0.00" not in words
+    assert rate_words(4.5, 2.0, 3).startswith("break-even unreachable at depth 3 (at most 4)")
+    assert rate_words(2.0, 2.0, None) == "depth unknown"
 
 
 def test_a_refused_or_non_tpot_verdict_is_not_decomposed() -> None:
