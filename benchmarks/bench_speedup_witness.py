@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 import anyio
 
@@ -39,6 +38,8 @@ from deepseekbench import (
     Scorecard,
     SpeedupDecomposition,
     StepCosts,
+    embedded_plan,
+    embedded_route,
     run_plan,
     smoke_tasks,
     witness_step_costs,
@@ -59,34 +60,18 @@ smaller beside them), a compute knee at a few sequences as in the demo."""
 
 
 def _plan(delay_ms: float, max_tokens: int, requests: int) -> BenchmarkPlan:
-    def route(label: str, method: str, **args: Any) -> dict[str, Any]:
-        launch: dict[str, Any] = {"engine": "embedded", "engine_args": {**COSTS, **args}}
-        if method != "off":
-            launch["spec_tokens"] = DEPTH
-        return {"label": label, "speculative": method, "dialect": "vllm", "launch": launch}
-
-    return BenchmarkPlan.from_mapping(
-        {
-            "model": "deepseekbench-ref",
-            "provider_route": "local",
-            "engine_route": "embedded",
-            "hosting": "embedded",
-            "routes": [
-                route("off", "off"),
-                route("mtp", "mtp"),
-                route("mtp-delay", "mtp", verify_delay_ms=delay_ms),
-            ],
-            "workload": {
-                "prompts": [t.prompt for t in smoke_tasks()][:8],
-                "output_length": "forced",
-            },
-            "requests_per_cell": requests,
-            "warmup_per_cell": 0,
-            "repeats": 1,
-            "cells": [{"max_tokens": max_tokens}],
-            "arrival": {"mode": "concurrency", "concurrency": list(LOADS)},
-            "parity": {"concurrency": 16, "max_tokens": 48},
-        }
+    return embedded_plan(
+        [
+            embedded_route("off", "off", COSTS),
+            embedded_route("mtp", "mtp", COSTS, depth=DEPTH),
+            embedded_route("mtp-delay", "mtp", COSTS, depth=DEPTH, verify_delay_ms=delay_ms),
+        ],
+        prompts=[t.prompt for t in smoke_tasks()][:8],
+        workload={"output_length": "forced"},
+        max_tokens=max_tokens,
+        concurrency=LOADS,
+        requests=requests,
+        parity_max_tokens=48,
     )
 
 

@@ -242,6 +242,7 @@ if TYPE_CHECKING:
     )
     from deepseekbench._plan._coverage import WorkloadCoverage, WorkloadCoverageWarning
     from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench
+    from deepseekbench._plan._embedded_plan import embedded_plan, embedded_route
     from deepseekbench._plan._launch_spec import LaunchSpec  # launched routes
     from deepseekbench._plan._output_length import OutputLength
     from deepseekbench._plan._plan import BenchmarkPlan
@@ -564,6 +565,8 @@ _IMPORTS: dict[str, str] = {
     "dialect_for": "deepseekbench._dialects",
     "dry_run": "deepseekbench._runner._dry_run",
     "eos_controls": "deepseekbench._net._route",
+    "embedded_plan": "deepseekbench._plan._embedded_plan",
+    "embedded_route": "deepseekbench._plan._embedded_plan",
     "exact_acceptance": "deepseekbench._types._parity",
     "find_llama_server": "deepseekbench._launch._llamacpp",
     "find_vllm_python": "deepseekbench._launch._vllm",
@@ -812,6 +815,8 @@ __all__ = [
     "determinism_control",
     "dialect_for",
     "dry_run",
+    "embedded_plan",
+    "embedded_route",
     "eos_controls",
     "exact_acceptance",
     "expected_acceptance_length",
