@@ -14,9 +14,13 @@ closed-loop concurrency 1, 2 and 8, every request decoded to the same length
 * **witness** — on the faulted route, acceptance unchanged and the unexplained
   per-step overhead within ``--fault-tolerance`` (20 %) of the injected delay.
 
-The closed form counts the model's costs only; the machine adds its own per-step
-overhead (the engine's Python work and the client's), which this script reports
-beside the figures. Timing checks live here, not in the unit tests (house rule).
+Each route's engine runs in its own process (``deepseekbench serve`` on 127.0.0.1,
+launched from the plan: the client never shares its loop) and paces back-to-back steps
+on a deadline chain, absorbing its own per-step Python work (docs/engine.md, "Cost
+model"); the recovered figures are printed beside the closed form's, and
+docs/scorecard.md holds the last three runs' min / median / max. Timing checks live
+here, not in the unit tests (house rule). Run it under ``flock /tmp/heavy.lock``
+on a shared machine.
 
     python benchmarks/bench_speedup_witness.py [--delay-ms 20] [--tolerance 0.10]
         [--fault-tolerance 0.20] [--max-tokens 96] [--requests 16]
