@@ -85,6 +85,7 @@ if TYPE_CHECKING:
         break_even_acceptance_rate,
         decompose_speedup,
         expected_acceptance_length,
+        verify_step_times,
         which_factor_moved,
     )
     from deepseekbench._analysis._divergence import (  # the noise floor
@@ -523,6 +524,7 @@ _IMPORTS: dict[str, str] = {
     "break_even_acceptance_rate": "deepseekbench._analysis._decompose",
     "decompose_speedup": "deepseekbench._analysis._decompose",
     "expected_acceptance_length": "deepseekbench._analysis._decompose",
+    "verify_step_times": "deepseekbench._analysis._decompose",
     "which_factor_moved": "deepseekbench._analysis._decompose",
     "StepCosts": "deepseekbench._analysis._step_witness",
     "StepCostWitness": "deepseekbench._analysis._step_witness",
@@ -862,6 +864,7 @@ __all__ = [
     "synthetic_items",
     "task_parity",
     "unregister_dialect",
+    "verify_step_times",
     "vllm_server_args",
     "vllm_servers",
     "which_factor_moved",
