@@ -87,6 +87,7 @@ if TYPE_CHECKING:
         break_even_acceptance_rate,
         decompose_speedup,
         expected_acceptance_length,
+        verify_step_times,
         which_factor_moved,
     )
     from deepseekbench._analysis._divergence import (  # the noise floor
@@ -249,6 +250,10 @@ if TYPE_CHECKING:
     )
     from deepseekbench._plan._coverage import WorkloadCoverage, WorkloadCoverageWarning
     from deepseekbench._plan._datasets import load_mt_bench, load_speed_bench
+    from deepseekbench._plan._embedded_plan import (
+        embedded_plan,
+        embedded_route,
+    )
     from deepseekbench._plan._launch_spec import LaunchSpec  # launched routes
     from deepseekbench._plan._output_length import OutputLength
     from deepseekbench._plan._plan import BenchmarkPlan
@@ -578,6 +583,8 @@ __all__ = [
     "determinism_control",
     "dialect_for",
     "dry_run",
+    "embedded_plan",
+    "embedded_route",
     "eos_controls",
     "exact_acceptance",
     "expected_acceptance_length",
@@ -624,6 +631,7 @@ __all__ = [
     "synthetic_items",
     "task_parity",
     "unregister_dialect",
+    "verify_step_times",
     "vllm_server_args",
     "vllm_servers",
     "which_factor_moved",

@@ -178,6 +178,7 @@ EXPORTS: dict[str, str] = {
     "decompose_speedup": "deepseekbench._analysis._decompose",
     "expected_acceptance_length": "deepseekbench._analysis._decompose",
     "which_factor_moved": "deepseekbench._analysis._decompose",
+    "verify_step_times": "deepseekbench._analysis._decompose",
     "StepCosts": "deepseekbench._analysis._step_witness",
     "StepCostWitness": "deepseekbench._analysis._step_witness",
     "witness_step_costs": "deepseekbench._analysis._step_witness",
@@ -272,4 +273,6 @@ EXPORTS: dict[str, str] = {
     "OffProfile": "deepseekbench._types._noise",
     "EffectiveTemperature": "deepseekbench._analysis._witness_temperature",
     "fit_effective_temperature": "deepseekbench._analysis._witness_temperature",
+    "embedded_plan": "deepseekbench._plan._embedded_plan",
+    "embedded_route": "deepseekbench._plan._embedded_plan",
 }

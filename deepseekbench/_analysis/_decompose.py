@@ -16,7 +16,16 @@ comes from"):
   token per decode step, so its time per output token is its time per step;
 * ``verify_step_ms`` = ``step_cost_ratio × decode_step_ms`` (ms): the candidate's
   time per verify step. With the rows' medians (no paired rounds) it is the
-  candidate's median TPOT × ``L`` (a verify step emits ``L`` tokens);
+  candidate's median TPOT × ``L`` (a verify step emits ``L`` tokens). Where the
+  requests count their verify steps (:func:`verify_step_times`), it is instead the
+  median over requests of each one's decode window ÷ its own verify steps, and
+  ``step_cost_ratio`` that over ``decode_step_ms``: TPOT × pooled ``L`` is biased
+  whenever a verify step emits fewer than ``L`` tokens (an accepted end-of-sequence
+  draft carries no bonus token, the last step is cut by ``max_tokens``) or ``L``
+  varies over requests (median TPOT × pooled ``L`` ≠ median step time), while the
+  counted figure is not. ``tokens_per_step`` = ``speedup × step_cost_ratio`` is then
+  the effective tokens per verify step the credited figure implies (the median step
+  time ÷ the candidate's median TPOT; ``= L`` without counted steps);
 * ``step_cost_ratio`` = ``L / speedup`` (dimensionless), ``speedup`` being the
   credited TPOT figure of :func:`~deepseekbench.compare_speedup`, so the parts
   multiply back to exactly the figure printed;
@@ -42,6 +51,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._analysis._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._clock import Clock
 from deepseekbench._types._row import Row
 
@@ -52,6 +62,8 @@ __all__ = [
     "decompose_speedup",
     "expected_acceptance_length",
     "factor_moved",
+    "rate_words",
+    "verify_step_times",
     "which_factor_moved",
 ]
 
@@ -105,6 +117,31 @@ def break_even_acceptance_rate(length: float, depth: int) -> float | None:
     return (lo + hi) / 2
 
 
+def rate_words(break_even_length: float, acceptance_length: float, depth: int | None) -> str:
+    """The break-even per-position rate beside the route's own, in words (no figure
+    stands for "any drafter"): "break-even 0.69 vs own 0.85 per position at depth 3",
+    "break-even below 1 (any drafter pays); own 0.85 per position at depth 3",
+    "break-even unreachable at depth 3 (at most 4); own 0.85 per position" or
+    "depth unknown". Both rates are i.i.d.-equivalent: the ``a`` solving
+    ``(1 - a^(k+1)) / (1 - a) = length`` (:func:`break_even_acceptance_rate`;
+    Leviathan, Kalman & Matias 2023, eq. 1) for the break-even length and for the
+    measured acceptance length (tokens per verify step).
+
+    Raises:
+        ValueError: a length not finite.
+    """
+    if depth is None:
+        return "depth unknown"
+    own = break_even_acceptance_rate(acceptance_length, depth)
+    own_text = f"own {own:.2f} per position" if own is not None else "own unknown"
+    if break_even_length <= 1.0:
+        return f"break-even below 1 (any drafter pays); {own_text} at depth {depth}"
+    need = break_even_acceptance_rate(break_even_length, depth)
+    if need is None:
+        return f"break-even unreachable at depth {depth} (at most {depth + 1}); {own_text}"
+    return f"break-even {need:.2f} vs {own_text} at depth {depth}"
+
+
 class SpeedupDecomposition(BaseModel):
     """A credited TPOT speedup as acceptance length ÷ step-cost ratio (module docs).
 
@@ -124,8 +161,16 @@ class SpeedupDecomposition(BaseModel):
             engine's own TPOT on the server clock).
         verify_step_ms: the candidate's time per verify step, ``r × decode_step_ms``
             (ms); ``verify_step_ms_ci`` its interval (from ``step_cost_ratio_ci``).
+            ``steps_counted``: True when it is the median of counted per-request
+            step times (:func:`verify_step_times`; module docs), its interval then a
+            95 % percentile bootstrap of that median.
+        tokens_per_step: (property) effective tokens per verify step, ``speedup × r``
+            (tokens; ``= acceptance_length`` unless ``steps_counted``).
         depth: draft tokens per verify step (``Row.spec_tokens``), ``None`` unknown.
-        break_even_length: the acceptance length at which the speedup is 1 (``= r``).
+        break_even_length: the acceptance length at which the speedup is 1,
+            ``L ÷ speedup`` (``= r``; when ``steps_counted``, ``r × L ÷
+            tokens_per_step``, the same figure: emitted tokens taken proportional to
+            ``L``).
         break_even_rate: the per-position acceptance rate reaching it at ``depth``
             (:func:`break_even_acceptance_rate`); ``None`` when the depth is unknown
             or the length is unreachable at it (``break_even_reachable`` False).
@@ -146,6 +191,7 @@ class SpeedupDecomposition(BaseModel):
     decode_step_ms: float = Field(gt=0, description="off's time per decode step, ms")
     verify_step_ms: float = Field(gt=0, description="candidate's time per verify step, ms")
     verify_step_ms_ci: tuple[float, float] | None = None
+    steps_counted: bool = False
     depth: int | None = Field(default=None, ge=1, description="draft tokens per verify step")
     break_even_length: float = Field(gt=0, description="acceptance length for speedup 1")
     break_even_rate: float | None = Field(default=None, ge=0, le=1)
@@ -157,24 +203,53 @@ class SpeedupDecomposition(BaseModel):
         """True when the measured acceptance length is above the break-even one."""
         return self.acceptance_length > self.break_even_length
 
+    @property
+    def tokens_per_step(self) -> float:
+        """Effective tokens per verify step, ``speedup × step_cost_ratio`` (tokens: the
+        median step time ÷ the candidate's median TPOT when ``steps_counted``, else the
+        acceptance length itself)."""
+        return self.speedup * self.step_cost_ratio
+
+    @property
+    def own_rate(self) -> float | None:
+        """The route's own i.i.d.-equivalent per-position acceptance rate: the ``a``
+        with ``(1 - a^(k+1)) / (1 - a) = acceptance_length`` at ``depth``
+        (:func:`break_even_acceptance_rate`, dimensionless); ``None`` when the depth
+        is unknown."""
+        if self.depth is None:
+            return None
+        return break_even_acceptance_rate(self.acceptance_length, self.depth)
+
     def target_text(self) -> str:
         """The drafter's target in words, e.g. "a depth-3 head must reach acceptance
-        length 3.74 (acceptance rate 0.93 per position, i.i.d.); this one reaches 3.00"."""
+        length 3.74 (break-even 0.93 vs own 0.85 per position at depth 3); this one
+        reaches 3.00", or "any depth-3 head pays here: break-even acceptance length
+        0.90, below 1 (the verify step is cheaper than off's decode step); this one
+        reaches 3.00"."""
         head = f"a depth-{self.depth} head" if self.depth is not None else "a head"
-        need = f"must reach acceptance length {self.break_even_length:.2f}"
-        if self.depth is not None and not self.break_even_reachable:
-            need += f" (unreachable: at most {self.depth + 1} at depth {self.depth})"
-        elif self.break_even_rate is not None:
-            need += f" (acceptance rate {self.break_even_rate:.2f} per position, i.i.d.)"
-        return f"{head} {need}; this one reaches {self.acceptance_length:.2f}"
+        reach = f"this one reaches {self.acceptance_length:.2f}"
+        if self.break_even_length <= 1.0:
+            return (
+                f"any {head[2:]} pays here: break-even acceptance length "
+                f"{self.break_even_length:.2f}, below 1 (the verify step is cheaper than "
+                f"off's decode step); {reach}"
+            )
+        words = rate_words(self.break_even_length, self.acceptance_length, self.depth)
+        return (
+            f"{head} must reach acceptance length {self.break_even_length:.2f} ({words}); {reach}"
+        )
 
     def text(self) -> str:
         """The decomposition in one line, e.g. "1.68× = acceptance length 2.94
         (2.90–2.98) ÷ step-cost ratio 1.75 (1.70–1.80): verify step 15.1 ms vs off's
         8.6 ms"."""
+        emitted = ""
+        if self.steps_counted:
+            emitted = f", {self.tokens_per_step:.2f} effective tokens per verify step"
         return (
             f"{self.speedup:.2f}× = acceptance length {self.acceptance_length:.2f}"
-            f"{_ci(self.acceptance_length_ci)} ÷ step-cost ratio {self.step_cost_ratio:.2f}"
+            f"{_ci(self.acceptance_length_ci)}{emitted} ÷ step-cost ratio "
+            f"{self.step_cost_ratio:.2f}"
             f"{_ci(self.step_cost_ratio_ci)}: verify step {self.verify_step_ms:.1f} ms vs "
             f"off's {self.decode_step_ms:.1f} ms"
         )
@@ -210,6 +285,7 @@ def decompose_speedup(
     *,
     verdict: SpeedupVerdict | None = None,
     acceptance_samples: Sequence[float] | None = None,
+    step_samples: Sequence[float] | None = None,
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> SpeedupDecomposition | None:
@@ -257,8 +333,18 @@ def decompose_speedup(
     l_ci = _scaled_ci(acceptance_samples, length, n_resamples, seed)
     ratio = length / speedup
     r_ci = _ratio_ci(ratio, l_ci, s_ci)
+    counted = (
+        _counted_step(step_samples, n_resamples, seed) if verdict.clock is Clock.client else None
+    )
+    if counted is not None:
+        ratio = counted[0] / decode
+        r_ci = _ratio_ci(ratio, (counted[1][0] / decode, counted[1][1] / decode), s_ci)
     depth = candidate.spec_tokens
-    rate = break_even_acceptance_rate(ratio, depth) if depth is not None else None
+    # counted: the acceptance length at which the steps would emit r tokens (emitted
+    # tokens taken proportional to L): r × L ÷ (speedup × r) = L ÷ speedup, so that
+    # ``pays`` is exactly "speedup > 1"
+    even = length / speedup
+    rate = break_even_acceptance_rate(even, depth) if depth is not None else None
     return SpeedupDecomposition(
         speedup=speedup,
         speedup_ci=s_ci,
@@ -269,12 +355,45 @@ def decompose_speedup(
         decode_step_ms=decode,
         verify_step_ms=ratio * decode,
         verify_step_ms_ci=(r_ci[0] * decode, r_ci[1] * decode) if r_ci is not None else None,
+        steps_counted=counted is not None,
         depth=depth,
-        break_even_length=ratio,
+        break_even_length=even,
         break_even_rate=rate,
-        break_even_reachable=depth is None or ratio <= depth + 1,
+        break_even_reachable=depth is None or even <= depth + 1,
         clock=verdict.clock,
     )
+
+
+def verify_step_times(measurements: Sequence[StreamMeasurement]) -> list[float]:
+    """Per-request time per verify step (ms): each error-free request's decode window
+    (``tpot_ms × (tpot_tokens − 1)``, first to last token) ÷ the verify steps it counted
+    (``acceptance.verify_steps``: vLLM ``num_spec_steps``, SGLang ``spec_verify_ct``);
+    requests without a count, a window or a step are left out. The first token is the
+    prefill's, so the window holds exactly the verify steps (module docs).
+    """
+    out: list[float] = []
+    for m in measurements:
+        acc = m.acceptance
+        steps = acc.verify_steps if acc is not None else None
+        if m.error is not None or m.tpot_ms is None or m.tpot_tokens is None or not steps:
+            continue
+        window = m.tpot_ms * (m.tpot_tokens - 1)
+        if window > 0 and math.isfinite(window):
+            out.append(window / steps)
+    return out
+
+
+def _counted_step(
+    samples: Sequence[float] | None, n_resamples: int, seed: int
+) -> tuple[float, tuple[float, float]] | None:
+    """The median of counted step times (ms) and its 95 % percentile bootstrap."""
+    xs = np.asarray([x for x in samples or () if math.isfinite(x) and x > 0], dtype=float)
+    if len(xs) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    meds = np.median(xs[rng.integers(0, len(xs), size=(n_resamples, len(xs)))], axis=1)
+    low, high = np.percentile(meds, [2.5, 97.5])
+    return float(np.median(xs)), (float(low), float(high))
 
 
 def _scaled_ci(

@@ -36,7 +36,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._analysis._clock_witness import server_value, witness_faults
-from deepseekbench._analysis._decompose import break_even_acceptance_rate
+from deepseekbench._analysis._decompose import break_even_acceptance_rate, rate_words
 from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric, SpeedupVerdict
 from deepseekbench._types._row import Row
 
@@ -92,13 +92,10 @@ class EngineClockDiagnosis(BaseModel):
         """The diagnosis in one line, labelled :data:`ENGINE_CLOCK_LABEL`, e.g.
         "on the engine's clock; no speedup credited: TPOT ratio 0.80 = acceptance length
         1.90 ÷ step-cost ratio 2.38: verify step 40.1 ms vs off's 16.9 ms; break-even
-        acceptance length 2.38 (unreachable at depth 1) (refused: client_starved)"."""
-        if self.depth is not None and not self.break_even_reachable:
-            rate = f" (unreachable at depth {self.depth})"
-        elif self.break_even_rate is not None and self.depth is not None:
-            rate = f" (acceptance rate {self.break_even_rate:.2f} at depth {self.depth})"
-        else:
-            rate = ""
+        acceptance length 2.38 (break-even unreachable at depth 1 (at most 2); own 0.90 per
+        position) (refused: client_starved)"."""
+        words = rate_words(self.break_even_length, self.acceptance_length, self.depth)
+        rate = f" ({words})" if self.depth is not None else ""
         why = ", ".join(r.value for r in self.refused_for)
         return (
             f"{ENGINE_CLOCK_LABEL}: TPOT ratio {self.engine_tpot_ratio:.2f} = acceptance "

@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from deepseekbench._cli._commands import results_path
 from deepseekbench._cli._exits import EXIT_USAGE
@@ -434,41 +434,27 @@ def demo_capacity_plan(*, results: str | None = None, sequential: bool = False) 
     Raises:
         PlanError: the plan fails validation (never with the built-in values).
     """
-    from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._plan._embedded_plan import embedded_plan, embedded_route
     from deepseekbench._plan._tasks import smoke_tasks
 
     prompts = {t.id: t.prompt for t in smoke_tasks()}
-
-    def route(label: str, speculative: str, depth: object = None, **args: object) -> object:
-        engine_args = {**DEMO_CAPACITY_COSTS, "eos_counted": True, **args}
-        launch: dict[str, object] = {"engine": "embedded", "engine_args": engine_args}
-        if depth is not None:
-            launch["spec_tokens"] = depth
-        return {"label": label, "speculative": speculative, "dialect": "vllm", "launch": launch}
-
-    return BenchmarkPlan.from_mapping(
-        {
-            "model": "deepseekbench-ref",
-            "provider_route": "local",
-            "engine_route": "embedded",
-            "hosting": "embedded",
-            "routes": [
-                route("off", "off"),
-                route("mtp", "mtp", list(DEMO_CAPACITY_DEPTHS)),
-                route("mtp-mistuned", "mtp", 2, mistuned_draft=True),
-            ],
-            "workload": {"prompts": [prompts[i] for i in _DEMO_CAPACITY_PROMPT_IDS]},
-            "requests_per_cell": DEMO_CAPACITY_REQUESTS,
-            "warmup_per_cell": 0,
-            "repeats": 3,
-            "cells": [{"max_tokens": DEMO_MAX_TOKENS}],
-            "arrival": {"mode": "concurrency", "concurrency": list(DEMO_CAPACITY_CONCURRENCY)},
-            "parity": {"concurrency": 16, "max_tokens": DEMO_MAX_TOKENS},
-            "slo": {"tpot_ms": DEMO_CAPACITY_SLO_TPOT_MS},
-            "search": {"target": 0.9, "resolution": 2, "max_level": 5},
-            "results": results,
-            **({"stopping": {"mode": "sequential"}} if sequential else {}),
-        }
+    costs = {**DEMO_CAPACITY_COSTS, "eos_counted": True}
+    extra: dict[str, Any] = {"stopping": {"mode": "sequential"}} if sequential else {}
+    return embedded_plan(
+        [
+            embedded_route("off", "off", costs),
+            embedded_route("mtp", "mtp", costs, depth=list(DEMO_CAPACITY_DEPTHS)),
+            embedded_route("mtp-mistuned", "mtp", costs, depth=2, mistuned_draft=True),
+        ],
+        prompts=[prompts[i] for i in _DEMO_CAPACITY_PROMPT_IDS],
+        max_tokens=DEMO_MAX_TOKENS,
+        concurrency=list(DEMO_CAPACITY_CONCURRENCY),
+        requests=DEMO_CAPACITY_REQUESTS,
+        repeats=3,
+        slo={"tpot_ms": DEMO_CAPACITY_SLO_TPOT_MS},
+        search={"target": 0.9, "resolution": 2, "max_level": 5},
+        results=results,
+        **extra,
     )
 
 

@@ -7,6 +7,16 @@ running sequence by one verify step, then waits out the step's modelled cost
 (:class:`~deepseekbench._engine._costs.CostModel`) minus the real compute it
 took, and only then hands each sequence its tokens — so tokens become visible
 at the end of the step that produced them.
+
+Steps that follow one another are paced on a deadline chain: a step's modelled
+cost is counted from the previous step's deadline, not from when the loop got
+round to it, so the engine's own per-step Python work outside the step (handing
+out tokens, writing each stream's SSE chunk, the timer's overshoot) is absorbed
+into the modelled cost instead of added to it. Back-to-back steps therefore take
+the closed form's cost on average (:meth:`CostModel.step_costs`), as long as that
+work is shorter than a step; a step that starts more than one modelled step late
+(the machine stalled) restarts the chain rather than running the next steps
+short to catch up.
 """
 
 from __future__ import annotations
@@ -89,6 +99,7 @@ class Scheduler:
         self._pending: list[Sequence] = []
         self._running: list[Sequence] = []
         self._wakeup = anyio.Event()
+        self._deadline: float | None = None  # the last step's end on the chain (s)
 
     def submit(
         self,
@@ -127,6 +138,7 @@ class Scheduler:
         """Step forever (until cancelled); idles without cost while nothing runs."""
         while True:
             if not self._pending and not self._running:
+                self._deadline = None  # idle: the next step starts a new chain
                 self._wakeup = anyio.Event()
                 await self._wakeup.wait()
             await self._step()
@@ -154,8 +166,11 @@ class Scheduler:
         cost_ms = self._cost.step_ms(
             len(batch), draft_tokens, prefill, model_draft=self._model_draft
         )
-        spent = time.perf_counter() - started
-        await anyio.sleep(max(0.0, cost_ms / 1000.0 - spent))
+        cost_s = cost_ms / 1000.0
+        chained = self._deadline is not None and started - self._deadline < cost_s
+        anchor = self._deadline if chained and self._deadline is not None else started
+        self._deadline = anchor + cost_s
+        await anyio.sleep(max(0.0, self._deadline - time.perf_counter()))
         still: list[Sequence] = []
         for seq, (out, reasoning_text) in results:
             emission = self._account(seq, out, reasoning_text, cost_ms)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from deepseekbench._analysis._decompose import SpeedupDecomposition, moved_text
+from deepseekbench._analysis._decompose import moved_text, rate_words
 from deepseekbench._analysis._lines import ScorecardLine
 from deepseekbench._types._interval import interval_text
 
@@ -28,29 +28,23 @@ __all__ = [
 DECOMPOSITION_TITLE: Final = (
     "Where the speedup comes from (speedup = acceptance length ÷ step-cost ratio, the "
     "verify step over off's decode step at the same load; break-even acceptance length = "
-    "step-cost ratio, its per-position rate a from (1 - a^(k+1)) / (1 - a), Leviathan et "
-    "al. 2023; 95% CI)"
+    "step-cost ratio, its per-position rate a from (1 - a^(k+1)) / (1 - a) beside the "
+    "route's own from its acceptance length, Leviathan et al. 2023; 95% CI)"
 )
 """The section's heading: the identity and the break-even formula with its source."""
 
 DECOMPOSITION_COLUMNS: Final = (
     "cell", "load", "route", "speedup", "acc.len", "step-cost ratio", "verify step ms",
-    "off step ms", "break-even len", "break-even rate",
+    "off step ms", "per-position rate (break-even vs own)",
 )  # fmt: skip
-"""The section's table heads."""
+"""The section's table heads. The break-even acceptance length is the step-cost ratio
+itself, so it has no column of its own; the last column sets the break-even
+per-position rate beside the route's own i.i.d.-equivalent rate (:func:`rate_words`)."""
 
 
 def _ci(value: float, ci: tuple[float, float] | None, digits: int = 2) -> str:
     text = f"{value:.{digits}f}"
     return text + (f" ({interval_text(*ci, spec=f'.{digits}f')})" if ci is not None else "")
-
-
-def _rate(d: SpeedupDecomposition) -> str:
-    if d.depth is None:
-        return "depth unknown"
-    if not d.break_even_reachable:
-        return f"unreachable at depth {d.depth}"
-    return f"{d.break_even_rate:.2f} at depth {d.depth}" if d.break_even_rate is not None else "—"
 
 
 def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
@@ -66,12 +60,12 @@ def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
                 ln.load,
                 ln.route,
                 f"{d.speedup:.2f}×",
-                _ci(d.acceptance_length, d.acceptance_length_ci),
+                _ci(d.acceptance_length, d.acceptance_length_ci)
+                + (f", effective {d.tokens_per_step:.2f}" if d.steps_counted else ""),
                 _ci(d.step_cost_ratio, d.step_cost_ratio_ci),
                 _ci(d.verify_step_ms, d.verify_step_ms_ci, 1),
                 f"{d.decode_step_ms:.1f}",
-                f"{d.break_even_length:.2f}",
-                _rate(d),
+                rate_words(d.break_even_length, d.acceptance_length, d.depth),
             ]
         )
     return out

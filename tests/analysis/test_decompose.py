@@ -4,22 +4,29 @@ acceptance, which factor moved between loads, and the witness against independen
 from __future__ import annotations
 
 import math
+import random
+import statistics
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from deepseekbench import (
+    AcceptanceRecord,
+    Dialect,
     Scorecard,
     SpeedupDecomposition,
     StepCosts,
+    StreamMeasurement,
     break_even_acceptance_rate,
     compare_speedup,
     decompose_speedup,
     expected_acceptance_length,
+    verify_step_times,
     which_factor_moved,
     witness_step_costs,
 )
+from deepseekbench._analysis._decompose import rate_words
 from tests._helpers import make_row
 
 MTP = {"speculative": "mtp", "route_label": "mtp", "spec_tokens": 3}
@@ -51,6 +58,27 @@ def test_the_issue_example_splits_into_acceptance_and_step_cost() -> None:
     text = high.target_text()
     assert "a depth-3 head must reach acceptance length 3.74" in text
     assert "this one reaches 3.00" in text
+    # the break-even per-position rate beside the route's own i.i.d.-equivalent one
+    own = break_even_acceptance_rate(3.0, 3)
+    assert own is not None and expected_acceptance_length(own, 3) == pytest.approx(3.0)
+    assert high.own_rate == pytest.approx(own)
+    need = break_even_acceptance_rate(3.74, 3)
+    assert need is not None and need > own
+    assert f"break-even {need:.2f} vs own {own:.2f} per position at depth 3" in text
+
+
+def test_a_break_even_below_one_or_unreachable_is_worded_never_rate_zero() -> None:
+    # a verify step cheaper than off's decode step: any drafter pays
+    cheap, _ = _pair(off_tpot=10.0, mtp_tpot=10.0 * 0.9 / 2.0, length=2.0)
+    assert cheap.break_even_length == pytest.approx(0.9)
+    text = cheap.target_text()
+    assert "any depth-3 head pays here" in text and "below 1" in text
+    assert "0.00" not in text
+    words = rate_words(0.9, 2.0, 3)
+    assert words.startswith("break-even below 1 (any drafter pays); own 0.")
+    assert "0.00" not in words
+    assert rate_words(4.5, 2.0, 3).startswith("break-even unreachable at depth 3 (at most 4)")
+    assert rate_words(2.0, 2.0, None) == "depth unknown"
 
 
 def test_a_refused_or_non_tpot_verdict_is_not_decomposed() -> None:
@@ -152,3 +180,82 @@ def test_the_scorecard_prints_which_factor_moved_between_loads() -> None:
     assert "Where the speedup comes from" in text
     assert "acceptance unchanged 3.00; the verify step grew 1.48× → 3.74× of off's step" in text
     assert "c=8: a depth-3 head must reach acceptance length 3.74" in text
+
+
+def _synthetic_requests(
+    rates: list[float], step_ms: float, seed: int, n: int = 96, k: int = 3
+) -> list[StreamMeasurement]:
+    """Requests of an engine whose verify step costs exactly ``step_ms`` (no clock):
+    i.i.d. acceptance per position at each request's own rate, the output forced to
+    ``n`` tokens, and an accepted end-of-sequence draft (1 in 8) ending its step
+    without a bonus token, as the embedded engine does."""
+    rng = random.Random(seed)
+    out: list[StreamMeasurement] = []
+    for a in rates:
+        left, steps, accepted = n - 1, 0, 0  # the first token is the prefill's
+        while left > 0:
+            kk = min(k, left - 1)
+            acc = 0
+            while acc < kk and rng.random() < a:
+                acc += 1
+            eos = acc > 0 and rng.random() < 0.125
+            left -= min(acc if eos else acc + 1, left) if kk > 0 else 1
+            steps += kk > 0
+            accepted += acc
+        record = AcceptanceRecord.from_counts(
+            engine=Dialect.vllm,
+            source="synthetic",
+            draft_tokens=steps * k,
+            accepted_tokens=accepted,
+            verify_steps=steps,
+        )
+        out.append(
+            StreamMeasurement(
+                tpot_ms=steps * step_ms / (n - 1),
+                tpot_tokens=n,
+                acceptance=record,
+                acceptance_length=record.acceptance_length,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_counted_verify_steps_recover_the_step_cost_tpot_times_length_does_not(
+    seed: int,
+) -> None:
+    # acceptance varying over requests (two kinds of prompt) and steps emitting fewer than
+    # L tokens: median TPOT × pooled L misses the verify step; the counted one does not
+    step, decode = 20.0, 16.0
+    reqs = _synthetic_requests([0.95] * 6 + [0.5] * 10, step, seed)
+    pooled = 1 + sum(m.acceptance.accepted_tokens or 0 for m in reqs if m.acceptance) / sum(
+        m.acceptance.verify_steps or 0 for m in reqs if m.acceptance
+    )
+    tpots = [m.tpot_ms or 0.0 for m in reqs]
+    off = make_row(tpot_ms=decode)
+    mtp = make_row(**MTP, tpot_ms=statistics.median(tpots), acceptance_length=pooled)
+    offs = [decode * (1 + 0.01 * (i % 5 - 2)) for i in range(len(reqs))]
+    verdict = compare_speedup(off, mtp, samples=(offs, tpots))
+    assert verdict.printed
+    lengths = [m.acceptance_length or 1.0 for m in reqs]
+    old = decompose_speedup(off, mtp, verdict=verdict, acceptance_samples=lengths)
+    assert old is not None and not old.steps_counted
+    assert abs(old.verify_step_ms / step - 1) > 0.05  # the biased estimator
+    times = verify_step_times(reqs)
+    assert len(times) == len(reqs)
+    new = decompose_speedup(
+        off, mtp, verdict=verdict, acceptance_samples=lengths, step_samples=times
+    )
+    assert new is not None and new.steps_counted
+    assert new.verify_step_ms == pytest.approx(step, rel=1e-9)
+    assert new.step_cost_ratio == pytest.approx(step / decode, rel=1e-9)
+    ci = new.verify_step_ms_ci
+    assert ci is not None and ci[0] <= step <= ci[1]
+    # the parts still multiply back: tokens per verify step × ... = the credited figure
+    assert new.tokens_per_step / new.step_cost_ratio == pytest.approx(new.speedup)
+    assert new.tokens_per_step < new.acceptance_length  # steps emitted fewer than L
+    w = witness_step_costs(new, StepCosts(verify_step_ms=step, decode_step_ms=decode, source="m"))
+    assert w.agrees and w.unexplained_ms == pytest.approx(0.0, abs=1e-9)
+    # without counted steps (or with one) the old estimator stands
+    one = decompose_speedup(off, mtp, verdict=verdict, step_samples=times[:1])
+    assert one is not None and not one.steps_counted

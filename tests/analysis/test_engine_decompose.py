@@ -55,7 +55,10 @@ def test_a_starved_client_is_diagnosed_on_the_engine_clock() -> None:
     assert e.refused_for == tuple(line.verdict.reasons)
     text = card.to_text()
     assert f"mtp @ {line.cell} {line.load}: {ENGINE_CLOCK_LABEL}: TPOT ratio 1.25" in text
-    assert "break-even acceptance length 1.52 (acceptance rate 0.52 at depth 1)" in text
+    assert (
+        "break-even acceptance length 1.52 (break-even 0.52 vs own 0.90 per position at depth 1)"
+        in text
+    )
     assert "1.25×" not in text and "2.50×" not in text  # no figure shown as a speedup
     assert ENGINE_CLOCK_LABEL in card.to_markdown()
     assert "on the engine&#x27;s clock; no speedup credited" in card.to_html()
@@ -67,7 +70,7 @@ def test_unreachable_break_even_is_named() -> None:
     e = diagnose_on_engine_clock(off, slow, compare_speedup(off, slow))
     assert e is not None and e.step_cost_ratio == pytest.approx(3.04)
     assert not e.break_even_reachable and e.break_even_rate is None
-    assert "(unreachable at depth 1)" in e.text()
+    assert "(break-even unreachable at depth 1 (at most 2); own 0.90 per position)" in e.text()
 
 
 @pytest.mark.parametrize(

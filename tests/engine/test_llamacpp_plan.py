@@ -37,20 +37,26 @@ import pytest
 
 from deepseekbench import (
     MIN_REQUESTS_FOR_SPEEDUP,
+    AcceptanceProfileError,
     AcceptanceScope,
     BenchmarkPlan,
     Dialect,
     LiveGate,
     QualityParity,
     RefusalReason,
+    Row,
     RunningLlamaServer,
     RunResult,
     Scorecard,
     ServerClockFault,
     ServerRateSpan,
+    acceptance_profile,
     compare_speedup,
+    read_acceptance_profile,
     run_plan,
+    write_acceptance_profile,
 )
+from deepseekbench._analysis._acceptance_profile import PROFILE_TOLERANCE
 from deepseekbench._execute._forensics import TOP_LOGPROBS
 from tests.engine.plans import MODE, TimingsRecorder, llamacpp_plan
 
@@ -355,5 +361,32 @@ def test_plan_on_llamacpp_routes_credits_draft_and_refuses_mistuned(
     assert rows["draft"].accepted_token_ratio is not None
     assert rows["draft-mistuned"].accepted_token_ratio > rows["draft"].accepted_token_ratio
 
+    _check_acceptance_profile(rows["draft"], tmp_path, capsys)
+
     # ---- the report rebuilt from the results file is the same scorecard, byte for byte
     assert Scorecard.from_results(results).to_text() == text
+
+
+def _check_acceptance_profile(row: Row, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The llama.cpp draft route's acceptance profile: written, read back equal, its
+    consistency check (acceptance length = 1 + Σ marginal) holding on the real figures,
+    and a hand-broken copy refused when read back."""
+    profile = acceptance_profile(row)
+    assert profile is not None, "the draft row carries no per-position acceptance"
+    assert profile.depth == row.spec_tokens or row.spec_tokens is None
+    path = write_acceptance_profile(profile, tmp_path / "draft.profile.json")
+    back = read_acceptance_profile(path)
+    assert back == profile
+    assert back.acceptance_length == pytest.approx(1 + sum(back.marginal), abs=PROFILE_TOLERANCE)
+    with capsys.disabled():
+        print(
+            f"[llama.cpp plan] draft acceptance profile: length {back.acceptance_length:.3f} = "
+            f"1 + Σ marginal {sum(back.marginal):.3f}; marginal "
+            f"{', '.join(f'{m:.2f}' for m in back.marginal)}",
+            flush=True,
+        )
+    broken = orjson.loads(path.read_bytes())
+    broken["acceptance_length"] = back.acceptance_length + 0.5
+    path.write_bytes(orjson.dumps(broken))
+    with pytest.raises(AcceptanceProfileError, match="1 \\+ Σ marginal"):
+        read_acceptance_profile(path)

@@ -16,8 +16,6 @@ Three things the cost model makes certain, asserted without timing the machine:
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from deepseekbench import (
@@ -27,6 +25,8 @@ from deepseekbench import (
     Scorecard,
     SpeedupDecomposition,
     StepCosts,
+    embedded_plan,
+    embedded_route,
     run_plan,
     smoke_tasks,
     which_factor_moved,
@@ -55,33 +55,18 @@ PROMPTS = ("arith-add-29-33", "arith-mul-7-8", "arith-mul-9-6", "reverse-zizur",
 
 def _plan() -> BenchmarkPlan:
     prompts = {t.id: t.prompt for t in smoke_tasks()}
-
-    def route(label: str, method: str, **args: Any) -> dict[str, Any]:
-        launch: dict[str, Any] = {"engine": "embedded", "engine_args": {**COSTS, **args}}
-        if method != "off":
-            launch["spec_tokens"] = DEPTH
-        return {"label": label, "speculative": method, "dialect": "vllm", "launch": launch}
-
-    return BenchmarkPlan.from_mapping(
-        {
-            "model": "deepseekbench-ref",
-            "provider_route": "local",
-            "engine_route": "embedded",
-            "hosting": "embedded",
-            "routes": [
-                route("off", "off"),
-                route("mtp", "mtp"),
-                route("mtp-delay", "mtp", verify_delay_ms=DELAY_MS),
-                route("weak", "draft"),
-            ],
-            "workload": {"prompts": [prompts[i] for i in PROMPTS]},
-            "requests_per_cell": 15,
-            "warmup_per_cell": 0,
-            "repeats": 1,  # one round: a per-request bootstrap interval
-            "cells": [{"max_tokens": 48}],
-            "arrival": {"mode": "concurrency", "concurrency": [1]},
-            "parity": {"concurrency": 16, "max_tokens": 48},
-        }
+    return embedded_plan(
+        [
+            embedded_route("off", "off", COSTS),
+            embedded_route("mtp", "mtp", COSTS, depth=DEPTH),
+            embedded_route("mtp-delay", "mtp", COSTS, depth=DEPTH, verify_delay_ms=DELAY_MS),
+            embedded_route("weak", "draft", COSTS, depth=DEPTH),
+        ],
+        prompts=[prompts[i] for i in PROMPTS],
+        max_tokens=48,
+        concurrency=[1],
+        requests=15,
+        repeats=1,  # one round: a per-request bootstrap interval
     )
 
 

@@ -1,0 +1,87 @@
+"""The embedded engine's step loop paces back-to-back steps on a deadline chain.
+
+On a fake clock (no timing of the machine): the loop's own per-step work between
+steps (here a fixed overshoot added to every sleep, standing for handing out tokens,
+writing SSE chunks and the timer's lateness) is absorbed into the modelled cost, so
+``n`` back-to-back steps end ``n × cost`` after the first began (plus the last
+step's overshoot) instead of ``n × (cost + overshoot)``; and an overshoot longer than
+a whole step restarts the chain: no step is run short to catch up.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import cast
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from deepseekbench._engine import _scheduler
+from deepseekbench._engine._costs import CostModel
+from deepseekbench._engine._metrics import EngineMetrics
+from deepseekbench._engine._speculative import Decoder, StepOutcome
+
+pytestmark = pytest.mark.anyio
+
+STEP_MS = 10.0
+COSTS = CostModel(
+    prefill_ms_per_token=0.0,
+    target_step_ms=STEP_MS,
+    verify_token_ms=0.0,
+    draft_step_ms=0.0,
+    batch_exponent=0.0,
+    compute_ms_per_token=0.0,
+)
+
+
+class _OneToken:
+    """A decoder that emits one plain token a step."""
+
+    def step(self, ctx: str, budget: int) -> StepOutcome:
+        return StepOutcome(("a",), 0, 0)
+
+
+async def _run(monkeypatch: pytest.MonkeyPatch, steps: int, overshoot_s: float) -> list[float]:
+    """Run one sequence of ``steps`` tokens on a fake clock; returns each sleep asked (s)
+    and, last, the fake time from the first step's start to the last emission."""
+    clock = SimpleNamespace(now=100.0)
+    asked: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        asked.append(seconds)
+        clock.now += seconds + overshoot_s
+        await anyio.lowlevel.checkpoint()
+
+    monkeypatch.setattr(_scheduler, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr(anyio, "sleep", fake_sleep)
+    sched = _scheduler.Scheduler(COSTS, EngineMetrics("m", 1), model_draft=False)
+    start = clock.now
+    _, receive = sched.submit(
+        "", cast(Decoder, _OneToken()), prompt_tokens=1, reasoning="", max_tokens=steps
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sched.run)
+        n = 0
+        async for _ in receive:
+            n += 1
+        tg.cancel_scope.cancel()
+    assert n == steps
+    return [*asked, clock.now - start]
+
+
+async def test_back_to_back_steps_absorb_the_loops_own_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    *asked, elapsed = await _run(monkeypatch, steps=20, overshoot_s=0.003)
+    # 20 steps of 10 ms end 200 ms after the first began, plus only the last overshoot
+    assert elapsed == pytest.approx(20 * STEP_MS / 1000 + 0.003, abs=1e-9)
+    assert asked[0] == pytest.approx(0.010) and asked[1] == pytest.approx(0.007)
+
+
+async def test_a_stall_longer_than_a_step_restarts_the_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    *asked, elapsed = await _run(monkeypatch, steps=5, overshoot_s=0.025)
+    assert asked == pytest.approx([0.010] * 5)  # never run short to catch up
+    assert elapsed == pytest.approx(5 * (0.010 + 0.025), abs=1e-9)
