@@ -118,6 +118,7 @@ async def read_bounded(
     *,
     deadline_s: float,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    retry_unanswered: bool = True,
     **kwargs: Any,
 ) -> BoundedResponse | BoundedReadError:
     """Send one request and read its whole answer within ``deadline_s`` seconds (total,
@@ -130,6 +131,13 @@ async def read_bounded(
         deadline_s: the total deadline (s, > 0).
         max_bytes: the cap (bytes, > 0); a ``content-length`` above it is refused
             before the body is read, a longer body is cut at the cap and dropped.
+        retry_unanswered: send once more, within the same deadline, when the server
+            closed the connection before any response (``httpx.RemoteProtocolError``
+            before the status line: the keep-alive race, RFC 9112 section 9.3.1, where a
+            server closes an idle connection as the client reuses it). Only for requests
+            that are safe to repeat: every caller today (a read, a token count, a
+            temperature-0 follow-up), hence the default; the measured request has its
+            own retry (``stale_connection_retries`` on its measurement).
 
     Returns:
         The :class:`BoundedResponse`, or a :class:`BoundedReadError` naming what
@@ -144,7 +152,13 @@ async def read_bounded(
     kwargs.setdefault("timeout", deadline_s)
     try:
         with anyio.fail_after(deadline_s):
-            return await _read(client, method, url, max_bytes, kwargs)
+            answered: list[bool] = []
+            try:
+                return await _read(client, method, url, max_bytes, kwargs, answered)
+            except httpx.RemoteProtocolError:
+                if not retry_unanswered or answered:
+                    raise
+            return await _read(client, method, url, max_bytes, kwargs, [])
     except TimeoutError:
         return BoundedReadError(
             f"{method} {url}: no whole answer within {deadline_s:g} s", reason="timeout", url=url
@@ -165,9 +179,15 @@ async def read_bounded(
 
 
 async def _read(
-    client: httpx.AsyncClient, method: str, url: str, max_bytes: int, kwargs: dict[str, Any]
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    max_bytes: int,
+    kwargs: dict[str, Any],
+    answered: list[bool],
 ) -> BoundedResponse | BoundedReadError:
     async with client.stream(method, url, **kwargs) as r:
+        answered.append(True)  # the status line came: a later failure is not the keep-alive race
         declared = r.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_bytes:
             return _too_large(method, url, max_bytes, f"content-length {declared}")

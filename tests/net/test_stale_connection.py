@@ -27,6 +27,7 @@ from deepseekbench import (
     metrics_delta,
     scrape_metrics,
 )
+from deepseekbench._net._bounded import BoundedReadError, BoundedResponse, read_bounded
 from tests._replay import skip_request
 
 pytestmark = pytest.mark.anyio
@@ -136,3 +137,47 @@ async def test_a_metrics_scrape_on_a_stale_pooled_connection_is_sent_again() -> 
     assert server.connections == 2 and server.answered == 2
     record = metrics_delta(before, after)
     assert record is not None and record.draft_tokens == 0  # same counters: an empty window
+
+
+JSON_BODY = b'{"ok": true}'
+JSON_ANSWER = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+    b"content-length: " + str(len(JSON_BODY)).encode() + b"\r\n\r\n" + JSON_BODY
+)
+
+
+async def test_a_bounded_read_on_a_stale_pooled_connection_is_sent_again() -> None:
+    """A follow-up (``off``'s logprobs at a divergence) reused a connection llama-server
+    had closed while idle: without a re-send the divergence was recorded ``unexplained``
+    ("Server disconnected without sending a response", seen in the llama.cpp CI step)."""
+    server = OneAnswerPerConnection(JSON_ANSWER)
+    gate = LiveGate()
+    async with _serving(server.handle) as route, gate.client() as client:
+        url = route.chat_url
+        first = await read_bounded(client, "POST", url, deadline_s=5, content=b"{}")
+        second = await read_bounded(client, "POST", url, deadline_s=5, content=b"{}")
+    assert isinstance(first, BoundedResponse) and isinstance(second, BoundedResponse), second
+    assert second.json() == {"ok": True}
+    assert server.connections == 2 and server.answered == 2
+
+
+async def test_a_bounded_read_the_server_never_answers_fails_after_one_retry() -> None:
+    server = NeverAnswers()
+    gate = LiveGate()
+    async with _serving(server.handle) as route, gate.client() as client:
+        r = await read_bounded(client, "POST", route.chat_url, deadline_s=5, content=b"{}")
+    assert isinstance(r, BoundedReadError) and r.reason == "transport"
+    assert server.connections == 2
+
+
+async def test_a_bounded_read_told_not_to_retry_records_the_first_failure() -> None:
+    server = OneAnswerPerConnection(JSON_ANSWER)
+    gate = LiveGate()
+    async with _serving(server.handle) as route, gate.client() as client:
+        url = route.chat_url
+        await read_bounded(client, "POST", url, deadline_s=5, content=b"{}")
+        r = await read_bounded(
+            client, "POST", url, deadline_s=5, content=b"{}", retry_unanswered=False
+        )
+    assert isinstance(r, BoundedReadError) and r.reason == "transport"
+    assert server.connections == 1
