@@ -25,9 +25,14 @@ The two readers take turns going first (raw first at the 1st, 3rd, ... level).
 A third row, ``measure_streamed from hand-over``, times the same requests from the
 connection hand-over (the clock before the 256-stream fidelity fix; the difference is
 ``send_wait_ms``). With AIPerf installed (``--aiperf``, default ``aiperf`` on PATH)
-it runs after them at each level as a fourth reader, its per-request TTFT
-(``profile_export.jsonl``) matched to the engine's by its ``X-Request-ID``; the
-target is ``measure_streamed``'s TTFT excess p50 within 1.5x of AIPerf's.
+it runs after them at each level as a fourth reader: its per-request records
+(``profile_export.jsonl``, read by ``_aiperf_export.aiperf_requests``) give each
+request's start and content-chunk arrivals (start + TTFT + inter-chunk gaps), mapped
+from AIPerf's wall clock to perf_counter by an offset sampled here, matched to the
+engine's by ``X-Request-ID`` and scored by the same code as our readers: rows
+``AIPerf`` (from the call: AIPerf's request start) and ``AIPerf from connection``
+(start + pool wait + DNS + connecting). The target is ``measure_streamed``'s TTFT
+excess p50 within 1.5x of AIPerf's.
 ``--repeats N`` runs everything N times and prints min / median / max per reader.
 
 Run: ``python benchmarks/bench_fidelity.py [--levels 1,16,64,256 --max-tokens 32
@@ -56,6 +61,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _aiohttp_sse import read_deltas
+from _aiperf_export import aiperf_requests
 
 from deepseekbench import EngineRoute, LiveGate, SelfCheck, Timeouts, measure_streamed, pool_limits
 
@@ -165,33 +171,32 @@ def _run_aiperf(
     return ""
 
 
-def _aiperf_figures(out: Path, truths: dict[str, Truth]) -> Figures | None:
-    """AIPerf's TTFT − engine TTFT per request (matched by X-Request-ID), from its
-    ``profile_export.jsonl``; only the excess and peak are filled (NaN elsewhere)."""
+def _wall_minus_perf_ns() -> int:
+    """``time.time_ns() - time.perf_counter_ns()`` (ns), the pair read closest together of 5."""
+    best: tuple[int, int] | None = None
+    for _ in range(5):
+        a = time.perf_counter_ns()
+        wall = time.time_ns()
+        b = time.perf_counter_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, wall - (a + b) // 2)
+    assert best is not None
+    return best[1]
+
+
+def _aiperf_observed(out: Path) -> tuple[list[Observed], list[Observed]] | None:
+    """AIPerf's profiled requests from its ``profile_export.jsonl`` as two reader rows on the
+    engine's clock: timed from the call (AIPerf's request start) and from the connection
+    (start + pool wait + DNS + connecting). Matched to the engine by ``X-Request-ID``."""
     files = list(out.rglob("profile_export.jsonl"))
     if not files:
         return None
-    excess: list[float] = []
-    seen: list[Truth] = []
-    n = 0
-    for line in files[0].read_text().splitlines():
-        record = orjson.loads(line)
-        meta, metrics = record.get("metadata", {}), record.get("metrics", {})
-        if meta.get("benchmark_phase") not in (None, "profiling"):
-            continue
-        n += 1
-        ttft, truth = metrics.get("time_to_first_token"), truths.get(meta.get("x_request_id"))
-        if not ttft or truth is None or not truth.token_sends_s:
-            continue
-        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[ttft.get("unit", "ms")]
-        excess.append(ttft["value"] * scale - (truth.token_sends_s[0] - truth.arrival_s) * 1e3)
-        seen.append(truth)
-    nan = float("nan")
-    return Figures(
-        n=n, ok=len(excess), recv_p50=nan, recv_p99=nan, excess_p50=_pct(excess, 0.5),
-        excess_p99=_pct(excess, 0.99), itl_p99=nan, tpot_p99=nan,
-        peak=_peak((t.arrival_s, t.end_s) for t in seen),
-    )  # fmt: skip
+    requests = aiperf_requests(files[0].read_bytes().splitlines(), _wall_minus_perf_ns())
+    call = [Observed(r.request_id, r.call_ns, r.chunk_ns, ok=bool(r.chunk_ns)) for r in requests]
+    conn = [
+        Observed(r.request_id, r.connection_ns, r.chunk_ns, ok=bool(r.chunk_ns)) for r in requests
+    ]
+    return call, conn
 
 
 # -- ground truth and figures --------------------------------------------------------
@@ -348,9 +353,10 @@ async def _level(
     if aiperf_error:
         print(f"C={c} AIPerf: {aiperf_error}", file=sys.stderr)
     elif args.aiperf:
-        figures = _aiperf_figures(aiperf_dir, truths)
-        if figures is not None:
-            out["AIPerf"] = (figures, "")
+        aiperf = _aiperf_observed(aiperf_dir)
+        if aiperf is not None:
+            out["AIPerf"] = (_figures(aiperf[0], truths), "")
+            out["AIPerf from connection"] = (_figures(aiperf[1], truths), "")
     return out
 
 
@@ -413,24 +419,38 @@ async def _run(base_url: str, args: argparse.Namespace) -> None:
     print("targets: " + ("all met" if not misses else "MISSED: " + "; ".join(misses)))
 
 
+def _spread(values: Sequence[float]) -> str:
+    s = sorted(values)
+    return f"{s[0]:.2f} / {s[len(s) // 2]:.2f} / {s[-1]:.2f}"
+
+
 def _print_repeats(repeats: list[list[tuple[int, str, Figures, str]]]) -> None:
-    """Per C and reader over the repeats: TTFT excess p50 (ms) min / median / max, and
-    measure_streamed's over the raw loop's, repeat by repeat."""
-    print("\nTTFT − engine TTFT p50 over the repeats (ms): min / median / max")
-    by: dict[tuple[int, str], list[float]] = {}
+    """Per C and reader over the repeats, min / median / max (ms) of: TTFT excess p50,
+    receive-side TTFT error p50 and p99, ITL error p99, TPOT error p99; then
+    measure_streamed's TTFT excess over the raw loop's and AIPerf's, repeat by repeat."""
+    print("\nover the repeats, min / median / max (ms)")
+    print("| C | reader | TTFT − engine p50 | recv TTFT err p50 | recv TTFT err p99 | "
+          "ITL err p99 | TPOT err p99 |")  # fmt: skip
+    print("|---" * 7 + "|")
+    by: dict[tuple[int, str], list[Figures]] = {}
     for rows in repeats:
         for c, name, f, _ in rows:
-            by.setdefault((c, name), []).append(f.excess_p50)
-    for (c, name), values in sorted(by.items()):
-        s = sorted(values)
-        print(f"  C={c} {name}: {s[0]:.1f} / {s[len(s) // 2]:.1f} / {s[-1]:.1f}")
+            by.setdefault((c, name), []).append(f)
+    for (c, name), fs in sorted(by.items()):
+        cells = [
+            _spread([getattr(f, k) for f in fs])
+            for k in ("excess_p50", "recv_p50", "recv_p99", "itl_p99", "tpot_p99")
+        ]
+        print(f"| {c} | {name} | " + " | ".join(cells) + " |")
     for c in sorted({c for c, _ in by}):
-        ours = by.get((c, "measure_streamed"))
+        ours = [f.excess_p50 for f in by.get((c, "measure_streamed"), [])]
         for other in ("raw aiohttp loop", "AIPerf"):
-            theirs = by.get((c, other))
+            theirs = [f.excess_p50 for f in by.get((c, other), [])]
             if ours and theirs and len(theirs) == len(ours):
                 ratios = " ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs, strict=True))
-                print(f"  C={c} measure_streamed / {other}, per repeat: {ratios}")
+                print(f"  C={c} measure_streamed / {other} TTFT excess p50, per repeat: {ratios}")
+    load = os.getloadavg()
+    print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 def main() -> None:
