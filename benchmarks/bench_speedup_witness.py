@@ -6,8 +6,7 @@ closed-loop concurrency 1, 2 and 8, every request decoded to the same length
 (``output_length = "forced"``: the batch stays full), then checks, per load:
 
 * **recovery** — the decomposition's step costs (``off``'s decode step = its median
-  TPOT; the verify step = the median over requests of decode window ÷ counted verify
-  steps, ``verify_step_times``) against the cost model's closed form
+  TPOT; the verify step = step-cost ratio × that) against the cost model's closed form
   ``CostModel.step_costs(c, 3, model_draft=True)``: within ``--tolerance`` (10 %);
 * **prediction** — the speedup predicted from the acceptance measured and the closed
   form's step-cost ratio (``witness_step_costs``) falls within the measured figure's
