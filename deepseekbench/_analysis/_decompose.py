@@ -24,8 +24,7 @@ comes from"):
   draft carries no bonus token, the last step is cut by ``max_tokens``) or ``L``
   varies over requests (median TPOT × pooled ``L`` ≠ median step time), while the
   counted figure is not. ``tokens_per_step`` = ``speedup × step_cost_ratio`` is then
-  the effective tokens per verify step the credited figure implies (the median step
-  time ÷ the candidate's median TPOT; ``= L`` without counted steps);
+  what a verify step really emitted (``= L`` without counted steps);
 * ``step_cost_ratio`` = ``L / speedup`` (dimensionless), ``speedup`` being the
   credited TPOT figure of :func:`~deepseekbench.compare_speedup`, so the parts
   multiply back to exactly the figure printed;
@@ -164,13 +163,10 @@ class SpeedupDecomposition(BaseModel):
             ``steps_counted``: True when it is the median of counted per-request
             step times (:func:`verify_step_times`; module docs), its interval then a
             95 % percentile bootstrap of that median.
-        tokens_per_step: (property) effective tokens per verify step, ``speedup × r``
+        tokens_per_step: (property) tokens a verify step emitted, ``speedup × r``
             (tokens; ``= acceptance_length`` unless ``steps_counted``).
         depth: draft tokens per verify step (``Row.spec_tokens``), ``None`` unknown.
-        break_even_length: the acceptance length at which the speedup is 1,
-            ``L ÷ speedup`` (``= r``; when ``steps_counted``, ``r × L ÷
-            tokens_per_step``, the same figure: emitted tokens taken proportional to
-            ``L``).
+        break_even_length: the acceptance length at which the speedup is 1 (``= r``).
         break_even_rate: the per-position acceptance rate reaching it at ``depth``
             (:func:`break_even_acceptance_rate`); ``None`` when the depth is unknown
             or the length is unreachable at it (``break_even_reachable`` False).
@@ -205,9 +201,8 @@ class SpeedupDecomposition(BaseModel):
 
     @property
     def tokens_per_step(self) -> float:
-        """Effective tokens per verify step, ``speedup × step_cost_ratio`` (tokens: the
-        median step time ÷ the candidate's median TPOT when ``steps_counted``, else the
-        acceptance length itself)."""
+        """Tokens a verify step emitted, ``speedup × step_cost_ratio`` (tokens; the
+        acceptance length itself unless ``steps_counted``)."""
         return self.speedup * self.step_cost_ratio
 
     @property
@@ -243,13 +238,9 @@ class SpeedupDecomposition(BaseModel):
         """The decomposition in one line, e.g. "1.68× = acceptance length 2.94
         (2.90–2.98) ÷ step-cost ratio 1.75 (1.70–1.80): verify step 15.1 ms vs off's
         8.6 ms"."""
-        emitted = ""
-        if self.steps_counted:
-            emitted = f", {self.tokens_per_step:.2f} effective tokens per verify step"
         return (
             f"{self.speedup:.2f}× = acceptance length {self.acceptance_length:.2f}"
-            f"{_ci(self.acceptance_length_ci)}{emitted} ÷ step-cost ratio "
-            f"{self.step_cost_ratio:.2f}"
+            f"{_ci(self.acceptance_length_ci)} ÷ step-cost ratio {self.step_cost_ratio:.2f}"
             f"{_ci(self.step_cost_ratio_ci)}: verify step {self.verify_step_ms:.1f} ms vs "
             f"off's {self.decode_step_ms:.1f} ms"
         )
@@ -340,11 +331,7 @@ def decompose_speedup(
         ratio = counted[0] / decode
         r_ci = _ratio_ci(ratio, (counted[1][0] / decode, counted[1][1] / decode), s_ci)
     depth = candidate.spec_tokens
-    # counted: the acceptance length at which the steps would emit r tokens (emitted
-    # tokens taken proportional to L): r × L ÷ (speedup × r) = L ÷ speedup, so that
-    # ``pays`` is exactly "speedup > 1"
-    even = length / speedup
-    rate = break_even_acceptance_rate(even, depth) if depth is not None else None
+    rate = break_even_acceptance_rate(ratio, depth) if depth is not None else None
     return SpeedupDecomposition(
         speedup=speedup,
         speedup_ci=s_ci,
@@ -357,9 +344,9 @@ def decompose_speedup(
         verify_step_ms_ci=(r_ci[0] * decode, r_ci[1] * decode) if r_ci is not None else None,
         steps_counted=counted is not None,
         depth=depth,
-        break_even_length=even,
+        break_even_length=ratio,
         break_even_rate=rate,
-        break_even_reachable=depth is None or even <= depth + 1,
+        break_even_reachable=depth is None or ratio <= depth + 1,
         clock=verdict.clock,
     )
 

@@ -13,11 +13,11 @@ published cost model (the embedded engine's closed form,
 
     predicted speedup = L / (verify_step_ms / decode_step_ms)   (independent costs)
 
-``L`` there is the effective tokens per verify step
+``L`` there is the tokens a verify step emitted
 (:attr:`~deepseekbench.SpeedupDecomposition.tokens_per_step`): the acceptance length,
-or, where the requests counted their verify steps, the median step time ÷ the median
-TPOT (a step with an accepted end-of-sequence draft emits no bonus token), its
-interval scaled from the acceptance length's.
+or, where the requests counted their verify steps, what those steps really emitted
+(an accepted end-of-sequence draft carries no bonus token), its interval scaled from
+the acceptance length's.
 
 When the measured figure falls outside the prediction's interval, the difference
 is named as a per-step overhead: the measured verify step (``r × off's decode

@@ -60,8 +60,7 @@ def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
                 ln.load,
                 ln.route,
                 f"{d.speedup:.2f}×",
-                _ci(d.acceptance_length, d.acceptance_length_ci)
-                + (f", effective {d.tokens_per_step:.2f}" if d.steps_counted else ""),
+                _ci(d.acceptance_length, d.acceptance_length_ci),
                 _ci(d.step_cost_ratio, d.step_cost_ratio_ci),
                 _ci(d.verify_step_ms, d.verify_step_ms_ci, 1),
                 f"{d.decode_step_ms:.1f}",
