@@ -93,8 +93,7 @@ def _check(
     print(
         f"{label:9} c={c}: {d.text()}\n"
         f"    closed form: verify {verify:.1f} ms ({err_v:+.1%}), decode {decode:.1f} ms "
-        f"({err_d:+.1%}); verify step {'counted' if d.steps_counted else 'TPOT × L'}, "
-        f"{d.tokens_per_step:.2f} tokens per verify step; witness: {w.text()}"
+        f"({err_d:+.1%}); witness: {w.text()}"
     )
     failures: list[str] = []
     if label == "mtp":

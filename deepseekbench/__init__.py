@@ -87,7 +87,6 @@ if TYPE_CHECKING:
         break_even_acceptance_rate,
         decompose_speedup,
         expected_acceptance_length,
-        verify_step_times,
         which_factor_moved,
     )
     from deepseekbench._analysis._divergence import (  # the noise floor
@@ -631,7 +630,6 @@ __all__ = [
     "synthetic_items",
     "task_parity",
     "unregister_dialect",
-    "verify_step_times",
     "vllm_server_args",
     "vllm_servers",
     "which_factor_moved",

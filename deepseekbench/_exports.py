@@ -178,7 +178,6 @@ EXPORTS: dict[str, str] = {
     "decompose_speedup": "deepseekbench._analysis._decompose",
     "expected_acceptance_length": "deepseekbench._analysis._decompose",
     "which_factor_moved": "deepseekbench._analysis._decompose",
-    "verify_step_times": "deepseekbench._analysis._decompose",
     "StepCosts": "deepseekbench._analysis._step_witness",
     "StepCostWitness": "deepseekbench._analysis._step_witness",
     "witness_step_costs": "deepseekbench._analysis._step_witness",

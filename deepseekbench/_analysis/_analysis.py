@@ -271,11 +271,6 @@ class RunResult:
             and (load is None or m.load == load or (single and m.load is None))
         ]
 
-    def requests(self, route: str, cell: str, load: str | None = None) -> list[StreamMeasurement]:
-        """The measured requests (errored ones included) of a route and cell (and load
-        point key; ``None`` = every load point), in completion order. Raises nothing."""
-        return [m.measurement for m in self._matching(route, cell, load)]
-
     def samples(
         self, route: str, cell: str, metric: str = "tpot_ms", load: str | None = None
     ) -> list[float]:

@@ -16,15 +16,7 @@ comes from"):
   token per decode step, so its time per output token is its time per step;
 * ``verify_step_ms`` = ``step_cost_ratio × decode_step_ms`` (ms): the candidate's
   time per verify step. With the rows' medians (no paired rounds) it is the
-  candidate's median TPOT × ``L`` (a verify step emits ``L`` tokens). Where the
-  requests count their verify steps (:func:`verify_step_times`), it is instead the
-  median over requests of each one's decode window ÷ its own verify steps, and
-  ``step_cost_ratio`` that over ``decode_step_ms``: TPOT × pooled ``L`` is biased
-  whenever a verify step emits fewer than ``L`` tokens (an accepted end-of-sequence
-  draft carries no bonus token, the last step is cut by ``max_tokens``) or ``L``
-  varies over requests (median TPOT × pooled ``L`` ≠ median step time), while the
-  counted figure is not. ``tokens_per_step`` = ``speedup × step_cost_ratio`` is then
-  what a verify step really emitted (``= L`` without counted steps);
+  candidate's median TPOT × ``L`` (a verify step emits ``L`` tokens);
 * ``step_cost_ratio`` = ``L / speedup`` (dimensionless), ``speedup`` being the
   credited TPOT figure of :func:`~deepseekbench.compare_speedup`, so the parts
   multiply back to exactly the figure printed;
@@ -50,7 +42,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._analysis._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
-from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._clock import Clock
 from deepseekbench._types._row import Row
 
@@ -62,7 +53,6 @@ __all__ = [
     "expected_acceptance_length",
     "factor_moved",
     "rate_words",
-    "verify_step_times",
     "which_factor_moved",
 ]
 
@@ -160,11 +150,6 @@ class SpeedupDecomposition(BaseModel):
             engine's own TPOT on the server clock).
         verify_step_ms: the candidate's time per verify step, ``r × decode_step_ms``
             (ms); ``verify_step_ms_ci`` its interval (from ``step_cost_ratio_ci``).
-            ``steps_counted``: True when it is the median of counted per-request
-            step times (:func:`verify_step_times`; module docs), its interval then a
-            95 % percentile bootstrap of that median.
-        tokens_per_step: (property) tokens a verify step emitted, ``speedup × r``
-            (tokens; ``= acceptance_length`` unless ``steps_counted``).
         depth: draft tokens per verify step (``Row.spec_tokens``), ``None`` unknown.
         break_even_length: the acceptance length at which the speedup is 1 (``= r``).
         break_even_rate: the per-position acceptance rate reaching it at ``depth``
@@ -187,7 +172,6 @@ class SpeedupDecomposition(BaseModel):
     decode_step_ms: float = Field(gt=0, description="off's time per decode step, ms")
     verify_step_ms: float = Field(gt=0, description="candidate's time per verify step, ms")
     verify_step_ms_ci: tuple[float, float] | None = None
-    steps_counted: bool = False
     depth: int | None = Field(default=None, ge=1, description="draft tokens per verify step")
     break_even_length: float = Field(gt=0, description="acceptance length for speedup 1")
     break_even_rate: float | None = Field(default=None, ge=0, le=1)
@@ -198,12 +182,6 @@ class SpeedupDecomposition(BaseModel):
     def pays(self) -> bool:
         """True when the measured acceptance length is above the break-even one."""
         return self.acceptance_length > self.break_even_length
-
-    @property
-    def tokens_per_step(self) -> float:
-        """Tokens a verify step emitted, ``speedup × step_cost_ratio`` (tokens; the
-        acceptance length itself unless ``steps_counted``)."""
-        return self.speedup * self.step_cost_ratio
 
     @property
     def own_rate(self) -> float | None:
@@ -276,7 +254,6 @@ def decompose_speedup(
     *,
     verdict: SpeedupVerdict | None = None,
     acceptance_samples: Sequence[float] | None = None,
-    step_samples: Sequence[float] | None = None,
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> SpeedupDecomposition | None:
@@ -324,12 +301,6 @@ def decompose_speedup(
     l_ci = _scaled_ci(acceptance_samples, length, n_resamples, seed)
     ratio = length / speedup
     r_ci = _ratio_ci(ratio, l_ci, s_ci)
-    counted = (
-        _counted_step(step_samples, n_resamples, seed) if verdict.clock is Clock.client else None
-    )
-    if counted is not None:
-        ratio = counted[0] / decode
-        r_ci = _ratio_ci(ratio, (counted[1][0] / decode, counted[1][1] / decode), s_ci)
     depth = candidate.spec_tokens
     rate = break_even_acceptance_rate(ratio, depth) if depth is not None else None
     return SpeedupDecomposition(
@@ -342,45 +313,12 @@ def decompose_speedup(
         decode_step_ms=decode,
         verify_step_ms=ratio * decode,
         verify_step_ms_ci=(r_ci[0] * decode, r_ci[1] * decode) if r_ci is not None else None,
-        steps_counted=counted is not None,
         depth=depth,
         break_even_length=ratio,
         break_even_rate=rate,
         break_even_reachable=depth is None or ratio <= depth + 1,
         clock=verdict.clock,
     )
-
-
-def verify_step_times(measurements: Sequence[StreamMeasurement]) -> list[float]:
-    """Per-request time per verify step (ms): each error-free request's decode window
-    (``tpot_ms × (tpot_tokens − 1)``, first to last token) ÷ the verify steps it counted
-    (``acceptance.verify_steps``: vLLM ``num_spec_steps``, SGLang ``spec_verify_ct``);
-    requests without a count, a window or a step are left out. The first token is the
-    prefill's, so the window holds exactly the verify steps (module docs).
-    """
-    out: list[float] = []
-    for m in measurements:
-        acc = m.acceptance
-        steps = acc.verify_steps if acc is not None else None
-        if m.error is not None or m.tpot_ms is None or m.tpot_tokens is None or not steps:
-            continue
-        window = m.tpot_ms * (m.tpot_tokens - 1)
-        if window > 0 and math.isfinite(window):
-            out.append(window / steps)
-    return out
-
-
-def _counted_step(
-    samples: Sequence[float] | None, n_resamples: int, seed: int
-) -> tuple[float, tuple[float, float]] | None:
-    """The median of counted step times (ms) and its 95 % percentile bootstrap."""
-    xs = np.asarray([x for x in samples or () if math.isfinite(x) and x > 0], dtype=float)
-    if len(xs) < 2:
-        return None
-    rng = np.random.default_rng(seed)
-    meds = np.median(xs[rng.integers(0, len(xs), size=(n_resamples, len(xs)))], axis=1)
-    low, high = np.percentile(meds, [2.5, 97.5])
-    return float(np.median(xs)), (float(low), float(high))
 
 
 def _scaled_ci(

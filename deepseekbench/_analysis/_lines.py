@@ -298,10 +298,8 @@ class _Judge:
         clock: Clock = Clock.client,
         tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
-        step_times: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
         self.acceptance = acceptance or {}
-        self.step_times = step_times or {}
         self.clock = clock
         self.tampered = tampered  # rows of an edited results file: nothing credited
         self.metric = metric
@@ -337,7 +335,6 @@ class _Judge:
                 r,
                 verdict=verdict,
                 acceptance_samples=self.acceptance.get(line_key(r)),
-                step_samples=self.step_times.get(line_key(r)),
                 n_resamples=self.n_resamples,
                 seed=self.seed,
             )
@@ -391,23 +388,19 @@ def judge_rows(
     clock: Clock = Clock.client,
     results_tampered: bool = False,
     acceptance: Mapping[str, Sequence[float]] | None = None,
-    step_times: Mapping[str, Sequence[float]] | None = None,
 ) -> list[ScorecardLine]:
     """One line per row, in row order but for the loads of a cell, which read ascending
     (concurrency, or rate in requests/s: :func:`load_order`): each speculative row judged
     against the first ``off`` row of its cell and load (every key axis but
     ``speculative`` equal).
     ``samples``, ``details``, ``rounds`` and ``acceptance`` (per-request acceptance
-    lengths, tokens per verify step: the decomposition's interval) and ``step_times``
-    (counted per-request verify-step times, ms: its verify step) are keyed by
+    lengths, tokens per verify step: the decomposition's interval) are keyed by
     :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``)."""
     offs: dict[tuple[Any, ...], Row] = {}
     for r in rows:
         if r.speculative is Speculative.off:
             offs.setdefault(_pair_key(r), r)
-    judge = _Judge(
-        metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance, step_times
-    )
+    judge = _Judge(metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance)
     lines: list[ScorecardLine] = []
     for r in load_order(rows):
         base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))

@@ -13,12 +13,6 @@ published cost model (the embedded engine's closed form,
 
     predicted speedup = L / (verify_step_ms / decode_step_ms)   (independent costs)
 
-``L`` there is the tokens a verify step emitted
-(:attr:`~deepseekbench.SpeedupDecomposition.tokens_per_step`): the acceptance length,
-or, where the requests counted their verify steps, what those steps really emitted
-(an accepted end-of-sequence draft carries no bonus token), its interval scaled from
-the acceptance length's.
-
 When the measured figure falls outside the prediction's interval, the difference
 is named as a per-step overhead: the measured verify step (``r × off's decode
 step``, :class:`~deepseekbench.SpeedupDecomposition`) minus the predicted one
@@ -64,7 +58,7 @@ class StepCostWitness(BaseModel):
     """A measured decomposition held against a prediction from independent step costs.
 
     Attributes:
-        predicted_speedup: ``tokens_per_step / costs.ratio`` (times faster);
+        predicted_speedup: ``L / costs.ratio`` (times faster);
             ``predicted_speedup_ci``: from ``L``'s interval (``None`` without one).
         measured_speedup: the credited figure; ``measured_speedup_ci`` its interval.
         agrees: the measured interval (the figure when it has none) overlaps the
@@ -116,12 +110,10 @@ def witness_step_costs(decomposition: SpeedupDecomposition, costs: StepCosts) ->
     """
     d = decomposition
     ratio = costs.ratio
-    tokens = d.tokens_per_step  # L itself unless the verify steps were counted
-    predicted = tokens / ratio
-    l_ci = d.acceptance_length_ci
+    predicted = d.acceptance_length / ratio
     p_ci = (
-        (l_ci[0] / d.acceptance_length * predicted, l_ci[1] / d.acceptance_length * predicted)
-        if l_ci is not None
+        (d.acceptance_length_ci[0] / ratio, d.acceptance_length_ci[1] / ratio)
+        if d.acceptance_length_ci is not None
         else None
     )
     m_ci = d.speedup_ci

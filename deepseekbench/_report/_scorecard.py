@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from deepseekbench._analysis._analysis import RunMeta, RunResult, load_results
 from deepseekbench._analysis._best_config import BestConfig
 from deepseekbench._analysis._capacity import CapacityReport, capacity_report
-from deepseekbench._analysis._decompose import verify_step_times
 from deepseekbench._analysis._lines import (
     CategoryLine,
     ParityDetail,
@@ -126,7 +125,6 @@ class Scorecard:
         clock: Clock | str = Clock.client,
         results_tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
-        step_times: Mapping[str, Sequence[float]] | None = None,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -148,9 +146,6 @@ class Scorecard:
             acceptance: per-request acceptance lengths (tokens per verify step) keyed
                 by :func:`line_key`: the interval of each credited line's
                 decomposition (:func:`~deepseekbench.decompose_speedup`).
-            step_times: counted per-request verify-step times (ms,
-                :func:`~deepseekbench.verify_step_times`) keyed by :func:`line_key`:
-                the decomposition's verify step where given.
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -167,7 +162,6 @@ class Scorecard:
             clock=Clock(clock),
             results_tampered=results_tampered,
             acceptance=acceptance,
-            step_times=step_times,
         )
         card = cls(lines, metric=m, rows=rows)
         card.round_values = rounds or {}
@@ -189,13 +183,11 @@ class Scorecard:
         rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
         acceptance: dict[str, list[float]] = {}
-        step_times: dict[str, list[float]] = {}
         clock = result.plan.clock  # the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
             if row.speculative is not Speculative.off:
                 acceptance[key] = result.samples(route, cell, "acceptance_length", load)
-                step_times[key] = verify_step_times(result.requests(route, cell, load))
             row_samples, rounds[key] = result.speedup_evidence(row, evidence_field(m, clock))
             if row_samples is not None:
                 samples[key] = list(row_samples)
@@ -218,7 +210,6 @@ class Scorecard:
             clock=clock,
             results_tampered=result.results_tampered,
             acceptance=acceptance,
-            step_times=step_times,
         )
         card.client_workers = result.plan.workers
         card.meta = result.meta

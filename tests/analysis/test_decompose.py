@@ -4,25 +4,19 @@ acceptance, which factor moved between loads, and the witness against independen
 from __future__ import annotations
 
 import math
-import random
-import statistics
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from deepseekbench import (
-    AcceptanceRecord,
-    Dialect,
     Scorecard,
     SpeedupDecomposition,
     StepCosts,
-    StreamMeasurement,
     break_even_acceptance_rate,
     compare_speedup,
     decompose_speedup,
     expected_acceptance_length,
-    verify_step_times,
     which_factor_moved,
     witness_step_costs,
 )
@@ -180,82 +174,3 @@ def test_the_scorecard_prints_which_factor_moved_between_loads() -> None:
     assert "Where the speedup comes from" in text
     assert "acceptance unchanged 3.00; the verify step grew 1.48× → 3.74× of off's step" in text
     assert "c=8: a depth-3 head must reach acceptance length 3.74" in text
-
-
-def _synthetic_requests(
-    rates: list[float], step_ms: float, seed: int, n: int = 96, k: int = 3
-) -> list[StreamMeasurement]:
-    """Requests of an engine whose verify step costs exactly ``step_ms`` (no clock):
-    i.i.d. acceptance per position at each request's own rate, the output forced to
-    ``n`` tokens, and an accepted end-of-sequence draft (1 in 8) ending its step
-    without a bonus token, as the embedded engine does."""
-    rng = random.Random(seed)
-    out: list[StreamMeasurement] = []
-    for a in rates:
-        left, steps, accepted = n - 1, 0, 0  # the first token is the prefill's
-        while left > 0:
-            kk = min(k, left - 1)
-            acc = 0
-            while acc < kk and rng.random() < a:
-                acc += 1
-            eos = acc > 0 and rng.random() < 0.125
-            left -= min(acc if eos else acc + 1, left) if kk > 0 else 1
-            steps += kk > 0
-            accepted += acc
-        record = AcceptanceRecord.from_counts(
-            engine=Dialect.vllm,
-            source="synthetic",
-            draft_tokens=steps * k,
-            accepted_tokens=accepted,
-            verify_steps=steps,
-        )
-        out.append(
-            StreamMeasurement(
-                tpot_ms=steps * step_ms / (n - 1),
-                tpot_tokens=n,
-                acceptance=record,
-                acceptance_length=record.acceptance_length,
-            )
-        )
-    return out
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_counted_verify_steps_recover_the_step_cost_tpot_times_length_does_not(
-    seed: int,
-) -> None:
-    # acceptance varying over requests (two kinds of prompt) and steps emitting fewer than
-    # L tokens: median TPOT × pooled L misses the verify step; the counted one does not
-    step, decode = 20.0, 16.0
-    reqs = _synthetic_requests([0.95] * 6 + [0.5] * 10, step, seed)
-    pooled = 1 + sum(m.acceptance.accepted_tokens or 0 for m in reqs if m.acceptance) / sum(
-        m.acceptance.verify_steps or 0 for m in reqs if m.acceptance
-    )
-    tpots = [m.tpot_ms or 0.0 for m in reqs]
-    off = make_row(tpot_ms=decode)
-    mtp = make_row(**MTP, tpot_ms=statistics.median(tpots), acceptance_length=pooled)
-    offs = [decode * (1 + 0.01 * (i % 5 - 2)) for i in range(len(reqs))]
-    verdict = compare_speedup(off, mtp, samples=(offs, tpots))
-    assert verdict.printed
-    lengths = [m.acceptance_length or 1.0 for m in reqs]
-    old = decompose_speedup(off, mtp, verdict=verdict, acceptance_samples=lengths)
-    assert old is not None and not old.steps_counted
-    assert abs(old.verify_step_ms / step - 1) > 0.05  # the biased estimator
-    times = verify_step_times(reqs)
-    assert len(times) == len(reqs)
-    new = decompose_speedup(
-        off, mtp, verdict=verdict, acceptance_samples=lengths, step_samples=times
-    )
-    assert new is not None and new.steps_counted
-    assert new.verify_step_ms == pytest.approx(step, rel=1e-9)
-    assert new.step_cost_ratio == pytest.approx(step / decode, rel=1e-9)
-    ci = new.verify_step_ms_ci
-    assert ci is not None and ci[0] <= step <= ci[1]
-    # the parts still multiply back: tokens per verify step × ... = the credited figure
-    assert new.tokens_per_step / new.step_cost_ratio == pytest.approx(new.speedup)
-    assert new.tokens_per_step < new.acceptance_length  # steps emitted fewer than L
-    w = witness_step_costs(new, StepCosts(verify_step_ms=step, decode_step_ms=decode, source="m"))
-    assert w.agrees and w.unexplained_ms == pytest.approx(0.0, abs=1e-9)
-    # without counted steps (or with one) the old estimator stands
-    one = decompose_speedup(off, mtp, verdict=verdict, step_samples=times[:1])
-    assert one is not None and not one.steps_counted
