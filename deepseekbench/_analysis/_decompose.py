@@ -128,7 +128,8 @@ def rate_words(break_even_length: float, acceptance_length: float, depth: int | 
     need = break_even_acceptance_rate(break_even_length, depth)
     if need is None:
         return f"break-even unreachable at depth {depth} (at most {depth + 1}); {own_text}"
-    return f"break-even {need:.2f} vs {own_text} at depth {depth}"
+    need_text = f"{need:.2f}" if need >= 0.005 else "below 0.01"  # never a bare "0.00"
+    return f"break-even {need_text} vs {own_text} at depth {depth}"
 
 
 class SpeedupDecomposition(BaseModel):

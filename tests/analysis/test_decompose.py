@@ -73,6 +73,9 @@ def test_a_break_even_below_one_or_unreachable_is_worded_never_rate_zero() -> No
     assert "0.00" not in words
     assert rate_words(4.5, 2.0, 3).startswith("break-even unreachable at depth 3 (at most 4)")
     assert rate_words(2.0, 2.0, None) == "depth unknown"
+    # a break-even just above 1 implies a rate that rounds to zero: said in words
+    barely = rate_words(1.001, 2.0, 3)
+    assert barely.startswith("break-even below 0.01 vs own 0.") and "0.00" not in barely
 
 
 def test_a_refused_or_non_tpot_verdict_is_not_decomposed() -> None:
