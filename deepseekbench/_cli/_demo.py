@@ -508,10 +508,14 @@ def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     args.latest = None
     if args.results is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        if args.capacity:  # its own file; the latest-demo copy is the main one's
-            stamp = f"capacity-{stamp}"
+        # each other scenario has its own file; the latest-demo copy is the main one's
+        scenario = next(
+            (n for n in ("capacity", "sampling", "numerics") if getattr(args, n, False)), ""
+        )
+        if scenario:
+            stamp = f"{scenario}-{stamp}"
         args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
-        args.latest = None if args.capacity else results_path(Path.cwd() / DEMO_LATEST)
+        args.latest = None if scenario else results_path(Path.cwd() / DEMO_LATEST)
     args.results = results_path(args.results)
     if args.numerics:
         return anyio.run(run_demo_numerics, args, out, err)

@@ -82,8 +82,8 @@ def add_demo_arguments(demo: argparse.ArgumentParser) -> None:
         "--results",
         type=Path,
         default=None,
-        help="results JSONL (default: ./deepseekbench-demo-<YYYYmmdd-HHMMSS>.jsonl, "
-        f"copied to ./{DEMO_LATEST} when the demo finishes)",
+        help="results JSONL (default: ./deepseekbench-demo-[SCENARIO-]<YYYYmmdd-HHMMSS>.jsonl; "
+        f"the main scenario's copied to ./{DEMO_LATEST} when it finishes)",
     )
     demo.add_argument(
         "--requests",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -352,3 +353,33 @@ def test_dry_run_shows_the_load_grid(tmp_path: Path, no_connections: list[str]) 
         err.getvalue()
     )
     assert no_connections == []
+
+
+@pytest.mark.parametrize("scenario", ["capacity", "sampling", "numerics"])
+def test_other_demo_scenarios_get_their_own_file_and_leave_the_latest_copy_alone(
+    scenario: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``deepseekbench-demo.jsonl`` holds the latest *main* demo: a ``--capacity``,
+    ``--sampling`` or ``--numerics`` run writes a file named for its scenario and sets
+    no copy (the fresh-user trial saw ``--sampling`` leave the copy stale silently)."""
+    from deepseekbench._cli import _demo
+    from deepseekbench._cli._parser import build_parser
+
+    seen: list[argparse.Namespace] = []
+
+    async def fake(args: argparse.Namespace, out: object, err: object) -> int:
+        seen.append(args)
+        return 0
+
+    for name in ("run_demo", "run_demo_capacity", "run_demo_sampling", "run_demo_numerics"):
+        monkeypatch.setattr(_demo, name, fake)
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["demo", f"--{scenario}"])
+    assert _demo.demo_command(args, io.StringIO(), io.StringIO()) == 0
+    (got,) = seen
+    assert got.latest is None
+    assert got.results.name.startswith(f"deepseekbench-demo-{scenario}-")
+    main_args = build_parser().parse_args(["demo"])
+    seen.clear()
+    assert _demo.demo_command(main_args, io.StringIO(), io.StringIO()) == 0
+    assert seen[0].latest is not None and seen[0].latest.name == _demo.DEMO_LATEST
