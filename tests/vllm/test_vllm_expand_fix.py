@@ -1,0 +1,57 @@
+"""The DeepSeek MTP route at T=0.8 on a vLLM server with the CPU expand fix.
+
+``test_vllm_deepseek_witness.py`` finds vLLM 0.32's CPU MTP route ``differs`` from
+``off`` at temperature 0.8 (a sharper law, T≈0.59). The cause is a vLLM bug
+(:data:`tests.vllm.expand_fix.BUG`): the CPU build's ``expand_kernel`` override
+(``vllm/utils/cpu_triton_utils.py`` ``_expand_kernel_impl``) never writes its float32
+output, so the verify pass divides the target logits by uninitialised memory. This
+test serves the same MTP configuration with :mod:`tests.vllm.expand_fix` loaded into
+the server's interpreters (a ``sitecustomize.py`` first on its ``PYTHONPATH``; the
+fix only, nothing else changed) beside the session's ``ds-off`` server, runs the same
+sampled plan (40 prompts once each, natural length) and requires the witness to say
+``verified``, with its tokens tested and power printed: the route is lossless once
+the temperature reaches the verify pass. The file sorts after every test that serves
+the unpatched ``ds-mtp`` (its server is stopped here to make room), so the pool
+starts no configuration twice.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from deepseekbench import QualityParity
+from tests.vllm import expand_fix
+from tests.vllm.conftest import DEEPSEEK_MODEL, VllmModels, deepseek_specs
+from tests.vllm.plans import append_report, build_plan, run_pair
+from tests.vllm.pool import ServerPool
+from tests.vllm.test_vllm_deepseek_witness import TEMPERATURE, check_witness, sampled
+
+pytestmark = pytest.mark.vllm
+
+
+def test_deepseek_mtp_with_the_expand_fix_is_verified(
+    deepseek_models: VllmModels, vllm_pool: ServerPool, tmp_path: Path
+) -> None:
+    off, mtp = deepseek_specs(deepseek_models.deepseek, depth=1)
+    fixed = mtp.model_copy(update={"name": "ds-mtp-expand-fix"})
+    path = os.pathsep.join(
+        p for p in (os.fspath(expand_fix.sitecustomize_dir()), os.environ.get("PYTHONPATH")) if p
+    )
+    running = vllm_pool.serve([off, fixed], env={fixed.name: {"PYTHONPATH": path}})
+    servers = {"off": running[off.name], "mtp": running[fixed.name]}
+    log = servers["mtp"].log_path.read_text(errors="replace")
+    assert expand_fix.MARK in log, "the fix did not load in the MTP server"
+    plan = sampled(build_plan(DEEPSEEK_MODEL, servers["off"], servers["mtp"], "mtp", "mtp"))
+    title = f"DeepSeek-V3 MTP at T={TEMPERATURE} with the CPU expand fix (vLLM)"
+    run = run_pair(plan, servers, tmp_path, title)
+    check_witness(run, "mtp")
+    row = next(r for r in run.result.rows if r.route_label == "mtp")
+    append_report(
+        f"witness mtp with the expand fix: {row.quality_parity.value}, "
+        f"{row.witness_tokens_tested} tokens tested, p={row.witness_p_value}, power "
+        f"{row.witness_power} against a PIT-CDF distance of {row.witness_detectable_distance}"
+    )
+    assert row.quality_parity is QualityParity.verified, row.parity_detail
