@@ -30,7 +30,10 @@ no-draft-probabilities rejection path) was verified, p 0.20 on 1,153 tokens, T�
 [0.78, 0.86]: the departure needs the model drafter. The opt-in probe found the MTP
 server's verify-pass logprobs equal to ``off``'s (slope 0.994) while its tokens sit lower
 under ``off`` (mean −5.02 nats against −3.53; 55% outside the top-20 against 33%): a
-mixture, hotter in the tail and sharper within the set (docs/engines.md).
+mixture, hotter in the tail and sharper within the set (docs/engines.md). The cause is a
+vLLM 0.32 CPU bug (:data:`tests.vllm.expand_fix.BUG`): the verify pass's per-token
+temperature is uninitialised memory. The MTP route's ``differs`` is printed with that
+explanation; ``test_vllm_expand_fix.py`` serves the route with the fix.
 
 The servers are the session pool's (shared with ``test_vllm_deepseek.py`` and
 ``test_vllm_llama.py``).

@@ -17,12 +17,14 @@ starts no configuration twice.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from deepseekbench import QualityParity
+from deepseekbench import QualityParity, find_vllm_python
 from tests.vllm import expand_fix
 from tests.vllm.conftest import DEEPSEEK_MODEL, VllmModels, deepseek_specs
 from tests.vllm.plans import append_report, build_plan, run_pair
@@ -30,6 +32,53 @@ from tests.vllm.pool import ServerPool
 from tests.vllm.test_vllm_deepseek_witness import TEMPERATURE, check_witness, sampled
 
 pytestmark = pytest.mark.vllm
+
+
+# vLLM's own call path: the platform registers its overrides, then the rejection
+# sampler's expand_batch_to_tokens runs on float32 (the per-token temperature) and int32
+_PROBE = """
+import json
+from vllm.platforms import current_platform
+current_platform.register_triton_kernel_overrides()
+import torch
+from vllm.v1.sample import rejection_sampler as rs
+cu = torch.tensor([2, 3, 6], dtype=torch.int32)
+out = {}
+f32, i32 = torch.tensor([0.8, 0.0, 1.3]), torch.tensor([7, 0, 9], dtype=torch.int32)
+for name, x in (("float32", f32), ("int32", i32)):
+    got = rs.expand_batch_to_tokens(x, cu, 6, replace_from=0, replace_to=1)
+    out[name] = [str(got.dtype), got.tolist()]
+print(json.dumps(out))
+"""
+
+
+def _expand(*, fixed: bool) -> dict[str, list[object]]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
+    if fixed:
+        env["PYTHONPATH"] = os.fspath(expand_fix.sitecustomize_dir())
+    else:
+        env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [os.fspath(find_vllm_python()), "-c", _PROBE],
+        env=env, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert (expand_fix.MARK in done.stderr) is fixed, done.stderr[-2000:]
+    result: dict[str, list[object]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_expand_fix_writes_the_float32_temperatures() -> None:
+    """In vLLM's own interpreter, through the ``sitecustomize.py`` the server gets:
+    ``expand_batch_to_tokens`` returns the per-token temperatures (float32, 0 replaced
+    by 1) and int32 values; without the fix, what it returns is printed (the bug)."""
+    bare = _expand(fixed=False)
+    append_report(f"expand_batch_to_tokens without the fix: {bare}")
+    got = _expand(fixed=True)
+    append_report(f"expand_batch_to_tokens with the fix: {got}")
+    assert got["int32"] == ["torch.int32", [7, 7, 1, 9, 9, 9]]
+    dtype, values = got["float32"]
+    assert dtype == "torch.float32"
+    assert values == pytest.approx([0.8, 0.8, 1.0, 1.3, 1.3, 1.3])
 
 
 def test_deepseek_mtp_with_the_expand_fix_is_verified(
