@@ -12,7 +12,10 @@ sampled plan (40 prompts once each, natural length) and requires the witness to 
 ``verified``, with its tokens tested and power printed: the route is lossless once
 the temperature reaches the verify pass. The file sorts after every test that serves
 the unpatched ``ds-mtp`` (its server is stopped here to make room), so the pool
-starts no configuration twice.
+starts no configuration twice. Measured 2026-12-03 (vLLM 0.32.0 CPU): with the fix
+``verified``, 1,656 tokens tested, p 1.0, power 0.9 against a PIT-CDF distance of
+0.069, tokens fit T≈0.81 [0.78, 0.84]; unfixed ``differs``, 979 tokens, p 7e-33,
+T≈0.64 [0.61, 0.67] (docs/engines.md).
 """
 
 from __future__ import annotations
