@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -41,9 +41,11 @@ from deepseekbench import RunningVllmServer, VllmServerSpec, vllm_servers
 DEFAULT_LIMIT = 2
 
 
-def config_key(spec: VllmServerSpec) -> str:
-    """What a server runs: ``spec`` as JSON without its route name (names only a log)."""
-    return spec.model_dump_json(exclude={"name"})
+def config_key(spec: VllmServerSpec, env: Mapping[str, str] | None = None) -> str:
+    """What a server runs: ``spec`` as JSON without its route name (names only a log),
+    followed by the environment variables ``env`` sets (sorted; none: nothing added)."""
+    key = spec.model_dump_json(exclude={"name"})
+    return key + (f" env={sorted(env.items())}" if env else "")
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,19 @@ class ServerPool:
         """The servers running now, in the order they were started."""
         return [server for server, _ in self._held.values()]
 
-    def serve(self, specs: Sequence[VllmServerSpec]) -> dict[str, RunningVllmServer]:
-        """The running servers for ``specs``, by each spec's route name; a
-        configuration already running is handed out as it is (its ``spec.name`` is
-        the route name it was first started for), the others are started one after
-        another, after stopping what must go to keep at most ``limit`` running.
+    def serve(
+        self,
+        specs: Sequence[VllmServerSpec],
+        *,
+        env: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> dict[str, RunningVllmServer]:
+        """The running servers for ``specs``, by each spec's route name (``env``: by
+        route name, environment variables set for that server, over the pool's
+        ``env``; part of its configuration, so a spec served with and without them is
+        two configurations); a configuration already running is handed out as it is
+        (its ``spec.name`` is the route name it was first started for), the others are
+        started one after another, after stopping what must go to keep at most
+        ``limit`` running.
 
         Raises:
             ValueError: ``specs`` name more than ``limit`` configurations.
@@ -107,7 +117,8 @@ class ServerPool:
                 :func:`~deepseekbench._launch._vllm.vllm_servers`); the servers
                 already running stay up.
         """
-        keys = [config_key(s) for s in specs]
+        extra = {s.name: (env or {}).get(s.name) for s in specs}
+        keys = [config_key(s, extra[s.name]) for s in specs]
         wanted = dict(zip(keys, specs, strict=True))  # one spec per configuration
         if len(wanted) > self._limit:
             raise ValueError(f"{len(wanted)} configurations asked for, at most {self._limit}")
@@ -117,10 +128,10 @@ class ServerPool:
                 break
             self._stop(key)
         for key, spec in missing.items():
-            self._start(key, spec)
+            self._start(key, spec, extra[spec.name])
         return {s.name: self._held[k][0] for k, s in zip(keys, specs, strict=True)}
 
-    def _start(self, key: str, spec: VllmServerSpec) -> None:
+    def _start(self, key: str, spec: VllmServerSpec, env: Mapping[str, str] | None) -> None:
         number = len(self.starts) + 1
         log_dir = self._log_dir / f"{number:02d}-{spec.name}"
         stack = contextlib.ExitStack()
@@ -128,7 +139,7 @@ class ServerPool:
         try:
             running = stack.enter_context(
                 self._portal.wrap_async_context_manager(
-                    vllm_servers([spec], log_dir=log_dir, **self._launch)
+                    vllm_servers([spec], log_dir=log_dir, **self._with_env(env))
                 )
             )
         except BaseException:
@@ -138,6 +149,12 @@ class ServerPool:
         self.starts.append(StartUp(spec.name, key, seconds, ready=True))
         self._held[key] = (running[spec.name], stack)
         print(f"\n[vllm] {spec.name} ready in {seconds:.0f} s (start-up {number})", flush=True)
+
+    def _with_env(self, env: Mapping[str, str] | None) -> dict[str, Any]:
+        launch = dict(self._launch)
+        if env:
+            launch["env"] = {**(launch.get("env") or {}), **env}
+        return launch
 
     def _stop(self, key: str) -> None:
         _, stack = self._held.pop(key)
