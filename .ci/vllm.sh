@@ -102,11 +102,11 @@ junit="$work/vllm-junit.xml"
 export DEEPSEEKBENCH_VLLM_SCORECARD="$work/vllm-scorecard.txt"
 tests_rc=0
 t0=$(date +%s)
-echo "+ $PY -m pytest -m vllm tests/vllm -s"
+echo "+ $PY -m pytest -m 'vllm and not vllm_diagnose' tests/vllm -s"
 # In the background so that a SIGTERM / Ctrl-C of this script reaches pytest (the
 # trap above forwards it; pytest turns it into KeyboardInterrupt and stops every
 # server); the servers also carry a parent-death signal.
-"${NICE[@]}" "$PY" -m pytest -m vllm tests/vllm -q -s -p no:cacheprovider \
+"${NICE[@]}" "$PY" -m pytest -m "vllm and not vllm_diagnose" tests/vllm -q -s -p no:cacheprovider \
     --junitxml="$junit" &
 pytest_pid=$!
 wait "$pytest_pid" || tests_rc=$?

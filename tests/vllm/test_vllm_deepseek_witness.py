@@ -25,7 +25,7 @@ speculative routes stays the printed finding, not ``verified``. Each route also 
 the effective temperature its tokens fit (``EffectiveTemperature``, a diagnosis): on
 2026-12-03 ``off`` fit T≈0.79 [0.76, 0.82], MTP T≈0.59 [0.57, 0.62] (about 1.35x
 sharper logits, whatever each output's acceptance), and the opt-in ``ngram`` route
-(``DEEPSEEKBENCH_VLLM_DIAGNOSE=1``: same server flags, no model drafter, vLLM's same
+(``pytest -m vllm_diagnose tests/vllm``: same server flags, no model drafter, vLLM's same
 no-draft-probabilities rejection path) was verified, p 0.20 on 1,153 tokens, T≈0.82
 [0.78, 0.86]: the departure needs the model drafter. The opt-in probe found the MTP
 server's verify-pass logprobs equal to ``off``'s (slope 0.994) while its tokens sit lower
@@ -42,7 +42,6 @@ The servers are the session pool's (shared with ``test_vllm_deepseek.py`` and
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -262,10 +261,7 @@ def test_deepseek_mtp_is_verified_by_the_witness(
         )
 
 
-@pytest.mark.skipif(
-    not os.environ.get("DEEPSEEKBENCH_VLLM_DIAGNOSE"),
-    reason="a diagnosis, not in the CI step: set DEEPSEEKBENCH_VLLM_DIAGNOSE=1",
-)
+@pytest.mark.vllm_diagnose  # a diagnosis, not in the CI step: pytest -m vllm_diagnose
 @pytest.mark.parametrize("route", ["ngram"])
 def test_deepseek_diagnosis_routes(
     route: str, deepseek_models: VllmModels, vllm_pool: ServerPool, tmp_path: Path
@@ -311,10 +307,7 @@ def _forced(base: str, model: str, prompt: list[int], ids: list[int]) -> list[fl
     return [float(e[str(t)]["logprob"]) for e, t in zip(entries, ids, strict=True)]
 
 
-@pytest.mark.skipif(
-    not os.environ.get("DEEPSEEKBENCH_VLLM_DIAGNOSE"),
-    reason="a diagnosis, not in the CI step: set DEEPSEEKBENCH_VLLM_DIAGNOSE=1",
-)
+@pytest.mark.vllm_diagnose  # a diagnosis, not in the CI step: pytest -m vllm_diagnose
 def test_deepseek_mtp_target_logprobs_probe(
     deepseek_models: VllmModels, vllm_pool: ServerPool
 ) -> None:
