@@ -159,11 +159,12 @@ def count_check_skipped(m: StreamMeasurement) -> str | None:
 
 
 def _count_mismatch(m: StreamMeasurement) -> bool:
-    """The engine's count (its rate × the span it divides by) is not usage's."""
-    rate, span = m.server_toks_per_s, rate_span_ms(m)
-    usage = None if m.tokens_estimated or m.choices_seen > 1 else m.completion_tokens
-    if usage is None or rate is None or span is None or not rate > 0:
+    """The engine's count (its rate × the span it divides by) is not usage's; no check
+    where :func:`count_check_skipped` gives a reason."""
+    rate, span, usage = m.server_toks_per_s, rate_span_ms(m), m.completion_tokens
+    if count_check_skipped(m) is not None or rate is None or not rate > 0:
         return False
+    assert span is not None and usage is not None  # count_check_skipped ruled both out
     tokens, share = SERVER_COUNT_SLACK
     return abs(rate * span / 1000 - usage) > tokens + share * usage
 
