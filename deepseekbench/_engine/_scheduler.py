@@ -205,20 +205,17 @@ class Scheduler:
             text, seq.reasoning = seq.reasoning[0], seq.reasoning[1:]
             return StepOutcome((), 0, 0), text
         budget = seq.max_tokens - seq.generated
+        # below min_tokens an end-of-sequence is an ordinary token (Decoder.step)
+        forced = max(0, seq.min_tokens - seq.generated)
         if not seq.prefilled:
-            return seq.decoder.step(seq.ctx, 1), ""
-        return seq.decoder.step(seq.ctx, budget), ""
+            return seq.decoder.step(seq.ctx, 1, forced), ""
+        return seq.decoder.step(seq.ctx, budget, forced), ""
 
     def _account(
         self, seq: Sequence, out: StepOutcome, reasoning_text: str, cost_ms: float
     ) -> Emission:
         seq.prefilled = True
-        eos = EOS_CH in out.tokens
-        if eos and seq.generated + len(out.tokens) <= seq.min_tokens:
-            out = StepOutcome(
-                tuple("\n" if t == EOS_CH else t for t in out.tokens), out.drafted, out.accepted
-            )
-            eos = False
+        eos = EOS_CH in out.tokens  # below min_tokens the decoder emitted a line break
         tokens = [t for t in out.tokens if t != EOS_CH]
         content = "".join(tokens)
         seq.ctx += content

@@ -76,6 +76,10 @@ HEAD_ORDER: Final[dict[Speculative, int]] = {
 }
 """Context length (chars) of each method's draft head; ``ngram`` looks up the prompt."""
 
+EOS_SUBSTITUTE: Final[str] = "\n"
+"""What an end-of-sequence token is emitted as where it is ordinary (forced length:
+``ignore_eos`` / below ``min_tokens``): a line break, in the text and the context."""
+
 NGRAM_MAX_MATCH: Final[int] = 4
 """Longest suffix (chars) the n-gram proposer looks up in the prompt."""
 
@@ -223,27 +227,37 @@ class Decoder:
         """Draft tokens proposed per verify step at most (tokens)."""
         return self._k
 
-    def step(self, ctx: str, budget: int) -> StepOutcome:
-        """One verify step from model context ``ctx``, emitting at most ``budget`` tokens."""
+    def step(self, ctx: str, budget: int, ordinary_eos: int = 0) -> StepOutcome:
+        """One verify step from model context ``ctx``, emitting at most ``budget`` tokens.
+
+        ``ordinary_eos``: an end-of-sequence token at one of the step's first that many
+        positions (tokens) is an ordinary token, as under vLLM's ``ignore_eos`` /
+        ``min_tokens``: it is emitted (and enters the context) as ``EOS_SUBSTITUTE``,
+        drafted past, accepted, and followed by the step's next token or bonus token, so
+        the step emits ``1 + accepted`` tokens. At a later position an end-of-sequence
+        ends the step (and the sequence) without a bonus token.
+        """
         k = min(self._k, budget - 1)
         if k <= 0:
-            return StepOutcome((self._next(ctx),), 0, 0)
-        drafts, qs = self._propose(ctx, k)
+            return StepOutcome((_emitted(self._next(ctx), 0, ordinary_eos),), 0, 0)
+        drafts, qs = self._propose(ctx, k, ordinary_eos)
         if not drafts:
-            return StepOutcome((self._next(ctx),), 0, 0)
+            return StepOutcome((_emitted(self._next(ctx), 0, ordinary_eos),), 0, 0)
         out: list[str] = []
         cur = ctx
-        for d, q in zip(drafts, qs, strict=True):
+        for i, (d, q) in enumerate(zip(drafts, qs, strict=True)):
             verdict = self._verify(d, cur, q)
             if verdict is None:
-                out.append(d)
-                cur += d
-                if d == EOS_CH:
+                tok = _emitted(d, i, ordinary_eos)
+                out.append(tok)
+                cur += tok
+                if tok == EOS_CH:  # a real end of sequence: no bonus token
                     return StepOutcome(tuple(out), len(drafts), len(out))
                 continue
-            out.append(verdict)
+            out.append(_emitted(verdict, i, ordinary_eos))
             return StepOutcome(tuple(out), len(drafts), len(out) - 1)
-        out.append(self._next(cur, verify=True))  # the bonus token
+        bonus = self._next(cur, verify=True)
+        out.append(_emitted(bonus, len(drafts), ordinary_eos))
         return StepOutcome(tuple(out), len(drafts), len(drafts))
 
     # -- internals ------------------------------------------------------------
@@ -261,8 +275,10 @@ class Decoder:
             return self._verify_argmax(ctx) if verify else self._lm.target_argmax(ctx)
         return _sample(self._target(ctx), self._rng)
 
-    def _propose(self, ctx: str, k: int) -> tuple[list[str], list[Dist]]:
-        """Up to ``k`` draft tokens and the draft distribution each was taken from."""
+    def _propose(self, ctx: str, k: int, ordinary_eos: int) -> tuple[list[str], list[Dist]]:
+        """Up to ``k`` draft tokens and the draft distribution each was taken from; an
+        end-of-sequence draft at a position below ``ordinary_eos`` is drafted past
+        (its context continues with ``EOS_SUBSTITUTE``), elsewhere drafting stops."""
         if self._method is Speculative.ngram:
             looked_up = _prompt_lookup(ctx, k)
             return looked_up, [{d: 1.0} for d in looked_up]
@@ -281,9 +297,10 @@ class Decoder:
                 d = self._lm.draft_argmax(order, cur)
             drafts.append(d)
             qs.append(q)
-            if d == EOS_CH:
+            tok = _emitted(d, len(drafts) - 1, ordinary_eos)
+            if tok == EOS_CH:
                 break
-            cur += d
+            cur += tok
         return drafts, qs
 
     def _verify(self, d: str, ctx: str, q: Dist) -> str | None:
@@ -322,6 +339,12 @@ class Decoder:
         top = ranked(raw)[: f.relaxed_topk]
         pd = raw.get(d, 0.0)
         return any(ch == d for ch, _ in top) and math.log(top[0][1] / pd) <= f.relaxed_delta
+
+
+def _emitted(tok: str, position: int, ordinary_eos: int) -> str:
+    """``tok`` as emitted at the step's ``position``: ``EOS_SUBSTITUTE`` for an
+    end-of-sequence at a position below ``ordinary_eos`` (forced length), else itself."""
+    return EOS_SUBSTITUTE if tok == EOS_CH and position < ordinary_eos else tok
 
 
 def _prompt_lookup(ctx: str, k: int) -> list[str]:

@@ -38,7 +38,7 @@ COSTS = CostModel(
 class _OneToken:
     """A decoder that emits one plain token a step."""
 
-    def step(self, ctx: str, budget: int) -> StepOutcome:
+    def step(self, ctx: str, budget: int, ordinary_eos: int = 0) -> StepOutcome:
         return StepOutcome(("a",), 0, 0)
 
 
