@@ -205,6 +205,17 @@ class FractionFormatError(DeepseekBenchError, ValueError):
     The message names the argument, the value and the accepted forms."""
 
 
+class StepCostsError(DeepseekBenchError, ValueError):
+    """Step costs or a step-cost witness's input that cannot be used
+    (``deepseekbench._analysis._step_witness``): a :class:`~deepseekbench.StepCosts`
+    cost (ms) not a finite number > 0, an empty ``source`` or an unknown field; or a
+    :func:`~deepseekbench.witness_step_costs` call given something other than a
+    :class:`~deepseekbench.SpeedupDecomposition` (a scorecard line's ``decomposition`` is
+    ``None`` where no speedup is credited) or other than :class:`~deepseekbench.StepCosts`.
+    Also a :class:`ValueError`. The message names the argument, the value and what
+    was expected."""
+
+
 class WorkerError(DeepseekBenchError):
     """A client worker failed (an exception inside it, or it did not start in time).
 

@@ -17,6 +17,7 @@ EXPORTS: dict[str, str] = {
     "DEFAULT_MARGIN": "deepseekbench._analysis._compare_runs",
     "UnknownKeyError": "deepseekbench._errors",
     "FractionFormatError": "deepseekbench._errors",
+    "StepCostsError": "deepseekbench._errors",
     "CacheWindow": "deepseekbench._types._cache",  # the cache window
     "SharedPrefix": "deepseekbench._plan._prefix",
     "load_mt_bench": "deepseekbench._plan._datasets",

@@ -22,11 +22,34 @@ step``, :class:`~deepseekbench.SpeedupDecomposition`) minus the predicted one
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from deepseekbench._analysis._decompose import SpeedupDecomposition
+from deepseekbench._errors import StepCostsError
 
 __all__ = ["StepCostWitness", "StepCosts", "witness_step_costs"]
+
+_FIELDS: dict[str, str] = {
+    "verify_step_ms": "one verify step of the speculative route at that batch, a finite "
+    "number > 0 (ms)",
+    "decode_step_ms": "one decode step of off at the same batch, a finite number > 0 (ms)",
+    "source": "where the costs come from, in words (e.g. 'cost model')",
+}
+
+
+def _explain(exc: ValidationError) -> str:
+    """``StepCosts``' validation errors in words: each field, what it must be, what came."""
+    parts: list[str] = []
+    for e in exc.errors():
+        name = str(e["loc"][0]) if e["loc"] else "?"
+        got = "missing" if e["type"] == "missing" else f"got {e['input']!r}"
+        if name in _FIELDS:
+            parts.append(f"{name} must be {_FIELDS[name]}; {got}")
+        else:
+            parts.append(f"{name} is not a field (known: {', '.join(_FIELDS)}); {got}")
+    return "StepCosts: " + "; ".join(parts)
 
 
 class StepCosts(BaseModel):
@@ -35,11 +58,16 @@ class StepCosts(BaseModel):
     ``verify_step_ms``: one verify step of the speculative route at that batch;
     ``decode_step_ms``: one decode step of ``off`` at the same batch; ``source``:
     where they come from, in words (e.g. "cost model", "vLLM
-    model_execute_time_milliseconds", "synthetic acceptance run").
+    model_execute_time_milliseconds", "synthetic acceptance run"). Positional or by
+    keyword: ``StepCosts(22.0, 16.0, "cost model")``. The batch is the number of
+    sequences the engine actually ran per step, not the client's concurrency: a load
+    whose requests end at different lengths runs fewer (docs/scorecard.md, "A
+    prediction and its witness").
 
     Raises:
-        pydantic.ValidationError: a cost not finite or not > 0, an empty
-            ``source``, or an unknown field.
+        StepCostsError: a cost not a finite number > 0, an empty ``source``, an
+            unknown field, or more than three positional arguments (a ``ValueError``;
+            the message names each field, what it must be and what came).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -47,6 +75,28 @@ class StepCosts(BaseModel):
     verify_step_ms: float = Field(gt=0, description="one verify step, ms")
     decode_step_ms: float = Field(gt=0, description="one decode step of off, ms")
     source: str = Field(min_length=1)
+
+    if TYPE_CHECKING:
+
+        def __init__(self, verify_step_ms: float, decode_step_ms: float, source: str) -> None:
+            """The signature type checkers see (positional or keyword)."""
+
+    else:
+
+        def __init__(self, *args: Any, **data: Any) -> None:
+            if len(args) > len(_FIELDS):
+                raise StepCostsError(
+                    f"StepCosts takes at most {len(_FIELDS)} positional arguments "
+                    f"({', '.join(_FIELDS)}), got {len(args)}"
+                )
+            for name, value in zip(_FIELDS, args, strict=False):
+                if name in data:
+                    raise StepCostsError(f"StepCosts: {name} given twice")
+                data[name] = value
+            try:
+                super().__init__(**data)
+            except ValidationError as exc:
+                raise StepCostsError(_explain(exc)) from None
 
     @property
     def ratio(self) -> float:
@@ -63,9 +113,15 @@ class StepCostWitness(BaseModel):
         measured_speedup: the credited figure; ``measured_speedup_ci`` its interval.
         agrees: the measured interval (the figure when it has none) overlaps the
             predicted one: the parts add up.
+        predicted_verify_step_ms: the independent ratio × ``off``'s measured decode
+            step (ms); ``measured_verify_step_ms``: the decomposition's (ms).
         unexplained_ms: measured verify step − predicted verify step (ms; both on
             ``off``'s measured decode step), ``unexplained_ms_ci`` its interval (from
             the measured verify step's); negative: cheaper than predicted.
+        detectable_ms: the smallest per-step overhead the witness would
+            have named had the measurement sat exactly on the prediction (ms): the
+            two intervals' widths in ms of the predicted verify step; ``0.0`` when
+            neither figure has an interval (any difference is named).
         source: where the independent costs came from.
 
     Raises:
@@ -79,8 +135,11 @@ class StepCostWitness(BaseModel):
     measured_speedup: float = Field(gt=0)
     measured_speedup_ci: tuple[float, float] | None = None
     agrees: bool
+    predicted_verify_step_ms: float = Field(gt=0)
+    measured_verify_step_ms: float = Field(gt=0)
     unexplained_ms: float
     unexplained_ms_ci: tuple[float, float] | None = None
+    detectable_ms: float = Field(ge=0)
     source: str
 
     def text(self) -> str:
@@ -99,15 +158,60 @@ class StepCostWitness(BaseModel):
         word = "overhead" if self.unexplained_ms >= 0 else "saving"
         return f"{head}: unexplained per-step {word} {abs(self.unexplained_ms):.1f} ms{band}"
 
+    def __str__(self) -> str:
+        """The witness as sentences: both speedups with their intervals, both verify
+        steps in ms, the verdict, and the smallest overhead it could have named."""
+        mci = self.measured_speedup_ci
+        measured = f"measured {self.measured_speedup:.2f}×" + (
+            f" (95 % CI {mci[0]:.2f}–{mci[1]:.2f})" if mci is not None else " (no interval)"
+        )
+        pci = self.predicted_speedup_ci
+        predicted = f"predicted {self.predicted_speedup:.2f}×" + (
+            f" (95 % CI {pci[0]:.2f}–{pci[1]:.2f})" if pci is not None else " (no interval)"
+        )
+        steps = (
+            f"verify step {self.measured_verify_step_ms:.1f} ms measured vs "
+            f"{self.predicted_verify_step_ms:.1f} ms predicted"
+        )
+        if self.agrees:
+            verdict = "the parts add up (the intervals overlap)"
+        else:
+            word = "overhead" if self.unexplained_ms >= 0 else "saving"
+            ci = self.unexplained_ms_ci
+            band = f" (95 % CI {ci[0]:.1f}–{ci[1]:.1f} ms)" if ci is not None else ""
+            verdict = f"unexplained per-step {word} {abs(self.unexplained_ms):.1f} ms{band}"
+        reach = (
+            f"it would have named a per-step overhead of {self.detectable_ms:.1f} ms or more"
+            if self.detectable_ms > 0
+            else "without intervals it names any difference, however small"
+        )
+        return (
+            f"Speedup {measured}, {predicted} from {self.source}; {steps}: {verdict}. "
+            f"At these intervals {reach}."
+        )
+
 
 def witness_step_costs(decomposition: SpeedupDecomposition, costs: StepCosts) -> StepCostWitness:
     """Predict the speedup from ``decomposition``'s acceptance length and the
     independent ``costs``, and name the per-step overhead when the measured figure
     disagrees (module docs for the formulas).
 
+    ``decomposition``: a scorecard line's ``decomposition`` (``None`` there when no
+    speedup is credited: nothing to witness). ``costs``: the load's step costs at the
+    batch the engine actually ran (``StepCosts``' docstring).
+
     Raises:
-        Nothing beyond pydantic's validation of the figures made.
+        StepCostsError: ``decomposition`` is not a :class:`SpeedupDecomposition`
+            (e.g. ``None``) or ``costs`` not :class:`StepCosts` (a ``ValueError``).
     """
+    if not isinstance(decomposition, SpeedupDecomposition):
+        why = "; a line's decomposition is None where no speedup is credited"
+        raise StepCostsError(
+            "witness_step_costs needs a SpeedupDecomposition (a scorecard line's "
+            f"decomposition), got {decomposition!r}{why if decomposition is None else ''}"
+        )
+    if not isinstance(costs, StepCosts):
+        raise StepCostsError(f"witness_step_costs needs StepCosts as costs, got {costs!r}")
     d = decomposition
     ratio = costs.ratio
     predicted = d.acceptance_length / ratio
@@ -128,9 +232,21 @@ def witness_step_costs(decomposition: SpeedupDecomposition, costs: StepCosts) ->
         measured_speedup=d.speedup,
         measured_speedup_ci=m_ci,
         agrees=agrees,
+        predicted_verify_step_ms=predicted_step,
+        measured_verify_step_ms=d.verify_step_ms,
         unexplained_ms=d.verify_step_ms - predicted_step,
         unexplained_ms_ci=(
             (v_ci[0] - predicted_step, v_ci[1] - predicted_step) if v_ci is not None else None
         ),
+        detectable_ms=_detectable_ms(predicted_step, hi_m / d.speedup, lo_p / predicted),
         source=costs.source,
     )
+
+
+def _detectable_ms(step_ms: float, hi_m: float, lo_p: float) -> float:
+    """The smallest per-step overhead (ms) that would put the intervals apart, had the
+    measurement sat on the prediction: the measured speedup scales as
+    ``step / (step + δ)``, so an overhead is named once ``hi_m·step/(step+δ) < lo_p``
+    (``hi_m``: the measured interval's top over its figure; ``lo_p``: the predicted
+    interval's bottom over its figure; ``step_ms``: the predicted verify step)."""
+    return max(0.0, step_ms * (hi_m / lo_p - 1.0))
