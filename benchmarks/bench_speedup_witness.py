@@ -55,12 +55,19 @@ COSTS: dict[str, float] = {
     "target_step_ms": 16.0,
     "verify_token_ms": 0.8,
     "draft_step_ms": 1.2,
-    "compute_ms_per_token": 3.0,
+    "compute_ms_per_token": 2.5,
     "batch_exponent": 0.35,
     "prefill_ms_per_token": 0.0,
 }
 """The default cost model's shape, twice its step costs (the machine's per-step overhead
-smaller beside them), a compute knee at a few sequences as in the demo."""
+smaller beside them), the verify step's compute knee at a few sequences (about 2.6).
+
+``compute_ms_per_token`` is 2.5, not the demo's 3.0: once a forced-length verify step
+emits ``1 + accepted`` tokens (acceptance length 3.78 on these prompts), 3.0 put the
+faulted route at c=8 at a predicted 1.01× (closed form 103.5 + 20 ms against off's
+33.1 ms), a line that is credited or not by chance and so leaves the witness nothing to
+check in about half the runs. At 2.5 every checked line sits clear of 1 (c=8: ``mtp``
+1.43×, faulted 1.16×)."""
 
 
 def _plan(delay_ms: float, max_tokens: int, requests: int) -> BenchmarkPlan:

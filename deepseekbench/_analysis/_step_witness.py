@@ -18,6 +18,16 @@ is named as a per-step overhead: the measured verify step (``r × off's decode
 step``, :class:`~deepseekbench.SpeedupDecomposition`) minus the predicted one
 (the independent ratio × the same decode step), in ms with its interval —
 "unexplained per-step overhead 18 ms (CI 12–24)".
+
+A witness needs an interval on at least one side: two bare figures (a decomposition
+built from rows alone, without per-request acceptance or a verdict's interval) differ
+by some noise always, so such a witness is **not judged** (``agrees`` is ``None``) and
+names no overhead. The costs must be those of the batch the engine actually ran: under
+closed-loop load whose requests end at different lengths (the demo's pinned answers)
+the mean batch is below the client's concurrency, and lower for the route whose
+requests end sooner, so the closed form at batch = concurrency is not that load's cost
+(docs/scorecard.md, "A prediction and its witness"); ``output_length = "forced"`` keeps
+the batch full, as ``benchmarks/bench_speedup_witness.py`` does.
 """
 
 from __future__ import annotations
@@ -112,7 +122,11 @@ class StepCostWitness(BaseModel):
             ``predicted_speedup_ci``: from ``L``'s interval (``None`` without one).
         measured_speedup: the credited figure; ``measured_speedup_ci`` its interval.
         agrees: the measured interval (the figure when it has none) overlaps the
-            predicted one: the parts add up.
+            predicted one (the figure when it has none): the parts add up; ``None``
+            when neither figure has an interval, so no difference can be told from
+            noise and none is named (not judged: a decomposition built from rows
+            alone, :func:`~deepseekbench.decompose_speedup` without ``verdict`` and
+            ``acceptance_samples``, has none; a scorecard line's has both).
         predicted_verify_step_ms: the independent ratio × ``off``'s measured decode
             step (ms); ``measured_verify_step_ms``: the decomposition's (ms).
         unexplained_ms: measured verify step − predicted verify step (ms; both on
@@ -120,8 +134,8 @@ class StepCostWitness(BaseModel):
             the measured verify step's); negative: cheaper than predicted.
         detectable_ms: the smallest per-step overhead the witness would
             have named had the measurement sat exactly on the prediction (ms): the
-            two intervals' widths in ms of the predicted verify step; ``0.0`` when
-            neither figure has an interval (any difference is named).
+            two intervals' widths in ms of the predicted verify step; ``None`` when
+            not judged.
         source: where the independent costs came from.
 
     Raises:
@@ -134,23 +148,26 @@ class StepCostWitness(BaseModel):
     predicted_speedup_ci: tuple[float, float] | None = None
     measured_speedup: float = Field(gt=0)
     measured_speedup_ci: tuple[float, float] | None = None
-    agrees: bool
+    agrees: bool | None
     predicted_verify_step_ms: float = Field(gt=0)
     measured_verify_step_ms: float = Field(gt=0)
     unexplained_ms: float
     unexplained_ms_ci: tuple[float, float] | None = None
-    detectable_ms: float = Field(ge=0)
+    detectable_ms: float | None = Field(default=None, ge=0)
     source: str
 
     def text(self) -> str:
         """The witness in words: "predicted 1.70× (1.66–1.73) from cost model, measured
         1.68×: the parts add up", or "... unexplained per-step overhead 18.0 ms (CI
-        12.0–24.0)"."""
+        12.0–24.0)", or "... not judged (neither figure has an interval); measured
+        verify step 0.2 ms above the prediction"."""
         pci = self.predicted_speedup_ci
         pred = f"predicted {self.predicted_speedup:.2f}×" + (
             f" ({pci[0]:.2f}–{pci[1]:.2f})" if pci is not None else ""
         )
         head = f"{pred} from {self.source}, measured {self.measured_speedup:.2f}×"
+        if self.agrees is None:
+            return f"{head}: not judged (neither figure has an interval); {self._gap()}"
         if self.agrees:
             return f"{head}: the parts add up"
         ci = self.unexplained_ms_ci
@@ -173,22 +190,31 @@ class StepCostWitness(BaseModel):
             f"verify step {self.measured_verify_step_ms:.1f} ms measured vs "
             f"{self.predicted_verify_step_ms:.1f} ms predicted"
         )
-        if self.agrees:
+        if self.agrees is None:
+            verdict = (
+                "not judged: neither figure has an interval, so no difference can be told "
+                "from noise (a scorecard line's decomposition carries both); "
+                f"{self._gap()}"
+            )
+        elif self.agrees:
             verdict = "the parts add up (the intervals overlap)"
         else:
             word = "overhead" if self.unexplained_ms >= 0 else "saving"
             ci = self.unexplained_ms_ci
             band = f" (95 % CI {ci[0]:.1f}–{ci[1]:.1f} ms)" if ci is not None else ""
             verdict = f"unexplained per-step {word} {abs(self.unexplained_ms):.1f} ms{band}"
-        reach = (
-            f"it would have named a per-step overhead of {self.detectable_ms:.1f} ms or more"
-            if self.detectable_ms > 0
-            else "without intervals it names any difference, however small"
-        )
-        return (
-            f"Speedup {measured}, {predicted} from {self.source}; {steps}: {verdict}. "
-            f"At these intervals {reach}."
-        )
+        if self.detectable_ms is None:
+            reach = "Without intervals it could have detected no overhead, however large."
+        else:
+            reach = (
+                f"At these intervals it would have named a per-step overhead of "
+                f"{self.detectable_ms:.1f} ms or more."
+            )
+        return f"Speedup {measured}, {predicted} from {self.source}; {steps}: {verdict}. {reach}"
+
+    def _gap(self) -> str:
+        side = "above" if self.unexplained_ms >= 0 else "below"
+        return f"measured verify step {abs(self.unexplained_ms):.1f} ms {side} the prediction"
 
 
 def witness_step_costs(decomposition: SpeedupDecomposition, costs: StepCosts) -> StepCostWitness:
@@ -223,7 +249,8 @@ def witness_step_costs(decomposition: SpeedupDecomposition, costs: StepCosts) ->
     m_ci = d.speedup_ci
     lo_m, hi_m = m_ci if m_ci is not None else (d.speedup, d.speedup)
     lo_p, hi_p = p_ci if p_ci is not None else (predicted, predicted)
-    agrees = not (hi_m < lo_p or hi_p < lo_m)
+    judged = m_ci is not None or p_ci is not None
+    agrees = not (hi_m < lo_p or hi_p < lo_m) if judged else None
     predicted_step = ratio * d.decode_step_ms
     v_ci = d.verify_step_ms_ci
     return StepCostWitness(
@@ -238,7 +265,9 @@ def witness_step_costs(decomposition: SpeedupDecomposition, costs: StepCosts) ->
         unexplained_ms_ci=(
             (v_ci[0] - predicted_step, v_ci[1] - predicted_step) if v_ci is not None else None
         ),
-        detectable_ms=_detectable_ms(predicted_step, hi_m / d.speedup, lo_p / predicted),
+        detectable_ms=(
+            _detectable_ms(predicted_step, hi_m / d.speedup, lo_p / predicted) if judged else None
+        ),
         source=costs.source,
     )
 

@@ -157,13 +157,27 @@ def test_a_lower_acceptance_is_named_acceptance_not_cost() -> None:
 def test_the_witness_names_an_unexplained_per_step_overhead() -> None:
     # the model says a verify step costs 1.5 decode steps; measured, it costs 1.5 × 10 + 6 ms
     d, _ = _pair(10.0, (15.0 + 6.0) / 3.0, 3.0)
+    d = d.model_copy(update={"speedup_ci": (d.speedup * 0.99, d.speedup * 1.01)})
     w = witness_step_costs(d, StepCosts(verify_step_ms=15.0, decode_step_ms=10.0, source="model"))
-    assert not w.agrees
+    assert w.agrees is False
     assert w.unexplained_ms == pytest.approx(6.0)
     assert w.predicted_speedup == pytest.approx(2.0)
     assert "unexplained per-step overhead 6.0 ms" in w.text()
     same = witness_step_costs(d, StepCosts(verify_step_ms=21.0, decode_step_ms=10.0, source="m"))
     assert same.agrees and "the parts add up" in same.text()
+
+
+def test_a_witness_of_two_bare_figures_is_not_judged() -> None:
+    """The false alarm on the demo's own rows: ``decompose_speedup(off, mtp)`` from rows
+    alone has no interval on either side, and a 1 % difference was named an unexplained
+    per-step overhead. With nothing to tell noise from an overhead, nothing is named."""
+    d, _ = _pair(10.0, (15.0 + 0.2) / 3.0, 3.0)
+    assert d.speedup_ci is None and d.acceptance_length_ci is None
+    w = witness_step_costs(d, StepCosts(verify_step_ms=15.0, decode_step_ms=10.0, source="m"))
+    assert w.agrees is None and w.detectable_ms is None
+    assert "unexplained" not in w.text() and "not judged" in w.text()
+    assert "0.2 ms above the prediction" in w.text()
+    assert "could have detected no overhead" in str(w)
 
 
 def test_the_scorecard_prints_which_factor_moved_between_loads() -> None:
