@@ -267,7 +267,10 @@ def decompose_speedup(
         verdict: their :func:`~deepseekbench.compare_speedup` verdict (by
             ``tpot_ms``); judged here from the rows alone when not given.
         acceptance_samples: the candidate's per-request acceptance lengths (tokens
-            per verify step), for ``acceptance_length_ci``.
+            per verify step), for ``acceptance_length_ci``. Without it and a
+            ``verdict`` carrying an interval the decomposition has no interval, and a
+            :func:`~deepseekbench.witness_step_costs` of it is not judged; a
+            scorecard line's ``decomposition`` carries both.
         n_resamples, seed: of the acceptance-length bootstrap.
 
     Returns:

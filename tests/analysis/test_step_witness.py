@@ -104,6 +104,7 @@ def test_an_overhead_past_the_stated_reach_is_named_and_one_below_it_is_not(
     ``δ`` above the prediction is named exactly when ``δ`` exceeds ``detectable_ms``."""
     base = witness_step_costs(_decomposition(half=half), StepCosts(15.0, 10.0, "m"))
     reach = base.detectable_ms
+    assert reach is not None  # both intervals known: judged
     delta = reach * 2 * extra_share  # from none to twice the reach
     if abs(delta - reach) < 1e-6 * reach:
         return  # on the edge: either verdict is right
