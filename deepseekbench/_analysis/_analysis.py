@@ -397,6 +397,34 @@ class RunResult:
         samples = None if metric in WINDOW_METRICS else self.samples(route, cell, metric, load)
         return samples, self.round_values(route, cell, metric, load)
 
+    def prompt_evidence(self, row: Row, metric: str = "tpot_ms") -> dict[str, list[float]] | None:
+        """``row``'s per-request values of ``metric`` (ms, or tokens/s) by prompt (the
+        workload item id; a multi-turn item's turns count as its requests): what the
+        speedup's paired cluster bootstrap over prompts resamples
+        (``deepseekbench._analysis._prompt_bootstrap``). ``None`` for a window metric, or
+        when a successful request does not name its prompt (older results files).
+
+        Raises:
+            ValueError: ``row`` is not one of this result's rows (as :meth:`speedup_evidence`).
+            AttributeError: ``metric`` names no :class:`~deepseekbench.StreamMeasurement`
+                field.
+        """
+        self.speedup_evidence(row, metric)  # the same checks
+        if metric in WINDOW_METRICS:
+            return None
+        index = next(i for i, r in enumerate(self.rows) if r is row or r == row)
+        route, cell, load = self.row_keys[index]
+        out: dict[str, list[float]] = {}
+        for m in self._matching(route, cell, load):
+            if m.measurement.error is not None:
+                continue
+            if m.item is None:
+                return None
+            v = getattr(m.measurement, metric)
+            if v is not None:
+                out.setdefault(m.item, []).append(float(v))
+        return out
+
     def round_values(
         self, route: str, cell: str, metric: str = "tpot_ms", load: str | None = None
     ) -> dict[int, float]:

@@ -298,7 +298,9 @@ class _Judge:
         clock: Clock = Clock.client,
         tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
+        prompts: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
     ) -> None:
+        self.prompts = prompts or {}
         self.acceptance = acceptance or {}
         self.clock = clock
         self.tampered = tampered  # rows of an edited results file: nothing credited
@@ -321,6 +323,7 @@ class _Judge:
             n_resamples=self.n_resamples,
             seed=self.seed,
             clock=self.clock,
+            prompt_samples=(self.prompts.get(bk), self.prompts.get(ck)),
         )
 
     def line(self, r: Row, base: Row | None, d: ParityDetail | None) -> ScorecardLine:
@@ -388,19 +391,23 @@ def judge_rows(
     clock: Clock = Clock.client,
     results_tampered: bool = False,
     acceptance: Mapping[str, Sequence[float]] | None = None,
+    prompts: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
 ) -> list[ScorecardLine]:
     """One line per row, in row order but for the loads of a cell, which read ascending
     (concurrency, or rate in requests/s: :func:`load_order`): each speculative row judged
     against the first ``off`` row of its cell and load (every key axis but
     ``speculative`` equal).
-    ``samples``, ``details``, ``rounds`` and ``acceptance`` (per-request acceptance
+    ``samples``, ``details``, ``rounds``, ``prompts`` (per-request values by prompt:
+    the speedup's interval over prompts) and ``acceptance`` (per-request acceptance
     lengths, tokens per verify step: the decomposition's interval) are keyed by
     :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``)."""
     offs: dict[tuple[Any, ...], Row] = {}
     for r in rows:
         if r.speculative is Speculative.off:
             offs.setdefault(_pair_key(r), r)
-    judge = _Judge(metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance)
+    judge = _Judge(
+        metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance, prompts
+    )
     lines: list[ScorecardLine] = []
     for r in load_order(rows):
         base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))

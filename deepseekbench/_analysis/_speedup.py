@@ -37,6 +37,9 @@ from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._interval import interval_text
 from deepseekbench._types._row import Row
 
+PromptPair = tuple[Mapping[str, Sequence[float]] | None, Mapping[str, Sequence[float]] | None]
+"""``(baseline, candidate)`` per-request values by prompt (workload item id)."""
+
 MIN_REQUESTS_FOR_SPEEDUP = 5
 """Fewest measured requests (``Row.n_requests``) each row needs before a speedup
 is printed: a median of fewer is too noisy to credit."""
@@ -153,9 +156,11 @@ class SpeedupVerdict(BaseModel):
     :meth:`with_paired_rounds` make that verdict, so :func:`compare_speedup` and the
     scorecard (which calls it) agree.
 
-    Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed``, so
-    ``if compare_speedup(a, b):`` takes the branch only for an earned speedup
-    (a refused verdict is falsy).
+    Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed`` with an
+    interval (that excludes 1), so ``if compare_speedup(a, b):`` takes the branch only
+    for an earned, significant speedup. A refused verdict is falsy, and so is a
+    :attr:`point_estimate` (a figure printed without any interval: its significance
+    was not judged).
 
     Attributes:
         metric: the metric compared.
@@ -164,10 +169,14 @@ class SpeedupVerdict(BaseModel):
         reasons: every :class:`RefusalReason` that applies (empty when printed).
         mismatched_axes: key axes other than ``speculative`` that differ.
         ci_low, ci_high: optional 95 % interval of the speedup, attached by the
-            scorecard: from paired rounds when the run had 2 or more (then
-            ``rounds`` is set and ``speedup`` is their geometric mean), else a
-            per-request bootstrap.
+            scorecard. What it covers, by what it was made from: ``prompts`` set —
+            a paired cluster bootstrap over the prompts both rows measured (the
+            choice of prompts and repeat noise;
+            :mod:`deepseekbench._analysis._prompt_bootstrap`); else ``rounds`` set —
+            paired rounds (repeat noise only; ``speedup`` is their geometric mean);
+            else a per-request bootstrap (requests as independent).
         rounds: the paired rounds behind ``speedup`` and the interval, or ``None``.
+        prompts: the prompts the interval resampled, or ``None``.
 
     Raises:
         pydantic.ValidationError: the invariant above fails, ``speedup``/``ci_*``
@@ -188,6 +197,12 @@ class SpeedupVerdict(BaseModel):
         ge=2,
         description="paired rounds the figure and interval come from (None: row medians, "
         "per-request bootstrap interval)",
+    )
+    prompts: int | None = Field(
+        default=None,
+        ge=2,
+        description="prompts the interval resampled (a paired cluster bootstrap over "
+        "prompts; None: rounds or requests were the unit)",
     )
     clock: Clock = Field(
         default=Clock.client,
@@ -229,9 +244,17 @@ class SpeedupVerdict(BaseModel):
             and self.ci_low <= 1.0 <= self.ci_high
         )
 
+    @property
+    def point_estimate(self) -> bool:
+        """True when a figure is printed without an interval (no per-request, per-round
+        or per-prompt values were given): a point estimate whose significance was not
+        judged, so not credited as a speedup claim (the verdict is falsy)."""
+        return self.printed and (self.ci_low is None or self.ci_high is None)
+
     def __bool__(self) -> bool:
-        """True only for a credited (printed) speedup; a refused verdict is falsy."""
-        return self.printed
+        """True only for a credited speedup: printed with an interval excluding 1. A
+        refused verdict and a :attr:`point_estimate` are falsy."""
+        return self.printed and not self.point_estimate
 
     @property
     def slower(self) -> bool:
@@ -252,6 +275,17 @@ class SpeedupVerdict(BaseModel):
             update={"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
         )
 
+    def with_prompt_interval(self, low: float, high: float, prompts: int) -> SpeedupVerdict:
+        """A copy carrying a 95 % interval over ``prompts`` prompts (see
+        :func:`~deepseekbench._analysis._prompt_bootstrap.prompt_ratio_ci`); the figure
+        stays the ratio of the rows' values. A refused verdict is returned unchanged;
+        an interval that includes 1 makes an :attr:`inconclusive` one."""
+        if not self.printed:
+            return self
+        if low <= 1.0 <= high:
+            return self._no_significant_difference(low, high, None, prompts)
+        return self.model_copy(update={"ci_low": low, "ci_high": high, "prompts": prompts})
+
     def with_interval(self, low: float, high: float) -> SpeedupVerdict:
         """A copy carrying a 95 % interval; a refused verdict is returned unchanged.
 
@@ -268,7 +302,7 @@ class SpeedupVerdict(BaseModel):
         return " (server clock)" if self.clock is Clock.server else ""
 
     def _no_significant_difference(
-        self, low: float, high: float, rounds: int | None
+        self, low: float, high: float, rounds: int | None, prompts: int | None = None
     ) -> SpeedupVerdict:
         return SpeedupVerdict(
             metric=self.metric,
@@ -278,19 +312,28 @@ class SpeedupVerdict(BaseModel):
             ci_low=low,
             ci_high=high,
             rounds=rounds,
+            prompts=prompts,
         )
+
+    def _interval_text(self) -> str:
+        if self.ci_low is None or self.ci_high is None:
+            return ""
+        text = interval_text(self.ci_low, self.ci_high, rounds=self.rounds)
+        return text + (f" over {self.prompts} prompts" if self.prompts is not None else "")
 
     def __str__(self) -> str:
         if self.printed and self.speedup is not None:
             ci = ""
             if self.ci_low is not None and self.ci_high is not None:
-                ci = f" (95% CI {interval_text(self.ci_low, self.ci_high, rounds=self.rounds)})"
+                ci = f" (95% CI {self._interval_text()})"
+            elif self.point_estimate:
+                ci = " (point estimate, significance not judged)"
             slower = " — slower" if self.slower else ""
             return f"{self.speedup:.2f}× by {self.metric.value}{self._on_clock}{slower}{ci}"
         if self.inconclusive and self.ci_low is not None and self.ci_high is not None:
             return (
                 "no significant difference "
-                f"({interval_text(self.ci_low, self.ci_high, rounds=self.rounds)}) "
+                f"({self._interval_text()}) "
                 f"by {self.metric.value}{self._on_clock}"
             )
         text = "refused: " + ", ".join(r.value for r in self.reasons)
@@ -416,19 +459,36 @@ def _with_interval(
     rounds: tuple[Mapping[int, float], Mapping[int, float]],
     n_resamples: int,
     seed: int,
+    prompts: PromptPair = (None, None),
 ) -> SpeedupVerdict:
-    """``verdict`` with its 95 % interval: paired rounds first, else a bootstrap of the
-    per-request samples; unchanged when refused or when neither gives one."""
-    if not verdict.printed:
+    """``verdict`` with its 95 % interval: a paired cluster bootstrap over prompts
+    first (it covers the choice of prompts and repeat noise), else paired rounds
+    (repeat noise), else a bootstrap of the per-request samples; unchanged when
+    refused or when none gives one."""
+    if not verdict.printed or verdict.speedup is None:
         return verdict
+    from deepseekbench._analysis._prompt_bootstrap import prompt_ratio_ci  # numpy, lazily
+
+    b_prompts, c_prompts = prompts
+    if b_prompts and c_prompts:
+        ci = prompt_ratio_ci(
+            b_prompts,
+            c_prompts,
+            invert=verdict.metric.higher_is_better,
+            point=verdict.speedup,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+        if ci is not None:
+            return verdict.with_prompt_interval(*ci)
     paired = paired_speedup_ci(*rounds, metric=verdict.metric)
     if paired is not None:
         return verdict.with_paired_rounds(*paired)
     b, c = samples
     if b and c:
-        ci = bootstrap_speedup_ci(b, c, metric=verdict.metric, n_resamples=n_resamples, seed=seed)
-        if ci is not None:
-            return verdict.with_interval(*ci)
+        ci2 = bootstrap_speedup_ci(b, c, metric=verdict.metric, n_resamples=n_resamples, seed=seed)
+        if ci2 is not None:
+            return verdict.with_interval(*ci2)
     return verdict
 
 
@@ -450,6 +510,7 @@ def compare_speedup(
     seed: int = 0,
     clock: Clock | str = Clock.client,
     clock_tolerance: float | str = CLOCK_TOLERANCE,
+    prompt_samples: PromptPair | None = None,
 ) -> SpeedupVerdict:
     """Credit ``candidate`` with a speedup over ``baseline`` only when it is earned.
 
@@ -474,19 +535,33 @@ def compare_speedup(
     delay).
 
     **Interval.** Given the run the rows came from (``result``, e.g. from
-    :func:`~deepseekbench.load_results`), or its per-round values (``rounds``) or
-    per-request values (``samples``), a printed verdict carries the same figure and
-    95 % interval the scorecard prints for these rows (the scorecard calls this
-    function): with 2 or more paired rounds the figure is the geometric mean of
-    the rounds' ratios and the interval a Student-t interval on their logs
-    (:func:`paired_speedup_ci`, ``rounds`` set on the verdict); otherwise a
-    percentile bootstrap of the ratio of medians over the per-request samples
-    (:func:`bootstrap_speedup_ci`, ``n_resamples`` resamples, generator seeded
-    with ``seed``). Without any of them the figure is the ratio of the rows'
-    medians and there is no interval. An interval that includes 1 credits nothing:
-    the verdict is refused with ``no_significant_difference`` and keeps the interval
-    (reads "no significant difference (0.94–1.07) by tpot_ms"), for a gain and a
-    loss alike.
+    :func:`~deepseekbench.load_results`), or its per-prompt values
+    (``prompt_samples``), per-round values (``rounds``) or per-request values
+    (``samples``), a printed verdict carries the same figure and 95 % interval the
+    scorecard prints for these rows (the scorecard calls this function). The prompt
+    is the sampling unit when the requests name theirs (the workload item id) and
+    :data:`~deepseekbench._analysis._prompt_bootstrap.MIN_PROMPTS` or more prompts
+    are shared: a paired cluster bootstrap over prompts, the same prompts drawn for
+    both rows, then repeats within each
+    (:func:`~deepseekbench._analysis._prompt_bootstrap.prompt_ratio_ci`; ``prompts``
+    set on the verdict); the figure stays the ratio of the rows' medians and the
+    interval always holds it. It covers the choice of prompts and repeat noise: the
+    question "how much faster on this kind of workload". Otherwise, with 2 or more
+    paired rounds the figure is the geometric mean of the rounds' ratios and the
+    interval a Student-t interval on their logs (:func:`paired_speedup_ci`,
+    ``rounds`` set on the verdict; it covers repeat noise only, the prompts held
+    fixed); otherwise a percentile bootstrap of the ratio of medians over the
+    per-request samples (:func:`bootstrap_speedup_ci`, requests as independent).
+    All bootstraps draw ``n_resamples`` resamples from a generator seeded with
+    ``seed``. An interval that includes 1 credits nothing: the verdict is refused
+    with ``no_significant_difference`` and keeps the interval (reads "no significant
+    difference (0.94–1.07) by tpot_ms"), for a gain and a loss alike.
+
+    **Without any of them** there is no interval: the figure (the ratio of the rows'
+    medians) is a point estimate whose significance was not judged. The verdict
+    keeps it (``printed``, ``speedup``) and says so — :attr:`SpeedupVerdict.point_estimate`
+    is True, its text ends "point estimate, significance not judged" and it is
+    falsy (``bool(verdict)`` is False): no credit without significance.
 
     Args:
         baseline: the ``speculative=off`` row.
@@ -502,6 +577,8 @@ def compare_speedup(
             tokens/s), instead of ``result``.
         rounds: ``(baseline, candidate)`` value of ``metric`` per round number,
             instead of ``result``.
+        prompt_samples: ``(baseline, candidate)`` per-request values of ``metric``
+            by prompt (workload item id), instead of ``result``.
         n_resamples, seed: of the bootstrap.
         clock: ``"client"`` (default: the client's arrival times) or ``"server"``
             (the engine's own per-request figures, ``Row.server_tpot_ms`` /
@@ -524,8 +601,8 @@ def compare_speedup(
 
     Raises:
         ValueError: ``metric`` is not a :class:`SpeedupMetric` value,
-            ``min_requests < 1``, ``result`` given together with ``samples`` or
-            ``rounds``, or a row that is not one of ``result``'s rows.
+            ``min_requests < 1``, ``result`` given together with ``samples``,
+            ``rounds`` or ``prompt_samples``, or a row that is not one of ``result``'s rows.
         FractionFormatError: ``clock_tolerance`` in neither form (a ValueError).
     """
     metric = SpeedupMetric(metric)
@@ -536,17 +613,25 @@ def compare_speedup(
     if not clock_tolerance > 0:
         raise ValueError("clock_tolerance must be > 0")
     if result is not None:
-        if samples is not None or rounds is not None:
-            raise ValueError("pass result, or samples/rounds, not both")
+        if samples is not None or rounds is not None or prompt_samples is not None:
+            raise ValueError("pass result, or samples/rounds/prompt_samples, not both")
         name = evidence_field(metric, clock)
         bs, br = result.speedup_evidence(baseline, name)
         cs, cr = result.speedup_evidence(candidate, name)
         samples, rounds = (bs, cs), (br, cr)
+        by_prompt = getattr(result, "prompt_evidence", None)  # a RunResult has it
+        if by_prompt is not None:
+            prompt_samples = (by_prompt(baseline, name), by_prompt(candidate, name))
         if getattr(result, "results_tampered", False):  # a RunResult of an edited file
             return tampered_verdict(metric, clock)
     verdict = _judge(baseline, candidate, metric, min_requests, clock, clock_tolerance)
     verdict = _with_interval(
-        verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed
+        verdict,
+        samples or (None, None),
+        rounds or ({}, {}),
+        n_resamples,
+        seed,
+        prompt_samples or (None, None),
     )
     return _witnessed(verdict, baseline, candidate, clock_tolerance)
 

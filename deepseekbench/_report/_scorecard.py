@@ -125,6 +125,7 @@ class Scorecard:
         clock: Clock | str = Clock.client,
         results_tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
+        prompts: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -146,6 +147,10 @@ class Scorecard:
             acceptance: per-request acceptance lengths (tokens per verify step) keyed
                 by :func:`line_key`: the interval of each credited line's
                 decomposition (:func:`~deepseekbench.decompose_speedup`).
+            prompts: per-request values of ``metric`` by prompt (workload item id),
+                keyed by :func:`line_key`; where both sides share enough prompts, a
+                printed speedup's interval is a paired cluster bootstrap over them
+                (it covers the choice of prompts), ahead of ``rounds``.
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -162,6 +167,7 @@ class Scorecard:
             clock=Clock(clock),
             results_tampered=results_tampered,
             acceptance=acceptance,
+            prompts=prompts,
         )
         card = cls(lines, metric=m, rows=rows)
         card.round_values = rounds or {}
@@ -183,6 +189,7 @@ class Scorecard:
         rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
         acceptance: dict[str, list[float]] = {}
+        prompts: dict[str, dict[str, list[float]]] = {}
         clock = result.plan.clock  # the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
@@ -191,6 +198,9 @@ class Scorecard:
             row_samples, rounds[key] = result.speedup_evidence(row, evidence_field(m, clock))
             if row_samples is not None:
                 samples[key] = list(row_samples)
+            by_prompt = result.prompt_evidence(row, evidence_field(m, clock))
+            if by_prompt is not None:
+                prompts[key] = by_prompt
             rp = result.parity.get((route, row.reasoning_mode))
             traffic = result.traffic.get((route, cell, load))
             # the parity set's divergence first (it names the prompt); the measured
@@ -210,6 +220,7 @@ class Scorecard:
             clock=clock,
             results_tampered=result.results_tampered,
             acceptance=acceptance,
+            prompts=prompts,
         )
         card.client_workers = result.plan.workers
         card.meta = result.meta
