@@ -348,7 +348,7 @@ class _Judge:
             first_divergence=_with_margin(d.first_divergence if d else None, r),
             task_flips=d.task_flips if d else (),
             categories=_category_lines(
-                base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms, tampered
+                base, r, verdict.metric if verdict is not None else SpeedupMetric.tpot_ms, tampered
             ),
             decomposition=parts,
             engine_diagnosis=diagnosis,

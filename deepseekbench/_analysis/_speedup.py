@@ -68,6 +68,15 @@ class SpeedupMetric(_ClosedEnum):
         """True for throughput metrics (speedup = candidate / baseline)."""
         return self in _HIGHER_IS_BETTER
 
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        """An unknown name raises :class:`~deepseekbench.UnknownMetricError` (also a
+        ``ValueError``) naming the valid ones."""
+        from deepseekbench._errors import UnknownMetricError
+
+        known = tuple(m.value for m in cls)
+        raise UnknownMetricError(value, known, what="speedup metric")
+
 
 _HIGHER_IS_BETTER = frozenset(
     {
