@@ -28,6 +28,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median as median_of
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -429,10 +430,13 @@ class RunResult:
         samples = None if metric in WINDOW_METRICS else self.samples(route, cell, metric, load)
         return samples, self.round_values(route, cell, metric, load)
 
-    def prompt_evidence(self, row: Row, metric: str = "tpot_ms") -> dict[str, list[float]] | None:
-        """``row``'s per-request values of ``metric`` (ms, or tokens/s) by prompt (the
-        workload item id; a multi-turn item's turns count as its requests): what the
-        speedup's paired cluster bootstrap over prompts resamples
+    def prompt_evidence(
+        self, row: Row, metric: str = "tpot_ms"
+    ) -> dict[str, dict[int, float]] | None:
+        """``row``'s ``metric`` (ms, or tokens/s) per prompt (the workload item id) and
+        round: the median of the prompt's successful requests in that round (a
+        multi-turn item's turns count as its requests). What the speedup's paired
+        cluster bootstrap over prompts resamples
         (``deepseekbench._analysis._prompt_bootstrap``). ``None`` for a window metric, or
         when a successful request does not name its prompt (older results files).
 
@@ -445,7 +449,7 @@ class RunResult:
             return None
         index = next(i for i, r in enumerate(self.rows) if r is row or r == row)
         route, cell, load = self.row_keys[index]
-        out: dict[str, list[float]] = {}
+        cells: dict[str, dict[int, list[float]]] = {}
         for m in self._matching(route, cell, load):
             if m.measurement.error is not None:
                 continue
@@ -453,8 +457,8 @@ class RunResult:
                 return None
             v = getattr(m.measurement, metric)
             if v is not None:
-                out.setdefault(m.item, []).append(float(v))
-        return out
+                cells.setdefault(m.item, {}).setdefault(m.round, []).append(float(v))
+        return {p: {r: median_of(vs) for r, vs in by.items()} for p, by in cells.items()}
 
     def round_values(
         self, route: str, cell: str, metric: str = "tpot_ms", load: str | None = None

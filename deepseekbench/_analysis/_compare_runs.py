@@ -408,8 +408,9 @@ def compare_runs(
     engine's by more than 25 % across the runs; it reads "not comparable" with the
     reasons. Intervals: percentile bootstrap over the prompts both runs measured,
     paired on the prompt, then requests within each (each run's requests on their
-    own where the requests name no prompt; window figures: Welch t over rounds), Bonferroni over the ``m`` figures judged, so the
-    family-wise false-change rate is at most ``alpha``
+    own where the requests name no prompt; window figures: Welch t over rounds),
+    Bonferroni over the ``m`` figures judged, so the family-wise false-change rate is
+    at most ``alpha``
     (``deepseekbench._analysis._compare_figures``; docs/compare.md).
 
     Args:

@@ -298,7 +298,7 @@ class _Judge:
         clock: Clock = Clock.client,
         tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
-        prompts: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+        prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
     ) -> None:
         self.prompts = prompts or {}
         self.acceptance = acceptance or {}
@@ -391,13 +391,13 @@ def judge_rows(
     clock: Clock = Clock.client,
     results_tampered: bool = False,
     acceptance: Mapping[str, Sequence[float]] | None = None,
-    prompts: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
 ) -> list[ScorecardLine]:
     """One line per row, in row order but for the loads of a cell, which read ascending
     (concurrency, or rate in requests/s: :func:`load_order`): each speculative row judged
     against the first ``off`` row of its cell and load (every key axis but
     ``speculative`` equal).
-    ``samples``, ``details``, ``rounds``, ``prompts`` (per-request values by prompt:
+    ``samples``, ``details``, ``rounds``, ``prompts`` (values per prompt and round:
     the speedup's interval over prompts) and ``acceptance`` (per-request acceptance
     lengths, tokens per verify step: the decomposition's interval) are keyed by
     :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``)."""

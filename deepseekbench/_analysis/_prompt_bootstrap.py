@@ -13,7 +13,9 @@ prompts, two-stage (Davison & Hinkley 1997, §3.8, a cluster bootstrap; Field & 
    run's lines too): the groups are paired on the prompt, so what is common to a
    prompt (its length, how easy it is to draft) cancels out of the ratio;
 2. within each drawn prompt, draw its requests (repeats) with replacement, as many as
-   the group's largest prompt holds, so repeat noise is covered too.
+   the group's largest prompt holds — one uniform draw shared by the groups, so a
+   prompt with as many requests on each side draws the same repeat (the same round)
+   on each — so repeat noise is covered too.
 
 Only the prompts every group measured enter (a prompt missing from one group cannot
 pair); with fewer than :data:`MIN_PROMPTS` of them, the caller falls back to its
@@ -26,12 +28,13 @@ the same thing.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_PROMPTS", "prompt_indices", "prompt_ratio_ci"]
+__all__ = ["MIN_PROMPTS", "combine_log_intervals", "prompt_indices", "prompt_ratio_ci"]
 
 MIN_PROMPTS = 5
 """Fewest prompts shared by every group before the prompt is the sampling unit: a
@@ -52,9 +55,7 @@ def _common(prompts: Sequence[Sequence[str | None]]) -> list[str] | None:
     return common if len(common) >= MIN_PROMPTS else None
 
 
-def prompt_indices(
-    prompts: Sequence[Sequence[str | None]], rng: Any, n: int
-) -> list[Any] | None:
+def prompt_indices(prompts: Sequence[Sequence[str | None]], rng: Any, n: int) -> list[Any] | None:
     """``n`` paired two-stage resamples of each group's request indices.
 
     ``prompts``: per group, the prompt (workload item id) of each of its requests.
@@ -69,68 +70,99 @@ def prompt_indices(
         return None
     n_prompts = len(common)
     pick = rng.integers(0, n_prompts, size=(n, n_prompts))
-    out = []
+    tables = []
     for g in prompts:
         ids = np.asarray(g, dtype=object)
         members = [np.flatnonzero(ids == p) for p in common]
         counts = np.asarray([len(x) for x in members])
-        m = int(counts.max())
-        table = np.zeros((n_prompts, m), dtype=np.int64)
+        table = np.zeros((n_prompts, int(counts.max())), dtype=np.int64)
         for j, x in enumerate(members):
             table[j, : len(x)] = x
-        within = np.floor(rng.random((n, n_prompts, m)) * counts[pick][..., None]).astype(np.int64)
+        tables.append((table, counts))
+    # one uniform draw for every group: equal counts draw the same repeat (the same
+    # round, requests being in round order) of the same prompt on every side
+    u = rng.random((n, n_prompts, max(t.shape[1] for t, _ in tables)))
+    out = []
+    for table, counts in tables:
+        m = table.shape[1]
+        within = np.floor(u[..., :m] * counts[pick][..., None]).astype(np.int64)
         out.append(table[pick[..., None], within].reshape(n, n_prompts * m))
     return out
 
 
 def prompt_ratio_ci(
-    baseline: Mapping[str, Sequence[float]],
-    candidate: Mapping[str, Sequence[float]],
+    baseline: Mapping[str, Mapping[int, float]],
+    candidate: Mapping[str, Mapping[int, float]],
     *,
     invert: bool = False,
     point: float,
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> tuple[float, float, int] | None:
-    """95 % paired cluster-bootstrap interval over prompts of a ratio of medians.
+    """95 % paired cluster-bootstrap interval over prompts of the paired-rounds speedup.
 
-    ``baseline``/``candidate``: per prompt (workload item id), that prompt's
-    per-request values (ms, or tokens/s), repeats included. The statistic is
-    ``median(baseline) / median(candidate)`` over the resampled requests
-    (``candidate / baseline`` with ``invert``), dimensionless; resampling as
-    :func:`prompt_indices`, ``n_resamples`` draws from a generator seeded with
-    ``seed`` (percentile method, Efron & Tibshirani 1993, ch. 13). The interval is
-    widened to hold ``point`` (the figure printed beside it) if the percentiles miss
-    it, so an interval never contradicts its own figure.
+    ``baseline``/``candidate``: per prompt (workload item id), its value per round (ms,
+    or tokens/s; the median of its requests in that round). The statistic mirrors the
+    scorecard's figure: per round, the median over the prompts of the baseline over
+    that of the candidate (``candidate / baseline`` with ``invert``), and the geometric
+    mean over the rounds — with one round, the ratio of medians. The prompts both sides
+    measured are drawn with replacement, the same draw for both sides and every round
+    (``n_resamples`` draws from a generator seeded with ``seed``; percentile method,
+    Efron & Tibshirani 1993, ch. 13); the rounds are kept, so a drift between rounds
+    weighs on both sides as in the figure. The interval is widened to hold ``point``
+    (the figure printed beside it) if the percentiles miss it. Dimensionless.
 
     Returns:
-        ``(low, high, prompts)``, or ``None`` with fewer than :data:`MIN_PROMPTS`
-        prompts with a positive, finite value on both sides, or a degenerate interval.
+        ``(low, high, prompts)``, or ``None`` with fewer than :data:`MIN_PROMPTS` shared
+        prompts with a positive, finite value in a shared round, or a degenerate interval.
     """
-    b_ids, b_vals = _flat(baseline)
-    c_ids, c_vals = _flat(candidate)
-    rng = np.random.default_rng(seed)
-    picks = prompt_indices((b_ids, c_ids), rng, n_resamples)
-    if picks is None:
+    common = sorted(set(baseline) & set(candidate))
+    rounds = sorted(
+        {r for p in common for r in baseline[p]} & {r for p in common for r in candidate[p]}
+    )
+    vb, vc = _matrix(baseline, common, rounds), _matrix(candidate, common, rounds)
+    keep = [i for i in range(len(common)) if np.isfinite(vb[i]).any() and np.isfinite(vc[i]).any()]
+    if len(keep) < MIN_PROMPTS:
         return None
-    mb = np.median(b_vals[picks[0]], axis=1)
-    mc = np.median(c_vals[picks[1]], axis=1)
-    ratio = mc / mb if invert else mb / mc
-    low, high = (float(v) for v in np.percentile(ratio, [2.5, 97.5]))
+    vb, vc = vb[keep], vc[keep]
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(keep), size=(n_resamples, len(keep)))
+    with warnings.catch_warnings():  # a round no drawn prompt measured: nan, left out
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mb = np.nanmedian(vb[pick], axis=1)
+        mc = np.nanmedian(vc[pick], axis=1)
+        logs = np.log(mc / mb) if invert else np.log(mb / mc)
+        stat = np.exp(np.nanmean(logs, axis=1))
+    stat = stat[np.isfinite(stat)]
+    if len(stat) < n_resamples // 2:
+        return None
+    low, high = (float(v) for v in np.percentile(stat, [2.5, 97.5]))
     low, high = min(low, point), max(high, point)
     if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
         return None
-    n_prompts = len(set(b_ids) & set(c_ids))
-    return low, high, n_prompts
+    return low, high, len(keep)
 
 
-def _flat(by_prompt: Mapping[str, Sequence[float]]) -> tuple[list[str | None], Any]:
-    """The positive, finite values and each one's prompt, in prompt order."""
-    ids: list[str | None] = []
-    values: list[float] = []
-    for prompt, xs in by_prompt.items():
-        for x in xs:
-            if math.isfinite(x) and x > 0:
-                ids.append(prompt)
-                values.append(float(x))
-    return ids, np.asarray(values, dtype=float)
+def _matrix(
+    values: Mapping[str, Mapping[int, float]], prompts: list[str], rounds: list[int]
+) -> Any:
+    """``(prompts, rounds)`` values; ``nan`` where missing, not positive or not finite."""
+    out = np.full((len(prompts), len(rounds)), np.nan)
+    for i, p in enumerate(prompts):
+        for j, r in enumerate(rounds):
+            v = values[p].get(r)
+            if v is not None and math.isfinite(v) and v > 0:
+                out[i, j] = v
+    return out
+
+
+def combine_log_intervals(point: float, *intervals: tuple[float, float]) -> tuple[float, float]:
+    """One interval around ``point`` from intervals of independent sources of variation
+    (e.g. the choice of prompts, and the rounds' repeat noise and drift), each holding
+    ``point``: on the log scale, each side's distance from ``point`` is the root sum of
+    squares of the intervals' distances on that side (the combined standard uncertainty
+    of independent components, JCGM 100:2008 "GUM" §5.1). Dimensionless; raises nothing."""
+    lp = math.log(point)
+    below = math.sqrt(sum((lp - math.log(lo)) ** 2 for lo, _ in intervals))
+    above = math.sqrt(sum((math.log(hi) - lp) ** 2 for _, hi in intervals))
+    return math.exp(lp - below), math.exp(lp + above)

@@ -37,8 +37,10 @@ from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._interval import interval_text
 from deepseekbench._types._row import Row
 
-PromptPair = tuple[Mapping[str, Sequence[float]] | None, Mapping[str, Sequence[float]] | None]
-"""``(baseline, candidate)`` per-request values by prompt (workload item id)."""
+PromptValues = Mapping[str, Mapping[int, float]]
+"""Per prompt (workload item id), its value per round (ms or tokens/s)."""
+PromptPair = tuple[PromptValues | None, PromptValues | None]
+"""``(baseline, candidate)`` :data:`PromptValues`."""
 
 MIN_REQUESTS_FOR_SPEEDUP = 5
 """Fewest measured requests (``Row.n_requests``) each row needs before a speedup
@@ -178,12 +180,12 @@ class SpeedupVerdict(BaseModel):
         reasons: every :class:`RefusalReason` that applies (empty when printed).
         mismatched_axes: key axes other than ``speculative`` that differ.
         ci_low, ci_high: optional 95 % interval of the speedup, attached by the
-            scorecard. What it covers, by what it was made from: ``prompts`` set —
-            a paired cluster bootstrap over the prompts both rows measured (the
-            choice of prompts and repeat noise;
-            :mod:`deepseekbench._analysis._prompt_bootstrap`); else ``rounds`` set —
-            paired rounds (repeat noise only; ``speedup`` is their geometric mean);
-            else a per-request bootstrap (requests as independent).
+            scorecard. What it covers, by what it was made from: ``rounds`` set —
+            paired rounds (repeat noise and drift; ``speedup`` is their geometric
+            mean); ``prompts`` set — a paired cluster bootstrap over the prompts both
+            rows measured (the choice of prompts;
+            :mod:`deepseekbench._analysis._prompt_bootstrap`); both set — the two
+            combined; neither — a per-request bootstrap (requests as independent).
         rounds: the paired rounds behind ``speedup`` and the interval, or ``None``.
         prompts: the prompts the interval resampled, or ``None``.
 
@@ -271,21 +273,21 @@ class SpeedupVerdict(BaseModel):
         return self.speedup is not None and self.speedup < 1.0
 
     def with_paired_rounds(
-        self, speedup: float, low: float, high: float, rounds: int
+        self, speedup: float, low: float, high: float, rounds: int, *, prompts: int | None = None
     ) -> SpeedupVerdict:
         """A copy whose figure and 95 % interval come from ``rounds`` paired round
-        ratios (see :func:`~deepseekbench.paired_speedup_ci`); a refused verdict is
-        returned unchanged."""
+        ratios (see :func:`~deepseekbench.paired_speedup_ci`), the interval also covering
+        the choice of ``prompts`` prompts when given; a refused verdict is returned
+        unchanged."""
         if not self.printed:
             return self
         if low <= 1.0 <= high:
-            return self._no_significant_difference(low, high, rounds)
-        return self.model_copy(
-            update={"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
-        )
+            return self._no_significant_difference(low, high, rounds, prompts)
+        update = {"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
+        return self.model_copy(update={**update, "prompts": prompts})
 
     def with_prompt_interval(self, low: float, high: float, prompts: int) -> SpeedupVerdict:
-        """A copy carrying a 95 % interval over ``prompts`` prompts (see
+        """A copy carrying a 95 % interval over ``prompts`` prompts of one round (see
         :func:`~deepseekbench._analysis._prompt_bootstrap.prompt_ratio_ci`); the figure
         stays the ratio of the rows' values. A refused verdict is returned unchanged;
         an interval that includes 1 makes an :attr:`inconclusive` one."""
@@ -470,34 +472,42 @@ def _with_interval(
     seed: int,
     prompts: PromptPair = (None, None),
 ) -> SpeedupVerdict:
-    """``verdict`` with its 95 % interval: a paired cluster bootstrap over prompts
-    first (it covers the choice of prompts and repeat noise), else paired rounds
-    (repeat noise), else a bootstrap of the per-request samples; unchanged when
-    refused or when none gives one."""
+    """``verdict`` with its 95 % interval, covering every source of variation its
+    evidence shows: paired rounds (repeat noise and drift, Student t) and the choice of
+    prompts (a paired cluster bootstrap over them), combined where both exist; else a
+    bootstrap of the per-request samples; unchanged when refused or when none gives one."""
     if not verdict.printed or verdict.speedup is None:
         return verdict
-    from deepseekbench._analysis._prompt_bootstrap import prompt_ratio_ci  # numpy, lazily
+    from deepseekbench._analysis._prompt_bootstrap import (  # numpy, lazily
+        combine_log_intervals,
+        prompt_ratio_ci,
+    )
 
-    b_prompts, c_prompts = prompts
-    if b_prompts and c_prompts:
-        ci = prompt_ratio_ci(
-            b_prompts,
-            c_prompts,
+    paired = paired_speedup_ci(*rounds, metric=verdict.metric)
+    figure = paired[0] if paired is not None else verdict.speedup
+    by_prompt = None
+    if prompts[0] and prompts[1]:
+        by_prompt = prompt_ratio_ci(
+            prompts[0],
+            prompts[1],
             invert=verdict.metric.higher_is_better,
-            point=verdict.speedup,
+            point=figure,
             n_resamples=n_resamples,
             seed=seed,
         )
-        if ci is not None:
-            return verdict.with_prompt_interval(*ci)
-    paired = paired_speedup_ci(*rounds, metric=verdict.metric)
     if paired is not None:
-        return verdict.with_paired_rounds(*paired)
+        low, high, n_prompts = paired[1], paired[2], None
+        if by_prompt is not None:
+            low, high = combine_log_intervals(figure, (low, high), by_prompt[:2])
+            n_prompts = by_prompt[2]
+        return verdict.with_paired_rounds(figure, low, high, paired[3], prompts=n_prompts)
+    if by_prompt is not None:
+        return verdict.with_prompt_interval(*by_prompt)
     b, c = samples
     if b and c:
-        ci2 = bootstrap_speedup_ci(b, c, metric=verdict.metric, n_resamples=n_resamples, seed=seed)
-        if ci2 is not None:
-            return verdict.with_interval(*ci2)
+        ci = bootstrap_speedup_ci(b, c, metric=verdict.metric, n_resamples=n_resamples, seed=seed)
+        if ci is not None:
+            return verdict.with_interval(*ci)
     return verdict
 
 
@@ -544,26 +554,35 @@ def compare_speedup(
     delay).
 
     **Interval.** Given the run the rows came from (``result``, e.g. from
-    :func:`~deepseekbench.load_results`), or its per-prompt values
-    (``prompt_samples``), per-round values (``rounds``) or per-request values
-    (``samples``), a printed verdict carries the same figure and 95 % interval the
-    scorecard prints for these rows (the scorecard calls this function). The prompt
-    is the sampling unit when the requests name theirs (the workload item id) and
-    :data:`~deepseekbench._analysis._prompt_bootstrap.MIN_PROMPTS` or more prompts
-    are shared: a paired cluster bootstrap over prompts, the same prompts drawn for
-    both rows, then repeats within each
-    (:func:`~deepseekbench._analysis._prompt_bootstrap.prompt_ratio_ci`; ``prompts``
-    set on the verdict); the figure stays the ratio of the rows' medians and the
-    interval always holds it. It covers the choice of prompts and repeat noise: the
-    question "how much faster on this kind of workload". Otherwise, with 2 or more
-    paired rounds the figure is the geometric mean of the rounds' ratios and the
-    interval a Student-t interval on their logs (:func:`paired_speedup_ci`,
-    ``rounds`` set on the verdict; it covers repeat noise only, the prompts held
-    fixed); otherwise a percentile bootstrap of the ratio of medians over the
-    per-request samples (:func:`bootstrap_speedup_ci`, requests as independent).
-    All bootstraps draw ``n_resamples`` resamples from a generator seeded with
-    ``seed``. An interval that includes 1 credits nothing: the verdict is refused
-    with ``no_significant_difference`` and keeps the interval (reads "no significant
+    :func:`~deepseekbench.load_results`), or its values per prompt and round
+    (``prompt_samples``), per round (``rounds``) or per request (``samples``), a
+    printed verdict carries the same figure and 95 % interval the scorecard prints
+    for these rows (the scorecard calls this function). The interval covers every
+    source of variation the evidence shows:
+
+    * with 2 or more paired rounds the figure is the geometric mean of the rounds'
+      ratios (:func:`paired_speedup_ci`, ``rounds`` set on the verdict) and its
+      Student-t interval on their logs covers repeat noise and a drift between
+      rounds, the prompts held fixed;
+    * where the requests name their prompts (workload item ids) and
+      :data:`~deepseekbench._analysis._prompt_bootstrap.MIN_PROMPTS` or more are
+      shared, a paired cluster bootstrap over the prompts of the same figure (the same
+      prompts drawn for both rows, the rounds kept:
+      :func:`~deepseekbench._analysis._prompt_bootstrap.prompt_ratio_ci`, ``prompts``
+      set) covers the choice of prompts: the question "how much faster on this kind
+      of workload";
+    * both: the two combined on the log scale, root sum of squares of each side's
+      distance from the figure
+      (:func:`~deepseekbench._analysis._prompt_bootstrap.combine_log_intervals`); the
+      prompts alone (one round): the bootstrap's interval around the ratio of the
+      rows' medians;
+    * neither: a percentile bootstrap of the ratio of medians over the per-request
+      samples (:func:`bootstrap_speedup_ci`, requests as independent).
+
+    Every interval holds the figure printed beside it. The bootstraps draw
+    ``n_resamples`` resamples from a generator seeded with ``seed``. An interval that
+    includes 1 credits nothing: the verdict is refused with
+    ``no_significant_difference`` and keeps the interval (reads "no significant
     difference (0.94–1.07) by tpot_ms"), for a gain and a loss alike.
 
     **Without any of them** there is no interval: the figure (the ratio of the rows'
@@ -586,8 +605,8 @@ def compare_speedup(
             tokens/s), instead of ``result``.
         rounds: ``(baseline, candidate)`` value of ``metric`` per round number,
             instead of ``result``.
-        prompt_samples: ``(baseline, candidate)`` per-request values of ``metric``
-            by prompt (workload item id), instead of ``result``.
+        prompt_samples: ``(baseline, candidate)`` value of ``metric`` per prompt
+            (workload item id) and round, instead of ``result``.
         n_resamples, seed: of the bootstrap.
         clock: ``"client"`` (default: the client's arrival times) or ``"server"``
             (the engine's own per-request figures, ``Row.server_tpot_ms`` /

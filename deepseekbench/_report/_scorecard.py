@@ -6,7 +6,9 @@ Each speculative row is paired with the ``off`` row of the same cell and load
 The speedup column shows a number only when that verdict is printed; otherwise
 it shows the refusal reasons. With 2 or more paired rounds a printed figure is
 the geometric mean of the rounds' ratios with a Student-t interval on their
-logs (:func:`paired_speedup_ci`); otherwise, with per-request samples, it
+logs (:func:`paired_speedup_ci`), widened by the choice of prompts where the
+requests name theirs (a paired cluster bootstrap over prompts,
+``deepseekbench._analysis._prompt_bootstrap``); otherwise, with per-request samples, it
 carries a 95 % bootstrap interval (``scipy.stats.bootstrap``, percentile
 method, each route's requests resampled independently; Efron & Tibshirani 1993,
 *An Introduction to the Bootstrap*). Refused lines list their first divergence
@@ -125,7 +127,7 @@ class Scorecard:
         clock: Clock | str = Clock.client,
         results_tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
-        prompts: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+        prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -147,10 +149,11 @@ class Scorecard:
             acceptance: per-request acceptance lengths (tokens per verify step) keyed
                 by :func:`line_key`: the interval of each credited line's
                 decomposition (:func:`~deepseekbench.decompose_speedup`).
-            prompts: per-request values of ``metric`` by prompt (workload item id),
-                keyed by :func:`line_key`; where both sides share enough prompts, a
-                printed speedup's interval is a paired cluster bootstrap over them
-                (it covers the choice of prompts), ahead of ``rounds``.
+            prompts: ``metric`` per prompt (workload item id) and round, keyed by
+                :func:`line_key`; where both sides share enough prompts, a printed
+                speedup's interval also covers the choice of prompts (a paired cluster
+                bootstrap over them, combined with the rounds' interval: see
+                :func:`~deepseekbench.compare_speedup`).
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -189,7 +192,7 @@ class Scorecard:
         rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
         acceptance: dict[str, list[float]] = {}
-        prompts: dict[str, dict[str, list[float]]] = {}
+        prompts: dict[str, dict[str, dict[int, float]]] = {}
         clock = result.plan.clock  # the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)

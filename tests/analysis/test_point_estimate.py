@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepseekbench import Row, Scorecard, SpeedupMetric, SpeedupVerdict, compare_speedup
@@ -37,7 +37,9 @@ def test_a_figure_without_an_interval_says_it_is_a_point_estimate() -> None:
 
 def test_a_figure_with_an_interval_is_credited_and_no_point_estimate() -> None:
     base, cand = make_row(), make_row(speculative="mtp", tpot_ms=10.0)
-    verdict = compare_speedup(base, cand, rounds=({0: 20.0, 1: 20.2, 2: 19.8}, {0: 10.0, 1: 10.1, 2: 9.9}))
+    verdict = compare_speedup(
+        base, cand, rounds=({0: 20.0, 1: 20.2, 2: 19.8}, {0: 10.0, 1: 10.1, 2: 9.9})
+    )
     assert verdict and not verdict.point_estimate and verdict.rounds == 3
 
 
@@ -53,7 +55,9 @@ def credits_a_point_estimate(base: Row, cand: Row, **kw: Any) -> SpeedupVerdict:
     return _TruthyPointEstimate.model_construct(**verdict.__dict__)
 
 
-def check_no_credit_without_an_interval(compare: Comparator, cfg: Any = PROPERTY_SETTINGS) -> None:
+def check_no_credit_without_an_interval(
+    compare: Comparator, cfg: settings = PROPERTY_SETTINGS
+) -> None:
     @cfg
     @given(pair=creditable_pairs(), metric=st.sampled_from(SpeedupMetric))
     def prop(pair: tuple[Row, Row], metric: SpeedupMetric) -> None:
