@@ -212,7 +212,8 @@ class UnknownMetricError(UnknownKeyError, ValueError, AttributeError):
 
     def __init__(self, key: object, known: tuple[str, ...], *, what: str = "metric") -> None:
         super().__init__("metric", key, known)
-        self.args = (f"{key!r} is not a valid {what}; valid names: {', '.join(known)}",)
+        allowed = ", ".join(repr(k) for k in known)
+        self.args = (f"{key!r} is not a valid {what}; allowed: {allowed}",)
 
 
 class FractionFormatError(DeepseekBenchError, ValueError):
