@@ -19,10 +19,17 @@ prompts, two-stage (Davison & Hinkley 1997, §3.8, a cluster bootstrap; Field & 
 
 Only the prompts every group measured enter (a prompt missing from one group cannot
 pair); with fewer than :data:`MIN_PROMPTS` of them, the caller falls back to its
-repeat-noise interval and says so. The scorecard's speedup interval
-(:func:`~deepseekbench.compare_speedup`) and ``compare``'s intervals
-(:func:`~deepseekbench.compare_runs`) both draw their indices here, so the two cover
-the same thing.
+repeat-noise interval and says so.
+
+Two users, one account. The scorecard's speedup (:func:`~deepseekbench.compare_speedup`,
+:func:`prompt_ratio_ci`) resamples the prompts of its own figure — the paired rounds'
+geometric mean, the rounds kept so a drift between them weighs on both routes as in the
+figure — and combines that interval with the rounds' own Student-t interval
+(:func:`combine_log_intervals`): it answers "how much faster on this kind of
+workload". ``compare``'s intervals (:func:`~deepseekbench.compare_runs`, through
+:func:`prompt_indices`) draw the same prompts for every line of both runs: they answer
+"did the change between the runs move this figure, on the prompts both ran". Both
+take the prompt as the unit and pair on it.
 """
 
 from __future__ import annotations
