@@ -198,6 +198,24 @@ class UnknownKeyError(DeepseekBenchError, KeyError):
         return str(self.args[0])
 
 
+class UnknownMetricError(UnknownKeyError, ValueError, AttributeError):
+    """A metric name that is none of the known ones: a speedup metric
+    (:class:`~deepseekbench.SpeedupMetric`, e.g. ``compare_speedup(metric=...)``,
+    ``Scorecard.from_run(metric=...)``) or a per-request or window figure of a
+    :class:`~deepseekbench.RunResult` (``samples``, ``round_values``,
+    ``speedup_evidence``). The message names the valid names (``known``).
+
+    Also a :class:`KeyError` (as :class:`UnknownKeyError`), a :class:`ValueError` (what a
+    bad speedup metric raised before) and an :class:`AttributeError` (what a bad figure
+    name of a result raised before), so existing ``except`` clauses still catch it.
+    """
+
+    def __init__(self, key: object, known: tuple[str, ...], *, what: str = "metric") -> None:
+        super().__init__("metric", key, known)
+        allowed = ", ".join(repr(k) for k in known)
+        self.args = (f"{key!r} is not a valid {what}; allowed: {allowed}",)
+
+
 class FractionFormatError(DeepseekBenchError, ValueError):
     """A threshold or margin given in none of the accepted forms: a fraction (``0.05``)
     or a percent string (``"5%"``, ``"5 %"``), inside its allowed range

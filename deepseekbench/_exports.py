@@ -16,6 +16,7 @@ EXPORTS: dict[str, str] = {
     "ChunkSend": "deepseekbench._engine._server",
     "DEFAULT_MARGIN": "deepseekbench._analysis._compare_runs",
     "UnknownKeyError": "deepseekbench._errors",
+    "UnknownMetricError": "deepseekbench._errors",
     "FractionFormatError": "deepseekbench._errors",
     "StepCostsError": "deepseekbench._errors",
     "CacheWindow": "deepseekbench._types._cache",  # the cache window

@@ -31,10 +31,14 @@ from tests.test_foundation import make_row
 def test_a_refused_verdict_is_falsy_and_a_credited_one_truthy() -> None:
     base = make_row()
     refused = compare_speedup(base, make_row(speculative="mtp", quality_parity="differs"))
-    credited = compare_speedup(base, make_row(speculative="mtp", tpot_ms=10.0))
+    cand = make_row(speculative="mtp", tpot_ms=10.0)
+    rounds = ({0: 20.0, 1: 20.1, 2: 19.9}, {0: 10.0, 1: 10.1, 2: 9.9})
+    credited = compare_speedup(base, cand, rounds=rounds)
+    point = compare_speedup(base, cand)  # no interval: a point estimate, not credited
     assert not refused.printed and not refused and bool(refused) is False
     assert credited.printed and credited and bool(credited) is True
-    taken = [v for v in (refused, credited) if v]
+    assert point.printed and point.point_estimate and bool(point) is False
+    taken = [v for v in (refused, credited, point) if v]
     assert taken == [credited]
 
 

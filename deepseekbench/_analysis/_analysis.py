@@ -22,10 +22,13 @@ set's task parity, and say so.
 
 from __future__ import annotations
 
+import types
+import typing
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median as median_of
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -34,7 +37,7 @@ from deepseekbench._analysis._route_parity import RouteParity, build_parity
 from deepseekbench._analysis._rows import RowInput, build_row, row_identity, with_identity
 from deepseekbench._analysis._rowstats import WINDOW_METRICS, RowRequests
 from deepseekbench._analysis._witness_rows import route_witnesses
-from deepseekbench._errors import PlanError
+from deepseekbench._errors import PlanError, UnknownMetricError
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._records._measurement import StreamMeasurement, is_unsent
 from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
@@ -162,6 +165,36 @@ class ErrorSummary:
     first_message: str
 
 
+def request_metric_names() -> tuple[str, ...]:
+    """The numeric per-request fields of :class:`~deepseekbench.StreamMeasurement`
+    (``ttft_ms``, ``tpot_ms``, ... in ms, tokens or tokens/s): the names
+    :meth:`RunResult.samples` reads."""
+    out = []
+    for name, f in StreamMeasurement.model_fields.items():
+        union = isinstance(f.annotation, types.UnionType) or (
+            typing.get_origin(f.annotation) is typing.Union
+        )
+        args = typing.get_args(f.annotation) if union else (f.annotation,)
+        if any(a in (int, float) for a in args):
+            out.append(name)
+    return tuple(out)
+
+
+def check_request_metric(metric: str, *, window: bool = False) -> None:
+    """Raise :class:`~deepseekbench.UnknownMetricError` naming the valid names unless
+    ``metric`` is a numeric per-request field (or, with ``window``, a window figure).
+
+    Raises:
+        UnknownMetricError: as above (also a ``KeyError``, ``ValueError`` and
+            ``AttributeError``).
+    """
+    names = request_metric_names()
+    if metric in names or (window and metric in WINDOW_METRICS):
+        return
+    known = (*sorted(WINDOW_METRICS), *names) if window else names
+    raise UnknownMetricError(metric, known, what="per-request figure")
+
+
 _REQUEST_COLUMNS = (
     "ttft_ms",
     "tpot_ms",
@@ -280,12 +313,12 @@ class RunResult:
         Raises:
             UnknownKeyError: ``route``, ``cell`` or ``load`` is not in this run (also a
                 ``KeyError``; the message lists the keys that exist).
-            AttributeError: ``metric`` names no :class:`~deepseekbench.StreamMeasurement`
-                field.
+            UnknownMetricError: ``metric`` names no numeric
+                :class:`~deepseekbench.StreamMeasurement` field (also an
+                ``AttributeError``; the message lists them).
         """
         self.check_keys(route, cell, load)
-        if metric not in StreamMeasurement.model_fields:
-            raise AttributeError(f"{metric!r} is not a StreamMeasurement field")
+        check_request_metric(metric)
         out: list[float] = []
         for m in self._matching(route, cell, load):
             if m.measurement.error is None:
@@ -382,7 +415,7 @@ class RunResult:
 
         Raises:
             ValueError: ``row`` is not one of this result's rows.
-            AttributeError: ``metric`` names no metric (as :meth:`round_values`).
+            UnknownMetricError: ``metric`` names no metric (as :meth:`round_values`).
         """
         index = next((i for i, r in enumerate(self.rows) if r is row), None)
         if index is None:
@@ -397,6 +430,36 @@ class RunResult:
         samples = None if metric in WINDOW_METRICS else self.samples(route, cell, metric, load)
         return samples, self.round_values(route, cell, metric, load)
 
+    def prompt_evidence(
+        self, row: Row, metric: str = "tpot_ms"
+    ) -> dict[str, dict[int, float]] | None:
+        """``row``'s ``metric`` (ms, or tokens/s) per prompt (the workload item id) and
+        round: the median of the prompt's successful requests in that round (a
+        multi-turn item's turns count as its requests). What the speedup's paired
+        cluster bootstrap over prompts resamples
+        (``deepseekbench._analysis._prompt_bootstrap``). ``None`` for a window metric, or
+        when a successful request does not name its prompt (older results files).
+
+        Raises:
+            ValueError: ``row`` is not one of this result's rows (as :meth:`speedup_evidence`).
+            UnknownMetricError: ``metric`` names no metric (as :meth:`round_values`).
+        """
+        self.speedup_evidence(row, metric)  # the same checks
+        if metric in WINDOW_METRICS:
+            return None
+        index = next(i for i, r in enumerate(self.rows) if r is row or r == row)
+        route, cell, load = self.row_keys[index]
+        cells: dict[str, dict[int, list[float]]] = {}
+        for m in self._matching(route, cell, load):
+            if m.measurement.error is not None:
+                continue
+            if m.item is None:
+                return None
+            v = getattr(m.measurement, metric)
+            if v is not None:
+                cells.setdefault(m.item, {}).setdefault(m.round, []).append(float(v))
+        return {p: {r: median_of(vs) for r, vs in by.items()} for p, by in cells.items()}
+
     def round_values(
         self, route: str, cell: str, metric: str = "tpot_ms", load: str | None = None
     ) -> dict[int, float]:
@@ -406,8 +469,12 @@ class RunResult:
 
         Raises:
             UnknownKeyError: ``route``, ``cell`` or ``load`` is not in this run.
-            AttributeError: ``metric`` names neither.
+            UnknownMetricError: ``metric`` names neither (also an ``AttributeError``;
+                the message lists the valid names).
         """
+        self.check_keys(route, cell, load)
+        if metric not in WINDOW_METRICS:
+            check_request_metric(metric, window=True)
         return self.row_requests(route, cell, load).round_values(metric)
 
 

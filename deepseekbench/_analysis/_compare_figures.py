@@ -8,13 +8,18 @@ figure is adding one entry to :data:`FIGURES` (and a test).
 
 **Interval.** Per-request figures: a percentile bootstrap of the change between
 the runs — ``B / A`` (``scale="ratio"``) or ``B − A`` (``scale="difference"``, for
-fractions that may be 0) — resampling each run's requests independently (the
-speedup resamples the ``off`` line's requests too), at the family's per-comparison
-level (Bonferroni: ``alpha / m``). Window figures (goodput, prefix-cache hit rate):
+fractions that may be 0) — at the family's per-comparison level (Bonferroni:
+``alpha / m``). Where the requests name their prompts (workload item ids) the
+prompt is the unit, as in the scorecard's speedup interval
+(:mod:`deepseekbench._analysis._prompt_bootstrap`): one draw of the prompts both
+runs measured, shared by every line (the speedup's ``off`` line too), then requests
+within each prompt — paired on the prompt, so the change is judged on the same
+prompts, and the choice of prompts is covered. Otherwise each run's requests are
+resampled independently. Window figures (goodput, prefix-cache hit rate):
 a Welch t interval on the rounds' values (log scale for a ratio), at the same
 level; with fewer than 2 rounds a side there is no interval and the figure is not
-judged. Requests of a run with several rounds of equal size are resampled in two
-stages (rounds, then requests within them), so a drift between rounds widens the
+judged. Without prompts, requests of a run with several rounds of equal size are
+resampled in two stages (rounds, then requests within them), so a drift between rounds widens the
 interval; otherwise requests are resampled as independent. Percentile bootstrap:
 Efron & Tibshirani 1993, ch. 13; two-stage: Davison & Hinkley 1997, §3.8; Welch 1947.
 """
@@ -28,6 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from deepseekbench._analysis._prompt_bootstrap import prompt_indices
 from deepseekbench._analysis._speedup import MIN_REQUESTS_FOR_SPEEDUP
 from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._axes import QualityParity, Speculative
@@ -60,6 +66,8 @@ class SideLine:
         row: the line's row (figures, flags, parity).
         requests: its successful measured requests (warm-ups excluded).
         request_rounds: the round each request ran in (empty: unknown).
+        request_prompts: the prompt (workload item id) of each request (empty, or a
+            ``None`` in it: unknown).
         rounds: per window figure name, its value per round (e.g.
             ``goodput_req_per_s`` requests/s, ``prefix_cache_hit_rate`` 0..1).
         tampered: the run's results file was edited after it was written.
@@ -70,6 +78,7 @@ class SideLine:
     rounds: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
     tampered: bool = False
     request_rounds: tuple[int, ...] = ()
+    request_prompts: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,10 +346,12 @@ def common_refusals(fig: Figure, row: Row, tampered: bool) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class Group:
     """One line's per-request columns of a figure: ``values`` ``(n, k)`` and, per request,
-    the round it ran in (``rounds``, ``(n,)``; all 0 when unknown)."""
+    the round it ran in (``rounds``, ``(n,)``; all 0 when unknown) and its prompt
+    (``prompts``; empty when unknown)."""
 
     values: Array
     rounds: Array
+    prompts: tuple[str | None, ...] = ()
 
     def __len__(self) -> int:
         return len(self.values)
@@ -350,16 +361,23 @@ def request_matrix(fig: Figure, line: SideLine) -> Group:
     """The figure's per-request columns of ``line`` (``n`` may be 0) and their rounds."""
     assert fig.columns is not None
     known = len(line.request_rounds) == len(line.requests)
+    named = len(line.request_prompts) == len(line.requests)
     rows: list[tuple[float, ...]] = []
     rounds: list[int] = []
+    prompts: list[str | None] = []
     for i, m in enumerate(line.requests):
         c = fig.columns(m)
         if c is not None:
             rows.append(c)
             rounds.append(line.request_rounds[i] if known else 0)
+            prompts.append(line.request_prompts[i] if named else None)
     if not rows:
         return Group(np.zeros((0, 1)), np.zeros(0, dtype=int))
-    return Group(np.asarray(rows, dtype=float), np.asarray(rounds, dtype=int))
+    return Group(
+        np.asarray(rows, dtype=float),
+        np.asarray(rounds, dtype=int),
+        tuple(prompts) if named else (),
+    )
 
 
 def point_value(fig: Figure, groups: Sequence[Group]) -> float | None:
@@ -386,10 +404,15 @@ def _indices(g: Group, rng: Any, n: int) -> Array:
     return order[pick_round, pick_request].reshape(n, k * m)
 
 
-def _resampled(fig: Figure, groups: Sequence[Group], rng: Any, n: int) -> Array:
+def _resampled(
+    fig: Figure, groups: Sequence[Group], rng: Any, n: int, picks: Sequence[Array] | None = None
+) -> Array:
+    """The figure over ``n`` resamples of ``groups``: ``picks`` (one index array per
+    group, drawn over prompts) when given, else each group's own :func:`_indices`."""
     stats = []
-    for g in groups:
-        stats.append(np.asarray(fig.statistic(g.values[_indices(g, rng, n)]), dtype=float))
+    for i, g in enumerate(groups):
+        idx = picks[i] if picks is not None else _indices(g, rng, n)
+        stats.append(np.asarray(fig.statistic(g.values[idx]), dtype=float))
     if fig.baseline:
         return np.divide(stats[0], stats[1], out=np.full(n, np.nan), where=stats[1] > 0)
     return stats[-1]
@@ -411,8 +434,15 @@ def bootstrap_change(
 ) -> tuple[float, float] | None:
     """The ``(1 − level)`` percentile-bootstrap interval of the change ``B / A`` or
     ``B − A`` (per ``fig.scale``); ``a`` and ``b``: each run's groups of per-request
-    columns (the ``off`` line's first for the speedup), resampled two-stage over their
-    rounds where they have several (see :func:`_indices`).
+    columns (the ``off`` line's first for the speedup). When every group names the
+    prompt of each request and they share
+    :data:`~deepseekbench._analysis._prompt_bootstrap.MIN_PROMPTS` or more, the prompt
+    is the unit: one draw of the shared prompts for all groups of both runs (paired on
+    the prompt), then requests within each (:func:`prompt_indices`), as the
+    scorecard's speedup interval; otherwise each group is resampled on its own,
+    two-stage over its rounds where it has several (see :func:`_indices`). The
+    interval is widened to hold the change of the point values
+    (:func:`point_value`) if its percentiles miss it.
 
     Returns ``None`` with fewer than 2 requests in a group, or a degenerate
     resample (a ratio of a non-positive value).
@@ -421,7 +451,12 @@ def bootstrap_change(
         return None
     n = resamples_for(level)
     rng = np.random.default_rng(seed)
-    sa, sb = _resampled(fig, a, rng, n), _resampled(fig, b, rng, n)
+    picks = prompt_indices([g.prompts for g in (*a, *b)], rng, n)
+    if picks is not None:
+        sa = _resampled(fig, a, rng, n, picks[: len(a)])
+        sb = _resampled(fig, b, rng, n, picks[len(a) :])
+    else:
+        sa, sb = _resampled(fig, a, rng, n), _resampled(fig, b, rng, n)
     if fig.scale == "ratio":
         if not (np.all(sa > 0) and np.all(np.isfinite(sb))):
             return None
@@ -430,8 +465,12 @@ def bootstrap_change(
         change = sb - sa
     if not np.all(np.isfinite(change)):
         return None
-    low, high = np.percentile(change, [50 * level, 100 - 50 * level])
-    return float(low), float(high)
+    low, high = (float(v) for v in np.percentile(change, [50 * level, 100 - 50 * level]))
+    pa, pb = point_value(fig, a), point_value(fig, b)
+    if pa is not None and pb is not None and (fig.scale != "ratio" or pa > 0):
+        point = pb / pa if fig.scale == "ratio" else pb - pa
+        low, high = min(low, point), max(high, point)
+    return low, high
 
 
 def rounds_change(

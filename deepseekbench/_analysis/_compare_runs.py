@@ -354,7 +354,12 @@ def side_of(result: RunResult, name: str | None = None) -> RunSide:
                 route, cell, "goodput_req_per_s", load
             )
         lines[(route, cell, load)] = SideLine(
-            row, requests, rounds, result.results_tampered, tuple(m.round for m in kept)
+            row,
+            requests,
+            rounds,
+            result.results_tampered,
+            tuple(m.round for m in kept),
+            tuple(m.item for m in kept),
         )
     meta = result.meta
     records = records_of(
@@ -401,9 +406,11 @@ def compare_runs(
     identity, a starved client's or estimated TPOT, the speedup's own refusals
     (:func:`~deepseekbench.compare_speedup`), or a client clock that disagrees with the
     engine's by more than 25 % across the runs; it reads "not comparable" with the
-    reasons. Intervals: percentile bootstrap over each run's requests (window
-    figures: Welch t over rounds), Bonferroni over the ``m`` figures judged, so the
-    family-wise false-change rate is at most ``alpha``
+    reasons. Intervals: percentile bootstrap over the prompts both runs measured,
+    paired on the prompt, then requests within each (each run's requests on their
+    own where the requests name no prompt; window figures: Welch t over rounds),
+    Bonferroni over the ``m`` figures judged, so the family-wise false-change rate is
+    at most ``alpha``
     (``deepseekbench._analysis._compare_figures``; docs/compare.md).
 
     Args:

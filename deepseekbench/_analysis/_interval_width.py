@@ -40,6 +40,8 @@ def interval_too_wide(verdict: SpeedupVerdict | None, *, decided: bool = False) 
     if one_dof:
         why.append("1 degree of freedom (2 rounds)")
         fix = "run 3 or more rounds (repeats), or [stopping] mode = sequential"
+    elif verdict.prompts is not None:
+        fix = "more prompts narrow it (they differ in speedup; repeats of the same ones do not)"
     elif verdict.rounds is not None:
         fix = "more rounds (repeats) narrow it; the rounds disagree, so look for drift"
     else:

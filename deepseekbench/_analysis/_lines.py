@@ -298,7 +298,9 @@ class _Judge:
         clock: Clock = Clock.client,
         tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
+        prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
     ) -> None:
+        self.prompts = prompts or {}
         self.acceptance = acceptance or {}
         self.clock = clock
         self.tampered = tampered  # rows of an edited results file: nothing credited
@@ -321,6 +323,7 @@ class _Judge:
             n_resamples=self.n_resamples,
             seed=self.seed,
             clock=self.clock,
+            prompt_samples=(self.prompts.get(bk), self.prompts.get(ck)),
         )
 
     def line(self, r: Row, base: Row | None, d: ParityDetail | None) -> ScorecardLine:
@@ -345,7 +348,7 @@ class _Judge:
             first_divergence=_with_margin(d.first_divergence if d else None, r),
             task_flips=d.task_flips if d else (),
             categories=_category_lines(
-                base, r, verdict.metric if verdict else SpeedupMetric.tpot_ms, tampered
+                base, r, verdict.metric if verdict is not None else SpeedupMetric.tpot_ms, tampered
             ),
             decomposition=parts,
             engine_diagnosis=diagnosis,
@@ -388,19 +391,23 @@ def judge_rows(
     clock: Clock = Clock.client,
     results_tampered: bool = False,
     acceptance: Mapping[str, Sequence[float]] | None = None,
+    prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
 ) -> list[ScorecardLine]:
     """One line per row, in row order but for the loads of a cell, which read ascending
     (concurrency, or rate in requests/s: :func:`load_order`): each speculative row judged
     against the first ``off`` row of its cell and load (every key axis but
     ``speculative`` equal).
-    ``samples``, ``details``, ``rounds`` and ``acceptance`` (per-request acceptance
+    ``samples``, ``details``, ``rounds``, ``prompts`` (values per prompt and round:
+    the speedup's interval over prompts) and ``acceptance`` (per-request acceptance
     lengths, tokens per verify step: the decomposition's interval) are keyed by
     :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``)."""
     offs: dict[tuple[Any, ...], Row] = {}
     for r in rows:
         if r.speculative is Speculative.off:
             offs.setdefault(_pair_key(r), r)
-    judge = _Judge(metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance)
+    judge = _Judge(
+        metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance, prompts
+    )
     lines: list[ScorecardLine] = []
     for r in load_order(rows):
         base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))

@@ -37,6 +37,11 @@ from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._interval import interval_text
 from deepseekbench._types._row import Row
 
+PromptValues = Mapping[str, Mapping[int, float]]
+"""Per prompt (workload item id), its value per round (ms or tokens/s)."""
+PromptPair = tuple[PromptValues | None, PromptValues | None]
+"""``(baseline, candidate)`` :data:`PromptValues`."""
+
 MIN_REQUESTS_FOR_SPEEDUP = 5
 """Fewest measured requests (``Row.n_requests``) each row needs before a speedup
 is printed: a median of fewer is too noisy to credit."""
@@ -64,6 +69,15 @@ class SpeedupMetric(_ClosedEnum):
     def higher_is_better(self) -> bool:
         """True for throughput metrics (speedup = candidate / baseline)."""
         return self in _HIGHER_IS_BETTER
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        """An unknown name raises :class:`~deepseekbench.UnknownMetricError` (also a
+        ``ValueError``) naming the valid ones."""
+        from deepseekbench._errors import UnknownMetricError
+
+        known = tuple(m.value for m in cls)
+        raise UnknownMetricError(value, known, what="speedup metric")
 
 
 _HIGHER_IS_BETTER = frozenset(
@@ -153,9 +167,11 @@ class SpeedupVerdict(BaseModel):
     :meth:`with_paired_rounds` make that verdict, so :func:`compare_speedup` and the
     scorecard (which calls it) agree.
 
-    Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed``, so
-    ``if compare_speedup(a, b):`` takes the branch only for an earned speedup
-    (a refused verdict is falsy).
+    Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed`` with an
+    interval (that excludes 1), so ``if compare_speedup(a, b):`` takes the branch only
+    for an earned, significant speedup. A refused verdict is falsy, and so is a
+    :attr:`point_estimate` (a figure printed without any interval: its significance
+    was not judged).
 
     Attributes:
         metric: the metric compared.
@@ -164,10 +180,14 @@ class SpeedupVerdict(BaseModel):
         reasons: every :class:`RefusalReason` that applies (empty when printed).
         mismatched_axes: key axes other than ``speculative`` that differ.
         ci_low, ci_high: optional 95 % interval of the speedup, attached by the
-            scorecard: from paired rounds when the run had 2 or more (then
-            ``rounds`` is set and ``speedup`` is their geometric mean), else a
-            per-request bootstrap.
+            scorecard. What it covers, by what it was made from: ``rounds`` set —
+            paired rounds (repeat noise and drift; ``speedup`` is their geometric
+            mean); ``prompts`` set — a paired cluster bootstrap over the prompts both
+            rows measured (the choice of prompts;
+            :mod:`deepseekbench._analysis._prompt_bootstrap`); both set — the two
+            combined; neither — a per-request bootstrap (requests as independent).
         rounds: the paired rounds behind ``speedup`` and the interval, or ``None``.
+        prompts: the prompts the interval resampled, or ``None``.
 
     Raises:
         pydantic.ValidationError: the invariant above fails, ``speedup``/``ci_*``
@@ -188,6 +208,12 @@ class SpeedupVerdict(BaseModel):
         ge=2,
         description="paired rounds the figure and interval come from (None: row medians, "
         "per-request bootstrap interval)",
+    )
+    prompts: int | None = Field(
+        default=None,
+        ge=2,
+        description="prompts the interval resampled (a paired cluster bootstrap over "
+        "prompts; None: rounds or requests were the unit)",
     )
     clock: Clock = Field(
         default=Clock.client,
@@ -229,9 +255,17 @@ class SpeedupVerdict(BaseModel):
             and self.ci_low <= 1.0 <= self.ci_high
         )
 
+    @property
+    def point_estimate(self) -> bool:
+        """True when a figure is printed without an interval (no per-request, per-round
+        or per-prompt values were given): a point estimate whose significance was not
+        judged, so not credited as a speedup claim (the verdict is falsy)."""
+        return self.printed and (self.ci_low is None or self.ci_high is None)
+
     def __bool__(self) -> bool:
-        """True only for a credited (printed) speedup; a refused verdict is falsy."""
-        return self.printed
+        """True only for a credited speedup: printed with an interval excluding 1. A
+        refused verdict and a :attr:`point_estimate` are falsy."""
+        return self.printed and not self.point_estimate
 
     @property
     def slower(self) -> bool:
@@ -239,18 +273,29 @@ class SpeedupVerdict(BaseModel):
         return self.speedup is not None and self.speedup < 1.0
 
     def with_paired_rounds(
-        self, speedup: float, low: float, high: float, rounds: int
+        self, speedup: float, low: float, high: float, rounds: int, *, prompts: int | None = None
     ) -> SpeedupVerdict:
         """A copy whose figure and 95 % interval come from ``rounds`` paired round
-        ratios (see :func:`~deepseekbench.paired_speedup_ci`); a refused verdict is
-        returned unchanged."""
+        ratios (see :func:`~deepseekbench.paired_speedup_ci`), the interval also covering
+        the choice of ``prompts`` prompts when given; a refused verdict is returned
+        unchanged."""
         if not self.printed:
             return self
         if low <= 1.0 <= high:
-            return self._no_significant_difference(low, high, rounds)
-        return self.model_copy(
-            update={"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
-        )
+            return self._no_significant_difference(low, high, rounds, prompts)
+        update = {"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": rounds}
+        return self.model_copy(update={**update, "prompts": prompts})
+
+    def with_prompt_interval(self, low: float, high: float, prompts: int) -> SpeedupVerdict:
+        """A copy carrying a 95 % interval over ``prompts`` prompts of one round (see
+        :func:`~deepseekbench._analysis._prompt_bootstrap.prompt_ratio_ci`); the figure
+        stays the ratio of the rows' values. A refused verdict is returned unchanged;
+        an interval that includes 1 makes an :attr:`inconclusive` one."""
+        if not self.printed:
+            return self
+        if low <= 1.0 <= high:
+            return self._no_significant_difference(low, high, None, prompts)
+        return self.model_copy(update={"ci_low": low, "ci_high": high, "prompts": prompts})
 
     def with_interval(self, low: float, high: float) -> SpeedupVerdict:
         """A copy carrying a 95 % interval; a refused verdict is returned unchanged.
@@ -268,7 +313,7 @@ class SpeedupVerdict(BaseModel):
         return " (server clock)" if self.clock is Clock.server else ""
 
     def _no_significant_difference(
-        self, low: float, high: float, rounds: int | None
+        self, low: float, high: float, rounds: int | None, prompts: int | None = None
     ) -> SpeedupVerdict:
         return SpeedupVerdict(
             metric=self.metric,
@@ -278,19 +323,28 @@ class SpeedupVerdict(BaseModel):
             ci_low=low,
             ci_high=high,
             rounds=rounds,
+            prompts=prompts,
         )
+
+    def _interval_text(self) -> str:
+        if self.ci_low is None or self.ci_high is None:
+            return ""
+        text = interval_text(self.ci_low, self.ci_high, rounds=self.rounds)
+        return text + (f" over {self.prompts} prompts" if self.prompts is not None else "")
 
     def __str__(self) -> str:
         if self.printed and self.speedup is not None:
             ci = ""
             if self.ci_low is not None and self.ci_high is not None:
-                ci = f" (95% CI {interval_text(self.ci_low, self.ci_high, rounds=self.rounds)})"
+                ci = f" (95% CI {self._interval_text()})"
+            elif self.point_estimate:
+                ci = " (point estimate, significance not judged)"
             slower = " — slower" if self.slower else ""
             return f"{self.speedup:.2f}× by {self.metric.value}{self._on_clock}{slower}{ci}"
         if self.inconclusive and self.ci_low is not None and self.ci_high is not None:
             return (
                 "no significant difference "
-                f"({interval_text(self.ci_low, self.ci_high, rounds=self.rounds)}) "
+                f"({self._interval_text()}) "
                 f"by {self.metric.value}{self._on_clock}"
             )
         text = "refused: " + ", ".join(r.value for r in self.reasons)
@@ -416,14 +470,39 @@ def _with_interval(
     rounds: tuple[Mapping[int, float], Mapping[int, float]],
     n_resamples: int,
     seed: int,
+    prompts: PromptPair = (None, None),
 ) -> SpeedupVerdict:
-    """``verdict`` with its 95 % interval: paired rounds first, else a bootstrap of the
-    per-request samples; unchanged when refused or when neither gives one."""
-    if not verdict.printed:
+    """``verdict`` with its 95 % interval, covering every source of variation its
+    evidence shows: paired rounds (repeat noise and drift, Student t) and the choice of
+    prompts (a paired cluster bootstrap over them), combined where both exist; else a
+    bootstrap of the per-request samples; unchanged when refused or when none gives one."""
+    if not verdict.printed or verdict.speedup is None:
         return verdict
+    from deepseekbench._analysis._prompt_bootstrap import (  # numpy, lazily
+        combine_log_intervals,
+        prompt_ratio_ci,
+    )
+
     paired = paired_speedup_ci(*rounds, metric=verdict.metric)
+    figure = paired[0] if paired is not None else verdict.speedup
+    by_prompt = None
+    if prompts[0] and prompts[1]:
+        by_prompt = prompt_ratio_ci(
+            prompts[0],
+            prompts[1],
+            invert=verdict.metric.higher_is_better,
+            point=figure,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
     if paired is not None:
-        return verdict.with_paired_rounds(*paired)
+        low, high, n_prompts = paired[1], paired[2], None
+        if by_prompt is not None:
+            low, high = combine_log_intervals(figure, (low, high), by_prompt[:2])
+            n_prompts = by_prompt[2]
+        return verdict.with_paired_rounds(figure, low, high, paired[3], prompts=n_prompts)
+    if by_prompt is not None:
+        return verdict.with_prompt_interval(*by_prompt)
     b, c = samples
     if b and c:
         ci = bootstrap_speedup_ci(b, c, metric=verdict.metric, n_resamples=n_resamples, seed=seed)
@@ -450,6 +529,7 @@ def compare_speedup(
     seed: int = 0,
     clock: Clock | str = Clock.client,
     clock_tolerance: float | str = CLOCK_TOLERANCE,
+    prompt_samples: PromptPair | None = None,
 ) -> SpeedupVerdict:
     """Credit ``candidate`` with a speedup over ``baseline`` only when it is earned.
 
@@ -474,19 +554,42 @@ def compare_speedup(
     delay).
 
     **Interval.** Given the run the rows came from (``result``, e.g. from
-    :func:`~deepseekbench.load_results`), or its per-round values (``rounds``) or
-    per-request values (``samples``), a printed verdict carries the same figure and
-    95 % interval the scorecard prints for these rows (the scorecard calls this
-    function): with 2 or more paired rounds the figure is the geometric mean of
-    the rounds' ratios and the interval a Student-t interval on their logs
-    (:func:`paired_speedup_ci`, ``rounds`` set on the verdict); otherwise a
-    percentile bootstrap of the ratio of medians over the per-request samples
-    (:func:`bootstrap_speedup_ci`, ``n_resamples`` resamples, generator seeded
-    with ``seed``). Without any of them the figure is the ratio of the rows'
-    medians and there is no interval. An interval that includes 1 credits nothing:
-    the verdict is refused with ``no_significant_difference`` and keeps the interval
-    (reads "no significant difference (0.94–1.07) by tpot_ms"), for a gain and a
-    loss alike.
+    :func:`~deepseekbench.load_results`), or its values per prompt and round
+    (``prompt_samples``), per round (``rounds``) or per request (``samples``), a
+    printed verdict carries the same figure and 95 % interval the scorecard prints
+    for these rows (the scorecard calls this function). The interval covers every
+    source of variation the evidence shows:
+
+    * with 2 or more paired rounds the figure is the geometric mean of the rounds'
+      ratios (:func:`paired_speedup_ci`, ``rounds`` set on the verdict) and its
+      Student-t interval on their logs covers repeat noise and a drift between
+      rounds, the prompts held fixed;
+    * where the requests name their prompts (workload item ids) and
+      :data:`~deepseekbench._analysis._prompt_bootstrap.MIN_PROMPTS` or more are
+      shared, a paired cluster bootstrap over the prompts of the same figure (the same
+      prompts drawn for both rows, the rounds kept:
+      :func:`~deepseekbench._analysis._prompt_bootstrap.prompt_ratio_ci`, ``prompts``
+      set) covers the choice of prompts: the question "how much faster on this kind
+      of workload";
+    * both: the two combined on the log scale, root sum of squares of each side's
+      distance from the figure
+      (:func:`~deepseekbench._analysis._prompt_bootstrap.combine_log_intervals`); the
+      prompts alone (one round): the bootstrap's interval around the ratio of the
+      rows' medians;
+    * neither: a percentile bootstrap of the ratio of medians over the per-request
+      samples (:func:`bootstrap_speedup_ci`, requests as independent).
+
+    Every interval holds the figure printed beside it. The bootstraps draw
+    ``n_resamples`` resamples from a generator seeded with ``seed``. An interval that
+    includes 1 credits nothing: the verdict is refused with
+    ``no_significant_difference`` and keeps the interval (reads "no significant
+    difference (0.94–1.07) by tpot_ms"), for a gain and a loss alike.
+
+    **Without any of them** there is no interval: the figure (the ratio of the rows'
+    medians) is a point estimate whose significance was not judged. The verdict
+    keeps it (``printed``, ``speedup``) and says so — :attr:`SpeedupVerdict.point_estimate`
+    is True, its text ends "point estimate, significance not judged" and it is
+    falsy (``bool(verdict)`` is False): no credit without significance.
 
     Args:
         baseline: the ``speculative=off`` row.
@@ -502,6 +605,8 @@ def compare_speedup(
             tokens/s), instead of ``result``.
         rounds: ``(baseline, candidate)`` value of ``metric`` per round number,
             instead of ``result``.
+        prompt_samples: ``(baseline, candidate)`` value of ``metric`` per prompt
+            (workload item id) and round, instead of ``result``.
         n_resamples, seed: of the bootstrap.
         clock: ``"client"`` (default: the client's arrival times) or ``"server"``
             (the engine's own per-request figures, ``Row.server_tpot_ms`` /
@@ -524,8 +629,8 @@ def compare_speedup(
 
     Raises:
         ValueError: ``metric`` is not a :class:`SpeedupMetric` value,
-            ``min_requests < 1``, ``result`` given together with ``samples`` or
-            ``rounds``, or a row that is not one of ``result``'s rows.
+            ``min_requests < 1``, ``result`` given together with ``samples``,
+            ``rounds`` or ``prompt_samples``, or a row that is not one of ``result``'s rows.
         FractionFormatError: ``clock_tolerance`` in neither form (a ValueError).
     """
     metric = SpeedupMetric(metric)
@@ -536,17 +641,25 @@ def compare_speedup(
     if not clock_tolerance > 0:
         raise ValueError("clock_tolerance must be > 0")
     if result is not None:
-        if samples is not None or rounds is not None:
-            raise ValueError("pass result, or samples/rounds, not both")
+        if samples is not None or rounds is not None or prompt_samples is not None:
+            raise ValueError("pass result, or samples/rounds/prompt_samples, not both")
         name = evidence_field(metric, clock)
         bs, br = result.speedup_evidence(baseline, name)
         cs, cr = result.speedup_evidence(candidate, name)
         samples, rounds = (bs, cs), (br, cr)
+        by_prompt = getattr(result, "prompt_evidence", None)  # a RunResult has it
+        if by_prompt is not None:
+            prompt_samples = (by_prompt(baseline, name), by_prompt(candidate, name))
         if getattr(result, "results_tampered", False):  # a RunResult of an edited file
             return tampered_verdict(metric, clock)
     verdict = _judge(baseline, candidate, metric, min_requests, clock, clock_tolerance)
     verdict = _with_interval(
-        verdict, samples or (None, None), rounds or ({}, {}), n_resamples, seed
+        verdict,
+        samples or (None, None),
+        rounds or ({}, {}),
+        n_resamples,
+        seed,
+        prompt_samples or (None, None),
     )
     return _witnessed(verdict, baseline, candidate, clock_tolerance)
 

@@ -36,7 +36,7 @@ from deepseekbench._types._axes import Dialect
 class RequestStats:
     """Per-request counts the dialects report.
 
-    Token counts in tokens; ``prompt_ms``: admission to first token (ms);
+    Token counts in tokens; ``prompt_ms``: submission to first token (ms, the queue included);
     ``predicted_ms``: first to last token (ms); ``queue_ms``: submission to
     admission (ms); ``histogram[j]``: verify steps that accepted exactly ``j``
     draft tokens; ``per_step_accepted`` / ``per_step_drafted``: each verify

@@ -42,7 +42,10 @@ class Emission:
     produced (EOS counted only under ``EngineConfig.eos_counted``, never
     streamed); ``drafted`` / ``accepted``: draft tokens checked / kept by the
     step's verify; ``finish_reason``: ``"stop"``, ``"length"`` or
-    ``None`` while running; ``step_ms``: the step's modelled cost (ms).
+    ``None`` while running; ``step_ms``: the step's modelled cost (ms);
+    ``admitted_s``: ``time.perf_counter()`` when the step that admitted the sequence
+    began (s): a sequence submitted while a step runs waits for it to end, and that
+    wait is its queue time (vLLM's ``queue_time_ms``: arrival to being scheduled).
     """
 
     reasoning: str
@@ -52,6 +55,7 @@ class Emission:
     accepted: int
     finish_reason: str | None
     step_ms: float
+    admitted_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -71,6 +75,7 @@ class Sequence:
     think_left: int = 0
     generated: int = 0
     prefilled: bool = False
+    admitted_s: float | None = None  # perf_counter() when its admitting step began
     cancelled: bool = False
     finish_reason: str | None = field(default=None)
 
@@ -152,6 +157,8 @@ class Scheduler:
                 self._metrics.finished("abort")
                 seq.send.close()
             else:
+                if seq.admitted_s is None:
+                    seq.admitted_s = started
                 batch.append(seq)
         self._running = batch
         self._metrics.running(len(batch))
@@ -230,5 +237,12 @@ class Scheduler:
         elif seq.generated >= seq.max_tokens:
             finish = "length"
         return Emission(
-            reasoning_text, content, produced, out.drafted, out.accepted, finish, cost_ms
+            reasoning_text,
+            content,
+            produced,
+            out.drafted,
+            out.accepted,
+            finish,
+            cost_ms,
+            seq.admitted_s,
         )

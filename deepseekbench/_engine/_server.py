@@ -671,6 +671,8 @@ class _Stream:
         if em.finish_reason is not None and self.finish is None:
             self.finish = em.finish_reason
             self.eos = em.finish_reason == "stop"
+        if em.admitted_s is not None:  # waited for the running step to end
+            st.queue_ms = max(0.0, (em.admitted_s - self.t_submit) * 1000.0)
         st.prompt_ms = (self.t_first - self.t_submit) * 1000.0
         st.predicted_ms = (self.t_last - self.t_first) * 1000.0
         return em.reasoning, content

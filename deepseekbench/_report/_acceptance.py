@@ -39,26 +39,46 @@ def _histogram(counts: tuple[int, ...] | None) -> str:
     return " ".join(f"{c / total:.2f}" for c in counts) + f" of {total} steps"
 
 
+SAME_AT_EVERY_LOAD: Final = "same at every load"
+"""The load cell of a route's one row when its acceptance is identical at every load."""
+
+
+def _cells(ln: ScorecardLine) -> list[str] | None:
+    r = ln.row
+    if r.acceptance_length_p50 is None:
+        return None
+    spread = " / ".join(
+        f"{v:.2f}" if v is not None else "—"
+        for v in (r.acceptance_length_p10, r.acceptance_length_p50, r.acceptance_length_p90)
+    )
+    return [
+        ln.cell,
+        ln.load,
+        ln.route,
+        str(r.n_requests),
+        spread,
+        _histogram(r.accepted_per_step),
+        r.acceptance_split or "—",
+    ]
+
+
 def acceptance_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
-    """One table row per speculative line with per-request acceptance lengths."""
+    """One table row per speculative line with per-request acceptance lengths; a route
+    measured at 2 or more loads whose figures print identically at every one gets one
+    row, its load cell :data:`SAME_AT_EVERY_LOAD` (at the place of its first load)."""
+    rows = [(ln, c) for ln in lines if (c := _cells(ln)) is not None]
+    groups: dict[tuple[str, str], list[list[str]]] = {}
+    for ln, c in rows:
+        groups.setdefault((ln.cell, ln.route), []).append(c)
     out: list[list[str]] = []
-    for ln in lines:
-        r = ln.row
-        if r.acceptance_length_p50 is None:
+    done: set[tuple[str, str]] = set()
+    for ln, c in rows:
+        key = (ln.cell, ln.route)
+        same = groups[key]
+        if len(same) > 1 and all(g[3:] == same[0][3:] for g in same):
+            if key not in done:
+                done.add(key)
+                out.append([c[0], SAME_AT_EVERY_LOAD, *c[2:]])
             continue
-        spread = " / ".join(
-            f"{v:.2f}" if v is not None else "—"
-            for v in (r.acceptance_length_p10, r.acceptance_length_p50, r.acceptance_length_p90)
-        )
-        out.append(
-            [
-                ln.cell,
-                ln.load,
-                ln.route,
-                str(r.n_requests),
-                spread,
-                _histogram(r.accepted_per_step),
-                r.acceptance_split or "—",
-            ]
-        )
+        out.append(c)
     return out

@@ -236,10 +236,27 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
             "! the open-loop schedule lagged (p90 queue_ms above arrival.max_lag_ms): "
             "the client, not the server, may have limited the load"
         )
-    if any(ln.verdict is not None and ln.verdict.rounds for ln in lines):
+    if any(ln.verdict is not None and ln.verdict.rounds and ln.verdict.prompts for ln in lines):
+        notes.append(
+            "speedups with rounds over N prompts: geometric mean of the paired round ratios; "
+            "95% CI a Student-t interval on their logs (repeat noise, drift) combined with a "
+            "paired cluster bootstrap over the prompts (the same prompts drawn for both "
+            "routes): it covers the choice of prompts too"
+        )
+    if any(ln.verdict is not None and ln.verdict.rounds and not ln.verdict.prompts for ln in lines):
         notes.append(
             "speedups with rounds: geometric mean of the paired round ratios, 95% CI a "
-            "Student-t interval on their logs"
+            "Student-t interval on their logs (repeat noise only: the prompts held fixed)"
+        )
+    if any(ln.verdict is not None and ln.verdict.prompts and not ln.verdict.rounds for ln in lines):
+        notes.append(
+            "speedups over N prompts: ratio of the rows' medians, 95% CI a paired cluster "
+            "bootstrap over the prompts (the same prompts drawn for both routes)"
+        )
+    if any(ln.verdict is not None and ln.verdict.point_estimate for ln in lines):
+        notes.append(
+            "point estimate: a figure without per-request values has no interval; its "
+            "significance was not judged, so it is not a credited speedup claim"
         )
     return notes
 

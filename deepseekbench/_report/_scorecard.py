@@ -6,7 +6,9 @@ Each speculative row is paired with the ``off`` row of the same cell and load
 The speedup column shows a number only when that verdict is printed; otherwise
 it shows the refusal reasons. With 2 or more paired rounds a printed figure is
 the geometric mean of the rounds' ratios with a Student-t interval on their
-logs (:func:`paired_speedup_ci`); otherwise, with per-request samples, it
+logs (:func:`paired_speedup_ci`), widened by the choice of prompts where the
+requests name theirs (a paired cluster bootstrap over prompts,
+``deepseekbench._analysis._prompt_bootstrap``); otherwise, with per-request samples, it
 carries a 95 % bootstrap interval (``scipy.stats.bootstrap``, percentile
 method, each route's requests resampled independently; Efron & Tibshirani 1993,
 *An Introduction to the Bootstrap*). Refused lines list their first divergence
@@ -125,6 +127,7 @@ class Scorecard:
         clock: Clock | str = Clock.client,
         results_tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
+        prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -146,6 +149,11 @@ class Scorecard:
             acceptance: per-request acceptance lengths (tokens per verify step) keyed
                 by :func:`line_key`: the interval of each credited line's
                 decomposition (:func:`~deepseekbench.decompose_speedup`).
+            prompts: ``metric`` per prompt (workload item id) and round, keyed by
+                :func:`line_key`; where both sides share enough prompts, a printed
+                speedup's interval also covers the choice of prompts (a paired cluster
+                bootstrap over them, combined with the rounds' interval: see
+                :func:`~deepseekbench.compare_speedup`).
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -162,6 +170,7 @@ class Scorecard:
             clock=Clock(clock),
             results_tampered=results_tampered,
             acceptance=acceptance,
+            prompts=prompts,
         )
         card = cls(lines, metric=m, rows=rows)
         card.round_values = rounds or {}
@@ -183,6 +192,7 @@ class Scorecard:
         rounds: dict[str, dict[int, float]] = {}
         details: dict[str, ParityDetail] = {}
         acceptance: dict[str, list[float]] = {}
+        prompts: dict[str, dict[str, dict[int, float]]] = {}
         clock = result.plan.clock  # the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
@@ -191,6 +201,9 @@ class Scorecard:
             row_samples, rounds[key] = result.speedup_evidence(row, evidence_field(m, clock))
             if row_samples is not None:
                 samples[key] = list(row_samples)
+            by_prompt = result.prompt_evidence(row, evidence_field(m, clock))
+            if by_prompt is not None:
+                prompts[key] = by_prompt
             rp = result.parity.get((route, row.reasoning_mode))
             traffic = result.traffic.get((route, cell, load))
             # the parity set's divergence first (it names the prompt); the measured
@@ -210,6 +223,7 @@ class Scorecard:
             clock=clock,
             results_tampered=result.results_tampered,
             acceptance=acceptance,
+            prompts=prompts,
         )
         card.client_workers = result.plan.workers
         card.meta = result.meta

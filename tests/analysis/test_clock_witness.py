@@ -41,7 +41,7 @@ def _pair(client_cand_tpot: float, server_cand_tpot: float) -> tuple[Any, Any]:
 
 def test_clocks_that_agree_credit_the_client_figure() -> None:
     verdict = compare_speedup(*_pair(5.0, 5.5))  # client 2.0x, server 1.82x: within 25 %
-    assert verdict and verdict.clock is Clock.client
+    assert verdict.printed and verdict.clock is Clock.client
     assert verdict.speedup == pytest.approx(2.0) and "server clock" not in str(verdict)
 
 
@@ -53,7 +53,7 @@ def test_a_client_figure_the_server_contradicts_is_withheld() -> None:
     assert verdict.reasons == (RefusalReason.clock_disagreement,)
     # without the engine's figures there is no witness: the client figure stands
     plain = make_row(), make_row(speculative="mtp", route_label="mtp", tpot_ms=0.66)
-    assert compare_speedup(*plain)
+    assert compare_speedup(*plain).printed
 
 
 def test_a_paired_rounds_figure_the_server_contradicts_is_withheld() -> None:
@@ -73,7 +73,7 @@ def test_a_paired_rounds_figure_the_server_contradicts_is_withheld() -> None:
 def test_the_server_clock_judges_on_the_engines_figures_and_says_so() -> None:
     base, cand = _pair(0.66, 3.8)
     verdict = compare_speedup(base, cand, clock="server")
-    assert verdict and verdict.clock is Clock.server
+    assert verdict.printed and verdict.clock is Clock.server
     assert verdict.speedup == pytest.approx(10.0 / 3.8)
     assert str(verdict).startswith("2.63× by tpot_ms (server clock)")
     # TTFT on the server clock: 8 / 8
@@ -81,7 +81,7 @@ def test_the_server_clock_judges_on_the_engines_figures_and_says_so() -> None:
     # a starved client does not spoil the server clock
     starved = cand.model_copy(update={"client_starved": True})
     assert not compare_speedup(base, starved)
-    assert compare_speedup(base, starved, clock="server")
+    assert compare_speedup(base, starved, clock="server").printed
     # no server figure: refused, never silently judged on the client's clock
     missing = compare_speedup(make_row(), make_row(speculative="mtp"), clock="server")
     assert missing.reasons == (RefusalReason.server_clock_missing,)
@@ -101,7 +101,7 @@ def test_a_credited_client_verdict_is_within_the_tolerance_of_the_server_ratio(
 ) -> None:
     base, cand = _pair(10.0 / client, 10.0 / server)
     verdict = compare_speedup(base, cand)
-    if verdict:
+    if verdict.printed:
         assert verdict.speedup is not None
         assert abs(math.log(verdict.speedup / server)) <= math.log1p(CLOCK_TOLERANCE) + 1e-9
     else:

@@ -459,3 +459,23 @@ async def test_sglang_refuses_return_meta_info_on_a_streamed_request() -> None:
         r = await client.post("/v1/chat/completions", json=body(task.prompt, return_meta_info=True))
         assert r.status_code == 200
         assert r.json()["choices"][0]["meta_info"]["spec_verify_ct"] > 0
+
+
+async def test_a_request_that_waits_for_the_running_step_reports_that_queue_time() -> None:
+    """A request sent while another decodes is admitted when the running step ends: its
+    vLLM ``metrics.queue_time_ms`` is that wait (was always 0), and its TTFT holds it."""
+    cost = CostModel(
+        prefill_ms_per_token=0, target_step_ms=20, verify_token_ms=0, draft_step_ms=0,
+        batch_exponent=0,
+    )  # fmt: skip
+    async with running(cost=cost) as (_, client):
+        long = body("Count from 1 to 40.", max_tokens=40, ignore_eos=True, stream=True)
+        async with client.stream("POST", "/v1/chat/completions", json=long) as r:
+            lines = r.aiter_lines()
+            while not (await anext(lines)).startswith("data: {"):
+                pass  # the first token: the loop is in its next step now
+            second = await client.post("/v1/chat/completions", json=body("Hi", max_tokens=2))
+            async for _ in lines:
+                pass
+    metrics = second.json()["metrics"]
+    assert 0 < metrics["queue_time_ms"] <= metrics["time_to_first_token_ms"]

@@ -85,3 +85,32 @@ async def test_a_stall_longer_than_a_step_restarts_the_chain(
     *asked, elapsed = await _run(monkeypatch, steps=5, overshoot_s=0.025)
     assert asked == pytest.approx([0.010] * 5)  # never run short to catch up
     assert elapsed == pytest.approx(5 * (0.010 + 0.025), abs=1e-9)
+
+
+async def test_a_sequence_submitted_during_a_step_is_admitted_when_it_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait for the running step is the sequence's queue time (vLLM's
+    ``queue_time_ms``): it is admitted at the start of the next step, and its emissions
+    say when (``admitted_s``), on a fake clock."""
+    clock = SimpleNamespace(now=100.0)
+
+    async def fake_sleep(seconds: float) -> None:
+        await anyio.lowlevel.checkpoint()  # others run while the step runs
+        clock.now += seconds
+
+    monkeypatch.setattr(_scheduler, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr(anyio, "sleep", fake_sleep)
+    sched = _scheduler.Scheduler(COSTS, EngineMetrics("m", 1), model_draft=False)
+    one = cast(Decoder, _OneToken())
+    _, first = sched.submit("", one, prompt_tokens=1, reasoning="", max_tokens=4)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sched.run)
+        a = await first.receive()  # the end of step 1 (t = 100.010); step 2 runs
+        submitted = clock.now
+        _, second = sched.submit("", one, prompt_tokens=1, reasoning="", max_tokens=1)
+        b = await second.receive()
+        tg.cancel_scope.cancel()
+    assert a.admitted_s == pytest.approx(100.0)
+    assert submitted == pytest.approx(100.010)
+    assert b.admitted_s == pytest.approx(100.020)  # when step 2 ended: 10 ms queued

@@ -70,7 +70,7 @@ def test_row_fields_count_starved_requests() -> None:
 
 def test_a_starved_row_gets_no_tpot_speedup_but_other_metrics_stand() -> None:
     base, cand = make_row(), make_row(speculative="mtp", route_label="mtp", tpot_ms=5.0)
-    assert compare_speedup(base, cand)
+    assert compare_speedup(base, cand).printed
     for starved in (base, cand):
         b = base.model_copy(update={"client_starved": True}) if starved is base else base
         c = cand.model_copy(update={"client_starved": True}) if starved is cand else cand

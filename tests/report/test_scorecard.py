@@ -256,9 +256,9 @@ def test_scorecard_pairs_each_load_point_with_its_own_baseline_and_names_the_cro
     card = Scorecard.from_rows(_load_rows({64: 22.0, 1: 12.5, 16: 16.0}))
     lines = [ln for ln in card.lines if ln.route == "mtp"]
     assert [ln.load for ln in lines] == ["c=1", "c=16", "c=64"]  # load order, not row order
-    assert [ln.verdict.speedup if ln.verdict else None for ln in lines] == pytest.approx(
-        [1.6, 1.25, 20 / 22]
-    )
+    assert [
+        ln.verdict.speedup if ln.verdict is not None else None for ln in lines
+    ] == pytest.approx([1.6, 1.25, 20 / 22])
     assert card.crossovers() == (
         "mtp @ 1k/256/non_think: pays up to concurrency 16 (1.60× → 1.25×); "
         "at concurrency 64 it is 0.91×",

@@ -113,10 +113,10 @@ def test_a_speculative_route_whose_server_exports_no_counters_is_refused() -> No
         {"acceptance_length": 2.1},
         {"acceptance_by_position": (0.8, 0.6)},
     ):
-        assert compare_speedup(*_run_rows(**counters)), counters
+        assert compare_speedup(*_run_rows(**counters)).printed, counters
     # a hand-made row (identity not judged) is not a run's row: not judged
     hand = silent.model_copy(update={"route_identity": None})
-    assert compare_speedup(off, hand)
+    assert compare_speedup(off, hand).printed
 
 
 def _dialect_warnings(plan: BenchmarkPlan) -> tuple[str, ...]:
