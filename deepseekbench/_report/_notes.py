@@ -238,10 +238,10 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
         )
     if any(ln.verdict is not None and ln.verdict.rounds and ln.verdict.prompts for ln in lines):
         notes.append(
-            "speedups with rounds over N prompts: geometric mean of the paired round ratios; "
-            "95% CI a Student-t interval on their logs (repeat noise, drift) combined with a "
-            "paired cluster bootstrap over the prompts (the same prompts drawn for both "
-            "routes): it covers the choice of prompts too"
+            "speedups marked 'over N prompts', with rounds: geometric mean of the paired "
+            "round ratios; 95% CI a Student-t interval on their logs (repeat noise, drift) "
+            "combined with a paired cluster bootstrap over the prompts (the same prompts "
+            "drawn for both routes): it covers the choice of prompts too"
         )
     if any(ln.verdict is not None and ln.verdict.rounds and not ln.verdict.prompts for ln in lines):
         notes.append(
@@ -250,8 +250,9 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
         )
     if any(ln.verdict is not None and ln.verdict.prompts and not ln.verdict.rounds for ln in lines):
         notes.append(
-            "speedups over N prompts: ratio of the rows' medians, 95% CI a paired cluster "
-            "bootstrap over the prompts (the same prompts drawn for both routes)"
+            "speedups marked 'over N prompts', one round: ratio of the rows' medians, "
+            "95% CI a paired cluster bootstrap over the prompts (the same prompts drawn "
+            "for both routes)"
         )
     if any(ln.verdict is not None and ln.verdict.point_estimate for ln in lines):
         notes.append(
