@@ -398,13 +398,13 @@ async def _drain(
                 return
         decoder.flush(0)
         return
-    restore = scope.deadline
     deadlines.drain = anyio.current_time() + _DRAIN_S
     deadlines.decoder = decoder
-    scope.deadline = min(restore, deadlines.drain)
+    if deadlines.drain < scope.deadline:
+        scope.deadline = deadlines.drain
     ended = await _drain_reads(parts, decoder)
+    # the scope keeps the drain's deadline: nothing after the drain awaits unshielded
     deadlines.decoder = None
-    scope.deadline = restore
     if ended:
         decoder.flush(0)
 

@@ -286,6 +286,9 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
         import aiohttp  # noqa: F401  (imported now, not inside the first request)
         from httpx_aiohttp import AiohttpTransport
 
+        from httpx_aiohttp.transport import AiohttpResponseStream
+
+        self._stream_type = AiohttpResponseStream
         self._limits = limits
         self._ssl = ssl_context
         self._inner = AiohttpTransport(
@@ -346,8 +349,6 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
         Raises:
             httpx.TransportError: httpx-aiohttp's mapping of an aiohttp error.
         """
-        from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
-
         inner = self._inner
         session: Any = inner.client
         if not _is_session(session):
@@ -374,6 +375,8 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
                 server_hostname=request.extensions.get("sni_hostname"),
             ).__aenter__()
         except Exception as exc:
+            from httpx_aiohttp.transport import map_aiohttp_exceptions
+
             with map_aiohttp_exceptions():
                 raise
             raise AssertionError("unreachable: the mapping re-raises") from exc
@@ -383,7 +386,7 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             status_code=response.status,
             headers=response.raw_headers,
-            stream=AiohttpResponseStream(response),
+            stream=self._stream_type(response),
             request=request,
             extensions=extensions,
         )
