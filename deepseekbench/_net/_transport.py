@@ -285,7 +285,6 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
     def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
         import aiohttp  # noqa: F401  (imported now, not inside the first request)
         from httpx_aiohttp import AiohttpTransport
-
         from httpx_aiohttp.transport import AiohttpResponseStream
 
         self._stream_type = AiohttpResponseStream
