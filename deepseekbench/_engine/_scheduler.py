@@ -163,6 +163,9 @@ class Scheduler:
         prefill = sum(s.prompt_tokens - s.cached_tokens for s in batch if not s.prefilled)
         results = [(s, self._advance(s)) for s in batch]
         draft_tokens = max((out.drafted for _, (out, _) in results), default=0)
+        # vLLM's tokens per engine step: uncached prefill, then one token + drafts per decoding seq
+        decoding = sum(int(s.prefilled) + out.drafted for s, (out, _) in results)
+        self._metrics.stepped(prefill + decoding)
         cost_ms = self._cost.step_ms(
             len(batch), draft_tokens, prefill, model_draft=self._model_draft
         )
