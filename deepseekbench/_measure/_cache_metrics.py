@@ -56,6 +56,7 @@ from deepseekbench._measure._server_metrics import (
     _delta,
     _Inconsistent,
     _merge_copies,
+    _optional_delta,
     _restarted,
     cache_sets,
     scrape_metrics,
@@ -155,18 +156,32 @@ def _engine_steps(
             return 0, None
         if cs.busy_per_step is not None:
             busy = _busy(before, after, cs.steps, cs.busy_per_step)
-        elif cs.step_tokens is not None and cs.prompt_tokens is not None:
-            scheduled = _delta(before, after, cs.step_tokens)
-            prefill = _delta(before, after, cs.prompt_tokens)
-            if cs.hits is not None and (cs.hits in before.series or cs.hits in after.series):
-                prefill -= _delta(before, after, cs.hits)
-            busy = float(scheduled - prefill - _spec_draft_tokens(before, after, engine))
         else:
-            busy = None
+            busy = _decoding(before, after, engine, cs)
     except _Inconsistent as exc:
         _log.warning("engine steps dropped for this window: %s", exc)
         return None, None
     return steps, (busy / steps if busy is not None and busy > 0 else None)
+
+
+def _decoding(
+    before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect, cs: CacheSet
+) -> float | None:
+    """Sequence-steps decoded in the window (vLLM): tokens scheduled less prefill
+    (prompt less prefix-cache hits) less draft tokens; ``None`` where the tokens or
+    prompt family is not exported.
+
+    Raises:
+        _Inconsistent: see :func:`_delta`.
+    """
+    if cs.step_tokens is None or cs.prompt_tokens is None:
+        return None
+    scheduled = _optional_delta(before, after, cs.step_tokens)
+    prefill = _optional_delta(before, after, cs.prompt_tokens)
+    if scheduled is None or prefill is None:
+        return None
+    hits = _optional_delta(before, after, cs.hits) if cs.hits is not None else None
+    return float(scheduled - prefill + (hits or 0) - _spec_draft_tokens(before, after, engine))
 
 
 def _busy(

@@ -1,0 +1,83 @@
+"""The step witness at the batch the engine ran: the demo's own rows at c = 8 (a recorded
+run of the demo's three engines, ``tests/data/demo_c8_engine_steps.jsonl``: pinned answers
+of different lengths, so the engine runs fewer sequences per step than the 8 streams), and
+the fallback to batch = concurrency where a row lacks the engine's step count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deepseekbench import (
+    CostModel,
+    Row,
+    Scorecard,
+    SpeedupDecomposition,
+    StepCostsError,
+    cost_model_step_costs,
+    load_results,
+    witness_batch,
+    witness_step_costs,
+)
+
+RUN = Path(__file__).resolve().parent.parent / "data" / "demo_c8_engine_steps.jsonl"
+DEMO_COSTS = CostModel(compute_ms_per_token=3.0)
+"""The demo engines' cost model (``DEMO_COMPUTE_MS_PER_TOKEN`` = 3.0, the rest default)."""
+DEPTH = 3
+
+
+def _demo() -> tuple[dict[str, Row], SpeedupDecomposition]:
+    result = load_results(RUN)
+    rows = {str(r.route_label): r for r in result.rows}
+    card = Scorecard.from_run(result)
+    (d,) = (ln.decomposition for ln in card.lines if ln.route == "mtp")
+    assert d is not None
+    return rows, d
+
+
+def _narrow(d: SpeedupDecomposition) -> SpeedupDecomposition:
+    """The same decomposition with acceptance known to ±1 % (as more data would give)."""
+    a = d.acceptance_length
+    return d.model_copy(update={"acceptance_length_ci": (0.99 * a, 1.01 * a)})
+
+
+def test_the_demo_rows_carry_the_engine_run_batch_below_the_concurrency() -> None:
+    rows, _ = _demo()
+    for label in ("off", "mtp"):
+        r = rows[label]
+        assert r.engine_steps is not None and r.engine_steps > 0
+        assert r.engine_batch_mean is not None and 1.0 < r.engine_batch_mean < 8.0
+        assert r.engine_steps_source is not None
+        assert "vllm:iteration_tokens_total" in r.engine_steps_source
+
+
+def test_at_the_engine_run_batch_the_witness_agrees_at_concurrency_it_false_alarms() -> None:
+    rows, d = _demo()
+    ran = witness_batch(rows["mtp"], rows["off"], concurrency=8)
+    assert ran.basis == "engine" and "the batch the engine ran" in str(ran)
+    at_ran = witness_step_costs(d, cost_model_step_costs(DEMO_COSTS, ran, DEPTH, model_draft=True))
+    assert at_ran.agrees, at_ran.text()
+    # the modelled verify step at the engine's batch is the measured one within 5 %
+    assert at_ran.predicted_verify_step_ms == pytest.approx(d.verify_step_ms, rel=0.05)
+    assert "the batch the engine ran" in at_ran.text()
+    # with acceptance known more tightly the engine-run batch still agrees ...
+    assert witness_step_costs(
+        _narrow(d), cost_model_step_costs(DEMO_COSTS, ran, DEPTH, model_draft=True)
+    ).agrees
+    # ... and batch = concurrency names a per-step difference that is not there
+    without = rows["off"].model_copy(update={"engine_batch_mean": None})
+    conc = witness_batch(rows["mtp"], without, concurrency=8)
+    assert conc.basis == "concurrency" and (conc.candidate, conc.off) == (8, 8)
+    assert "'off' has no engine_batch_mean" in str(conc)
+    costs = cost_model_step_costs(DEMO_COSTS, conc, DEPTH, model_draft=True)
+    assert "batch = concurrency 8" in costs.source
+    alarm = witness_step_costs(_narrow(d), costs)
+    assert alarm.agrees is False, alarm.text()
+    assert abs(alarm.predicted_speedup - d.speedup) > abs(at_ran.predicted_speedup - d.speedup)
+
+
+def test_witness_batch_refuses_a_concurrency_below_one() -> None:
+    rows, _ = _demo()
+    with pytest.raises(StepCostsError, match="concurrency"):
+        witness_batch(rows["mtp"], rows["off"], concurrency=0)
