@@ -32,7 +32,11 @@ counts its own steps (a row's ``engine_batch_mean``: vLLM's
 ``vllm:iteration_tokens_total``, llama.cpp's ``llamacpp:n_decode_total``, the embedded
 engine's vLLM-named histogram; docs/engines.md, "Engine steps"), :func:`witness_batch`
 takes each route's batch from its row, else batch = concurrency, and says which;
-:func:`cost_model_step_costs` reads a cost model there.
+:func:`cost_model_step_costs` reads a cost model there. That batch is a mean over the
+engine's steps; a request's TPOT weighs steps by the sequences in them, so where the
+batch varies (prefill-only steps, a round's tail) the step mean is below the batch a
+token sees (docs/scorecard.md, "A prediction and its witness": agrees on the demo at
+c=8, disagrees at c=2 where batch = concurrency agrees).
 """
 
 from __future__ import annotations

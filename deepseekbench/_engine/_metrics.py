@@ -64,6 +64,17 @@ class EngineCounters(BaseModel):
         return 1.0 + self.num_accepted_tokens / self.num_drafts
 
 
+def _iteration_tokens(reg: CollectorRegistry, labels: dict[str, str]) -> Histogram:
+    """vLLM's engine-step histogram (tokens per step, its buckets), labelled."""
+    return Histogram(
+        "vllm:iteration_tokens_total",
+        "Number of tokens per engine_step.",
+        list(labels),
+        buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+        registry=reg,
+    ).labels(**labels)
+
+
 class EngineMetrics:
     """Mutable engine totals; every update goes to the snapshot and to Prometheus."""
 
@@ -108,15 +119,8 @@ class EngineMetrics:
         self._waiting = Gauge(
             "vllm:num_requests_waiting", "Requests waiting.", names, registry=reg
         ).labels(**self._labels)
-        self._iteration = Histogram(
-            "vllm:iteration_tokens_total",
-            "Number of tokens per engine_step.",
-            names,
-            buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
-            registry=reg,
-        ).labels(**self._labels)
-        self._steps_n = 0
-        self._scheduled_n = 0
+        self._iteration = _iteration_tokens(reg, self._labels)
+        self._steps_n = self._scheduled_n = 0
         # labelled children, resolved once (also exposes zeros from the start)
         self._drafts_c = self._drafts.labels(**self._labels)
         self._draft_tokens_c = self._draft_tokens.labels(**self._labels)

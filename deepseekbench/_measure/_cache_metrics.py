@@ -246,10 +246,10 @@ def cache_window(
 
 def _steps_source(cs: CacheSet) -> str:
     """The families behind a window's engine steps, in words."""
-    names = [n for n in (cs.steps, cs.busy_per_step) if n is not None]
-    if cs.busy_per_step is None and cs.step_tokens is not None:
-        names.append(cs.step_tokens)
-    return "prometheus:" + " + ".join(names)
+    steps = cs.steps.removesuffix("_count") if cs.steps is not None else ""
+    if cs.busy_per_step is not None:
+        return f"prometheus:{steps}_total + {cs.busy_per_step}"
+    return f"prometheus:{steps}"  # a histogram: its _count and _sum
 
 
 def _nonneg(value: float | None) -> float | None:
