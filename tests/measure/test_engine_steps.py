@@ -113,3 +113,25 @@ def test_a_row_with_a_window_lacking_steps_has_none() -> None:
     assert (w.engine_steps, w.engine_batch_mean, w.steps_source) == (None, None, None)
     partial = combine_cache_windows([_w(100, 2.0), _w(50, None)])
     assert partial is not None and (partial.engine_steps, partial.engine_batch_mean) == (150, None)
+
+
+def test_a_row_takes_steps_from_its_own_loads_windows_only() -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from deepseekbench._analysis._rows import _cache_fields
+    from deepseekbench._store._results import ResultsState
+    from deepseekbench._types._load import LoadPoint
+
+    load = cast(LoadPoint, SimpleNamespace(key="closed:c=8"))
+    own: dict[tuple[str, str, str | None, int], CacheWindow] = {
+        ("mtp", "c0", "closed:c=8", 0): _w(100, 4.0),
+        ("mtp", "c0", "closed:c=8", 1): _w(50, 1.0),
+    }
+    state = cast(ResultsState, SimpleNamespace(cache=own))
+    fields = _cache_fields(state, "mtp", "c0", load)
+    assert fields["engine_steps"] == 150 and fields["engine_batch_mean"] == pytest.approx(3.0)
+    # a window of no one load would be counted in every load's row: no steps at all
+    shared = {**own, ("mtp", "c0", None, 2): _w(10, 2.0)}  # type: dict[tuple[str, str, str | None, int], CacheWindow]
+    fields = _cache_fields(cast(ResultsState, SimpleNamespace(cache=shared)), "mtp", "c0", load)
+    assert "engine_steps" not in fields and "engine_batch_mean" not in fields
