@@ -111,8 +111,8 @@ class CacheSet:
 
     The engine's own step count (the batch it ran): ``steps``: a counter of engine
     steps (vLLM ``vllm:iteration_tokens_total_count``, llama.cpp
-    ``llamacpp:n_decode``, steps); ``step_tokens``: a counter of tokens scheduled over
-    those steps (vLLM's ``_sum``: prefill + decode + draft tokens); ``prompt_tokens``:
+    ``llamacpp:n_decode``, steps); ``step_tokens``: a counter of tokens over those steps
+    (vLLM's ``_sum``: prompt tokens of the prefills ended + generated tokens); ``prompt_tokens``:
     a counter of prompt tokens (vLLM ``vllm:prompt_tokens``); ``busy_per_step``: a
     gauge of busy sequences per step averaged since start (llama.cpp
     ``llamacpp:n_busy_slots_per_decode``).

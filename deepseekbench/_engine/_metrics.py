@@ -8,10 +8,10 @@ Names follow vLLM's production metrics (``vllm:spec_decode_num_drafts_total``,
 ``vllm:request_success_total``; the cache window: ``vllm:prefix_cache_queries_total``,
 ``vllm:prefix_cache_hits_total`` (tokens), ``vllm:kv_cache_usage_perc`` (fraction),
 ``vllm:num_requests_waiting`` (requests); the engine steps: the histogram
-``vllm:iteration_tokens_total``, tokens scheduled per engine step, as vLLM's
-``vllm/v1/metrics/loggers.py`` observes it once per step: prefill tokens not found
-in the prefix cache plus, per decoding sequence, one token and its draft tokens),
-rendered by ``prometheus_client``.
+``vllm:iteration_tokens_total``, observed once per engine step as vLLM V1's
+``vllm/v1/metrics/loggers.py`` does, with its iteration's prompt tokens (the full
+prompts whose prefill ended in the step) plus its generated tokens), rendered by
+``prometheus_client``.
 """
 
 from __future__ import annotations
@@ -167,8 +167,8 @@ class EngineMetrics:
             self._per_pos.labels(**self._labels, position=str(pos)).inc()
 
     def stepped(self, scheduled_tokens: int) -> None:
-        """Count one engine step that scheduled ``scheduled_tokens`` tokens (prefill
-        not cached, plus one token and the drafts of each decoding sequence)."""
+        """Count one engine step with ``scheduled_tokens`` tokens: the prompt tokens of
+        the prefills it ended plus the tokens it generated (vLLM's iteration tokens)."""
         self._steps_n += 1
         self._scheduled_n += scheduled_tokens
         self._iteration.observe(scheduled_tokens)

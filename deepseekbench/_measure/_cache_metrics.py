@@ -24,11 +24,13 @@ cache and queue families (:class:`~deepseekbench._dialects.CacheSet`):
 * engine steps (the batch the engine ran): the window delta of the engine's step
   counter (vLLM ``vllm:iteration_tokens_total_count``, one observation per engine
   step; llama.cpp ``llamacpp:n_decode_total``, ``llama_decode()`` calls of the
-  server loop), and the mean sequences decoded per step: vLLM, the tokens scheduled
-  (the histogram's ``_sum``) less the prefill tokens (``vllm:prompt_tokens`` less
-  ``vllm:prefix_cache_hits``) and the draft tokens
-  (``vllm:spec_decode_num_draft_tokens``), over the steps (each decoding sequence
-  schedules one token plus its drafts per step); llama.cpp, the busy slots summed
+  server loop), and the mean sequences decoded per step: vLLM, the histogram's
+  ``_sum`` (each step's prompt tokens plus generated tokens, ``vllm/v1/metrics/
+  loggers.py``) less the prompt tokens (``vllm:prompt_tokens``, the same iteration
+  figure) gives the generated tokens, less the accepted draft tokens
+  (``vllm:spec_decode_num_accepted_tokens``, 0 without the family) the sequences
+  that produced a token, over the steps (a sequence produces one token plus its
+  accepted drafts a step, its prefill's step included); llama.cpp, the busy slots summed
   over the window's decode calls (``llamacpp:n_busy_slots_per_decode``, a mean
   since start, times ``n_decode_total``, at each end) over the calls. ``None``
   where a family is not exported, the counters moved inconsistently (a restart),
@@ -127,14 +129,14 @@ def _counts(
     return (queries, hits) if hits <= queries else None
 
 
-def _spec_draft_tokens(before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect) -> int:
-    """Draft tokens proposed in the window (tokens; 0 where no drafts family is exported).
+def _spec_accepted(before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect) -> int:
+    """Draft tokens accepted in the window (tokens; 0 where the family is not exported).
 
     Raises:
         _Inconsistent: see :func:`_delta`.
     """
     for e, cs in _counter_sets():
-        name = cs.draft_tokens
+        name = cs.accepted
         if e == engine and (name in before.series or name in after.series):
             return _delta(before, after, name)
     return 0
@@ -167,9 +169,9 @@ def _engine_steps(
 def _decoding(
     before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect, cs: CacheSet
 ) -> float | None:
-    """Sequence-steps decoded in the window (vLLM): tokens scheduled less prefill
-    (prompt less prefix-cache hits) less draft tokens; ``None`` where the tokens or
-    prompt family is not exported.
+    """Sequence-steps that produced tokens in the window (vLLM): iteration tokens
+    less prompt tokens (the generated tokens) less accepted draft tokens; ``None``
+    where the histogram's sum or the prompt family is not exported.
 
     Raises:
         _Inconsistent: see :func:`_delta`.
@@ -180,8 +182,7 @@ def _decoding(
     prefill = _optional_delta(before, after, cs.prompt_tokens)
     if scheduled is None or prefill is None:
         return None
-    hits = _optional_delta(before, after, cs.hits) if cs.hits is not None else None
-    return float(scheduled - prefill + (hits or 0) - _spec_draft_tokens(before, after, engine))
+    return float(scheduled - prefill - _spec_accepted(before, after, engine))
 
 
 def _busy(
