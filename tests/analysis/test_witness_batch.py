@@ -1,7 +1,8 @@
 """The step witness at the batch the engine ran: the demo's own rows at c = 8 (a recorded
 run of the demo's three engines, ``tests/data/demo_c8_engine_steps.jsonl``: pinned answers
 of different lengths, so the engine runs fewer sequences per step than the 8 streams), and
-the fallback to batch = concurrency where a row lacks the engine's step count."""
+the fallback to batch = concurrency where a row lacks the engine's step count. Whether the
+prediction then agrees is a measured figure (docs/scorecard.md), not asserted here."""
 
 from __future__ import annotations
 
@@ -36,12 +37,6 @@ def _demo() -> tuple[dict[str, Row], SpeedupDecomposition]:
     return rows, d
 
 
-def _narrow(d: SpeedupDecomposition) -> SpeedupDecomposition:
-    """The same decomposition with acceptance known to ±1 % (as more data would give)."""
-    a = d.acceptance_length
-    return d.model_copy(update={"acceptance_length_ci": (0.99 * a, 1.01 * a)})
-
-
 def test_the_demo_rows_carry_the_engine_run_batch_below_the_concurrency() -> None:
     rows, _ = _demo()
     for label in ("off", "mtp"):
@@ -52,29 +47,36 @@ def test_the_demo_rows_carry_the_engine_run_batch_below_the_concurrency() -> Non
         assert "vllm:iteration_tokens_total" in r.engine_steps_source
 
 
-def test_at_the_engine_run_batch_the_witness_agrees_at_concurrency_it_false_alarms() -> None:
+def test_the_witness_reads_the_cost_model_at_each_routes_engine_run_batch() -> None:
     rows, d = _demo()
     ran = witness_batch(rows["mtp"], rows["off"], concurrency=8)
     assert ran.basis == "engine" and "the batch the engine ran" in str(ran)
-    at_ran = witness_step_costs(d, cost_model_step_costs(DEMO_COSTS, ran, DEPTH, model_draft=True))
-    assert at_ran.agrees, at_ran.text()
-    # the modelled verify step at the engine's batch is the measured one within 5 %
-    assert at_ran.predicted_verify_step_ms == pytest.approx(d.verify_step_ms, rel=0.05)
-    assert "the batch the engine ran" in at_ran.text()
-    # with acceptance known more tightly the engine-run batch still agrees ...
-    assert witness_step_costs(
-        _narrow(d), cost_model_step_costs(DEMO_COSTS, ran, DEPTH, model_draft=True)
-    ).agrees
-    # ... and batch = concurrency names a per-step difference that is not there
+    assert (ran.candidate, ran.off) == (
+        rows["mtp"].engine_batch_mean,
+        rows["off"].engine_batch_mean,
+    )
+    costs = cost_model_step_costs(DEMO_COSTS, ran, DEPTH, model_draft=True)
+    # the verify step at the candidate's batch, off's decode step at off's (not one batch)
+    verify, _ = DEMO_COSTS.step_costs(ran.candidate, DEPTH, model_draft=True)
+    _, decode = DEMO_COSTS.step_costs(ran.off, DEPTH, model_draft=True)
+    assert (costs.verify_step_ms, costs.decode_step_ms) == (verify, decode)
+    full_verify, full_decode = DEMO_COSTS.step_costs(8, DEPTH, model_draft=True)
+    assert costs.verify_step_ms < full_verify and costs.decode_step_ms < full_decode
+    w = witness_step_costs(d, costs)
+    assert "the batch the engine ran" in w.text() and "sequences per step" in str(w)
+
+
+def test_without_the_engine_figure_the_witness_says_it_used_the_concurrency() -> None:
+    rows, d = _demo()
     without = rows["off"].model_copy(update={"engine_batch_mean": None})
     conc = witness_batch(rows["mtp"], without, concurrency=8)
     assert conc.basis == "concurrency" and (conc.candidate, conc.off) == (8, 8)
     assert "'off' has no engine_batch_mean" in str(conc)
     costs = cost_model_step_costs(DEMO_COSTS, conc, DEPTH, model_draft=True)
-    assert "batch = concurrency 8" in costs.source
-    alarm = witness_step_costs(_narrow(d), costs)
-    assert alarm.agrees is False, alarm.text()
-    assert abs(alarm.predicted_speedup - d.speedup) > abs(at_ran.predicted_speedup - d.speedup)
+    assert (costs.verify_step_ms, costs.decode_step_ms) == DEMO_COSTS.step_costs(
+        8, DEPTH, model_draft=True
+    )
+    assert "batch = concurrency 8" in witness_step_costs(d, costs).text()
 
 
 def test_witness_batch_refuses_a_concurrency_below_one() -> None:
