@@ -118,6 +118,9 @@ if TYPE_CHECKING:
     from deepseekbench._analysis._step_witness import (
         StepCosts,
         StepCostWitness,
+        WitnessBatch,
+        cost_model_step_costs,
+        witness_batch,
         witness_step_costs,
     )
     from deepseekbench._analysis._witness import (  # the distribution witness
@@ -554,6 +557,7 @@ __all__ = [
     "UnknownMetricError",
     "VllmServerError",
     "VllmServerSpec",
+    "WitnessBatch",
     "WitnessExclusion",
     "WitnessResult",
     "WorkerDeath",
@@ -581,6 +585,7 @@ __all__ = [
     "coerce_request",
     "compare_runs",
     "compare_speedup",
+    "cost_model_step_costs",
     "crossover_text",
     "decompose_speedup",
     "determinism_control",
@@ -639,6 +644,7 @@ __all__ = [
     "which_factor_moved",
     "within_noise_verdict",
     "witness",
+    "witness_batch",
     "witness_step_costs",
     "witness_verdict",
     "write_acceptance_profile",

@@ -193,7 +193,8 @@ def _server_window(
 
 
 def _cache_fields(state: ResultsState, route: str, cell: str, load: LoadPoint) -> dict[str, Any]:
-    """The row's prefix-cache hit rate and KV/queue peaks over its windows."""
+    """The row's prefix-cache hit rate and KV/queue peaks over its windows, and its
+    engine steps (only from windows of this load: none of a window spanning loads)."""
     windows = [
         rec
         for (label, cid, lk, _), rec in sorted(state.cache.items(), key=lambda kv: kv[0][3])
@@ -202,10 +203,24 @@ def _cache_fields(state: ResultsState, route: str, cell: str, load: LoadPoint) -
     window = combine_cache_windows(windows)
     if window is None:
         return {}
+    # a window of no one load (lk None) spans several: its steps would count in each
+    shared = any(
+        lk is None for (label, cid, lk, _) in state.cache if label == route and cid == cell
+    )
+    steps = (
+        {}
+        if shared
+        else {
+            "engine_steps": window.engine_steps,
+            "engine_batch_mean": window.engine_batch_mean,
+            "engine_steps_source": window.steps_source,
+        }
+    )
     return {
         "prefix_cache_hit_rate": window.prefix_cache_hit_rate,
         "kv_cache_usage_peak": window.kv_cache_usage_peak,
         "queue_depth_peak": window.queue_depth_peak,
+        **steps,
     }
 
 

@@ -27,19 +27,37 @@ closed-loop load whose requests end at different lengths (the demo's pinned answ
 the mean batch is below the client's concurrency, and lower for the route whose
 requests end sooner, so the closed form at batch = concurrency is not that load's cost
 (docs/scorecard.md, "A prediction and its witness"); ``output_length = "forced"`` keeps
-the batch full, as ``benchmarks/bench_speedup_witness.py`` does.
+the batch full, as ``benchmarks/bench_speedup_witness.py`` does. Where the engine
+counts its own steps (a row's ``engine_batch_mean``: vLLM's
+``vllm:iteration_tokens_total``, llama.cpp's ``llamacpp:n_decode_total``, the embedded
+engine's vLLM-named histogram; docs/engines.md, "Engine steps"), :func:`witness_batch`
+takes each route's batch from its row, else batch = concurrency, and says which;
+:func:`cost_model_step_costs` reads a cost model there. That batch is a mean over the
+engine's steps; a request's TPOT weighs steps by the sequences in them, so where the
+batch varies (prefill-only steps, a round's tail) the step mean is below the batch a
+token sees (docs/scorecard.md, "A prediction and its witness": on the demo it agrees
+at c=1 and c=2 and names a false 7.6 ms saving at c=8, where batch = concurrency agrees).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from deepseekbench._analysis._decompose import SpeedupDecomposition
+from deepseekbench._engine._costs import CostModel
 from deepseekbench._errors import StepCostsError
+from deepseekbench._types._row import Row
 
-__all__ = ["StepCostWitness", "StepCosts", "witness_step_costs"]
+__all__ = [
+    "StepCostWitness",
+    "StepCosts",
+    "WitnessBatch",
+    "cost_model_step_costs",
+    "witness_batch",
+    "witness_step_costs",
+]
 
 _FIELDS: dict[str, str] = {
     "verify_step_ms": "one verify step of the speculative route at that batch, a finite "
@@ -279,3 +297,73 @@ def _detectable_ms(step_ms: float, hi_m: float, lo_p: float) -> float:
     (``hi_m``: the measured interval's top over its figure; ``lo_p``: the predicted
     interval's bottom over its figure; ``step_ms``: the predicted verify step)."""
     return max(0.0, step_ms * (hi_m / lo_p - 1.0))
+
+
+class WitnessBatch(BaseModel):
+    """The batch each route's step costs are read at (sequences per engine step).
+
+    Attributes:
+        candidate / off: mean sequences decoded per engine step of the speculative
+            route and of ``off`` (sequences; the rows' ``engine_batch_mean``, or the
+            client's concurrency for both).
+        basis: ``"engine"``: both from the engine's own step counters;
+            ``"concurrency"``: batch = concurrency (a row lacks the figure).
+        source: the rows' ``engine_steps_source``, or why concurrency was used.
+
+    Raises:
+        pydantic.ValidationError: a batch not a finite number > 0.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    candidate: float = Field(gt=0, description="sequences per step")
+    off: float = Field(gt=0, description="sequences per step")
+    basis: Literal["engine", "concurrency"]
+    source: str
+
+    def __str__(self) -> str:
+        """The batch in words: "the batch the engine ran (candidate 4.69, off 4.58
+        sequences per step; prometheus:...)" or "batch = concurrency 8 (...)"."""
+        if self.basis == "engine":
+            return (
+                f"the batch the engine ran (candidate {self.candidate:.2f}, off "
+                f"{self.off:.2f} sequences per step; {self.source})"
+            )
+        return f"batch = concurrency {self.candidate:g} ({self.source})"
+
+
+def witness_batch(candidate: Row, off: Row, concurrency: int) -> WitnessBatch:
+    """Each route's batch for its step costs: the rows' ``engine_batch_mean`` (the
+    engine's own step counters over the rows' windows) when both have it, else
+    ``concurrency`` for both (closed-loop streams), saying which.
+
+    Raises:
+        StepCostsError: ``concurrency`` below 1 (a ``ValueError``).
+    """
+    if concurrency < 1:
+        raise StepCostsError(f"witness_batch: concurrency must be >= 1, got {concurrency!r}")
+    c, o = candidate.engine_batch_mean, off.engine_batch_mean
+    if c is not None and o is not None:
+        source = candidate.engine_steps_source or off.engine_steps_source or "engine steps"
+        return WitnessBatch(candidate=c, off=o, basis="engine", source=source)
+    missing = candidate.route_label if c is None else off.route_label
+    why = f"row {missing!r} has no engine_batch_mean: the engine exports no step count"
+    return WitnessBatch(candidate=concurrency, off=concurrency, basis="concurrency", source=why)
+
+
+def cost_model_step_costs(
+    model: CostModel, batch: WitnessBatch, draft_tokens: int, *, model_draft: bool
+) -> StepCosts:
+    """``model``'s closed-form step costs (:meth:`~deepseekbench.CostModel.step_costs`)
+    at ``batch``: the verify step at the candidate's batch, ``off``'s decode step at
+    ``off``'s (ms), the source naming the batch used.
+
+    ``draft_tokens``: draft tokens per verify step (tokens); ``model_draft``: drafts
+    from a model head (``False`` for prompt lookup).
+
+    Raises:
+        StepCostsError: a cost that is not > 0 (a model of zero costs).
+    """
+    verify, _ = model.step_costs(batch.candidate, draft_tokens, model_draft=model_draft)
+    _, decode = model.step_costs(batch.off, draft_tokens, model_draft=model_draft)
+    return StepCosts(verify, decode, f"cost model at {batch}")

@@ -108,6 +108,14 @@ class CacheSet:
     fraction in use (0..1), the first one exported wins (a new name, then the
     older one). ``queue``: a gauge of requests waiting to be scheduled
     (requests). Any of them may be ``None``/empty where the engine exports none.
+
+    The engine's own step count (the batch it ran): ``steps``: a counter of engine
+    steps (vLLM ``vllm:iteration_tokens_total_count``, llama.cpp
+    ``llamacpp:n_decode``, steps); ``step_tokens``: a counter of tokens over those steps
+    (vLLM's ``_sum``: prompt tokens of the prefills ended + generated tokens); ``prompt_tokens``:
+    a counter of prompt tokens (vLLM ``vllm:prompt_tokens``); ``busy_per_step``: a
+    gauge of busy sequences per step averaged since start (llama.cpp
+    ``llamacpp:n_busy_slots_per_decode``).
     """
 
     source: str
@@ -117,6 +125,16 @@ class CacheSet:
     kv_usage: tuple[str, ...] = ()
     queue: str | None = None
     misses: str | None = None
+    steps: str | None = None
+    step_tokens: str | None = None
+    prompt_tokens: str | None = None
+    busy_per_step: str | None = None
+
+    @property
+    def step_families(self) -> tuple[str, ...]:
+        """The engine-step families (counters and gauge) that are set."""
+        names = (self.steps, self.step_tokens, self.prompt_tokens, self.busy_per_step)
+        return tuple(n for n in names if n is not None)
 
     @property
     def counters(self) -> tuple[str, ...]:

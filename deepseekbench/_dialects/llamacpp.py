@@ -81,6 +81,8 @@ class LlamacppDialect(EngineDialect):
             misses="llamacpp:prompt_tokens",
             kv_usage=("llamacpp:kv_cache_usage_ratio",),
             queue="llamacpp:requests_deferred",
+            steps="llamacpp:n_decode",
+            busy_per_step="llamacpp:n_busy_slots_per_decode",
         ),
     )
     depth_paths: ClassVar[tuple[str, ...]] = ("/props",)

@@ -46,6 +46,10 @@ from deepseekbench._types._clock import ServerRateSpan
 
 __all__ = ["DIALECT", "VllmDialect", "acceptance_from_vllm"]
 
+_STEPS = "vllm:iteration_tokens_total"
+"""vLLM's engine steps: the histogram ``vllm:iteration_tokens_total`` ("number of
+tokens per engine_step", ``vllm/v1/metrics/loggers.py``), one observation per step."""
+
 
 def _vllm_positions(stats: Mapping[str, Any]) -> tuple[float, ...] | None:
     """Per-position acceptance from the per-step lists, else the histogram.
@@ -128,13 +132,16 @@ class VllmDialect(EngineDialect):
         "(time_to_first_token_ms + generation_time_ms): shared case "
         "sse/21-vllm-0.32-ngram-per-request-metrics, 128 / (871.34 + 80.69) ms = 134.45"
     )
-    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # the cache window
+    cache_sets: ClassVar[tuple[CacheSet, ...]] = (  # the cache window and engine steps
         CacheSet(
             source="prometheus:vllm:prefix_cache_*",
             queries="vllm:prefix_cache_queries",
             hits="vllm:prefix_cache_hits",
             kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
             queue="vllm:num_requests_waiting",
+            steps=f"{_STEPS}_count",
+            step_tokens=f"{_STEPS}_sum",
+            prompt_tokens="vllm:prompt_tokens",
         ),
         CacheSet(
             source="prometheus:vllm:gpu_prefix_cache_*",
@@ -142,6 +149,9 @@ class VllmDialect(EngineDialect):
             hits="vllm:gpu_prefix_cache_hits",
             kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
             queue="vllm:num_requests_waiting",
+            steps=f"{_STEPS}_count",
+            step_tokens=f"{_STEPS}_sum",
+            prompt_tokens="vllm:prompt_tokens",
         ),
     )
 

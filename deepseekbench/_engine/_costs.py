@@ -89,11 +89,11 @@ class CostModel(BaseModel):
         "least one draft token), outside the cost model's closed form (ms).",
     )
 
-    def target_ms(self, batch_size: int, draft_tokens: int) -> float:
+    def target_ms(self, batch_size: float, draft_tokens: int) -> float:
         """The target pass alone (ms): the longer of its memory and compute times.
 
-        ``batch_size``: sequences in the step (≥ 1); ``draft_tokens``: the most
-        draft tokens any sequence verified in it (tokens).
+        ``batch_size``: sequences in the step (≥ 1; a mean batch may be fractional);
+        ``draft_tokens``: the most draft tokens any sequence verified in it (tokens).
         """
         b = max(batch_size, 1)
         per_pass = self.target_step_ms + draft_tokens * self.verify_token_ms
@@ -120,12 +120,12 @@ class CostModel(BaseModel):
         return cost + self.prefill_ms_per_token * prefill_tokens
 
     def step_costs(
-        self, batch_size: int, draft_tokens: int, *, model_draft: bool
+        self, batch_size: float, draft_tokens: int, *, model_draft: bool
     ) -> tuple[float, float]:
         """The closed form's ``(verify step, decode step)`` at ``batch_size`` sequences
-        (ms): one step verifying ``draft_tokens`` draft tokens per sequence, and one
-        step of ``off`` (no draft), neither with prefill nor the ``verify_delay_ms``
-        fault. What a prediction of the speedup reads
+        (a mean batch may be fractional) (ms): one step verifying ``draft_tokens`` draft
+        tokens per sequence, and one step of ``off`` (no draft), neither with prefill
+        nor the ``verify_delay_ms`` fault. What a prediction of the speedup reads
         (:class:`~deepseekbench.StepCosts`); the fault is what its witness must find.
         """
         verify = self.target_ms(batch_size, draft_tokens)

@@ -7,12 +7,16 @@ Names follow vLLM's production metrics (``vllm:spec_decode_num_drafts_total``,
 ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
 ``vllm:request_success_total``; the cache window: ``vllm:prefix_cache_queries_total``,
 ``vllm:prefix_cache_hits_total`` (tokens), ``vllm:kv_cache_usage_perc`` (fraction),
-``vllm:num_requests_waiting`` (requests)), rendered by ``prometheus_client``.
+``vllm:num_requests_waiting`` (requests); the engine steps: the histogram
+``vllm:iteration_tokens_total``, observed once per engine step as vLLM V1's
+``vllm/v1/metrics/loggers.py`` does, with its iteration's prompt tokens (the full
+prompts whose prefill ended in the step) plus its generated tokens), rendered by
+``prometheus_client``.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -41,6 +45,8 @@ class EngineCounters(BaseModel):
     num_drafts: int = Field(default=0, ge=0, description="verify steps with drafts")
     num_draft_tokens: int = Field(default=0, ge=0, description="tokens")
     num_accepted_tokens: int = Field(default=0, ge=0, description="tokens")
+    engine_steps: int = Field(default=0, ge=0, description="steps")
+    scheduled_tokens: int = Field(default=0, ge=0, description="tokens")
     accepted_per_position: tuple[int, ...] = ()
 
     @property
@@ -56,6 +62,17 @@ class EngineCounters(BaseModel):
         if self.num_drafts == 0:
             return None
         return 1.0 + self.num_accepted_tokens / self.num_drafts
+
+
+def _iteration_tokens(reg: CollectorRegistry, labels: dict[str, str]) -> Histogram:
+    """vLLM's engine-step histogram (tokens per step, its buckets), labelled."""
+    return Histogram(
+        "vllm:iteration_tokens_total",
+        "Number of tokens per engine_step.",
+        list(labels),
+        buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+        registry=reg,
+    ).labels(**labels)
 
 
 class EngineMetrics:
@@ -102,6 +119,8 @@ class EngineMetrics:
         self._waiting = Gauge(
             "vllm:num_requests_waiting", "Requests waiting.", names, registry=reg
         ).labels(**self._labels)
+        self._iteration = _iteration_tokens(reg, self._labels)
+        self._steps_n = self._scheduled_n = 0
         # labelled children, resolved once (also exposes zeros from the start)
         self._drafts_c = self._drafts.labels(**self._labels)
         self._draft_tokens_c = self._draft_tokens.labels(**self._labels)
@@ -147,6 +166,13 @@ class EngineMetrics:
             self._per_pos_n[pos] += 1
             self._per_pos.labels(**self._labels, position=str(pos)).inc()
 
+    def stepped(self, scheduled_tokens: int) -> None:
+        """Count one engine step with ``scheduled_tokens`` tokens: the prompt tokens of
+        the prefills it ended plus the tokens it generated (vLLM's iteration tokens)."""
+        self._steps_n += 1
+        self._scheduled_n += scheduled_tokens
+        self._iteration.observe(scheduled_tokens)
+
     def finished(self, reason: str) -> None:
         """Count one finished request (``reason``: stop, length, abort, error)."""
         self._finished += 1
@@ -179,6 +205,8 @@ class EngineMetrics:
             num_drafts=self._drafts_n,
             num_draft_tokens=self._draft_tokens_n,
             num_accepted_tokens=self._accepted_n,
+            engine_steps=self._steps_n,
+            scheduled_tokens=self._scheduled_n,
             accepted_per_position=tuple(self._per_pos_n),
         )
 

@@ -170,6 +170,8 @@ class Scheduler:
         prefill = sum(s.prompt_tokens - s.cached_tokens for s in batch if not s.prefilled)
         results = [(s, self._advance(s)) for s in batch]
         draft_tokens = max((out.drafted for _, (out, _) in results), default=0)
+        # vLLM's tokens per engine step: prompts whose prefill ends here, plus tokens produced
+        prompts_done = sum(s.prompt_tokens for s in batch if not s.prefilled)
         cost_ms = self._cost.step_ms(
             len(batch), draft_tokens, prefill, model_draft=self._model_draft
         )
@@ -179,8 +181,9 @@ class Scheduler:
         self._deadline = anchor + cost_s
         await anyio.sleep(max(0.0, self._deadline - time.perf_counter()))
         still: list[Sequence] = []
-        for seq, (out, reasoning_text) in results:
-            emission = self._account(seq, out, reasoning_text, cost_ms)
+        emissions = [(seq, self._account(seq, out, text, cost_ms)) for seq, (out, text) in results]
+        self._metrics.stepped(prompts_done + sum(e.tokens for _, e in emissions))
+        for seq, emission in emissions:
             if seq.cancelled:
                 self._metrics.finished("abort")
                 seq.send.close()

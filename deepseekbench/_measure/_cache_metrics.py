@@ -21,6 +21,21 @@ cache and queue families (:class:`~deepseekbench._dialects.CacheSet`):
   ``llamacpp:requests_deferred``) over the same scrapes, summed over
   data-parallel label sets, copies once.
 
+* engine steps (the batch the engine ran): the window delta of the engine's step
+  counter (vLLM ``vllm:iteration_tokens_total_count``, one observation per engine
+  step; llama.cpp ``llamacpp:n_decode_total``, ``llama_decode()`` calls of the
+  server loop), and the mean sequences decoded per step: vLLM, the histogram's
+  ``_sum`` (each step's prompt tokens plus generated tokens, ``vllm/v1/metrics/
+  loggers.py``) less the prompt tokens (``vllm:prompt_tokens``, the same iteration
+  figure) gives the generated tokens, less the accepted draft tokens
+  (``vllm:spec_decode_num_accepted_tokens``, 0 without the family) the sequences
+  that produced a token, over the steps (a sequence produces one token plus its
+  accepted drafts a step, its prefill's step included); llama.cpp, the busy slots summed
+  over the window's decode calls (``llamacpp:n_busy_slots_per_decode``, a mean
+  since start, times ``n_decode_total``, at each end) over the calls. ``None``
+  where a family is not exported, the counters moved inconsistently (a restart),
+  or the derivation gives no positive figure: never an estimate.
+
 The scrapes are the window's opening and closing ones plus those
 :func:`while_sampling` takes while the window's requests run (every ``interval_s``,
 only when the opening scrape holds a KV or queue gauge): a peak is the largest
@@ -39,9 +54,11 @@ from deepseekbench._dialects import CacheSet
 from deepseekbench._errors import LiveGateError
 from deepseekbench._measure._server_metrics import (
     MetricsSnapshot,
+    _counter_sets,
     _delta,
     _Inconsistent,
     _merge_copies,
+    _optional_delta,
     _restarted,
     cache_sets,
     scrape_metrics,
@@ -112,6 +129,74 @@ def _counts(
     return (queries, hits) if hits <= queries else None
 
 
+def _spec_accepted(before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect) -> int:
+    """Draft tokens accepted in the window (tokens; 0 where the family is not exported).
+
+    Raises:
+        _Inconsistent: see :func:`_delta`.
+    """
+    for e, cs in _counter_sets():
+        name = cs.accepted
+        if e == engine and (name in before.series or name in after.series):
+            return _delta(before, after, name)
+    return 0
+
+
+def _engine_steps(
+    before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect, cs: CacheSet
+) -> tuple[int | None, float | None]:
+    """``(engine steps, mean sequences decoded per step)`` over the window (module
+    docstring); ``(None, None)`` where the step counter is not exported or moved
+    inconsistently, the batch ``None`` where it cannot be derived."""
+    if cs.steps is None or (cs.steps not in before.series and cs.steps not in after.series):
+        return None, None
+    if _restarted(before, after):
+        return None, None
+    try:
+        steps = _delta(before, after, cs.steps)
+        if steps == 0:
+            return 0, None
+        if cs.busy_per_step is not None:
+            busy = _busy(before, after, cs.steps, cs.busy_per_step)
+        else:
+            busy = _decoding(before, after, engine, cs)
+    except _Inconsistent as exc:
+        _log.warning("engine steps dropped for this window: %s", exc)
+        return None, None
+    return steps, (busy / steps if busy is not None and busy > 0 else None)
+
+
+def _decoding(
+    before: MetricsSnapshot, after: MetricsSnapshot, engine: Dialect, cs: CacheSet
+) -> float | None:
+    """Sequence-steps that produced tokens in the window (vLLM): iteration tokens
+    less prompt tokens (the generated tokens) less accepted draft tokens; ``None``
+    where the histogram's sum or the prompt family is not exported.
+
+    Raises:
+        _Inconsistent: see :func:`_delta`.
+    """
+    if cs.step_tokens is None or cs.prompt_tokens is None:
+        return None
+    scheduled = _optional_delta(before, after, cs.step_tokens)
+    prefill = _optional_delta(before, after, cs.prompt_tokens)
+    if scheduled is None or prefill is None:
+        return None
+    return float(scheduled - prefill - _spec_accepted(before, after, engine))
+
+
+def _busy(
+    before: MetricsSnapshot, after: MetricsSnapshot, calls: str, per_call: str
+) -> float | None:
+    """Busy sequences summed over the window's steps from a since-start mean per step
+    (llama.cpp): ``mean_after × total_after − mean_before × total_before``."""
+    g_b, g_a = before.values.get(per_call), after.values.get(per_call)
+    n_b, n_a = before.values.get(calls), after.values.get(calls)
+    if g_b is None or g_a is None or n_b is None or n_a is None:
+        return None
+    return g_a * n_a - g_b * n_b
+
+
 def cache_window(
     before: MetricsSnapshot, after: MetricsSnapshot, during: Sequence[MetricsSnapshot] = ()
 ) -> CacheWindow | None:
@@ -123,7 +208,8 @@ def cache_window(
 
     Returns:
         a :class:`~deepseekbench.CacheWindow` (hit rate 0..1, KV usage peak as a
-        fraction, queue peak in requests), or ``None`` when a bracketing scrape
+        fraction, queue peak in requests, engine steps and the mean sequences
+        decoded per step), or ``None`` when a bracketing scrape
         failed or neither holds a cache or queue family. Never raises on
         server data (module docstring for what is counted).
     """
@@ -141,6 +227,7 @@ def cache_window(
         rate = after.values.get(cs.hit_rate) if cs.hit_rate is not None else None
         if rate is not None and not 0.0 <= rate <= 1.0:
             rate = None
+    steps, batch = _engine_steps(before, after, engine, cs)
     scrapes = [before, *(s for s in during if s.error is None), after]
     kv = _peak([_kv(s, cs) for s in scrapes])
     return CacheWindow(
@@ -152,7 +239,18 @@ def cache_window(
         kv_cache_usage_peak=kv if kv is None or kv >= 0 else None,
         queue_depth_peak=_nonneg(_peak([_queue(s, cs) for s in scrapes])),
         scrapes=len(scrapes),
+        engine_steps=steps,
+        engine_batch_mean=batch,
+        steps_source=_steps_source(cs) if steps is not None else None,
     )
+
+
+def _steps_source(cs: CacheSet) -> str:
+    """The families behind a window's engine steps, in words."""
+    steps = cs.steps.removesuffix("_count") if cs.steps is not None else ""
+    if cs.busy_per_step is not None:
+        return f"prometheus:{steps}_total + {cs.busy_per_step}"
+    return f"prometheus:{steps}"  # a histogram: its _count and _sum
 
 
 def _nonneg(value: float | None) -> float | None:

@@ -122,8 +122,9 @@ def _families() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     caches = [cs for _, cs in cache_sets()]  # prefix cache, KV cache, queue
     gauges = frozenset(n for _, gs in _gauge_sets() for n in (gs.rate, gs.length))
     gauges |= frozenset(n for cs in caches for n in cs.gauges)
+    gauges |= frozenset(cs.busy_per_step for cs in caches if cs.busy_per_step is not None)
     wanted = frozenset(n for cs in counters for n in cs.names) | gauges
-    wanted |= frozenset(n for cs in caches for n in cs.counters)
+    wanted |= frozenset(n for cs in caches for n in (*cs.counters, *cs.step_families))
     per_pos = frozenset(cs.per_position for cs in counters if cs.per_position is not None)
     return wanted, per_pos, gauges
 
@@ -174,7 +175,8 @@ def parse_metrics(text: str, *, model_name: str | None = None) -> MetricsSnapsho
                 name, key = sample.name, _labels_key(sample.labels)
                 if name == _PROCESS_START or name.endswith("_created"):
                     base = name.removesuffix("_created")
-                    if base == _PROCESS_START or base in wanted or base in per_pos:
+                    histogram = f"{base}_count" in wanted  # vLLM's engine-step histogram
+                    if base == _PROCESS_START or base in wanted or base in per_pos or histogram:
                         markers[f"{name}{key}"] = float(sample.value)
                     continue
                 name = name.removesuffix("_total")

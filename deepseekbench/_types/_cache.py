@@ -35,6 +35,13 @@ class CacheWindow(BaseModel):
         queue_depth_peak: the largest number of waiting requests seen over the
             same scrapes (requests).
         scrapes: how many scrapes the peaks were taken over.
+        engine_steps: engine steps (iterations) the server ran in the window
+            (steps; vLLM ``vllm:iteration_tokens_total`` count, llama.cpp
+            ``llamacpp:n_decode_total``); ``None`` where not exported.
+        engine_batch_mean: mean sequences decoded per engine step over the window
+            (sequences; docs/engines.md, "Engine steps", for each engine's
+            derivation); ``None`` where not exported or not derivable.
+        steps_source: the families the two figures were read from.
 
     A peak is a lower bound: a spike between two scrapes is not seen.
     """
@@ -49,6 +56,9 @@ class CacheWindow(BaseModel):
     kv_cache_usage_peak: float | None = Field(default=None, ge=0, description="fraction 0..1")
     queue_depth_peak: float | None = Field(default=None, ge=0, description="requests")
     scrapes: int = Field(default=0, ge=0, description="scrapes behind the peaks")
+    engine_steps: int | None = Field(default=None, ge=0, description="engine steps")
+    engine_batch_mean: float | None = Field(default=None, gt=0, description="sequences/step")
+    steps_source: str | None = None
 
 
 def _max(values: Sequence[float | None]) -> float | None:
@@ -59,7 +69,8 @@ def _max(values: Sequence[float | None]) -> float | None:
 def combine_cache_windows(windows: Sequence[CacheWindow]) -> CacheWindow | None:
     """One window for a row's windows (one per round): counts summed when every
     window has them (the hit rate then hits / queries), else the last known
-    gauge hit rate; peaks the largest; ``None`` for no window."""
+    gauge hit rate; peaks the largest; engine steps summed and the batch
+    step-weighted when every window has them, else ``None``; ``None`` for no window."""
     if not windows:
         return None
     last = windows[-1]
@@ -76,6 +87,7 @@ def combine_cache_windows(windows: Sequence[CacheWindow]) -> CacheWindow | None:
         q = h = None
         known = [w.prefix_cache_hit_rate for w in windows if w.prefix_cache_hit_rate is not None]
         rate = known[-1] if known else None
+    steps, batch = _steps(windows)
     return CacheWindow(
         engine=last.engine,
         source=last.source,
@@ -85,4 +97,21 @@ def combine_cache_windows(windows: Sequence[CacheWindow]) -> CacheWindow | None:
         kv_cache_usage_peak=_max([w.kv_cache_usage_peak for w in windows]),
         queue_depth_peak=_max([w.queue_depth_peak for w in windows]),
         scrapes=sum(w.scrapes for w in windows),
+        engine_steps=steps,
+        engine_batch_mean=batch,
+        steps_source=last.steps_source if steps is not None else None,
     )
+
+
+def _steps(windows: Sequence[CacheWindow]) -> tuple[int | None, float | None]:
+    """Engine steps summed and the batch step-weighted over the windows, only when
+    every window has them (never a figure from part of the row)."""
+    steps = [w.engine_steps for w in windows]
+    if any(s is None for s in steps):
+        return None, None
+    total = sum(s for s in steps if s is not None)
+    batch: float | None = None
+    if total > 0 and all(w.engine_batch_mean is not None or w.engine_steps == 0 for w in windows):
+        weighted = sum((w.engine_batch_mean or 0.0) * (w.engine_steps or 0) for w in windows)
+        batch = weighted / total if weighted > 0 else None
+    return total, batch

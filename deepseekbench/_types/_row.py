@@ -452,6 +452,18 @@ class Row(BaseModel):
     queue_depth_peak: float | None = Field(
         default=None, ge=0, description="largest number of waiting requests seen, requests"
     )
+    engine_steps: int | None = Field(
+        default=None, ge=0, description="engine steps (iterations) in the row's windows, steps"
+    )
+    engine_batch_mean: float | None = Field(
+        default=None,
+        gt=0,
+        description="mean sequences decoded per engine step, sequences (the batch the engine "
+        "ran; None where not exported: docs/engines.md, Engine steps)",
+    )
+    engine_steps_source: str | None = Field(
+        default=None, description="the engine's families the two step figures were read from"
+    )
     trace: str | None = Field(
         default=None, description="replayed trace file (workload.trace.path), if any"
     )
@@ -700,6 +712,9 @@ class Row(BaseModel):
             prefix_cache_hit_rate: float | None = None,
             kv_cache_usage_peak: float | None = None,
             queue_depth_peak: float | None = None,
+            engine_steps: int | None = None,
+            engine_batch_mean: float | None = None,
+            engine_steps_source: str | None = None,
             trace: str | None = None,
             trace_speedup: float | None = None,
             route_identity: RouteIdentity | RouteIdentityName | None = None,

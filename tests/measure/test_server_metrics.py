@@ -88,6 +88,7 @@ def test_llamacpp_counters_parsed_from_real_exposition() -> None:
         "llamacpp:spec_decode_num_draft_tokens": 98.0,
         "llamacpp:spec_decode_num_accepted_tokens": 38.0,
         "llamacpp:prompt_tokens": 26.0,  # the prefix-cache misses (processed tokens)
+        "llamacpp:n_decode": 26.0,  # engine steps: the prefill's decode and 25 verify steps
     }  # the per-position family and other non-speculative metrics are not read
 
 

@@ -73,6 +73,7 @@ CLIENT_CLOCK_FIELDS: dict[str, tuple[str, ...]] = {
 _TRAFFIC_ROW_FIELDS = (
     "prefix_cache_hit_rate", "kv_cache_usage_peak", "queue_depth_peak", "trace", "trace_speedup",
     "ramp_ms",  # the closed loop's ramp: unknown on a row written before it existed
+    "engine_steps", "engine_batch_mean", "engine_steps_source",  # the engine's own steps
 )  # fmt: skip
 _CAPACITY_ROW_FIELDS = (
     "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config"
