@@ -113,7 +113,11 @@ class CacheSet:
     steps (vLLM ``vllm:iteration_tokens_total_count``, llama.cpp
     ``llamacpp:n_decode``, steps); ``step_tokens``: a counter of tokens over those steps
     (vLLM's ``_sum``: prompt tokens of the prefills ended + generated tokens); ``prompt_tokens``:
-    a counter of prompt tokens (vLLM ``vllm:prompt_tokens``); ``busy_per_step``: a
+    a counter of prompt tokens (vLLM ``vllm:prompt_tokens``); ``cached_prompt_tokens``: a
+    counter of the prompt tokens among those found cached, not computed (vLLM
+    ``vllm:prompt_tokens_cached``: where it is exported, the histogram's ``_sum`` holds only
+    computed prompt tokens, ``PromptTokenStats.computed`` in ``vllm/v1/metrics/stats.py``);
+    ``busy_per_step``: a
     gauge of busy sequences per step averaged since start (llama.cpp
     ``llamacpp:n_busy_slots_per_decode``).
     """
@@ -128,12 +132,19 @@ class CacheSet:
     steps: str | None = None
     step_tokens: str | None = None
     prompt_tokens: str | None = None
+    cached_prompt_tokens: str | None = None
     busy_per_step: str | None = None
 
     @property
     def step_families(self) -> tuple[str, ...]:
         """The engine-step families (counters and gauge) that are set."""
-        names = (self.steps, self.step_tokens, self.prompt_tokens, self.busy_per_step)
+        names = (
+            self.steps,
+            self.step_tokens,
+            self.prompt_tokens,
+            self.cached_prompt_tokens,
+            self.busy_per_step,
+        )
         return tuple(n for n in names if n is not None)
 
     @property

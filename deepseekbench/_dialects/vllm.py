@@ -142,6 +142,7 @@ class VllmDialect(EngineDialect):
             steps=f"{_STEPS}_count",
             step_tokens=f"{_STEPS}_sum",
             prompt_tokens="vllm:prompt_tokens",
+            cached_prompt_tokens="vllm:prompt_tokens_cached",
         ),
         CacheSet(
             source="prometheus:vllm:gpu_prefix_cache_*",
@@ -152,6 +153,7 @@ class VllmDialect(EngineDialect):
             steps=f"{_STEPS}_count",
             step_tokens=f"{_STEPS}_sum",
             prompt_tokens="vllm:prompt_tokens",
+            cached_prompt_tokens="vllm:prompt_tokens_cached",
         ),
     )
 

@@ -26,8 +26,9 @@ cache and queue families (:class:`~deepseekbench._dialects.CacheSet`):
   step; llama.cpp ``llamacpp:n_decode_total``, ``llama_decode()`` calls of the
   server loop), and the mean sequences decoded per step: vLLM, the histogram's
   ``_sum`` (each step's prompt tokens plus generated tokens, ``vllm/v1/metrics/
-  loggers.py``) less the prompt tokens (``vllm:prompt_tokens``, the same iteration
-  figure) gives the generated tokens, less the accepted draft tokens
+  loggers.py``) less the prompt tokens computed (``vllm:prompt_tokens`` less
+  ``vllm:prompt_tokens_cached`` where exported: vLLM's histogram counts computed prompt
+  tokens, its prompt counter all of them) gives the generated tokens, less the accepted draft tokens
   (``vllm:spec_decode_num_accepted_tokens``, 0 without the family) the sequences
   that produced a token, over the steps (a sequence produces one token plus its
   accepted drafts a step, its prefill's step included); llama.cpp, the busy slots summed
@@ -182,7 +183,15 @@ def _decoding(
     prefill = _optional_delta(before, after, cs.prompt_tokens)
     if scheduled is None or prefill is None:
         return None
-    return float(scheduled - prefill - _spec_accepted(before, after, engine))
+    # where the engine counts cached prompt tokens apart, its iteration tokens hold only
+    # the computed ones (vLLM >= the PromptTokenStats split): take the cached ones out
+    cached = (
+        None
+        if cs.cached_prompt_tokens is None
+        else _optional_delta(before, after, cs.cached_prompt_tokens)
+    )
+    computed = prefill - (cached or 0)
+    return float(scheduled - computed - _spec_accepted(before, after, engine))
 
 
 def _busy(

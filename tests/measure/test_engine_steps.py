@@ -135,3 +135,29 @@ def test_a_row_takes_steps_from_its_own_loads_windows_only() -> None:
     shared = {**own, ("mtp", "c0", None, 2): _w(10, 2.0)}  # type: dict[tuple[str, str, str | None, int], CacheWindow]
     fields = _cache_fields(cast(ResultsState, SimpleNamespace(cache=shared)), "mtp", "c0", load)
     assert "engine_steps" not in fields and "engine_batch_mean" not in fields
+
+
+def _with_cached(exposition: str, cached: float) -> str:
+    """The exposition with vLLM's counter of cached prompt tokens (vLLM 0.32's
+    ``vllm:prompt_tokens_cached``: the prompt tokens found cached, not computed)."""
+    return exposition + (
+        "# HELP vllm:prompt_tokens_cached_total Number of cached prompt tokens.\n"
+        "# TYPE vllm:prompt_tokens_cached_total counter\n"
+        f'vllm:prompt_tokens_cached_total{{engine="0",model_name="dsv4-test"}} {cached}\n'
+    )
+
+
+def test_vllm_cached_prompt_tokens_are_not_in_the_iteration_tokens() -> None:
+    # vLLM observes computed prompt tokens + generated tokens per step, while
+    # vllm:prompt_tokens counts every prompt token (vllm/v1/metrics/loggers.py): of the
+    # window's 800 prompt tokens 300 were cached, so the 2200 iteration tokens hold 500
+    # computed prompt tokens, 1700 generated, less 900 accepted: 800 sequence-steps
+    case = _case("01-vllm-iteration-tokens.json")
+    model = case["model"]
+    w = cache_window(
+        parse_metrics(_with_cached(case["before"], 1000.0), model_name=model),
+        parse_metrics(_with_cached(case["after"], 1300.0), model_name=model),
+    )
+    assert w is not None
+    assert w.engine_steps == 100
+    assert w.engine_batch_mean == pytest.approx(8.0)
