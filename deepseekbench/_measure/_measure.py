@@ -41,7 +41,7 @@ from deepseekbench._measure._selfcheck import current_selfcheck, host_load
 from deepseekbench._measure._sse import SSEDecoder
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._net._transport import POOL_CLOCK, PoolClock, fast_reads
+from deepseekbench._net._transport import POOL_CLOCK, PoolClock, fast_reads, release_now
 from deepseekbench._records._figures import counted_output_tokens
 from deepseekbench._records._measurement import ErrorKind, StreamMeasurement
 from deepseekbench._types._request import ChatRequest, coerce_request
@@ -180,17 +180,48 @@ async def _measure(
 ) -> StreamMeasurement:
     http_request = build_post(client, url, headers, body, timeouts.connect_s)
     acc = StreamAccumulator(route.dialect, 0, limits, adapter=route.adapter)
-    with anyio.move_on_after(math.inf if timeouts.total_s is None else timeouts.total_s) as total:
-        first = math.inf if timeouts.first_token_s is None else timeouts.first_token_s
-        with anyio.move_on_after(first) as first_token:
-            acc.start_ns = time.perf_counter_ns()
-            await _exchange(client, http_request, acc, first_token)
-        if first_token.cancelled_caught:
-            acc.fail(ErrorKind.timeout, f"no token within first_token_s={timeouts.first_token_s}")
-    if total.cancelled_caught:
-        acc.fail(ErrorKind.timeout, f"stream not finished within total_s={timeouts.total_s}")
+    deadlines = _Deadlines(anyio.current_time(), timeouts)
+    # one cancel scope for every deadline (first token, total, the drain after [DONE]):
+    # its deadline is always the earliest one still in force
+    with anyio.CancelScope(deadline=min(deadlines.first, deadlines.total)) as scope:
+        acc.start_ns = time.perf_counter_ns()
+        await _exchange(client, http_request, acc, scope, deadlines)
+    if scope.cancelled_caught:
+        deadlines.expired(acc, timeouts)
     acc.check_framing()
     return acc.measurement(route)
+
+
+class _Deadlines:
+    """The deadlines of one measurement on anyio's clock (s; ``math.inf`` = none) and
+    the drain in progress, if any. One cancel scope carries the earliest; when it
+    fires, :meth:`expired` records what the nested scopes this replaces recorded:
+    the innermost deadline wins a tie (drain, then first token, then total)."""
+
+    __slots__ = ("decoder", "drain", "first", "total")
+
+    def __init__(self, now: float, timeouts: Timeouts) -> None:
+        total, first = timeouts.total_s, timeouts.first_token_s
+        self.total = math.inf if total is None else now + total
+        self.first = math.inf if first is None else now + first
+        self.drain = math.inf
+        self.decoder: SSEDecoder | None = None  # set while draining after [DONE]
+
+    def first_token_came(self, scope: anyio.CancelScope) -> None:
+        """Lift the first-token deadline (the total one stays)."""
+        self.first = math.inf
+        scope.deadline = self.total
+
+    def expired(self, acc: StreamAccumulator, timeouts: Timeouts) -> None:
+        """Record the deadline that cancelled the scope."""
+        if self.decoder is not None and self.drain <= min(self.first, self.total):
+            # the drain's own bound: not a fault; what was read after [DONE] is counted
+            self.decoder.flush(0)
+            acc.ignored_lines += self.decoder.lines_after_end
+        elif self.first <= self.total:
+            acc.fail(ErrorKind.timeout, f"no token within first_token_s={timeouts.first_token_s}")
+        else:
+            acc.fail(ErrorKind.timeout, f"stream not finished within total_s={timeouts.total_s}")
 
 
 def _secret_values(*keys: SecretStr | None) -> tuple[str, ...]:
@@ -205,7 +236,8 @@ async def _exchange(
     client: httpx.AsyncClient,
     http_request: httpx.Request,
     acc: StreamAccumulator,
-    first_token: anyio.CancelScope,
+    scope: anyio.CancelScope,
+    deadlines: _Deadlines,
 ) -> None:
     direct = _direct_transport(client, http_request.url)
     attempt = 0
@@ -251,10 +283,11 @@ async def _exchange(
             acc.unexpected_content_type = ctype
         if not _decodable(response, acc):
             return
-        await _read_stream(response, acc, first_token)
+        await _read_stream(response, acc, scope, deadlines)
     finally:
-        with anyio.CancelScope(shield=True):
-            await response.aclose()
+        if not release_now(response):  # an await: shielded from the deadline
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
 
 
 def _decodable(response: httpx.Response, acc: StreamAccumulator) -> bool:
@@ -287,7 +320,10 @@ _DECODERS: frozenset[str] = frozenset(
 
 
 async def _read_stream(
-    response: httpx.Response, acc: StreamAccumulator, first_token: anyio.CancelScope
+    response: httpx.Response,
+    acc: StreamAccumulator,
+    scope: anyio.CancelScope,
+    deadlines: _Deadlines,
 ) -> None:
     decoder = acc.decoder()
     waiting_first = True
@@ -298,9 +334,9 @@ async def _read_stream(
             for event in decoder.feed(raw, arrival):
                 if acc.on_event(event) and waiting_first:
                     waiting_first = False
-                    first_token.deadline = math.inf
+                    deadlines.first_token_came(scope)
                 if acc.done:
-                    await _drain(parts, decoder)
+                    await _drain(parts, decoder, scope, deadlines)
                     acc.ignored_lines += decoder.lines_after_end
                     return
     except httpx.DecodingError as exc:
@@ -343,23 +379,49 @@ def _start_at_handover(acc: StreamAccumulator, clock: PoolClock) -> None:
         acc.start_ns = clock.written_ns
 
 
-async def _drain(parts: AsyncIterator[bytes], decoder: SSEDecoder) -> None:
+async def _drain(
+    parts: AsyncIterator[bytes],
+    decoder: SSEDecoder,
+    scope: anyio.CancelScope | None = None,
+    deadlines: _Deadlines | None = None,
+) -> None:
     """Read what follows ``[DONE]`` (the chunked terminator) unstamped, so the
-    connection goes back to the pool; give up past a size or time bound.
+    connection goes back to the pool; give up past a size (64 KiB) or time bound (1 s).
 
     Lines after ``[DONE]`` change nothing measured: the ended ``decoder`` only
-    counts them (``lines_after_end``), up to the bound."""
+    counts them (``lines_after_end``), up to the bound. With a measurement's
+    ``scope`` and ``deadlines`` the time bound is set on that scope (no scope of its
+    own; :meth:`_Deadlines.expired` flushes if it fires), else on a scope made here."""
+    if scope is None or deadlines is None:
+        with anyio.move_on_after(_DRAIN_S):
+            if not await _drain_reads(parts, decoder):
+                return
+        decoder.flush(0)
+        return
+    deadlines.drain = anyio.current_time() + _DRAIN_S
+    deadlines.decoder = decoder
+    if deadlines.drain < scope.deadline:
+        scope.deadline = deadlines.drain
+    ended = await _drain_reads(parts, decoder)
+    # the scope keeps the drain's deadline: nothing after the drain awaits unshielded
+    deadlines.decoder = None
+    if ended:
+        decoder.flush(0)
+
+
+async def _drain_reads(parts: AsyncIterator[bytes], decoder: SSEDecoder) -> bool:
+    """Feed ``decoder`` the rest of the body; ``False`` when given up (over the size
+    bound, or a broken connection)."""
     size = 0
-    with anyio.move_on_after(_DRAIN_S):
-        try:
-            async for part in parts:
-                size += len(part)
-                if size > _DRAIN_LIMIT:
-                    return  # a server still talking after [DONE]: drop the connection
-                decoder.feed(part, 0)
-        except httpx.HTTPError:
-            return
-    decoder.flush(0)
+    try:
+        async for part in parts:
+            size += len(part)
+            if size > _DRAIN_LIMIT:
+                return False  # a server still talking after [DONE]: drop the connection
+            decoder.feed(part, 0)
+    except httpx.HTTPError:
+        return False
+    return True
 
 
 async def _error_body(response: httpx.Response) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import ssl
 import time
@@ -284,7 +285,9 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
     def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
         import aiohttp  # noqa: F401  (imported now, not inside the first request)
         from httpx_aiohttp import AiohttpTransport
+        from httpx_aiohttp.transport import AiohttpResponseStream
 
+        self._stream_type = AiohttpResponseStream
         self._limits = limits
         self._ssl = ssl_context
         self._inner = AiohttpTransport(
@@ -316,7 +319,10 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
         clock = request.extensions.get(POOL_CLOCK)
         token = _CURRENT.set(clock if isinstance(clock, PoolClock) else None)
         try:
-            response = await self._inner.handle_async_request(request)
+            if self._inner.proxy is None:
+                response = await self._send(request)
+            else:  # httpx-aiohttp's own proxy plumbing (proxy URL, auth, headers)
+                response = await self._inner.handle_async_request(request)
         except httpx.TransportError as exc:
             raise _remap(exc, body=False, url=request.url) from exc.__cause__
         except Exception as exc:
@@ -333,8 +339,74 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
         response.stream = _RemappedStream(response.stream)
         return response
 
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """What ``httpx_aiohttp.AiohttpTransport.handle_async_request`` does without a
+        proxy (same session call, same arguments, same error mapping), minus its
+        per-request rebuilding: the timeout is built once per deadline set and the
+        headers go to aiohttp as a list (no per-key lookups in ``httpx.Headers``).
+
+        Raises:
+            httpx.TransportError: httpx-aiohttp's mapping of an aiohttp error.
+        """
+        inner = self._inner
+        session: Any = inner.client
+        if not _is_session(session):
+            session = inner.client = inner.get_client()
+        timeout = request.extensions.get("timeout", {})
+        data: Any
+        try:
+            data = request.content or None
+        except httpx.RequestNotRead:
+            data = request.stream
+            request.headers.pop("transfer-encoding", None)  # handled by aiohttp
+        try:
+            response = await session.request(
+                method=request.method,
+                url=str(request.url),
+                headers=request.headers.items(),
+                data=data,
+                allow_redirects=False,
+                auto_decompress=False,
+                compress=False,
+                timeout=_client_timeout(
+                    timeout.get("connect"), timeout.get("read"), timeout.get("pool")
+                ),
+                server_hostname=request.extensions.get("sni_hostname"),
+            ).__aenter__()
+        except Exception as exc:
+            from httpx_aiohttp.transport import map_aiohttp_exceptions
+
+            with map_aiohttp_exceptions():
+                raise
+            raise AssertionError("unreachable: the mapping re-raises") from exc
+        extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
+        if response.reason:
+            extensions["reason_phrase"] = response.reason.encode()
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.raw_headers,
+            stream=self._stream_type(response),
+            request=request,
+            extensions=extensions,
+        )
+
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _is_session(obj: object) -> bool:
+    import aiohttp
+
+    return isinstance(obj, aiohttp.ClientSession)
+
+
+@functools.lru_cache(maxsize=64)
+def _client_timeout(connect: float | None, read: float | None, pool: float | None) -> Any:
+    """httpx-aiohttp's ``aiohttp.ClientTimeout`` for httpx's deadlines (s), built once
+    per set (it is immutable)."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(sock_connect=connect, sock_read=read, connect=pool)
 
 
 async def _on_queued(session: object, ctx: SimpleNamespace, params: object) -> None:
@@ -371,6 +443,16 @@ class _RemappedStream(httpx.AsyncByteStream):
                 raise
             raise httpx.ReadError(malformed) from exc
 
+    def release(self) -> bool:
+        """Give the connection back to aiohttp's pool now, without an await (aiohttp's
+        ``ClientResponse.release()``, what closing the response does first); ``False``
+        when this stream holds no aiohttp response (close it with ``aclose`` then)."""
+        response = getattr(self._inner, "_aiohttp_response", None)
+        if response is None or not hasattr(response, "release"):
+            return False
+        response.release()
+        return True
+
     def reads(self) -> AsyncIterator[bytes] | None:
         """Each socket read as aiohttp hands it over, without httpx's layers; ``None``
         when httpx-aiohttp's stream no longer exposes its aiohttp response."""
@@ -396,6 +478,14 @@ class _RemappedStream(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         with contextlib.suppress(httpx.TransportError):  # a broken connection: nothing to add
             await self._inner.aclose()
+
+
+def release_now(response: httpx.Response) -> bool:
+    """Close ``response`` at once when it came from this module's aiohttp transport (its
+    connection goes back to the pool, no await, so no shielding from cancellation is
+    needed); ``False`` for any other response: ``await response.aclose()`` it then."""
+    stream = response.stream
+    return isinstance(stream, _RemappedStream) and stream.release()
 
 
 def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:

@@ -174,6 +174,29 @@ async def test_total_timeout_keeps_partial_data() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_server_silent_after_done_is_given_up_by_the_drain_bound_not_a_fault() -> None:
+    # [DONE] and two lines after it at once, the last one unterminated; then the body never
+    # ends: the drain's 1 s bound (on the measurement's one cancel scope) gives up without a
+    # fault, and both lines are counted (the unterminated one when the decoder is flushed)
+    frames = [chunk("a", finish="stop"), DONE, "data: after\n", "data: unterminated"]
+    script = Script(writes=(*(Write(0, f.encode()) for f in frames), Write(30_000, b": x\n\n")))
+    m, _ = await run(script, timeouts=Timeouts(first_token_s=20.0, total_s=25.0))
+    assert m.error is None and m.errors == [] and m.text == "a" and m.done
+    assert m.sse_ignored_lines == 2
+
+
+@pytest.mark.anyio
+async def test_a_total_deadline_before_the_drain_bound_is_a_timeout() -> None:
+    # the total deadline (0.5 s) passes before the drain's 1 s bound would: recorded as
+    # the total timeout, with the answer kept
+    frames = [chunk("a", finish="stop"), DONE]
+    script = Script(writes=(*(Write(0, f.encode()) for f in frames), Write(30_000, b": x\n\n")))
+    m, _ = await run(script, timeouts=Timeouts(total_s=0.5))
+    assert m.error is not None and m.error.kind is ErrorKind.timeout
+    assert "total_s" in m.error.message
+
+
+@pytest.mark.anyio
 async def test_no_response_head_times_out() -> None:
     m, _ = await run(Script(head_delay_ms=3000), timeouts=Timeouts(first_token_s=0.3))
     assert m.error is not None and m.error.kind is ErrorKind.timeout and m.status_code is None
