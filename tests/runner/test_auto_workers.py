@@ -156,7 +156,7 @@ def test_the_row_records_the_choice() -> None:
 
     state = ResultsState()
     base: dict[str, Any] = {"plan_hash": "h", "run_id": "r", "phase": "measure", "cell": "c"}
-    edges = {"window_start_ns": 0, "window_end_ns": 1}
+    edges: dict[str, Any] = {"window_start_ns": 0, "window_end_ns": 1}
     for route, rnd in (("off", 0), ("off", 1)):
         state.add(
             WorkersRecord(

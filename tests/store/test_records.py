@@ -75,7 +75,8 @@ _TRAFFIC_ROW_FIELDS = (
     "ramp_ms",  # the closed loop's ramp: unknown on a row written before it existed
 )  # fmt: skip
 _CAPACITY_ROW_FIELDS = (
-    "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config"
+    "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config",
+    "client_workers", "client_workers_basis",  # the pool's workers and workers = "auto"'s why
 )  # fmt: skip
 _ACCEPTANCE_ROW_FIELDS = (
     "acceptance_length_p10", "acceptance_length_p50", "acceptance_length_p90",
