@@ -157,10 +157,10 @@ def test_the_row_records_the_choice() -> None:
     state = ResultsState()
     base: dict[str, Any] = {"plan_hash": "h", "run_id": "r", "phase": "measure", "cell": "c"}
     edges: dict[str, Any] = {"window_start_ns": 0, "window_end_ns": 1}
-    for route, rnd in (("off", 0), ("off", 1)):
+    for rnd, n in ((0, 1), (1, 2)):  # e.g. a worker missing from round 0
         state.add(
             WorkersRecord(
-                **base, **edges, route=route, load=C8.key, round=rnd, workers=2, basis="auto: 2"
+                **base, **edges, route="off", load=C8.key, round=rnd, workers=n, basis="auto: 2"
             )
         )
     fields = _workers_fields(state, "off", "c", C8)
