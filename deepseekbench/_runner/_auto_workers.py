@@ -13,7 +13,9 @@ is the same on the rows a speedup compares. Without a warm-up share (``warmup_pe
 
 The estimate is as good as the warm-up is like the load: warm-ups run up to the
 load's concurrency, so ``warmup_per_cell`` below it measures a lighter client than
-the measured block's (docs/plan.md).
+the measured block's (docs/plan.md). Such a load point is not sized from them: it
+uses every worker (one per core), and the reason says so, since too few workers bias
+the measurement (a saturated client) while too many only cost processes.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class AutoWorkers:
     cores: int
     _share: dict[tuple[str, str], float] = field(default_factory=dict)
     _warm: dict[tuple[str, str], int] = field(default_factory=dict)
+    _light: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     _chosen: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
 
     def observe(self, block: Block, measurement: StreamMeasurement) -> None:
@@ -55,6 +58,8 @@ class AutoWorkers:
         share = measurement.client_cpu_share
         if key is None or key in self._chosen or share is None:
             return
+        if len(block.warmup) < block.concurrency:  # fewer streams than the load's
+            self._light[key] = (len(block.warmup), block.concurrency)
         self._share[key] = max(share, self._share.get(key, 0.0))
         # the workers that sent this block's warm-ups (split_work: k -> k % active)
         sent_on = min(self.cores, block.concurrency, max(1, len(block.warmup)))
@@ -81,6 +86,14 @@ class AutoWorkers:
                 self.cores,
                 f"auto: {self.cores} of {self.cores} cores, no warm-up client CPU share "
                 "(one per core)",
+            )
+        light = self._light.get(key)
+        if light is not None:
+            return (
+                self.cores,
+                f"auto: {self.cores} of {self.cores} cores, warm-ups too light to size "
+                f"from ({light[0]} warm-up(s) below concurrency {light[1]}: raise "
+                "warmup_per_cell to the concurrency; one per core)",
             )
         est = workers_from_share(min(1.0, max(0.0, share)), self._warm[key], self.cores)
         return (

@@ -49,6 +49,7 @@ def _block(route: str, load: LoadPoint, warmup: int = 2, round_: int = 0) -> Blo
 
 
 C8 = LoadPoint(Arrival.closed, 8)
+C2 = LoadPoint(Arrival.closed, 2)
 C1 = LoadPoint(Arrival.closed, 1)
 
 
@@ -85,16 +86,28 @@ async def _send(shares: dict[str, float], blocks: list[Block], auto: bool) -> Fa
 
 
 def test_a_warm_up_share_makes_auto_choose_n() -> None:
-    """4 cores; 2 warm-ups at c=8 run on 2 workers at 60 % CPU: 1.2 cores of work /
+    """4 cores; 2 warm-ups at c=2 run on 2 workers at 60 % CPU: 1.2 cores of work /
     50 % per worker -> 3 workers."""
     sizer = AutoWorkers(cores=4)
-    block = _block("off", C8)
+    block = _block("off", C2)
     for _ in block.warmup:
         sizer.observe(block, StreamMeasurement(client_cpu_share=0.6))
     n, basis = sizer.choose(block) or (0, "")
     assert n == 3
     assert basis.startswith("auto: 3 of 4 cores, warm-up client CPU share 0.60")
-    assert sizer.choose(_block("mtp", C8, round_=1)) == (n, basis)  # kept for the load point
+    assert sizer.choose(_block("mtp", C2, round_=1)) == (n, basis)  # kept for the load point
+
+
+def test_warm_ups_lighter_than_the_load_do_not_size_it() -> None:
+    """2 warm-ups at c=8 measure a lighter client than the load's: every worker (one per
+    core), never fewer, and the reason says how to size it."""
+    sizer = AutoWorkers(cores=4)
+    block = _block("off", C8)
+    for _ in block.warmup:
+        sizer.observe(block, StreamMeasurement(client_cpu_share=0.05))
+    n, basis = sizer.choose(block) or (0, "")
+    assert n == 4
+    assert "too light to size from (2 warm-up(s) below concurrency 8" in basis
     n1, basis1 = sizer.choose(_block("off", C1)) or (0, "")  # no warm-up seen there
     assert (n1, basis1) == (4, "auto: 4 of 4 cores, no warm-up client CPU share (one per core)")
 
@@ -115,19 +128,19 @@ def test_auto_follows_the_estimate_within_the_cores(
         sizer.observe(block, StreamMeasurement(client_cpu_share=share))
     n, _ = sizer.choose(block) or (0, "")
     assert 1 <= n <= cores
-    if warmups:
+    if warmups >= concurrency:
         sent_on = min(cores, concurrency, warmups)
         assert n == workers_from_share(share, sent_on, cores).workers
     else:
-        assert n == cores  # no warm-up: one per core
+        assert n == cores  # no warm-up, or lighter than the load: one per core
 
 
 @pytest.mark.anyio
 async def test_every_route_at_a_load_gets_the_same_n_from_all_warm_ups() -> None:
     """``off``'s warm-up alone (20 %) would give 1 worker; ``mtp``'s (60 %) gives 3:
     both routes' warm-ups go before ``off``'s first measured block, so both get 3."""
-    blocks = [_block("off", C8), _block("mtp", C8)]
-    blocks += [_block("mtp", C8, 0, 1), _block("off", C8, 0, 1)]
+    blocks = [_block("off", C2), _block("mtp", C2)]
+    blocks += [_block("mtp", C2, 0, 1), _block("off", C2, 0, 1)]
     pool = await _send({"off": 0.2, "mtp": 0.6}, blocks, auto=True)
     kinds = [k for k, _, _ in pool.runs]
     assert kinds == ["warm", "warm", "run", "run", "run", "run"]
