@@ -192,6 +192,23 @@ def _server_window(
     return combine_windows(windows)
 
 
+def _workers_fields(state: ResultsState, route: str, cell: str, load: LoadPoint) -> dict[str, Any]:
+    """The row's client workers (the most over its rounds' ``workers`` records; None
+    when no pool sent it) and, with ``workers = "auto"``, why that many."""
+    got = [
+        w
+        for (label, cid, lk, _), w in sorted(state.workers.items(), key=lambda kv: kv[0][3])
+        if label == route and cid == cell and lk in (load.key, None)
+    ]
+    if not got:
+        return {}
+    bases = [b for _, b in got if b is not None]
+    return {
+        "client_workers": max(n for n, _ in got),
+        "client_workers_basis": bases[0] if bases else None,
+    }
+
+
 def _cache_fields(state: ResultsState, route: str, cell: str, load: LoadPoint) -> dict[str, Any]:
     """The row's prefix-cache hit rate and KV/queue peaks over its windows, and its
     engine steps (only from windows of this load: none of a window spanning loads)."""
@@ -301,6 +318,7 @@ def build_row(
             plan, inp.state, cell.cell_id, mine, _workload_breakdown(mine, cell.request_max_tokens)
         ),
         **_cache_fields(inp.state, route.label, cell.cell_id, load),
+        **_workers_fields(inp.state, route.label, cell.cell_id, load),
         **_trace_fields(plan),
         ramp_ms=_ramp_ms(plan, load),
         **noise,

@@ -13,6 +13,7 @@ deaths, clock offsets) goes to ``on_report``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -31,9 +32,10 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import Block, WorkItem
+from deepseekbench._records._measurement import StreamMeasurement
 from deepseekbench._types._acceptance import AcceptanceRecord
 
-__all__ = ["BlockExecutor", "PoolExecutor", "ReportFn", "executor_for"]
+__all__ = ["BlockExecutor", "PoolExecutor", "ReportFn", "WorkerSizer", "executor_for"]
 
 ReportFn = Callable[[Block, PoolReport], None]
 """Called with each block's :class:`PoolReport` (after its requests)."""
@@ -48,7 +50,18 @@ class BlockExecutor(Protocol):
 
 
 class _Pool(Protocol):
-    async def run(self, work: LoadWork, on_result: ResultFn) -> PoolReport: ...
+    async def run(
+        self, work: LoadWork, on_result: ResultFn, workers: int | None = None
+    ) -> PoolReport: ...
+
+
+class WorkerSizer(Protocol):
+    """``workers = "auto"``: sees each block's warm-ups, then says how many workers
+    send its measured requests (:class:`~deepseekbench._runner._auto_workers.AutoWorkers`)."""
+
+    def observe(self, block: Block, measurement: StreamMeasurement) -> None: ...
+
+    def choose(self, block: Block) -> tuple[int, str] | None: ...
 
 
 @dataclass(slots=True)
@@ -62,6 +75,9 @@ class PoolExecutor:
         client: the parent's client (for the scrapes).
         on_report: called with each block's :class:`PoolReport`.
         on_cache: called with each scraped block's cache window.
+        sizer: ``workers = "auto"``: the workers each block's measured requests are
+            split over (its choice and basis go on the block's :class:`PoolReport`);
+            ``None``: every worker.
     """
 
     pool: _Pool
@@ -70,6 +86,7 @@ class PoolExecutor:
     client: httpx.AsyncClient
     on_report: ReportFn | None = None
     on_cache: CacheFn | None = None
+    sizer: WorkerSizer | None = None
 
     async def run_block(
         self, block: Block, items: tuple[WorkItem, ...], on_sent: SentFn
@@ -87,17 +104,23 @@ class PoolExecutor:
         route = self.routes[block.route]
         if block.warmup:
             warm = tuple(PoolItem(-1, block.route, r) for r in block.warmup)
-            await self.pool.run(LoadWork((), block.concurrency, warmup=warm), _warm(block, on_sent))
+            on_warm = _warm(block, on_sent, self.sizer)
+            await self.pool.run(LoadWork((), block.concurrency, warmup=warm), on_warm)
         if not items:
             return None
         before = None
         if block.scrape:
             before = await scrape_metrics(route, gate=self.gate, client=self.client)
         reports: list[PoolReport] = []
+        chosen = self.sizer.choose(block) if self.sizer is not None else None
 
         async def send() -> None:
             work = _load_work(block, items)
-            reports.append(await self.pool.run(work, _measured(block, items, on_sent)))
+            n = None if chosen is None else chosen[0]
+            report = await self.pool.run(work, _measured(block, items, on_sent), n)
+            if chosen is not None:
+                report = dataclasses.replace(report, basis=chosen[1])
+            reports.append(report)
 
         # the cache window: KV and queue gauges sampled while the block runs (their peaks)
         during = await while_sampling(
@@ -124,8 +147,10 @@ def _load_work(block: Block, items: tuple[WorkItem, ...]) -> LoadWork:
     )
 
 
-def _warm(block: Block, on_sent: SentFn) -> ResultFn:
+def _warm(block: Block, on_sent: SentFn, sizer: WorkerSizer | None) -> ResultFn:
     def on_result(r: PoolResult) -> None:
+        if sizer is not None:
+            sizer.observe(block, r.measurement)
         on_sent(block, Sent(None, r.measurement))
 
     return on_result
@@ -150,6 +175,7 @@ async def executor_for(
     on_report: ReportFn | None = None,
     counter: TokenCounter | None = None,
     on_cache: CacheFn | None = None,
+    sizer: WorkerSizer | None = None,
 ) -> AsyncIterator[BlockExecutor]:
     """The executor ``plan`` asks for: this process (``workers = 1``, ``executor =
     "process"``), worker processes, or Ray actors; pools are stopped on exit.
@@ -157,7 +183,8 @@ async def executor_for(
     ``counter`` (the plan's tokenizer) counts outputs that came without usage in
     this process's executor; worker pools keep the chunk estimate (the row is
     marked ``tokens_estimated`` either way). ``on_cache`` gets every scraped
-    block's cache window.
+    block's cache window. ``sizer``: ``workers = "auto"``'s per-block choice
+    (the pool starts :attr:`~deepseekbench.BenchmarkPlan.pool_workers`).
 
     Raises:
         WorkerError: a worker process did not start.
@@ -172,10 +199,15 @@ async def executor_for(
         from deepseekbench._execute._ray_executor import RayPool
 
         ray_pool = RayPool(
-            plan.workers, routes=routes, gate=gate, timeouts=timeouts, address=plan.ray_address
+            plan.pool_workers,
+            routes=routes,
+            gate=gate,
+            timeouts=timeouts,
+            address=plan.ray_address,
         )
         async with ray_pool:
-            yield PoolExecutor(ray_pool, routes, gate, client, on_report, on_cache)
+            yield PoolExecutor(ray_pool, routes, gate, client, on_report, on_cache, sizer)
         return
-    async with WorkerPool(plan.workers, routes=routes, gate=gate, timeouts=timeouts) as pool:
-        yield PoolExecutor(pool, routes, gate, client, on_report, on_cache)
+    size = plan.pool_workers
+    async with WorkerPool(size, routes=routes, gate=gate, timeouts=timeouts) as pool:
+        yield PoolExecutor(pool, routes, gate, client, on_report, on_cache, sizer)

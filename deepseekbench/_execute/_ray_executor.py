@@ -531,8 +531,11 @@ class RayPool(ClientPool):
         self._actors[worker] = actor
         return actor
 
-    async def run(self, work: LoadWork, on_result: ResultFn) -> PoolReport:
-        """Send ``work``'s warm-ups, then its items from a shared wall-clock start.
+    async def run(
+        self, work: LoadWork, on_result: ResultFn, workers: int | None = None
+    ) -> PoolReport:
+        """Send ``work``'s warm-ups, then its items from a shared wall-clock start,
+        split over ``workers`` of the actors (bounded to 1..pool size; ``None``: all).
 
         Returns:
             :class:`~deepseekbench._execute._workers.PoolReport` (window edges on the
@@ -544,7 +547,7 @@ class RayPool(ClientPool):
             RayUnavailableError: ``ray`` is not installed.
         """
         ray = _ray()
-        shares = split_work(work, self.workers)
+        shares = split_work(work, self.taking_part(workers))
         deaths = []
         if any(s.warmup for s in shares):
             warm = await self._phase(ray, shares, None, on_result)

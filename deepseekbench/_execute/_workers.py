@@ -138,6 +138,9 @@ class PoolReport:
         deaths: workers that died.
         clock_offsets_ns: per worker, its wall clock minus the parent's (ns,
             estimated; Ray only, ``()`` for local processes).
+        basis: ``workers = "auto"``: why this many workers took part, in words
+            (e.g. ``"auto: 2 of 2 cores, warm-up client CPU share 0.93 (...)"``);
+            ``None`` otherwise.
     """
 
     workers: int
@@ -145,6 +148,7 @@ class PoolReport:
     end_ns: int
     deaths: tuple[WorkerDeath, ...] = ()
     clock_offsets_ns: tuple[int, ...] = ()
+    basis: str | None = None
 
     @property
     def window_s(self) -> float:
@@ -445,6 +449,11 @@ class ClientPool:
         self.timeouts = timeouts or Timeouts()
         self.start_lead_s = start_lead_s
 
+    def taking_part(self, workers: int | None) -> int:
+        """The workers a load point is split over: ``workers`` (``workers = "auto"``'s
+        choice) bounded to 1..the pool's size, or the whole pool when ``None``."""
+        return self.workers if workers is None else max(1, min(workers, self.workers))
+
     async def start(self) -> None:
         """Start the workers (a subclass's work)."""
         raise NotImplementedError
@@ -563,12 +572,16 @@ class WorkerPool(ClientPool):
         proc.process.join(5.0)
         proc.conn.close()
 
-    async def run(self, work: LoadWork, on_result: ResultFn) -> PoolReport:
+    async def run(
+        self, work: LoadWork, on_result: ResultFn, workers: int | None = None
+    ) -> PoolReport:
         """Send ``work``'s warm-ups, then its items from a shared start.
 
         Args:
             work: the load point (:class:`~deepseekbench._execute._workshare.LoadWork`).
             on_result: called with every finished request (warm-ups: ``item`` None).
+            workers: split it over this many of the pool's workers (bounded to
+                1..pool size, :meth:`taking_part`); ``None``: all of them.
 
         Returns:
             :class:`PoolReport`: workers, window edges (CLOCK_MONOTONIC ns) and deaths.
@@ -578,7 +591,7 @@ class WorkerPool(ClientPool):
                 (after every other worker finished its share).
             WorkerError: a worker raised, or a replacement did not start.
         """
-        shares = split_work(work, self.workers)
+        shares = split_work(work, self.taking_part(workers))
         deaths: list[WorkerDeath] = []
         if any(s.warmup for s in shares):
             warm = await self._phase("warm", shares, 0, on_result, items=False)

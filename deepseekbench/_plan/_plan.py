@@ -23,7 +23,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
@@ -110,8 +110,9 @@ class BenchmarkPlan(BaseModel):
             above which a row is flagged ``client_saturated`` (docs/measurement.md).
         workers: client workers that send each block (1..256, default 1: this
             process); more split the load deterministically (``docs/workers.md``).
-            ``"auto"``: one per CPU core this process may run on (its affinity mask,
-            at most 256), resolved when the plan is read.
+            ``"auto"``: kept as is; the pool starts one worker per CPU core this
+            process may run on (:attr:`pool_workers`), and each load point sends on
+            as many as its warm-ups' client CPU share asks for (docs/plan.md).
         executor: ``"process"`` (worker processes on this host) or ``"ray"`` (Ray
             actors; needs the ``ray`` extra).
         ray_address: an existing Ray cluster's address (``None``: a local
@@ -170,7 +171,9 @@ class BenchmarkPlan(BaseModel):
         gt=0,
         description="client event-loop lag (ms) above which a row is flagged client_saturated",
     )
-    workers: int = Field(default=1, ge=1, le=256, description="client workers (processes/actors)")
+    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
+        default=1, description="client workers (processes/actors), or 'auto'"
+    )
     executor: Literal["process", "ray"] = "process"
     ray_address: str | None = Field(
         default=None,
@@ -209,11 +212,11 @@ class BenchmarkPlan(BaseModel):
             raise ValueError("a plan needs at least 1 cell, got 0")
         return v
 
-    @field_validator("workers", mode="before")
-    @classmethod
-    def _auto_workers(cls, value: Any) -> Any:
-        """``"auto"``: one client worker per core this process may run on."""
-        return auto_workers() if value == "auto" else value
+    @property
+    def pool_workers(self) -> int:
+        """The client workers the pool starts (1..256): ``workers``, or for
+        ``"auto"`` one per core this process may run on (:func:`auto_workers`)."""
+        return auto_workers() if self.workers == "auto" else self.workers
 
     @field_validator("ray_address")
     @classmethod

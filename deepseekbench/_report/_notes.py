@@ -262,6 +262,22 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
     return notes
 
 
+def _workers_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """``workers = "auto"``: one note per load point's choice, e.g. ``client workers:
+    auto: 2 of 2 cores, warm-up client CPU share 0.93 (...); off, mtp @ 1k/256 (c=64)``
+    (the row's ``client_workers_basis``; every route at a load point shares it)."""
+    by_basis: dict[str, list[ScorecardLine]] = {}
+    for ln in lines:
+        if ln.row.client_workers_basis is not None:
+            by_basis.setdefault(ln.row.client_workers_basis, []).append(ln)
+    out = []
+    for basis, these in by_basis.items():
+        cells = sorted({f"{ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "") for ln in these})
+        routes = ", ".join(dict.fromkeys(ln.route for ln in these))
+        out.append(f"client workers: {basis}; {routes} @ {', '.join(cells)}")
+    return out
+
+
 def scorecard_notes(lines: Sequence[ScorecardLine], client_workers: int | None) -> list[str]:
     """Every note of a scorecard, in order: crossovers, parity, per-line details,
     the client's health, the server's side, route identity, divergences explained,
@@ -271,6 +287,7 @@ def scorecard_notes(lines: Sequence[ScorecardLine], client_workers: int | None) 
     notes.extend(_parity_notes(lines))
     notes.extend(_detail_notes(lines))
     notes.extend(run_diagnoses([ln.row for ln in lines], client_workers))
+    notes.extend(_workers_notes(lines))
     notes.extend(server_side_notes(lines))
     notes.extend(_identity_notes(lines))
     notes.extend(_divergence_notes(lines))

@@ -225,7 +225,7 @@ class Scorecard:
             acceptance=acceptance,
             prompts=prompts,
         )
-        card.client_workers = result.plan.workers
+        card.client_workers = result.plan.pool_workers
         card.meta = result.meta
         card.grids = {r.label: r.grid_of for r in result.plan.routes if r.grid_of is not None}
         card.capacity = capacity_report(result, metric=m)

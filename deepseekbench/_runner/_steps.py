@@ -41,6 +41,7 @@ from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._probe import PROBE_TIMEOUT_S, probe_routes
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._plan._schedule import Block, Phase, WorkItem, build_schedule, parity_prompts
+from deepseekbench._runner._auto_workers import AutoWorkers, warm_ups_first
 from deepseekbench._runner._preflight import Checked, check_conversations
 from deepseekbench._runner._progress import Progress
 from deepseekbench._runner._resume import Previous, pending, to_send
@@ -173,6 +174,7 @@ class Steps:
             window_ns=(report.start_ns, report.end_ns),
             deaths=tuple(dataclasses.asdict(d) for d in report.deaths),
             clock_offsets_ns=tuple(report.clock_offsets_ns),
+            basis=report.basis,
         )
 
     def _on_sent(self, block: Block, sent: Sent) -> None:
@@ -193,11 +195,17 @@ class Steps:
         """Step 5: send every block; each finished request is recorded as it arrives.
         With ``[stopping]`` sequential, a measure block whose comparison the records
         already decide is skipped (:class:`~deepseekbench._runner._stopping.SequentialSkip`).
+        With ``workers = "auto"``, every load point's warm-ups go first and size it
+        (:mod:`~deepseekbench._runner._auto_workers`).
         With ``[search]``, then the search's levels, one after another."""
         decided = SequentialSkip(self.plan, self.blocks, self.store.state)
+        sizer = None
+        if self.plan.workers == "auto":
+            sizer = AutoWorkers(self.plan.pool_workers)
+            work = warm_ups_first(work)
         async with executor_for(
             self.plan, self.run.routes, self.gate, self.http, self._on_workers,
-            counter=counter, on_cache=self.recorder.cache,
+            counter=counter, on_cache=self.recorder.cache, sizer=sizer,
         ) as executor:  # fmt: skip
             for block, items in work:
                 if decided.skip(block):

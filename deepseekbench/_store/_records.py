@@ -204,7 +204,8 @@ class RunEndRecord(_Base):
 
 class WorkersRecord(_Base):
     """A block sent by several workers: window edges (CLOCK_MONOTONIC ns; Ray: mapped
-    from wall-clock time), the workers that died, each Ray actor's clock offset (ns)."""
+    from wall-clock time), the workers that died, each Ray actor's clock offset (ns),
+    and ``basis``: why that many workers took part (``workers = "auto"``), else None."""
 
     record: Literal["workers"] = "workers"
     route: str
@@ -217,6 +218,7 @@ class WorkersRecord(_Base):
     window_end_ns: int
     deaths: tuple[dict[str, Any], ...] = ()
     clock_offsets_ns: tuple[int, ...] = ()
+    basis: str | None = None
 
 
 class WorkloadEntry(BaseModel):

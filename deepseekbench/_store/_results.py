@@ -73,6 +73,7 @@ from deepseekbench._store._records import (
     ServerCacheRecord,
     ServerMetricsRecord,
     WitnessScoreRecord,
+    WorkersRecord,
     parse_record,
     record_json,
 )
@@ -428,6 +429,10 @@ class ResultsState:
     determinism: dict[str, EngineDeterminism] = field(default_factory=dict)
     # the [search] levels probed, by load key, in the order first recorded
     search_loads: dict[str, LoadPoint] = field(default_factory=dict)
+    # each pooled block's workers and why that many (workers = "auto"), keyed as ``server``
+    workers: dict[tuple[str, str, str | None, int], tuple[int, str | None]] = field(
+        default_factory=dict
+    )
     # calibration outputs by (cell, item id, turn); the latest wins
     calibration: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
     problems: list[IntegrityProblem] = field(default_factory=list)
@@ -519,6 +524,9 @@ class ResultsState:
             self._check_load(rec.load)
             load = LoadPoint(Arrival(rec.arrival), rec.concurrency, rec.rate_per_s)
             self.search_loads.setdefault(rec.load, load)
+        elif isinstance(rec, WorkersRecord) and rec.phase == "measure":
+            self._check_route(rec.route)
+            self.workers[(rec.route, rec.cell, rec.load, rec.round)] = (rec.workers, rec.basis)
         elif isinstance(rec, CalibrationRecord):
             self._check_route(rec.route)
             self._check_cell(rec.cell)

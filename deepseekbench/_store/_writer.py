@@ -228,11 +228,12 @@ class Recorder:
         window_ns: tuple[int, int],
         deaths: tuple[dict[str, Any], ...],
         clock_offsets_ns: tuple[int, ...],
+        basis: str | None = None,
     ) -> None:
         """One ``workers`` record per block sent by several workers: the window
         edges (``window_ns``: start and end, CLOCK_MONOTONIC ns; Ray: mapped from
-        wall-clock time), the workers that died, and each Ray actor's clock offset
-        estimate (ns)."""
+        wall-clock time), the workers that died, each Ray actor's clock offset
+        estimate (ns), and ``basis``: why that many workers (``workers = "auto"``)."""
         self.store.append(
             WorkersRecord(
                 **self.base,
@@ -246,6 +247,7 @@ class Recorder:
                 window_end_ns=window_ns[1],
                 deaths=deaths,
                 clock_offsets_ns=clock_offsets_ns,
+                basis=basis,
             )
         )
 

@@ -412,6 +412,17 @@ class Row(BaseModel):
         description="median 1-minute load average of the client host at the end of the "
         "measured requests (runnable tasks)",
     )
+    client_workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="client workers (processes or Ray actors) that sent the row's measured "
+        "requests, the most over its rounds; None: this process (no worker pool)",
+    )
+    client_workers_basis: str | None = Field(
+        default=None,
+        description="workers = 'auto': why that many, e.g. 'auto: 2 of 2 cores, warm-up "
+        "client CPU share 0.93 (...)'; the same for every route at a load point",
+    )
     n_client_starved: int = Field(
         default=0,
         ge=0,
@@ -705,6 +716,8 @@ class Row(BaseModel):
             client_core_wait_share: float | None = None,
             client_cores: int | None = None,
             client_load_1m: float | None = None,
+            client_workers: int | None = None,
+            client_workers_basis: str | None = None,
             n_client_starved: int = 0,
             server_tpot_ms: float | None = None,
             server_clock_faults: Sequence[ServerClockFault | ServerClockFaultName] = (),

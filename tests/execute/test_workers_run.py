@@ -71,6 +71,31 @@ def test_two_workers_give_the_rows_of_one_at_a_light_load(tmp_path: Path) -> Non
     assert Scorecard.from_results(tmp_path / "two.jsonl").client_workers == 2
 
 
+def test_auto_workers_size_every_load_point_alike(tmp_path: Path) -> None:
+    """``workers = "auto"`` against the embedded engine: every measured block says why it
+    used that many workers, the same for both routes at a load point, and so do the
+    rows and the scorecard."""
+
+    async def main() -> RunResult:
+        async with off_and_mtp(cost=COSTS) as (off, mtp):
+            auto = _plan(off.base_url, mtp.base_url, workers="auto")
+            return await run_plan(auto, gate=LiveGate(), results_path=tmp_path / "auto.jsonl")
+
+    result = anyio.run(main)
+    records = [orjson.loads(x) for x in (tmp_path / "auto.jsonl").read_bytes().splitlines()]
+    measured = [r for r in records if r["record"] == "workers" and r["phase"] == "measure"]
+    for load in ("closed:c=1", "closed:c=4"):
+        here = [(b["workers"], b["basis"]) for b in measured if b["load"] == load]
+        assert len(here) == 4 and len(set(here)) == 1, here  # 2 routes x 2 rounds, one choice
+        assert here[0][1].startswith("auto: "), here
+    assert {b["workers"] for b in measured if b["load"] == "closed:c=1"} == {1}
+    for row in result.rows:
+        assert row.client_workers is not None and row.client_workers_basis is not None
+        assert row.client_workers_basis.startswith("auto: ")
+        assert (row.n_requests, row.n_errors) == (6, 0)
+    assert "client workers: auto: " in Scorecard.from_results(tmp_path / "auto.jsonl").to_text()
+
+
 def test_cli_flags_set_workers_and_executor_and_are_validated(tmp_path: Path) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(
@@ -103,7 +128,7 @@ def test_a_saturated_client_is_told_to_add_workers() -> None:
 
 def test_workers_auto_is_one_per_core(tmp_path: Path) -> None:
     """``workers = "auto"`` (plan key or ``--workers auto``) starts one worker per core the
-    process may run on; the plan holds the number, and a saturated client is told of it."""
+    process may run on; the plan keeps ``"auto"``, and a saturated client is told of it."""
     import os
 
     from deepseekbench import BenchmarkPlan
@@ -114,7 +139,7 @@ def test_workers_auto_is_one_per_core(tmp_path: Path) -> None:
         {"label": "mtp", "base_url": "http://127.0.0.1:2/v1", "speculative": "mtp"},
     ]
     plan = BenchmarkPlan.model_validate({"model": "m", "routes": routes, "workers": "auto"})
-    assert plan.workers == min(256, cores)
+    assert (plan.workers, plan.pool_workers) == ("auto", min(256, cores))
     args = build_parser().parse_args(["run", "plan.toml", "--workers", "auto"])
     assert args.workers == "auto"
     busy = {"client_saturated": True, "client_cpu_share": 0.97}

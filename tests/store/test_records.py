@@ -76,7 +76,8 @@ _TRAFFIC_ROW_FIELDS = (
     "engine_steps", "engine_batch_mean", "engine_steps_source",  # the engine's own steps
 )  # fmt: skip
 _CAPACITY_ROW_FIELDS = (
-    "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config"
+    "route_identity", "route_identity_detail", "engine_command", "engine_version", "spec_config",
+    "client_workers", "client_workers_basis",  # the pool's workers and workers = "auto"'s why
 )  # fmt: skip
 _ACCEPTANCE_ROW_FIELDS = (
     "acceptance_length_p10", "acceptance_length_p50", "acceptance_length_p90",
