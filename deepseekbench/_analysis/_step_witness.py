@@ -22,7 +22,10 @@ step``, :class:`~deepseekbench.SpeedupDecomposition`) minus the predicted one
 A witness needs an interval on at least one side: two bare figures (a decomposition
 built from rows alone, without per-request acceptance or a verdict's interval) differ
 by some noise always, so such a witness is **not judged** (``agrees`` is ``None``) and
-names no overhead. The costs must be those of the batch the engine actually ran: under
+names no overhead. Nor is one whose speedup intervals are apart while the per-step gap's
+own interval holds 0 (the verify step's interval also carries the acceptance length's):
+an overhead is named only when both say it is there. The costs must be those of the batch
+the engine actually ran: under
 closed-loop load whose requests end at different lengths (the demo's pinned answers)
 the mean batch is below the client's concurrency, and lower for the route whose
 requests end sooner, so the closed form at batch = concurrency is not that load's cost
@@ -144,7 +147,9 @@ class StepCostWitness(BaseModel):
             when neither figure has an interval, so no difference can be told from
             noise and none is named (not judged: a decomposition built from rows
             alone, :func:`~deepseekbench.decompose_speedup` without ``verdict`` and
-            ``acceptance_samples``, has none; a scorecard line's has both).
+            ``acceptance_samples``, has none; a scorecard line's has both), or when
+            the speedup intervals are apart but ``unexplained_ms_ci`` holds 0
+            (``undecided`` says why).
         predicted_verify_step_ms: the independent ratio × ``off``'s measured decode
             step (ms); ``measured_verify_step_ms``: the decomposition's (ms).
         unexplained_ms: measured verify step − predicted verify step (ms; both on
@@ -155,6 +160,7 @@ class StepCostWitness(BaseModel):
             two intervals' widths in ms of the predicted verify step; ``None`` when
             not judged.
         source: where the independent costs came from.
+        undecided: why a witness with intervals was not judged (``None`` otherwise).
 
     Raises:
         pydantic.ValidationError: a figure not finite, or an unknown field.
@@ -173,6 +179,7 @@ class StepCostWitness(BaseModel):
     unexplained_ms_ci: tuple[float, float] | None = None
     detectable_ms: float | None = Field(default=None, ge=0)
     source: str
+    undecided: str | None = None
 
     def text(self) -> str:
         """The witness in words: "predicted 1.70× (1.66–1.73) from cost model, measured
@@ -185,7 +192,8 @@ class StepCostWitness(BaseModel):
         )
         head = f"{pred} from {self.source}, measured {self.measured_speedup:.2f}×"
         if self.agrees is None:
-            return f"{head}: not judged (neither figure has an interval); {self._gap()}"
+            why = self.undecided or "neither figure has an interval"
+            return f"{head}: not judged ({why}); {self._gap()}"
         if self.agrees:
             return f"{head}: the parts add up"
         ci = self.unexplained_ms_ci
@@ -209,11 +217,12 @@ class StepCostWitness(BaseModel):
             f"{self.predicted_verify_step_ms:.1f} ms predicted"
         )
         if self.agrees is None:
-            verdict = (
-                "not judged: neither figure has an interval, so no difference can be told "
-                "from noise (a scorecard line's decomposition carries both); "
-                f"{self._gap()}"
+            why = (
+                self.undecided
+                or "neither figure has an interval, so no difference can be told "
+                "from noise (a scorecard line's decomposition carries both)"
             )
+            verdict = f"not judged: {why}; {self._gap()}"
         elif self.agrees:
             verdict = "the parts add up (the intervals overlap)"
         else:
@@ -271,6 +280,14 @@ def witness_step_costs(decomposition: SpeedupDecomposition, costs: StepCosts) ->
     agrees = not (hi_m < lo_p or hi_p < lo_m) if judged else None
     predicted_step = ratio * d.decode_step_ms
     v_ci = d.verify_step_ms_ci
+    gap_ci = (v_ci[0] - predicted_step, v_ci[1] - predicted_step) if v_ci is not None else None
+    undecided = None
+    if agrees is False and gap_ci is not None and gap_ci[0] <= 0.0 <= gap_ci[1]:
+        agrees = None  # the two intervals disagree on whether there is a gap
+        undecided = (
+            "the speedups' intervals are apart, but the per-step gap's interval "
+            f"({gap_ci[0]:.1f}–{gap_ci[1]:.1f} ms) holds 0: too uncertain to name an overhead"
+        )
     return StepCostWitness(
         predicted_speedup=predicted,
         predicted_speedup_ci=p_ci,
@@ -280,13 +297,12 @@ def witness_step_costs(decomposition: SpeedupDecomposition, costs: StepCosts) ->
         predicted_verify_step_ms=predicted_step,
         measured_verify_step_ms=d.verify_step_ms,
         unexplained_ms=d.verify_step_ms - predicted_step,
-        unexplained_ms_ci=(
-            (v_ci[0] - predicted_step, v_ci[1] - predicted_step) if v_ci is not None else None
-        ),
+        unexplained_ms_ci=gap_ci,
         detectable_ms=(
             _detectable_ms(predicted_step, hi_m / d.speedup, lo_p / predicted) if judged else None
         ),
         source=costs.source,
+        undecided=undecided,
     )
 
 
