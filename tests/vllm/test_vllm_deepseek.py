@@ -33,6 +33,7 @@ from tests.vllm.checks import (
     check_requests,
     check_verdict,
     report_decomposition,
+    row_of,
 )
 from tests.vllm.conftest import (
     DEEPSEEK_MODEL,
@@ -84,6 +85,18 @@ def test_deepseek_mtp_plan(
     summary = check_counts(run, "mtp")
     assert len(summary["acceptance_by_position"]) == depth
     report_decomposition(run, "mtp")
+    # the engine's own step count (vllm:iteration_tokens_total): these servers run one
+    # sequence at a time (max_num_seqs=1), so the sequences per engine step derived from
+    # vLLM's counters can be at most 1 (a prefill-only step counts none)
+    for label in ("off", "mtp"):
+        row = row_of(run, label)
+        append_report(
+            f"{label}: engine steps {row.engine_steps}, sequences per step "
+            f"{row.engine_batch_mean} ({row.engine_steps_source})"
+        )
+        assert row.engine_steps is not None and row.engine_steps > 0, label
+        assert row.engine_batch_mean is not None, label
+        assert 0.5 <= row.engine_batch_mean <= 1.0 + 1e-9, (label, row.engine_batch_mean)
     line = next(ln for ln in run.card.lines if ln.route == "mtp")
     speed = (
         f"speedup {line.verdict.speedup:.2f}x"
