@@ -9,7 +9,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deepseekbench import Scorecard, compare_speedup, decompose_speedup
+from deepseekbench import Row, Scorecard, SpeedupVerdict, compare_speedup, decompose_speedup
 from deepseekbench._analysis._decompose import printed_ratio
 from deepseekbench._analysis._lines import line_key
 from deepseekbench._report._decomposition import decomposition_cells
@@ -23,7 +23,7 @@ SAMPLES = [v for v in VALUES for _ in range(3)]
 IDS = [p for p in PROMPTS for _ in range(3)]
 
 
-def _rows() -> tuple[object, object, object]:
+def _rows() -> tuple[Row, Row, SpeedupVerdict]:
     off = make_row(tpot_ms=10.0)
     mtp = make_row(**MTP, tpot_ms=6.0, acceptance_length=2.94)
     verdict = compare_speedup(
