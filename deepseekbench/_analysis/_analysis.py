@@ -327,6 +327,25 @@ class RunResult:
                     out.append(float(v))
         return out
 
+    def sample_prompts(
+        self, route: str, cell: str, metric: str = "tpot_ms", load: str | None = None
+    ) -> list[str | None]:
+        """The prompt (workload item id; ``None`` where a request does not name it, as
+        in older results files) of each value :meth:`samples` returns for the same
+        arguments, in the same order: what a bootstrap over prompts groups them by.
+
+        Raises:
+            UnknownKeyError: as :meth:`samples`.
+            UnknownMetricError: as :meth:`samples`.
+        """
+        self.check_keys(route, cell, load)
+        check_request_metric(metric)
+        return [
+            m.item
+            for m in self._matching(route, cell, load)
+            if m.measurement.error is None and getattr(m.measurement, metric) is not None
+        ]
+
     def error_summary(self) -> list[ErrorSummary]:
         """Why measured requests failed: one entry per route and error kind, in
         plan route order then first occurrence, with the count and the first message."""

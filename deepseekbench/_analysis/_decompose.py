@@ -41,6 +41,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from deepseekbench._analysis._prompt_bootstrap import prompt_indices
 from deepseekbench._analysis._speedup import SpeedupMetric, SpeedupVerdict, compare_speedup
 from deepseekbench._types._clock import Clock
 from deepseekbench._types._row import Row
@@ -52,6 +53,7 @@ __all__ = [
     "decompose_speedup",
     "expected_acceptance_length",
     "factor_moved",
+    "printed_ratio",
     "rate_words",
     "which_factor_moved",
 ]
@@ -106,6 +108,40 @@ def break_even_acceptance_rate(length: float, depth: int) -> float | None:
     return (lo + hi) / 2
 
 
+def printed_ratio(speedup: float, length: float, digits: int = 2) -> tuple[str, int]:
+    """The step-cost ratio as printed beside a speedup and an acceptance length each
+    printed to ``digits`` decimals, so that the printed length ÷ the printed ratio
+    rounds back to the printed speedup (``docs/scorecard.md``, "Where the speedup comes
+    from": the printed parts always divide back to the figure printed). The unrounded
+    ``length / speedup`` to the fewest decimals (``digits`` to ``digits + 2``) that
+    divide back; when none does (the length's own rounding moves the quotient), the
+    printed length ÷ the printed speedup, to the fewest decimals (up to 8) that do —
+    it then differs from the unrounded ratio by no more than the two printed figures'
+    rounding. Returns ``(text, decimals)``, e.g. ``("1.76", 2)`` for a speedup 1.6745
+    and a length 2.936 printed 1.67 and 2.94 (the unrounded ratio 1.753, printed 1.75
+    or 1.753, gives 2.94 ÷ 1.75 = 1.68). Falls back to ``length / speedup`` at
+    ``digits`` decimals when the speedup prints as 0. Dimensionless.
+
+    Raises:
+        ValueError: ``speedup`` or ``length`` not finite and > 0, or ``digits`` below 0.
+    """
+    if not (math.isfinite(speedup) and speedup > 0 and math.isfinite(length) and length > 0):
+        raise ValueError("speedup and length must be finite and > 0")
+    if digits < 0:
+        raise ValueError("digits must be >= 0")
+    s_text, l_p = f"{speedup:.{digits}f}", float(f"{length:.{digits}f}")
+    s_p = float(s_text)
+    if s_p <= 0 or l_p <= 0:
+        return f"{length / speedup:.{digits}f}", digits
+    tries = [(length / speedup, d) for d in range(digits, digits + 3)]
+    tries += [(l_p / s_p, d) for d in range(digits, 9)]
+    for value, d in tries:
+        r_p = float(f"{value:.{d}f}")
+        if r_p > 0 and f"{l_p / r_p:.{digits}f}" == s_text:
+            return f"{value:.{d}f}", d
+    return f"{l_p / s_p:.8f}", 8
+
+
 def rate_words(break_even_length: float, acceptance_length: float, depth: int | None) -> str:
     """The break-even per-position rate beside the route's own, in words (no figure
     stands for "any drafter"): "break-even 0.69 vs own 0.85 per position at depth 3",
@@ -141,7 +177,9 @@ class SpeedupDecomposition(BaseModel):
         acceptance_length: the candidate row's ``L`` (tokens per verify step, bonus
             included); ``acceptance_length_ci``: 95 % percentile bootstrap of the
             mean of its per-request lengths, scaled to ``L`` (``None`` without
-            per-request lengths).
+            per-request lengths): a cluster bootstrap over prompts when the requests
+            name their prompt (``acceptance_prompts``: how many prompts were
+            resampled), else over the requests as if independent (``None``).
         step_cost_ratio: ``r = L / speedup``, the verify step over ``off``'s
             decode step; ``step_cost_ratio_ci``: 95 % interval from the two
             intervals above on the log scale (delta method, their half-widths added
@@ -168,6 +206,7 @@ class SpeedupDecomposition(BaseModel):
     speedup_ci: tuple[float, float] | None = None
     acceptance_length: float = Field(ge=1, description="tokens per verify step")
     acceptance_length_ci: tuple[float, float] | None = None
+    acceptance_prompts: int | None = Field(default=None, ge=1)
     step_cost_ratio: float = Field(gt=0, description="verify step / off's decode step")
     step_cost_ratio_ci: tuple[float, float] | None = None
     decode_step_ms: float = Field(gt=0, description="off's time per decode step, ms")
@@ -194,6 +233,18 @@ class SpeedupDecomposition(BaseModel):
             return None
         return break_even_acceptance_rate(self.acceptance_length, self.depth)
 
+    @property
+    def ratio_text(self) -> str:
+        """The step-cost ratio as printed: :func:`printed_ratio` of the speedup and the
+        acceptance length (both printed to 2 decimals), so the printed parts divide
+        back to the printed speedup."""
+        return printed_ratio(self.speedup, self.acceptance_length)[0]
+
+    @property
+    def ratio_decimals(self) -> int:
+        """How many decimals :attr:`ratio_text` has (2 or more)."""
+        return printed_ratio(self.speedup, self.acceptance_length)[1]
+
     def target_text(self) -> str:
         """The drafter's target in words, e.g. "a depth-3 head must reach acceptance
         length 3.74 (break-even 0.93 vs own 0.85 per position at depth 3); this one
@@ -209,9 +260,7 @@ class SpeedupDecomposition(BaseModel):
                 f"off's decode step); {reach}"
             )
         words = rate_words(self.break_even_length, self.acceptance_length, self.depth)
-        return (
-            f"{head} must reach acceptance length {self.break_even_length:.2f} ({words}); {reach}"
-        )
+        return f"{head} must reach acceptance length {self.ratio_text} ({words}); {reach}"
 
     def text(self) -> str:
         """The decomposition in one line, e.g. "1.68× = acceptance length 2.94
@@ -219,14 +268,14 @@ class SpeedupDecomposition(BaseModel):
         8.6 ms"."""
         return (
             f"{self.speedup:.2f}× = acceptance length {self.acceptance_length:.2f}"
-            f"{_ci(self.acceptance_length_ci)} ÷ step-cost ratio {self.step_cost_ratio:.2f}"
-            f"{_ci(self.step_cost_ratio_ci)}: verify step {self.verify_step_ms:.1f} ms vs "
-            f"off's {self.decode_step_ms:.1f} ms"
+            f"{_ci(self.acceptance_length_ci)} ÷ step-cost ratio {self.ratio_text}"
+            f"{_ci(self.step_cost_ratio_ci, self.ratio_decimals)}: verify step "
+            f"{self.verify_step_ms:.1f} ms vs off's {self.decode_step_ms:.1f} ms"
         )
 
 
-def _ci(ci: tuple[float, float] | None) -> str:
-    return f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci is not None else ""
+def _ci(ci: tuple[float, float] | None, decimals: int = 2) -> str:
+    return f" ({ci[0]:.{decimals}f}–{ci[1]:.{decimals}f})" if ci is not None else ""
 
 
 def mean_ci(
@@ -255,6 +304,7 @@ def decompose_speedup(
     *,
     verdict: SpeedupVerdict | None = None,
     acceptance_samples: Sequence[float] | None = None,
+    acceptance_prompts: Sequence[str | None] | None = None,
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> SpeedupDecomposition | None:
@@ -271,6 +321,15 @@ def decompose_speedup(
             ``verdict`` carrying an interval the decomposition has no interval, and a
             :func:`~deepseekbench.witness_step_costs` of it is not judged; a
             scorecard line's ``decomposition`` carries both.
+        acceptance_prompts: the prompt (workload item id) of each of
+            ``acceptance_samples`` (same length). When every request names one and
+            :data:`~deepseekbench._analysis._prompt_bootstrap.MIN_PROMPTS` or more
+            are named, the interval resamples prompts, then each drawn prompt's
+            requests (``_prompt_bootstrap.prompt_indices``: the prompt is the
+            sampling unit, repeats nested in it); otherwise the requests are
+            resampled as if independent. Either way the values are put in a fixed
+            order first, so the same values give the same interval whatever order
+            the requests completed in.
         n_resamples, seed: of the acceptance-length bootstrap.
 
     Returns:
@@ -302,7 +361,7 @@ def decompose_speedup(
         if verdict.ci_low is not None and verdict.ci_high is not None
         else None
     )
-    l_ci = _scaled_ci(acceptance_samples, length, n_resamples, seed)
+    l_ci, n_prompts = _scaled_ci(acceptance_samples, acceptance_prompts, length, n_resamples, seed)
     ratio = length / speedup
     r_ci = _ratio_ci(ratio, l_ci, s_ci)
     depth = candidate.spec_tokens
@@ -312,6 +371,7 @@ def decompose_speedup(
         speedup_ci=s_ci,
         acceptance_length=length,
         acceptance_length_ci=l_ci,
+        acceptance_prompts=n_prompts,
         step_cost_ratio=ratio,
         step_cost_ratio_ci=r_ci,
         decode_step_ms=decode,
@@ -326,18 +386,47 @@ def decompose_speedup(
 
 
 def _scaled_ci(
-    samples: Sequence[float] | None, length: float, n_resamples: int, seed: int
-) -> tuple[float, float] | None:
-    """The per-request mean's bootstrap interval, scaled to the row's pooled ``length``."""
+    samples: Sequence[float] | None,
+    prompts: Sequence[str | None] | None,
+    length: float,
+    n_resamples: int,
+    seed: int,
+) -> tuple[tuple[float, float] | None, int | None]:
+    """The per-request mean's bootstrap interval, scaled to the row's pooled ``length``,
+    and how many prompts it resampled (``None``: the requests, as if independent).
+    Over prompts the statistic is the mean of the drawn prompts' drawn requests, each
+    prompt weighted alike, scaled by the same mean of the data."""
     if not samples:
-        return None
-    xs = [float(x) for x in samples if math.isfinite(x) and x >= 1.0]
-    ci = mean_ci(xs, n_resamples=n_resamples, seed=seed)
-    if ci is None:
-        return None
-    mean = sum(xs) / len(xs)
-    low, high = ci[0] / mean * length, ci[1] / mean * length
-    return max(1.0, low), max(1.0, high)
+        return None, None
+    if prompts is None or len(prompts) != len(samples):
+        prompts = [None] * len(samples)
+    # a fixed order: the same values give the same resamples whatever the completion order
+    pairs = sorted(
+        (
+            (p, float(x))
+            for x, p in zip(samples, prompts, strict=True)
+            if math.isfinite(x) and x >= 1
+        ),
+        key=lambda px: (px[0] is None, px[0] or "", px[1]),
+    )
+    xs = np.asarray([x for _, x in pairs], dtype=float)
+    ids = [p for p, _ in pairs]
+    rng = np.random.default_rng(seed)
+    picks = prompt_indices([ids], rng, n_resamples) if len(xs) >= 2 else None
+    if picks is not None:
+        low, high = np.percentile(xs[picks[0]].mean(axis=1), [2.5, 97.5])
+        groups: dict[str | None, list[float]] = {}
+        for p, x in pairs:
+            groups.setdefault(p, []).append(x)
+        center = float(np.mean([np.mean(g) for g in groups.values()]))
+        n_prompts: int | None = len(groups)
+    else:
+        ci = mean_ci(xs.tolist(), n_resamples=n_resamples, seed=seed)
+        if ci is None:
+            return None, None
+        (low, high), center, n_prompts = ci, float(xs.mean()), None
+    scaled = (max(1.0, float(low) / center * length), max(1.0, float(high) / center * length))
+    return scaled, n_prompts
 
 
 def _ratio_ci(
@@ -400,7 +489,7 @@ def moved_text(before: SpeedupDecomposition, after: SpeedupDecomposition) -> str
         acc = f"acceptance unchanged {lb:.2f}"
     else:
         acc = f"acceptance unchanged ({la:.2f} → {lb:.2f}, within its intervals)"
-    steps = f"{ra:.2f}× → {rb:.2f}× of off's step"
+    steps = f"{before.ratio_text}× → {after.ratio_text}× of off's step"
     if moved in ("step_cost", "both"):
         cost = f"the verify step {'grew' if rb > ra else 'shrank'} {steps}"
     else:

@@ -299,8 +299,10 @@ class _Judge:
         tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
         prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
+        acceptance_prompts: Mapping[str, Sequence[str | None]] | None = None,
     ) -> None:
         self.prompts = prompts or {}
+        self.acceptance_prompts = acceptance_prompts or {}
         self.acceptance = acceptance or {}
         self.clock = clock
         self.tampered = tampered  # rows of an edited results file: nothing credited
@@ -338,6 +340,7 @@ class _Judge:
                 r,
                 verdict=verdict,
                 acceptance_samples=self.acceptance.get(line_key(r)),
+                acceptance_prompts=self.acceptance_prompts.get(line_key(r)),
                 n_resamples=self.n_resamples,
                 seed=self.seed,
             )
@@ -392,6 +395,7 @@ def judge_rows(
     results_tampered: bool = False,
     acceptance: Mapping[str, Sequence[float]] | None = None,
     prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
+    acceptance_prompts: Mapping[str, Sequence[str | None]] | None = None,
 ) -> list[ScorecardLine]:
     """One line per row, in row order but for the loads of a cell, which read ascending
     (concurrency, or rate in requests/s: :func:`load_order`): each speculative row judged
@@ -399,14 +403,24 @@ def judge_rows(
     ``speculative`` equal).
     ``samples``, ``details``, ``rounds``, ``prompts`` (values per prompt and round:
     the speedup's interval over prompts) and ``acceptance`` (per-request acceptance
-    lengths, tokens per verify step: the decomposition's interval) are keyed by
+    lengths, tokens per verify step: the decomposition's interval, with
+    ``acceptance_prompts`` the prompt of each, for a bootstrap over prompts) are keyed by
     :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``)."""
     offs: dict[tuple[Any, ...], Row] = {}
     for r in rows:
         if r.speculative is Speculative.off:
             offs.setdefault(_pair_key(r), r)
     judge = _Judge(
-        metric, samples, rounds, n_resamples, seed, clock, results_tampered, acceptance, prompts
+        metric,
+        samples,
+        rounds,
+        n_resamples,
+        seed,
+        clock,
+        results_tampered,
+        acceptance,
+        prompts,
+        acceptance_prompts,
     )
     lines: list[ScorecardLine] = []
     for r in load_order(rows):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from deepseekbench._analysis._decompose import moved_text, rate_words
+from deepseekbench._analysis._decompose import SpeedupDecomposition, moved_text, rate_words
 from deepseekbench._analysis._lines import ScorecardLine
 from deepseekbench._types._interval import interval_text
 
@@ -47,6 +47,15 @@ def _ci(value: float, ci: tuple[float, float] | None, digits: int = 2) -> str:
     return text + (f" ({interval_text(*ci, spec=f'.{digits}f')})" if ci is not None else "")
 
 
+def _ratio_cell(d: SpeedupDecomposition) -> str:
+    """The step-cost ratio as the table prints it: the printed acceptance length ÷ the
+    printed speedup (:func:`printed_ratio`), its interval to as many decimals."""
+    text = d.ratio_text
+    ci = d.step_cost_ratio_ci
+    spec = f".{d.ratio_decimals}f"
+    return text + (f" ({interval_text(*ci, spec=spec)})" if ci is not None else "")
+
+
 def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
     """One table row per decomposed line (empty when no line credits a TPOT speedup)."""
     out: list[list[str]] = []
@@ -61,7 +70,7 @@ def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
                 ln.route,
                 f"{d.speedup:.2f}×",
                 _ci(d.acceptance_length, d.acceptance_length_ci),
-                _ci(d.step_cost_ratio, d.step_cost_ratio_ci),
+                _ratio_cell(d),
                 _ci(d.verify_step_ms, d.verify_step_ms_ci, 1),
                 f"{d.decode_step_ms:.1f}",
                 rate_words(d.break_even_length, d.acceptance_length, d.depth),

@@ -254,6 +254,17 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
             "95% CI a paired cluster bootstrap over the prompts (the same prompts drawn "
             "for both routes)"
         )
+    if any(
+        ln.decomposition is not None
+        and ln.decomposition.acceptance_length_ci is not None
+        and ln.decomposition.acceptance_prompts is None
+        for ln in lines
+    ):
+        notes.append(
+            "acceptance-length intervals without prompt ids: a bootstrap of the requests "
+            "as if independent (repeat noise only: the prompts held fixed); with them, "
+            "a cluster bootstrap over the prompts"
+        )
     if any(ln.verdict is not None and ln.verdict.point_estimate for ln in lines):
         notes.append(
             "point estimate: a figure without per-request values has no interval; its "

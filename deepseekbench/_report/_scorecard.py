@@ -128,6 +128,7 @@ class Scorecard:
         results_tampered: bool = False,
         acceptance: Mapping[str, Sequence[float]] | None = None,
         prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
+        acceptance_prompts: Mapping[str, Sequence[str | None]] | None = None,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -148,7 +149,9 @@ class Scorecard:
                 speedup is refused (``results_tampered``).
             acceptance: per-request acceptance lengths (tokens per verify step) keyed
                 by :func:`line_key`: the interval of each credited line's
-                decomposition (:func:`~deepseekbench.decompose_speedup`).
+                decomposition (:func:`~deepseekbench.decompose_speedup`);
+                ``acceptance_prompts`` the prompt (workload item id) of each, same
+                keys and order: the interval then resamples prompts.
             prompts: ``metric`` per prompt (workload item id) and round, keyed by
                 :func:`line_key`; where both sides share enough prompts, a printed
                 speedup's interval also covers the choice of prompts (a paired cluster
@@ -171,6 +174,7 @@ class Scorecard:
             results_tampered=results_tampered,
             acceptance=acceptance,
             prompts=prompts,
+            acceptance_prompts=acceptance_prompts,
         )
         card = cls(lines, metric=m, rows=rows)
         card.round_values = rounds or {}
@@ -193,11 +197,13 @@ class Scorecard:
         details: dict[str, ParityDetail] = {}
         acceptance: dict[str, list[float]] = {}
         prompts: dict[str, dict[str, dict[int, float]]] = {}
+        acc_prompts: dict[str, list[str | None]] = {}
         clock = result.plan.clock  # the plan's clock judges
         for row, (route, cell, load) in zip(result.rows, result.row_keys, strict=True):
             key = line_key(row)
             if row.speculative is not Speculative.off:
                 acceptance[key] = result.samples(route, cell, "acceptance_length", load)
+                acc_prompts[key] = result.sample_prompts(route, cell, "acceptance_length", load)
             row_samples, rounds[key] = result.speedup_evidence(row, evidence_field(m, clock))
             if row_samples is not None:
                 samples[key] = list(row_samples)
@@ -224,6 +230,7 @@ class Scorecard:
             results_tampered=result.results_tampered,
             acceptance=acceptance,
             prompts=prompts,
+            acceptance_prompts=acc_prompts,
         )
         card.client_workers = result.plan.pool_workers
         card.meta = result.meta
