@@ -744,6 +744,9 @@ def _summary(cmp: RunComparison) -> str:
     flips = [f"{ln.route} {_load_words(ln.load)}" for ln in cmp.lines if ln.parity.changed]
     parity = "parity changed on " + ", ".join(flips) if flips else "parity unchanged"
     head = moved or [f"no significant change on any of the {cmp.judged} figures judged"]
+    small = [f for ln in cmp.lines for f in ln.figures if f.within_margin]
+    if small:  # real changes no larger than run-to-run drift: named, not counted
+        head.append(f"{len(small)} changed within the {cmp.margin * 100:g} % margin")
     text = ", ".join([*head, *still, parity])
     refused = sum(f.status == "not_comparable" for ln in cmp.lines for f in ln.figures)
     if refused:

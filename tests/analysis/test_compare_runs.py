@@ -492,6 +492,8 @@ def test_a_change_inside_the_margin_is_named_apart_from_no_change() -> None:
         assert str(f).startswith("changed, within the 5 % margin (")
     text = render_comparison(cmp, "text")
     assert "changed, within the 5 % margin" in text
+    every = sum(f.within_margin for ln in cmp.lines for f in ln.figures)
+    assert f"{every} changed within the 5 % margin" in cmp.summary  # named, not counted
     plain = compare_sides(a, b, margin=0)  # no margin: the same interval is a change
     assert all(not f.within_margin for ln in plain.lines for f in ln.figures)
     still = [f for ln in cmp.lines for f in ln.figures if f.status == "no_significant_change"]
