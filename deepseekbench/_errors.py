@@ -189,7 +189,19 @@ class UnknownKeyError(DeepseekBenchError, KeyError):
 
     def __init__(self, kind: str, key: object, known: tuple[str, ...]) -> None:
         words = {"route": "route labels", "cell": "cells"}.get(kind, f"{kind} keys")
-        super().__init__(f"no {kind} {key!r} in this run; known {words}: {list(known)}")
+        if isinstance(key, str):
+            text = f"no {kind} {key!r} in this run; known {words}: {list(known)}"
+        else:  # e.g. a Row where its route label belongs: name the type, not its repr
+            text = (
+                f"{kind} must be a string, not a {type(key).__name__}; known {words}: {list(known)}"
+            )
+            if type(key).__name__ == "Row":
+                text += (
+                    " (for a row, pass its keys: route, cell, load = "
+                    "result.row_keys[result.rows.index(row)], or use "
+                    "result.speedup_evidence(row))"
+                )
+        super().__init__(text)
         self.kind = kind
         self.key = key
         self.known = known

@@ -175,3 +175,33 @@ def test_per_request_records_and_dataframe(tmp_path: Path, monkeypatch: pytest.M
     recs, columns = calls[0]
     assert recs == records and columns[:4] == ["route", "cell", "load", "index"]
     assert set(columns) == set(records[0])
+
+
+def test_the_printed_short_load_reads_as_its_key(tmp_path: Path) -> None:
+    """The scorecard prints ``c=1``; every accessor takes it for ``closed:c=1`` where one
+    key reads so, and answers exactly as the full key does."""
+    result = _small_run(tmp_path)
+    cell = result.plan.cells[0].cell_id
+    load = result.row_keys[0][2]
+    short = load.split(":", 1)[-1]
+    assert short != load  # the key carries its arrival kind; the short form does not
+    assert result.check_keys("mtp", cell, short) == load
+    assert result.samples("mtp", cell, "e2e_ms", short) == result.samples(
+        "mtp", cell, "e2e_ms", load
+    )
+    assert result.round_values("mtp", cell, "e2e_ms", short) == result.round_values(
+        "mtp", cell, "e2e_ms", load
+    )
+    assert len(result.row_requests("mtp", cell, short).requests) == 3
+    with pytest.raises(UnknownKeyError, match="known load keys"):
+        result.row_requests("mtp", cell, "c=7")
+
+
+def test_a_row_passed_for_a_key_is_named_by_its_type_shortly(tmp_path: Path) -> None:
+    result = _small_run(tmp_path)
+    row = result.rows[0]
+    with pytest.raises(UnknownKeyError) as info:
+        result.round_values(row, "x")  # type: ignore[arg-type]
+    text = str(info.value)
+    assert "not a Row" in text and "row_keys" in text and "speedup_evidence" in text
+    assert len(text) < 400 and repr(row)[:40] not in text

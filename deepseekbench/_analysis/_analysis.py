@@ -273,12 +273,18 @@ class RunResult:
             f"results_path={str(self.results_path) if self.results_path else None!r})"
         )
 
-    def check_keys(self, route: str, cell: str, load: str | None = None) -> None:
+    def check_keys(self, route: str, cell: str, load: str | None = None) -> str | None:
         """Refuse a route label, cell id or load point key this run does not hold (every
         accessor taking them calls this first; ``load=None`` means every load point).
+        ``load`` is a key (``"closed:c=1"``) or the short form the scorecard prints
+        (``"c=1"``) where exactly one key reads so.
+
+        Returns:
+            The load point key (``None`` for every load point).
 
         Raises:
-            UnknownKeyError: (also a ``KeyError``) naming the keys that exist.
+            UnknownKeyError: (also a ``KeyError``) naming the keys that exist, or naming
+                the type passed where a key string belongs (e.g. a ``Row``).
         """
         from deepseekbench._errors import UnknownKeyError
 
@@ -290,11 +296,15 @@ class RunResult:
             raise UnknownKeyError("route", route, labels)
         if cell not in cells:
             raise UnknownKeyError("cell", cell, cells)
-        if load is not None and load not in loads:
-            raise UnknownKeyError("load", load, loads)
+        if load is None or load in loads:
+            return load
+        short = [k for k in loads if isinstance(load, str) and k.split(":", 1)[-1] == load]
+        if len(short) == 1:
+            return short[0]
+        raise UnknownKeyError("load", load, loads)
 
     def _matching(self, route: str, cell: str, load: str | None) -> list[MeasuredRequest]:
-        self.check_keys(route, cell, load)
+        load = self.check_keys(route, cell, load)
         single = len(self.plan.load_points) == 1
         return [
             m

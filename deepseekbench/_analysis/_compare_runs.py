@@ -24,8 +24,10 @@ within-run interval cannot see that drift, so "changed significantly" means the
 interval lies wholly beyond ``margin`` (default 5 % of A; :data:`DEFAULT_MARGIN`): the
 test is of H0 ``|B/A − 1| ≤ margin`` (ratio figures) or ``|B − A| ≤ margin·|A|``
 (fractions), which keeps the family-wise rate at ``alpha`` for any drift inside the
-margin; a change the interval puts partly inside the margin is "no significant change"
-with its interval shown. ``margin = 0`` gives the plain test of no change.
+margin. A change whose interval excludes no change but reaches into the margin is
+"changed, within the margin" (a real but small change, such as drift); one whose interval
+includes no change is "no significant change"; both keep their interval. ``margin = 0``
+gives the plain test of no change.
 """
 
 from __future__ import annotations
@@ -93,13 +95,16 @@ class FigureChange(BaseModel):
     Attributes:
         figure, label, unit: the figure's key, words and unit (ms, ms/token, tokens,
             0..1, ×, requests/s).
-        status: ``changed`` (the interval excludes no change), ``no_significant_change``
-            (it includes it), ``not_comparable`` (refused: ``reasons``; never compared
-            as sound) or ``not_judged`` (no interval could be made: ``reasons``).
+        status: ``changed`` (the interval lies wholly beyond the margin),
+            ``no_significant_change`` (it reaches into the margin: :attr:`within_margin`
+            tells an interval that still excludes no change), ``not_comparable``
+            (refused: ``reasons``; never compared as sound) or ``not_judged`` (no
+            interval could be made: ``reasons``).
         a, b: the figure in each run (``None``: not measured).
         scale: ``ratio`` (the interval is of B / A) or ``difference`` (of B − A).
         ci_low, ci_high: the interval, at per-comparison level ``level``.
         higher_is_better: the direction of "better".
+        margin: the band (a fraction of A) a change had to lie wholly beyond.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -116,6 +121,33 @@ class FigureChange(BaseModel):
     level: float | None = None
     reasons: tuple[str, ...] = ()
     higher_is_better: bool = False
+    margin: float = 0.0
+
+    @property
+    def within_margin(self) -> bool:
+        """True when the interval excludes no change (B/A = 1, B − A = 0) but reaches
+        into the margin: changed, yet by no more than run-to-run drift can explain."""
+        if self.status != "no_significant_change" or self.margin <= 0:
+            return False
+        if self.ci_low is None or self.ci_high is None:
+            return False
+        null = 1.0 if self.scale == "ratio" else 0.0
+        return self.ci_low > null or self.ci_high < null
+
+    @property
+    def verdict(self) -> str:
+        """The verdict in words: ``changed significantly``, ``changed, within the 5 %
+        margin``, ``no significant change``, ``not comparable: …`` or ``not judged: …``."""
+        why = ", ".join(self.reasons)
+        if self.status == "changed":
+            return "changed significantly"
+        if self.within_margin:
+            return f"changed, within the {self.margin * 100:g} % margin"
+        if self.status == "no_significant_change":
+            return "no significant change"
+        if self.status == "not_comparable":
+            return f"not comparable: {why}"
+        return f"not judged: {why}"
 
     @property
     def worse(self) -> bool:
@@ -163,14 +195,11 @@ class FigureChange(BaseModel):
         return f"{fmt(self.a)} → {fmt(self.b)}{unit}"
 
     def __str__(self) -> str:
-        why = ", ".join(self.reasons)
-        if self.status == "changed":
-            return f"changed significantly ({self.values_text()}, {self.interval_text()})"
-        if self.status == "no_significant_change":
-            return f"no significant change ({self.values_text()}, {self.interval_text()})"
+        if self.status in ("changed", "no_significant_change"):
+            return f"{self.verdict} ({self.values_text()}, {self.interval_text()})"
         if self.status == "not_comparable":
-            return f"not comparable: {why}"
-        return f"not judged ({self.values_text()}): {why}"
+            return self.verdict
+        return f"not judged ({self.values_text()}): {', '.join(self.reasons)}"
 
 
 class ParityChange(BaseModel):
@@ -659,7 +688,7 @@ def _judged(p: _Pending, level: float, seed: int, margin: float = 0.0) -> Figure
         low, high = -band, band
     beyond = ci[0] > high or ci[1] < low
     status: Status = "changed" if beyond else "no_significant_change"
-    return _change(fig, status, p.a, p.b, ci=ci, level=level)
+    return _change(fig, status, p.a, p.b, ci=ci, level=level).model_copy(update={"margin": margin})
 
 
 def _load_words(load: str) -> str:
@@ -715,6 +744,9 @@ def _summary(cmp: RunComparison) -> str:
     flips = [f"{ln.route} {_load_words(ln.load)}" for ln in cmp.lines if ln.parity.changed]
     parity = "parity changed on " + ", ".join(flips) if flips else "parity unchanged"
     head = moved or [f"no significant change on any of the {cmp.judged} figures judged"]
+    small = [f for ln in cmp.lines for f in ln.figures if f.within_margin]
+    if small:  # real changes no larger than run-to-run drift: named, not counted
+        head.append(f"{len(small)} changed within the {cmp.margin * 100:g} % margin")
     text = ", ".join([*head, *still, parity])
     refused = sum(f.status == "not_comparable" for ln in cmp.lines for f in ln.figures)
     if refused:

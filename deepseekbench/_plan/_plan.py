@@ -57,7 +57,12 @@ from deepseekbench._plan._sources import (
     workload_items,
     workload_prompts,
 )
-from deepseekbench._plan._stopping import FewRoundsWarning, StoppingPlan, few_rounds_message
+from deepseekbench._plan._stopping import (
+    FewRoundsWarning,
+    StoppingPlan,
+    caller_stacklevel,
+    few_rounds_message,
+)
 from deepseekbench._plan._tasks import Task
 from deepseekbench._plan._workload import WorkloadItem
 from deepseekbench._types._axes import Arrival, Hosting, Speculative
@@ -402,7 +407,7 @@ class BenchmarkPlan(BaseModel):
         """
         few = few_rounds_message(self.rounds)
         if few is not None:
-            warnings.warn(few, FewRoundsWarning, stacklevel=2)
+            warnings.warn(few, FewRoundsWarning, stacklevel=caller_stacklevel())
         tasks = self.tasks()
         prompts = self.workload_prompts()
         items = self.workload_items()
@@ -434,7 +439,7 @@ class BenchmarkPlan(BaseModel):
         if not cov.complete:
             if self.workload.require_all_items:
                 raise PlanError(f"workload.require_all_items: {cov.message()}")
-            warnings.warn(cov.message(), WorkloadCoverageWarning, stacklevel=3)
+            warnings.warn(cov.message(), WorkloadCoverageWarning, stacklevel=caller_stacklevel())
         return cov
 
     def generated_item_count(self) -> int:

@@ -12,11 +12,19 @@ itself is made by the runner from the measured rows.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["MIN_VERDICT_REQUESTS", "FewRoundsWarning", "StoppingPlan", "few_rounds_message"]
+__all__ = [
+    "MIN_VERDICT_REQUESTS",
+    "FewRoundsWarning",
+    "StoppingPlan",
+    "caller_stacklevel",
+    "few_rounds_message",
+]
 
 MIN_VERDICT_REQUESTS = 5
 """Fewest measured requests per route, cell and load point before a sequential verdict:
@@ -38,11 +46,34 @@ def few_rounds_message(rounds: int) -> str | None:
     if rounds >= 3:
         return None
     what = (
-        "1 round: no paired interval (a per-request bootstrap, which drift can bias)"
+        "1 round: no paired rounds, so no interval covers drift between rounds (the "
+        "speedup's interval is a paired cluster bootstrap over the prompts where the "
+        "requests carry prompt ids, else a per-request bootstrap)"
         if rounds == 1
         else "2 rounds: the paired interval has 1 degree of freedom (t 12.71)"
     )
     return f"{what}; set repeats = 3 or more (or [stopping] cap) for a verdict that can decide"
+
+
+_PACKAGE = str(Path(__file__).resolve().parent.parent)
+# frames a warning passes through on its way out of a run: the package, the event loop
+_RUNTIME = ("anyio", "asyncio", "trio", "sniffio", "contextlib", "threading", "concurrent")
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` (a count, >= 2) that points a ``warnings.warn`` made by the
+    caller of this function at the first frame outside this package and the event
+    loop's machinery (anyio, asyncio, trio): the user's own call, not a package line."""
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None:
+        frame = frame.f_back
+        level += 1
+        name = str(frame.f_globals.get("__name__", ""))
+        inside = frame.f_code.co_filename.startswith(_PACKAGE) or name == "deepseekbench"
+        if not inside and name.split(".", 1)[0] not in _RUNTIME:
+            return level
+    return max(level, 2)
 
 
 class StoppingPlan(BaseModel):

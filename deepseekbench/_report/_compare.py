@@ -33,12 +33,7 @@ def _cells(f: FigureChange, threshold: float) -> tuple[str, ...]:
     def fmt(v: float | None) -> str:
         return "—" if v is None else f"{v:.4g}"
 
-    verdict = {
-        "changed": "changed significantly",
-        "no_significant_change": "no significant change",
-        "not_comparable": "not comparable: " + ", ".join(f.reasons),
-        "not_judged": "not judged: " + ", ".join(f.reasons),
-    }[f.status]
+    verdict = f.verdict
     if f.regressed(threshold):
         verdict += " — REGRESSION"
     unit = f" {f.unit}" if f.unit not in ("0..1", "×") else f.unit.replace("0..1", "")

@@ -211,6 +211,17 @@ def _witness_notes(lines: Sequence[ScorecardLine]) -> list[str]:
     return list(seen.values())
 
 
+ACCEPTANCE_RATES_NOTE = (
+    "three acceptance rates: 'accept' = accepted / drafted draft tokens (the acceptance "
+    "rate); 'own … per position' = the i.i.d. per-position rate a whose acceptance length "
+    "(1 - a^(k+1)) / (1 - a) is the measured one; 'by draft position' = the fraction of "
+    "verify steps whose i-th draft token was accepted"
+)
+"""The footnote naming the scorecard's acceptance rates, beside each other wherever a row
+reports acceptance by position (the row fields ``accepted_token_ratio``,
+``acceptance_by_position``; the break-even column of ``deepseekbench._analysis``)."""
+
+
 def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
     """Short outputs, then the footnotes of the ``*`` and ``!`` markers and of rounds."""
     short = [ln for ln in lines if ln.row.output_short]
@@ -229,6 +240,8 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
             'workload.output_length = "natural" asks (each answer at its own length); '
             '"pinned" or "forced" measures decode at the cell\'s full output target'
         )
+    if any(ln.row.acceptance_by_position is not None for ln in lines):
+        notes.append(ACCEPTANCE_RATES_NOTE)
     if any(server_wide_marked(ln) for ln in lines):  # the footnote of a shown "*"
         notes.append("* acceptance is a server-wide /metrics delta, not per request")
     if any(ln.row.schedule_lagged for ln in lines):

@@ -111,6 +111,9 @@ class Scorecard:
         self.capacity: CapacityReport | None = None
         # [stopping] sequential: each line's rounds and why it stopped, set by from_run
         self.stopping: StoppingReport | None = None
+        # notes the caller adds about the run (a demo scenario's explanation), printed
+        # after the scorecard's own notes in every format
+        self.run_notes: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ building
     @classmethod

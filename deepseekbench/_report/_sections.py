@@ -136,6 +136,7 @@ def report_sections(card: Scorecard) -> list[Section]:
     notes += wide_interval_notes(lines, stop.decided_labels if stop is not None else ())
     if stop is not None:
         notes += stop.notes()
+    notes += card.run_notes
     if notes:
         out.append(Section("notes", items=tuple(notes)))
     return out

@@ -471,3 +471,34 @@ def test_a_line_refuses_a_figure_name_compare_never_judges() -> None:
     with pytest.raises(UnknownKeyError, match="tpot_p50_ms") as info:
         line.figure("tpot_p50")
     assert isinstance(info.value, KeyError) and "acceptance_pos_<k>" in str(info.value)
+
+
+def test_a_change_inside_the_margin_is_named_apart_from_no_change() -> None:
+    """An interval that excludes no change but reaches into the margin says so: never
+    "no significant change" (the interval shows a change), never "changed significantly"."""
+    from deepseekbench._report._compare import render_comparison
+
+    many = replace(Engines(), requests=400)
+    a = synthetic_run(31, many, "A")
+    b = synthetic_run(32, replace(many, ttft_ms=12.0 * 1.04), "B")
+    cmp = compare_sides(a, b)
+    ttft = [f for ln in cmp.lines for f in ln.figures if f.figure == "ttft_p50_ms"]
+    inside = [f for f in ttft if f.within_margin]
+    assert inside, [f.interval_text() for f in ttft]
+    for f in inside:
+        assert f.status == "no_significant_change" and f.ci_low is not None
+        assert f.ci_low > 1.0 and f.ci_low <= 1.05  # excludes 1, reaches into the margin
+        assert f.verdict == "changed, within the 5 % margin"
+        assert str(f).startswith("changed, within the 5 % margin (")
+    text = render_comparison(cmp, "text")
+    assert "changed, within the 5 % margin" in text
+    every = sum(f.within_margin for ln in cmp.lines for f in ln.figures)
+    assert f"{every} changed within the 5 % margin" in cmp.summary  # named, not counted
+    plain = compare_sides(a, b, margin=0)  # no margin: the same interval is a change
+    assert all(not f.within_margin for ln in plain.lines for f in ln.figures)
+    still = [f for ln in cmp.lines for f in ln.figures if f.status == "no_significant_change"]
+    for f in still:
+        if not f.within_margin:
+            assert f.ci_low is not None and f.ci_high is not None
+            assert f.ci_low <= (1.0 if f.scale == "ratio" else 0.0) <= f.ci_high
+            assert f.verdict == "no significant change"

@@ -99,6 +99,7 @@ async def _margin(case: dict[str, Any]) -> tuple[DivergenceMargin, int]:
         return m, len(server.requests)
 
 
+@pytest.mark.shared_cases
 @pytest.mark.anyio
 @pytest.mark.parametrize("path", _params())
 async def test_logprobs_case(path: Path | None) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from deepseekbench._cli._demo import DEMO_SAMPLING_FAULTS
+from deepseekbench._cli._demo import DEMO_SAMPLING_FAULTS, SAMPLING_TTFT_NOTE
 from tests._helpers import run_cli
 
 
@@ -47,3 +47,5 @@ def test_demo_sampling_refuses_every_fault(tmp_path: Path) -> None:
     # the demo's own plan trips no library warning; its one round is said in one line
     assert "Warning" not in proc.stderr and "under-measured" not in proc.stdout, proc.stderr
     assert "one round (each prompt sent once, for the witness)" in proc.stderr
+    # the TTFT explanation is a scorecard note (written with ×), not only a stderr line
+    assert SAMPLING_TTFT_NOTE in proc.stdout and SAMPLING_TTFT_NOTE not in proc.stderr

@@ -234,6 +234,7 @@ def _assert_extra(
         _in_range(m.tpot_ms, extra.get("tpot_ms_range"), "tpot_ms_range")
 
 
+@pytest.mark.shared_cases
 @pytest.mark.anyio
 @pytest.mark.parametrize("path", STREAM_PARAMS)
 async def test_shared_case(path: Path | None) -> None:
@@ -274,6 +275,7 @@ def _reframed(case: dict[str, Any], variant: str) -> Script:
     return Script(status=script.status, headers=script.headers, writes=writes)
 
 
+@pytest.mark.shared_cases
 @pytest.mark.anyio
 @pytest.mark.parametrize("variant", ["crlf", "cr", "split7"])
 @pytest.mark.parametrize("path", STREAM_PARAMS)
@@ -380,6 +382,7 @@ async def check_metrics_case(case: dict[str, Any]) -> AcceptanceRecord | None:
     return record
 
 
+@pytest.mark.shared_cases
 @pytest.mark.anyio
 @pytest.mark.parametrize("path", METRICS_PARAMS)
 async def test_shared_metrics_case(path: Path | None) -> None:

@@ -24,6 +24,8 @@ from deepseekbench._analysis._clock_witness import count_check_skipped, request_
 from tests._replay import Script, Write, replay_server
 from tests.measure.test_cases_sse import cases_dir
 
+pytestmark = pytest.mark.shared_cases  # every test here reads ../shared/cases
+
 MISMATCH = ServerClockFault.server_clock_count_mismatch
 COUNT_SLACK = (1, 0.02)  # 1 token + 2 %, as docs/measurement.md states it
 # the engine's block, its rate key, the dialect that reads it

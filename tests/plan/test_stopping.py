@@ -83,7 +83,23 @@ def test_fewer_than_three_rounds_warn_at_plan_time(repeats: int, warns: bool) ->
 def test_the_warning_names_the_degrees_of_freedom() -> None:
     assert few_rounds_message(3) is None
     assert "1 degree of freedom" in (few_rounds_message(2) or "")
-    assert "no paired interval" in (few_rounds_message(1) or "")
+    one = few_rounds_message(1) or ""
+    assert "paired cluster bootstrap over the prompts" in one  # what one round does
+    assert "prompt ids" in one and "drift" in one
+
+
+def test_the_warning_points_at_the_users_call_through_a_run() -> None:
+    """Raised deep inside a run (preflight, dry run), the warning's source line is the
+    user's own call, never a package line such as ``sources = plan.validate_sources()``."""
+    from deepseekbench import LiveGate, dry_run
+
+    plan = _plan(repeats=1)
+    for call in (plan.validate_sources, lambda: dry_run(plan, gate=LiveGate())):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        few = [w for w in caught if issubclass(w.category, FewRoundsWarning)]
+        assert few and few[0].filename == __file__, few[0].filename
 
 
 def test_the_minimum_traffic_is_the_speedups_own() -> None:

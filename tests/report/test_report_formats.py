@@ -152,3 +152,25 @@ def test_an_unknown_format_is_refused_with_the_choices() -> None:
 def test_saved_results_render_byte_for_byte(results: str, fmt: str) -> None:
     card = Scorecard.from_results(DATA / f"{results}.jsonl")
     assert card.render(fmt).encode() == (DATA / f"{results}.{fmt}").read_bytes()
+
+
+def test_the_three_acceptance_rates_are_named_once_beside_each_other() -> None:
+    text = Scorecard.from_results(DATA / "demo.jsonl").render("text")
+    assert "acceptance by draft position" in text and "per position" in text  # all three
+    notes = [ln for ln in text.splitlines() if ln.startswith("three acceptance rates:")]
+    assert len(notes) == 1, notes
+    for name in ("'accept' = accepted / drafted", "'own … per position'", "'by draft position'"):
+        assert name in notes[0]
+
+
+def test_a_scenarios_run_note_is_printed_with_the_notes_in_every_format() -> None:
+    """The sampling demo's TTFT explanation reaches the scorecard (text and JSON), written
+    with × as every other ratio is."""
+    from deepseekbench._cli._demo import SAMPLING_NOTES, SAMPLING_TTFT_NOTE
+
+    assert "4×" in SAMPLING_TTFT_NOTE and "4x" not in SAMPLING_TTFT_NOTE + SAMPLING_NOTES
+    card = Scorecard.from_results(DATA / "demo.jsonl")
+    assert SAMPLING_TTFT_NOTE not in card.render("text")
+    card.run_notes = (SAMPLING_TTFT_NOTE,)
+    for fmt in ("text", "json", "markdown"):
+        assert SAMPLING_TTFT_NOTE in card.render(fmt), fmt

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from deepseekbench._types._margin import DivergenceKind, align_divergence, parse_chat_logprobs
 
@@ -80,6 +81,7 @@ def test_a_reasoning_fork_without_reasoning_tokens_is_unexplained() -> None:
     assert m.kind is DivergenceKind.unexplained and "reasoning" in m.note
 
 
+@pytest.mark.shared_cases
 def test_the_shared_case_compared_as_reasoning_then_content_gives_its_answer() -> None:
     case = orjson.loads(CASE.read_bytes())
     chat = parse_chat_logprobs(case["follow_up"]["body"])
