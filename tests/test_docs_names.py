@@ -31,6 +31,7 @@ OTHER_PROJECTS: dict[str, str] = {
     "ServerArgs": "SGLang",
     "SpecDecodingProm": "vLLM",
     "SpeculativeConfig": "vLLM",
+    "PromptTokenStats": "vLLM (vllm/v1/metrics/stats.py)",
     "StreamOptions": "vLLM / OpenAI",
     "UsageInfo": "vLLM / OpenAI",
     "SecretStr": "pydantic",
