@@ -11,7 +11,7 @@ a whole step restarts the chain: no step is run short to catch up.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -92,25 +92,34 @@ async def test_a_sequence_submitted_during_a_step_is_admitted_when_it_ends(
 ) -> None:
     """The wait for the running step is the sequence's queue time (vLLM's
     ``queue_time_ms``): it is admitted at the start of the next step, and its emissions
-    say when (``admitted_s``), on a fake clock."""
+    say when (``admitted_s``), on a fake clock. The second sequence is submitted from
+    inside step 2's own sleep, so it arrives while that step runs whatever order the
+    backend runs its tasks in (trio varies it)."""
     clock = SimpleNamespace(now=100.0)
+    one = cast(Decoder, _OneToken())
+    sleeps: list[float] = []
+    box: dict[str, Any] = {}
 
     async def fake_sleep(seconds: float) -> None:
+        sleeps.append(clock.now)
+        if len(sleeps) == 2:  # step 2 is running (it began at the end of step 1)
+            box["submitted"] = clock.now
+            box["second"] = sched.submit("", one, prompt_tokens=1, reasoning="", max_tokens=1)
         await anyio.lowlevel.checkpoint()  # others run while the step runs
         clock.now += seconds
 
     monkeypatch.setattr(_scheduler, "time", SimpleNamespace(perf_counter=lambda: clock.now))
     monkeypatch.setattr(anyio, "sleep", fake_sleep)
     sched = _scheduler.Scheduler(COSTS, EngineMetrics("m", 1), model_draft=False)
-    one = cast(Decoder, _OneToken())
     _, first = sched.submit("", one, prompt_tokens=1, reasoning="", max_tokens=4)
     async with anyio.create_task_group() as tg:
         tg.start_soon(sched.run)
-        a = await first.receive()  # the end of step 1 (t = 100.010); step 2 runs
-        submitted = clock.now
-        _, second = sched.submit("", one, prompt_tokens=1, reasoning="", max_tokens=1)
-        b = await second.receive()
+        a = await first.receive()  # the end of step 1 (t = 100.010)
+        while "second" not in box:
+            await anyio.lowlevel.checkpoint()
+        b = await box["second"][1].receive()
         tg.cancel_scope.cancel()
+    submitted = box["submitted"]
     assert a.admitted_s == pytest.approx(100.0)
     assert submitted == pytest.approx(100.010)
     assert b.admitted_s == pytest.approx(100.020)  # when step 2 ended: 10 ms queued
