@@ -36,7 +36,11 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._analysis._clock_witness import server_value, witness_faults
-from deepseekbench._analysis._decompose import break_even_acceptance_rate, rate_words
+from deepseekbench._analysis._decompose import (
+    break_even_acceptance_rate,
+    printed_ratio,
+    rate_words,
+)
 from deepseekbench._analysis._speedup import RefusalReason, SpeedupMetric, SpeedupVerdict
 from deepseekbench._types._row import Row
 
@@ -88,6 +92,16 @@ class EngineClockDiagnosis(BaseModel):
     break_even_reachable: bool = True
     refused_for: tuple[RefusalReason, ...] = ()
 
+    @property
+    def ratio_text(self) -> str:
+        """The step-cost ratio as printed (and the break-even acceptance length, the same
+        figure): :func:`~deepseekbench._analysis._decompose.printed_ratio` of the TPOT
+        ratio and the acceptance length (each printed to 2 decimals), so the printed
+        length ÷ the printed ratio rounds back to the printed TPOT ratio, as the
+        credited decomposition's (``docs/scorecard.md``). Dimensionless; raises nothing
+        (the model's fields are finite and > 0)."""
+        return printed_ratio(self.engine_tpot_ratio, self.acceptance_length)[0]
+
     def text(self) -> str:
         """The diagnosis in one line, labelled :data:`ENGINE_CLOCK_LABEL`, e.g.
         "on the engine's clock; no speedup credited: TPOT ratio 0.80 = acceptance length
@@ -97,12 +111,13 @@ class EngineClockDiagnosis(BaseModel):
         words = rate_words(self.break_even_length, self.acceptance_length, self.depth)
         rate = f" ({words})" if self.depth is not None else ""
         why = ", ".join(r.value for r in self.refused_for)
+        ratio = self.ratio_text  # the break-even length is the step-cost ratio: one figure
         return (
             f"{ENGINE_CLOCK_LABEL}: TPOT ratio {self.engine_tpot_ratio:.2f} = acceptance "
             f"length {self.acceptance_length:.2f} ÷ step-cost ratio "
-            f"{self.step_cost_ratio:.2f}: verify step {self.verify_step_ms:.1f} ms vs off's "
+            f"{ratio}: verify step {self.verify_step_ms:.1f} ms vs off's "
             f"{self.decode_step_ms:.1f} ms; break-even acceptance length "
-            f"{self.break_even_length:.2f}{rate} (refused: {why})"
+            f"{ratio}{rate} (refused: {why})"
         )
 
 

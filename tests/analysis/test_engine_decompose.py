@@ -4,6 +4,7 @@ own per-request TPOT, labelled "no speedup credited", and never credits a figure
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -157,3 +158,55 @@ def test_the_engine_clock_path_never_credits_a_speedup(
         assert parity == "verified" and length is not None
         assert off_server is not None and mtp_server is not None
         assert ENGINE_CLOCK_LABEL in line.engine_diagnosis.text()
+
+
+_DIAGNOSIS_TEXT = re.compile(
+    r"TPOT ratio (?P<ratio>[\d.]+) = acceptance length (?P<length>[\d.]+) ÷ step-cost ratio "
+    r"(?P<cost>[\d.]+): .*; break-even acceptance length (?P<even>[\d.]+)"
+)
+
+
+def _printed_parts(e: EngineClockDiagnosis) -> dict[str, str]:
+    m = _DIAGNOSIS_TEXT.search(e.text())
+    assert m is not None, e.text()
+    return m.groupdict()
+
+
+def test_the_printed_step_cost_ratio_divides_back_to_the_printed_tpot_ratio() -> None:
+    # off 5.9 ms, mtp 9.6 ms on the engine's clock, L 1.09: r = 1.7736, printed 1.77 at 2
+    # decimals, and 1.09 ÷ 1.77 = 0.616 prints 0.62 beside the TPOT ratio's 0.61
+    off, mtp = _starved_pair()
+    off = off.model_copy(update={"server_tpot_ms": 5.9})
+    mtp = mtp.model_copy(update={"server_tpot_ms": 9.6, "acceptance_length": 1.09})
+    e = diagnose_on_engine_clock(off, mtp, compare_speedup(off, mtp))
+    assert e is not None
+    parts = _printed_parts(e)
+    assert parts["ratio"] == "0.61" and parts["length"] == "1.09"
+    assert parts["cost"] == e.ratio_text == "1.774"  # 1.09 ÷ 1.774 = 0.614
+    assert parts["even"] == parts["cost"]  # one figure, one rounding
+
+
+@given(
+    off_server=st.floats(min_value=0.5, max_value=200.0),
+    mtp_server=st.floats(min_value=0.5, max_value=200.0),
+    length=st.floats(min_value=1.0, max_value=9.0),
+)
+def test_the_diagnosis_prints_parts_that_divide_back(
+    off_server: float, mtp_server: float, length: float
+) -> None:
+    """As the credited decomposition's: printed length ÷ printed step-cost ratio rounds to
+    the printed TPOT ratio, and the break-even length (the same figure) prints alike."""
+    e = EngineClockDiagnosis(
+        engine_tpot_ratio=off_server / mtp_server,
+        acceptance_length=length,
+        step_cost_ratio=length * mtp_server / off_server,
+        decode_step_ms=off_server,
+        verify_step_ms=mtp_server * length,
+        depth=3,
+        break_even_length=length * mtp_server / off_server,
+        refused_for=(RefusalReason.client_starved,),
+    )
+    parts = _printed_parts(e)
+    assert parts["even"] == parts["cost"]
+    if float(parts["ratio"]) > 0:
+        assert f"{float(parts['length']) / float(parts['cost']):.2f}" == parts["ratio"]
