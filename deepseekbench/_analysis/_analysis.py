@@ -235,6 +235,9 @@ class RunResult:
         meta: the run's metadata (model, plan hash, dates, engines) that exports carry.
         integrity: what reading the results file found (its digest chain, duplicated
             measurement records, records of no run); ``None`` without a file.
+        run_notes: notes the run's caller recorded about it (``run_note`` records,
+            e.g. a demo scenario's explanation), in order; the scorecard prints them
+            with its notes (``Scorecard.run_notes``); ``()`` in files without any.
     """
 
     plan: BenchmarkPlan
@@ -252,6 +255,7 @@ class RunResult:
     remaining_measurements: int = 0
     meta: RunMeta | None = None
     integrity: ResultsIntegrity | None = None
+    run_notes: tuple[str, ...] = ()
 
     @property
     def results_tampered(self) -> bool:
@@ -589,6 +593,7 @@ def build_result(
         remaining_measurements=remaining_measurements,
         meta=meta,
         integrity=integrity,
+        run_notes=tuple(state.notes),
     )
 
 

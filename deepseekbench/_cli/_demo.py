@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import os
 import random
@@ -351,6 +352,7 @@ async def run_demo_sampling(args: argparse.Namespace, out: TextIO, err: TextIO) 
     from deepseekbench._plan._stopping import FewRoundsWarning
     from deepseekbench._report._scorecard import Scorecard
     from deepseekbench._runner._run import run_plan
+    from deepseekbench._store._writer import record_run_notes
     from deepseekbench._types._axes import Speculative
 
     t0 = time.perf_counter()
@@ -384,8 +386,9 @@ async def run_demo_sampling(args: argparse.Namespace, out: TextIO, err: TextIO) 
                 )
         finally:
             prog.close()
-    card = Scorecard.from_run(result)
-    card.run_notes = (SAMPLING_TTFT_NOTE,)
+    # the note is kept in the results file, so `report` on it prints it as this run does
+    notes = record_run_notes(args.results, plan, (SAMPLING_TTFT_NOTE,))
+    card = Scorecard.from_run(dataclasses.replace(result, run_notes=notes))
     out.write(card.render(args.format))
     out.flush()
     err.write(f"\nresults: {args.results}\ndemo wall time: {time.perf_counter() - t0:.1f} s\n")

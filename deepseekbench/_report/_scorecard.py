@@ -112,7 +112,8 @@ class Scorecard:
         # [stopping] sequential: each line's rounds and why it stopped, set by from_run
         self.stopping: StoppingReport | None = None
         # notes the caller adds about the run (a demo scenario's explanation), printed
-        # after the scorecard's own notes in every format
+        # after the scorecard's own notes in every format; from_run takes the run's
+        # recorded ones (RunResult.run_notes)
         self.run_notes: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ building
@@ -237,6 +238,7 @@ class Scorecard:
         )
         card.client_workers = result.plan.pool_workers
         card.meta = result.meta
+        card.run_notes = result.run_notes  # recorded with the run: report prints them too
         card.grids = {r.label: r.grid_of for r in result.plan.routes if r.grid_of is not None}
         card.capacity = capacity_report(result, metric=m)
         card.stopping = stopping_report(result)

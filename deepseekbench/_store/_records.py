@@ -48,6 +48,7 @@ __all__ = [
     "Record",
     "RowRecord",
     "RunEndRecord",
+    "RunNoteRecord",
     "RunStartRecord",
     "SearchProbeRecord",
     "ServerCacheRecord",
@@ -202,6 +203,15 @@ class RunEndRecord(_Base):
     n_errors: int = Field(default=0, ge=0)
 
 
+class RunNoteRecord(_Base):
+    """A note the run's caller adds about the run (a demo scenario's explanation of what
+    its scorecard shows), appended after the run; ``report`` prints it with the
+    scorecard's notes, as the run did. Files written before it hold none."""
+
+    record: Literal["run_note"] = "run_note"
+    note: str = Field(min_length=1, description="the note's text, one scorecard note")
+
+
 class WorkersRecord(_Base):
     """A block sent by several workers: window edges (CLOCK_MONOTONIC ns; Ray: mapped
     from wall-clock time), the workers that died, each Ray actor's clock offset (ns),
@@ -341,6 +351,7 @@ Record = Annotated[
     | ParityRecord
     | RowRecord
     | RunEndRecord
+    | RunNoteRecord
     | WorkersRecord
     | WorkloadRecord
     | ServerCacheRecord

@@ -4,12 +4,12 @@ Every record is one JSON line with a ``"record"`` kind, written and flushed as
 it arrives: ``run_start`` (the plan), ``measurement`` (one measured request,
 the full :class:`~deepseekbench.StreamMeasurement`), ``parity_output`` (one
 parity request's output), ``server_metrics`` (a server-wide acceptance
-delta), then ``parity``, ``row`` and ``run_end``. Records carry the plan's
-hash. A crash or Ctrl-C loses nothing already written: a torn final line (of
-any size) is dropped when the file is reopened, and a complete final record
-missing only its newline is kept. :class:`ResultsState` indexes one plan's
-records for resume (the latest record of a key wins) and for the analysis
-that rebuilds rows from them.
+delta), then ``parity``, ``row`` and ``run_end`` (and ``run_note``: a note the
+caller adds after the run). Records carry the plan's hash. A crash or Ctrl-C
+loses nothing already written: a torn final line (of any size) is dropped when
+the file is reopened, and a complete final record missing only its newline is
+kept. :class:`ResultsState` indexes one plan's records for resume (the latest
+record of a key wins) and for the analysis that rebuilds rows from them.
 
 Integrity: every record written carries ``digest``, chaining it to the record
 before it (:mod:`deepseekbench._store._chain`); reading verifies the chain and
@@ -68,6 +68,7 @@ from deepseekbench._store._records import (
     ParityEntry,
     ParityOutputRecord,
     Record,
+    RunNoteRecord,
     RunStartRecord,
     SearchProbeRecord,
     ServerCacheRecord,
@@ -123,6 +124,7 @@ RECORD_KINDS = frozenset(
         "parity",
         "row",
         "run_end",
+        "run_note",
         "workers",
         "workload",
         "server_cache",
@@ -435,6 +437,8 @@ class ResultsState:
     )
     # calibration outputs by (cell, item id, turn); the latest wins
     calibration: dict[tuple[str, str, int], StreamMeasurement] = field(default_factory=dict)
+    # the run's notes (``run_note`` records), in order, each once
+    notes: list[str] = field(default_factory=list)
     problems: list[IntegrityProblem] = field(default_factory=list)
     """Duplicated measurement records :func:`state_from` found (see ``_chain``)."""
 
@@ -531,6 +535,8 @@ class ResultsState:
             self._check_route(rec.route)
             self._check_cell(rec.cell)
             self.calibration[(rec.cell, rec.item, rec.turn)] = rec.measurement
+        elif isinstance(rec, RunNoteRecord) and rec.note not in self.notes:
+            self.notes.append(rec.note)
 
     def drop_errored(self) -> int:
         """Forget every measurement that ended in an error, so a resumed run retries

@@ -3,14 +3,17 @@
 Holds :class:`Recorder` (one per run: the ``run_start`` and ``workload`` records,
 every finished request as a ``measurement``, ``calibration`` or ``parity_output``
 record, the per-block server windows, the capacity search's probes, the run's
-``parity``, ``row`` and ``run_end`` records) and :func:`parity_pid` (the prompt id
-a parity output is recorded under). The store writes and indexes each record in one
+``parity``, ``row`` and ``run_end`` records), :func:`record_run_notes` (the notes a
+caller adds after the run) and :func:`parity_pid` (the prompt id a parity output is
+recorded under). The store writes and indexes each record in one
 call: the runner never touches the index.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from deepseekbench._plan._plan import BenchmarkPlan
@@ -31,6 +34,7 @@ from deepseekbench._store._records import (
     ParityRecord,
     RowRecord,
     RunEndRecord,
+    RunNoteRecord,
     RunStartRecord,
     SearchProbeRecord,
     ServerCacheRecord,
@@ -53,7 +57,7 @@ from deepseekbench._types._row import Row
 from deepseekbench._types._scored import ScoredOutput
 from deepseekbench._version import __version__
 
-__all__ = ["Recorder", "parity_pid"]
+__all__ = ["Recorder", "parity_pid", "record_run_notes"]
 
 
 def parity_pid(item: WorkItem, turn: int) -> str:
@@ -360,3 +364,28 @@ class Recorder:
                 **self.base, finished_at=finished_at, n_requests=n_requests, n_errors=n_errors
             )
         )
+
+
+def record_run_notes(path: Path, plan: BenchmarkPlan, notes: Sequence[str]) -> tuple[str, ...]:
+    """Append each of ``notes`` (a demo scenario's explanation of its scorecard) to the
+    results file ``path`` of a finished run of ``plan`` as a ``run_note`` record, once:
+    a note the file already holds for this plan (a rerun of the scenario) is not
+    written again. ``report`` and :func:`~deepseekbench.load_results` read them back
+    (``RunResult.run_notes``), so the scorecard rebuilt from the file prints the notes
+    the run printed. Returns every note the file now holds for the plan, in order.
+
+    Raises:
+        ValueError: a note is empty (``pydantic.ValidationError``).
+        ResultsInUseError: another run holds the file.
+        ResultsFormatError: the file cannot be read back.
+        ResultsWriteError: the write failed.
+    """
+    store = ResultsStore.open(path, plan)
+    try:
+        plan_hash, run_id = plan.plan_hash(), uuid.uuid4().hex[:12]
+        for note in notes:
+            if note not in store.state.notes:
+                store.append(RunNoteRecord(plan_hash=plan_hash, run_id=run_id, note=note))
+        return tuple(store.state.notes)
+    finally:
+        store.close()

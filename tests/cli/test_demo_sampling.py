@@ -49,3 +49,7 @@ def test_demo_sampling_refuses_every_fault(tmp_path: Path) -> None:
     assert "one round (each prompt sent once, for the witness)" in proc.stderr
     # the TTFT explanation is a scorecard note (written with ×), not only a stderr line
     assert SAMPLING_TTFT_NOTE in proc.stdout and SAMPLING_TTFT_NOTE not in proc.stderr
+    # kept in the results file: `report` on it prints the run's notes, the TTFT note once
+    report = run_cli("report", str(tmp_path / "r.jsonl"), cwd=tmp_path)
+    assert report.stdout.count(SAMPLING_TTFT_NOTE) == 1, report.stdout[-3000:]
+    assert report.stdout == proc.stdout  # the same scorecard, every note included

@@ -174,3 +174,39 @@ def test_a_scenarios_run_note_is_printed_with_the_notes_in_every_format() -> Non
     card.run_notes = (SAMPLING_TTFT_NOTE,)
     for fmt in ("text", "json", "markdown"):
         assert SAMPLING_TTFT_NOTE in card.render(fmt), fmt
+
+
+def test_a_recorded_run_note_is_kept_in_the_results_file_and_report_prints_it(
+    tmp_path: Path,
+) -> None:
+    """The sampling demo's TTFT note is written to its results file (a ``run_note``
+    record), so ``report FILE`` prints the notes the run printed; recording it again adds
+    no second copy and keeps the file verified; a file without notes still reads."""
+    import shutil
+
+    from deepseekbench import load_results
+    from deepseekbench._cli._demo import SAMPLING_TTFT_NOTE
+    from deepseekbench._store._writer import record_run_notes
+    from tests._helpers import run_cli
+
+    path = tmp_path / "demo.jsonl"
+    shutil.copyfile(DATA / "demo.jsonl", path)
+    assert load_results(path).run_notes == ()  # written before run notes: still reads
+    plan = load_results(path).plan
+    assert record_run_notes(path, plan, (SAMPLING_TTFT_NOTE,)) == (SAMPLING_TTFT_NOTE,)
+    assert record_run_notes(path, plan, (SAMPLING_TTFT_NOTE, "a second note")) == (
+        SAMPLING_TTFT_NOTE,
+        "a second note",
+    )
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert sum('"record":"run_note"' in ln for ln in lines) == 2
+    result = load_results(path)
+    assert result.run_notes == (SAMPLING_TTFT_NOTE, "a second note")
+    assert result.integrity is not None and not result.integrity.tampered
+    card = Scorecard.from_run(result)
+    for fmt in ("text", "json", "markdown"):
+        assert SAMPLING_TTFT_NOTE in card.render(fmt), fmt
+    proc = run_cli("report", str(path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.splitlines()
+    assert notes.count(SAMPLING_TTFT_NOTE) == 1 and notes.count("a second note") == 1
