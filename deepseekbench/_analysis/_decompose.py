@@ -265,12 +265,12 @@ class SpeedupDecomposition(BaseModel):
     def text(self) -> str:
         """The decomposition in one line, e.g. "1.68× = acceptance length 2.94
         (2.90–2.98) ÷ step-cost ratio 1.75 (1.70–1.80): verify step 15.1 ms vs off's
-        8.6 ms"."""
+        8.63 ms" (off's step is its median TPOT, printed as the scorecard's TPOT column)."""
         return (
             f"{self.speedup:.2f}× = acceptance length {self.acceptance_length:.2f}"
             f"{_ci(self.acceptance_length_ci)} ÷ step-cost ratio {self.ratio_text}"
             f"{_ci(self.step_cost_ratio_ci, self.ratio_decimals)}: verify step "
-            f"{self.verify_step_ms:.1f} ms vs off's {self.decode_step_ms:.1f} ms"
+            f"{self.verify_step_ms:.1f} ms vs off's {self.decode_step_ms:.2f} ms"
         )
 
 

@@ -105,7 +105,7 @@ class EngineClockDiagnosis(BaseModel):
     def text(self) -> str:
         """The diagnosis in one line, labelled :data:`ENGINE_CLOCK_LABEL`, e.g.
         "on the engine's clock; no speedup credited: TPOT ratio 0.80 = acceptance length
-        1.90 ÷ step-cost ratio 2.38: verify step 40.1 ms vs off's 16.9 ms; break-even
+        1.90 ÷ step-cost ratio 2.38: verify step 40.1 ms vs off's 16.90 ms; break-even
         acceptance length 2.38 (break-even unreachable at depth 1 (at most 2); own 0.90 per
         position) (refused: client_starved)"."""
         words = rate_words(self.break_even_length, self.acceptance_length, self.depth)
@@ -116,7 +116,7 @@ class EngineClockDiagnosis(BaseModel):
             f"{ENGINE_CLOCK_LABEL}: TPOT ratio {self.engine_tpot_ratio:.2f} = acceptance "
             f"length {self.acceptance_length:.2f} ÷ step-cost ratio "
             f"{ratio}: verify step {self.verify_step_ms:.1f} ms vs off's "
-            f"{self.decode_step_ms:.1f} ms; break-even acceptance length "
+            f"{self.decode_step_ms:.2f} ms; break-even acceptance length "
             f"{ratio}{rate} (refused: {why})"
         )
 

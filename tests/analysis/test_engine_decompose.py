@@ -60,6 +60,8 @@ def test_a_starved_client_is_diagnosed_on_the_engine_clock() -> None:
         "break-even acceptance length 1.52 (break-even 0.52 vs own 0.90 per position at depth 1)"
         in text
     )
+    # off's step is its engine TPOT, printed as the latency table's server TPOT (2 decimals)
+    assert "verify step 15.2 ms vs off's 10.00 ms;" in text
     assert "1.25×" not in text and "2.50×" not in text  # no figure shown as a speedup
     assert ENGINE_CLOCK_LABEL in card.to_markdown()
     assert "on the engine&#x27;s clock; no speedup credited" in card.to_html()

@@ -3,6 +3,7 @@ render byte for byte as they did before the formats became one registry."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,34 @@ def test_a_recorded_run_note_is_kept_in_the_results_file_and_report_prints_it(
     assert proc.returncode == 0, proc.stderr
     notes = proc.stdout.splitlines()
     assert notes.count(SAMPLING_TTFT_NOTE) == 1 and notes.count("a second note") == 1
+
+
+def _table(text: str, header_start: str) -> list[dict[str, str]]:
+    """The rows of the text table whose header starts ``header_start``, by column head."""
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(header_start))
+    rule = lines[at + 1]
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
+    heads = [lines[at][a:b].strip() for a, b in spans[:-1]] + [lines[at][spans[-1][0] :].strip()]
+    rows: list[dict[str, str]] = []
+    for ln in lines[at + 2 :]:
+        if not ln.strip() or " " in ln[: spans[0][1]].strip():
+            break  # the table's end: a blank line, or the section's sentences
+        cells = [ln[a:b].strip() for a, b in spans[:-1]] + [ln[spans[-1][0] :].strip()]
+        rows.append(dict(zip(heads, cells, strict=True)))
+    return rows
+
+
+def test_off_step_prints_as_offs_tpot_in_the_main_table() -> None:
+    """The decomposition's ``off step ms`` is ``off``'s median TPOT at that load, the main
+    table's ``TPOT ms``: one figure, printed to the same decimals in both."""
+    text = Scorecard.from_results(DATA / "demo.jsonl").to_text()
+    main = _table(text, "cell              load  route")
+    parts = _table(text, "cell              load  route  speedup")
+    assert parts, "the golden's run credits a TPOT speedup"
+    for part in parts:
+        off = next(
+            r for r in main
+            if (r["cell"], r["load"], r["route"]) == (part["cell"], part["load"], "off")
+        )  # fmt: skip
+        assert part["off step ms"] == off["TPOT ms"], (part, off)
