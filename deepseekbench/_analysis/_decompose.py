@@ -256,7 +256,7 @@ class SpeedupDecomposition(BaseModel):
         if self.break_even_length <= 1.0:
             return (
                 f"any {head[2:]} pays here: break-even acceptance length "
-                f"{self.break_even_length:.2f}, below 1 (the verify step is cheaper than "
+                f"{self.ratio_text}, below 1 (the verify step is cheaper than "
                 f"off's decode step); {reach}"
             )
         words = rate_words(self.break_even_length, self.acceptance_length, self.depth)

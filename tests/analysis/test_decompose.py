@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from deepseekbench import (
@@ -191,3 +191,28 @@ def test_the_scorecard_prints_which_factor_moved_between_loads() -> None:
     assert "Where the speedup comes from" in text
     assert "acceptance unchanged 3.00; the verify step grew 1.48× → 3.74× of off's step" in text
     assert "c=8: a depth-3 head must reach acceptance length 3.74" in text
+
+
+@example(speedup=4.38, length=3.27)
+@given(
+    speedup=st.floats(min_value=1.0, max_value=6.0),
+    length=st.floats(min_value=1.0, max_value=5.0),
+)
+def test_the_break_even_length_prints_as_the_step_cost_ratio(speedup: float, length: float) -> None:
+    """The break-even acceptance length is the step-cost ratio: the target sentence prints
+    it as the table does (``ratio_text``), below 1 too (speedup 4.38, length 3.27: the
+    table's 0.747, never 0.75 beside it)."""
+    from deepseekbench import SpeedupDecomposition
+
+    ratio = length / speedup
+    d = SpeedupDecomposition(
+        speedup=speedup,
+        acceptance_length=length,
+        step_cost_ratio=ratio,
+        decode_step_ms=10.0,
+        verify_step_ms=10.0 * ratio,
+        depth=3,
+        break_even_length=ratio,
+    )
+    assert f"acceptance length {d.ratio_text}" in d.target_text()
+    assert f"this one reaches {length:.2f}" in d.target_text()
