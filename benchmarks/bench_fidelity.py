@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _aiohttp_sse import read_deltas
 from _aiperf_export import aiperf_requests
-from _fidelity_split import excess_split, ramp_for_span_ms, wave_spans_ms
+from _fidelity_split import burst, excess_split, ramp_for_span_ms, wave_spans_ms
 
 from deepseekbench import EngineRoute, LiveGate, SelfCheck, Timeouts, measure_streamed, pool_limits
 from deepseekbench._execute._ramp import ramp_limiter, stream_starts_s
@@ -266,6 +266,10 @@ class Figures:
     wire_p50: float = float("nan")
     means: tuple[float, float | None, float, float] = (float("nan"), None, float("nan"), 0.0)
     waves_ms: tuple[float, ...] = ()
+    bursts: tuple[int, int] = (0, 0)  # most calls in any 10 ms: wave 1, after wave 1
+
+
+BURST_NS = 10_000_000  # the window for "calls together" (ns)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -305,6 +309,7 @@ def _figures(observed: list[Observed], truths: dict[str, Truth], concurrency: in
             k = len(client) - 1
             tpot.append(abs((client[-1] - client[0]) / k - (engine[-1] - engine[0]) / k))
     waits = [x.client_wait for x in splits if x.client_wait is not None]
+    calls = sorted(o.sent_ns if o.call_ns is None else o.call_ns for o in observed)
     has_wait = bool(splits) and len(waits) == len(splits)
     return Figures(
         n=len(observed),
@@ -325,11 +330,8 @@ def _figures(observed: list[Observed], truths: dict[str, Truth], concurrency: in
             _mean([x.send_to_arrival for x in splits]),
             _mean([x.rest for x in splits]),
         ),
-        waves_ms=tuple(
-            wave_spans_ms(
-                [o.sent_ns if o.call_ns is None else o.call_ns for o in observed], concurrency
-            )
-        ),
+        waves_ms=tuple(wave_spans_ms(calls, concurrency)),
+        bursts=(burst(calls[:concurrency], BURST_NS), burst(calls[concurrency:], BURST_NS)),
     )
 
 
@@ -484,18 +486,20 @@ def _print_table(rows: list[Row], load: tuple[float, float, float]) -> None:
         "err. p50s, then means (which add up)."
     )
     print(
-        "| C | reader | start pattern | wave 1 / wave 2 call span | excess p50 | "
+        "| C | reader | start pattern | wave 1 / wave 2 call span | most calls in 10 ms: "
+        "wave 1 / after | excess p50 | "
         "client wait p50 | send → arrival p50 | rest p50 | means: wait + send→arrival + "
         "rest = excess |"
     )
-    print("|---" * 9 + "|")
+    print("|---" * 10 + "|")
     for r in rows:
         if r.clock != "call":
             continue
         f, (m_ex, m_wait, m_wire, m_rest) = r.figures, r.figures.means
         waves = " / ".join(f"{w:.0f}" for w in f.waves_ms) or "—"
         print(
-            f"| {r.c} | {r.reader} | {r.pattern} | {waves} | {f.call_excess_p50:.2f} | "
+            f"| {r.c} | {r.reader} | {r.pattern} | {waves} | {f.bursts[0]} / {f.bursts[1]} | "
+            f"{f.call_excess_p50:.2f} | "
             f"{_opt(f.wait_p50)} | {f.wire_p50:.2f} | {f.recv_p50:.2f} | "
             f"{_opt(m_wait)} + {m_wire:.2f} + {m_rest:.2f} = {m_ex:.2f} |"
         )
@@ -571,8 +575,9 @@ def _print_repeats(repeats: list[list[Row]]) -> None:
     and the all-at-once reader's TTFT excess from the call over AIPerf's, repeat by repeat."""
     print("\nover the repeats, min / median / max (ms)")
     print("| C | reader | from | TTFT − engine p50 | recv TTFT err p50 | recv TTFT err p99 | "
-          "ITL err p99 | TPOT err p99 | client wait p50 | send → arrival p50 |")  # fmt: skip
-    print("|---" * 10 + "|")
+          "ITL err p99 | TPOT err p99 | client wait p50 | send → arrival p50 | "
+          "most calls in 10 ms, wave 1 | most calls in 10 ms, after wave 1 |")  # fmt: skip
+    print("|---" * 12 + "|")
     by: dict[tuple[int, str, str], list[Row]] = {}
     for rows in repeats:
         for row in rows:
@@ -586,6 +591,7 @@ def _print_repeats(repeats: list[list[Row]]) -> None:
         waits = [f.wait_p50 for f in fs if f.wait_p50 is not None]
         cells.append(_spread(waits) if len(waits) == len(fs) else "—")
         cells.append(_spread([f.wire_p50 for f in fs]))
+        cells += [_spread([f.bursts[k] for f in fs]).replace(".00", "") for k in (0, 1)]
         print(f"| {c} | {name} | {clock} | " + " | ".join(cells) + " |")
     for c in sorted({c for c, _, _ in by}):
         patterns = "; ".join(r.pattern for r in by.get((c, RAMPED, "call"), []))
