@@ -16,11 +16,7 @@ TTFT excess from the call (AIPerf's clock) = client TTFT from the call − engin
   receive-side TTFT error).
 
 Start spread: a closed loop's first ``C`` calls (wave 1) and the next ``C`` (wave 2),
-each as the span from its first to its last call (ms), in call order; and bunching, the
-most calls inside any window of a stated length (``burst``), over wave 1 and over the
-calls after it: requests called together wait for each other's first steps before
-any body is written (aiohttp's writer task on Python 3.11), so the burst, not the
-span, sets the client's send wait.
+each as the span from its first to its last call (ms), in call order.
 """
 
 from __future__ import annotations
@@ -81,17 +77,3 @@ def ramp_for_span_ms(span_ms: float, concurrency: int) -> float:
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 (got {concurrency})")
     return 0.0 if concurrency == 1 else span_ms * concurrency / (concurrency - 1)
-
-
-def burst(calls_ns: Sequence[int], window_ns: int) -> int:
-    """The most calls inside any half-open window ``[t, t + window_ns)`` (0 for no calls).
-    Raises ``ValueError`` when ``window_ns`` is below 1."""
-    if window_ns < 1:
-        raise ValueError(f"window_ns must be >= 1 (got {window_ns})")
-    ordered = sorted(calls_ns)
-    best = lo = 0
-    for hi, t in enumerate(ordered):
-        while ordered[lo] <= t - window_ns:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import math
 import os
 import shutil
 import subprocess
@@ -63,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _aiohttp_sse import read_deltas
 from _aiperf_export import aiperf_requests
-from _fidelity_split import burst, excess_split, ramp_for_span_ms, wave_spans_ms
+from _fidelity_split import ExcessSplit, excess_split, ramp_for_span_ms, wave_spans_ms
 
 from deepseekbench import EngineRoute, LiveGate, SelfCheck, Timeouts, measure_streamed, pool_limits
 from deepseekbench._execute._ramp import ramp_limiter, stream_starts_s
@@ -248,9 +249,11 @@ def _peak(intervals: Iterable[tuple[float, float]]) -> int:
 @dataclass
 class Figures:
     """One reader's figures (ms). ``excess_*``: on the row's own clock (from the write or
-    from the call). ``wait_p50`` / ``wire_p50`` / ``rest_p50`` and the ``*_mean``: the split of
-    the TTFT excess *from the call* (``_fidelity_split``; ``wait`` ``None`` where the reader
-    stamps no send). ``waves_ms``: the span of the first and second ``C`` calls."""
+    from the call). ``call_excess_p50`` / ``wait_p50`` / ``wire_p50`` and ``means``: the split
+    of the TTFT excess *from the call* (``_fidelity_split``; a wait is ``None`` where the
+    reader stamps no send; the rest is ``recv_*``). ``waves_ms``: the spans of the first and
+    second ``C`` calls; ``by_wave``: client wait p50 and send → arrival p50 of the first
+    ``C`` calls, then of the calls after them."""
 
     n: int
     ok: int
@@ -266,14 +269,42 @@ class Figures:
     wire_p50: float = float("nan")
     means: tuple[float, float | None, float, float] = (float("nan"), None, float("nan"), 0.0)
     waves_ms: tuple[float, ...] = ()
-    bursts: tuple[int, int] = (0, 0)  # most calls in any 10 ms: wave 1, after wave 1
-
-
-BURST_NS = 10_000_000  # the window for "calls together" (ns)
+    by_wave: tuple[float | None, float | None, float, float] = (None, None, math.nan, math.nan)
 
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
+
+
+def _waits_p50(splits: Sequence[ExcessSplit]) -> float | None:
+    waits = [x.client_wait for x in splits if x.client_wait is not None]
+    return _pct(waits, 0.5) if splits and len(waits) == len(splits) else None
+
+
+def _split_fields(timed: list[tuple[int, ExcessSplit]], concurrency: int) -> dict[str, Any]:
+    """The from-the-call split's fields of :class:`Figures` from ``(call_ns, split)`` pairs."""
+    timed = sorted(timed, key=lambda pair: pair[0])
+    splits = [x for _, x in timed]
+    first, after = splits[:concurrency], splits[concurrency:]
+    waits = [x.client_wait for x in splits if x.client_wait is not None]
+    has_wait = bool(splits) and len(waits) == len(splits)
+    return {
+        "call_excess_p50": _pct([x.excess for x in splits], 0.5),
+        "wait_p50": _waits_p50(splits),
+        "wire_p50": _pct([x.send_to_arrival for x in splits], 0.5),
+        "means": (
+            _mean([x.excess for x in splits]),
+            _mean(waits) if has_wait else None,
+            _mean([x.send_to_arrival for x in splits]),
+            _mean([x.rest for x in splits]),
+        ),
+        "by_wave": (
+            _waits_p50(first),
+            _waits_p50(after),
+            _pct([x.send_to_arrival for x in first], 0.5),
+            _pct([x.send_to_arrival for x in after], 0.5),
+        ),
+    }
 
 
 def _figures(observed: list[Observed], truths: dict[str, Truth], concurrency: int) -> Figures:
@@ -281,7 +312,7 @@ def _figures(observed: list[Observed], truths: dict[str, Truth], concurrency: in
     excess: list[float] = []
     itl: list[float] = []
     tpot: list[float] = []
-    splits = []
+    timed: list[tuple[int, ExcessSplit]] = []
     pairs = [(o, truths[o.request_id]) for o in observed if o.ok and o.request_id in truths]
     for o, t in pairs:
         if not o.chunk_ns or not t.token_sends_s or len(o.chunk_ns) != len(t.token_sends_s):
@@ -290,15 +321,9 @@ def _figures(observed: list[Observed], truths: dict[str, Truth], concurrency: in
         engine = [s * 1e3 for s in t.token_sends_s]
         recv.append(client[0] - engine[0])
         excess.append((client[0] - o.sent_ns / 1e6) - (engine[0] - t.arrival_s * 1e3))
-        splits.append(
-            excess_split(
-                o.sent_ns if o.call_ns is None else o.call_ns,
-                o.send_ns,
-                o.chunk_ns[0],
-                round(t.arrival_s * 1e9),
-                round(t.token_sends_s[0] * 1e9),
-            )
-        )
+        call = o.sent_ns if o.call_ns is None else o.call_ns
+        arrival, engine_first = round(t.arrival_s * 1e9), round(t.token_sends_s[0] * 1e9)
+        timed.append((call, excess_split(call, o.send_ns, o.chunk_ns[0], arrival, engine_first)))
         itl.extend(
             abs((c1 - c0) - (e1 - e0))
             for (c0, c1), (e0, e1) in zip(
@@ -308,9 +333,7 @@ def _figures(observed: list[Observed], truths: dict[str, Truth], concurrency: in
         if len(client) > 1:
             k = len(client) - 1
             tpot.append(abs((client[-1] - client[0]) / k - (engine[-1] - engine[0]) / k))
-    waits = [x.client_wait for x in splits if x.client_wait is not None]
-    calls = sorted(o.sent_ns if o.call_ns is None else o.call_ns for o in observed)
-    has_wait = bool(splits) and len(waits) == len(splits)
+    calls = [o.sent_ns if o.call_ns is None else o.call_ns for o in observed]
     return Figures(
         n=len(observed),
         ok=len(recv),
@@ -321,17 +344,8 @@ def _figures(observed: list[Observed], truths: dict[str, Truth], concurrency: in
         itl_p99=_pct(itl, 0.99),
         tpot_p99=_pct(tpot, 0.99),
         peak=_peak((t.arrival_s, t.end_s) for _, t in pairs),
-        call_excess_p50=_pct([x.excess for x in splits], 0.5),
-        wait_p50=_pct(waits, 0.5) if has_wait else None,
-        wire_p50=_pct([x.send_to_arrival for x in splits], 0.5),
-        means=(
-            _mean([x.excess for x in splits]),
-            _mean(waits) if has_wait else None,
-            _mean([x.send_to_arrival for x in splits]),
-            _mean([x.rest for x in splits]),
-        ),
         waves_ms=tuple(wave_spans_ms(calls, concurrency)),
-        bursts=(burst(calls[:concurrency], BURST_NS), burst(calls[concurrency:], BURST_NS)),
+        **_split_fields(timed, concurrency),
     )
 
 
@@ -486,19 +500,21 @@ def _print_table(rows: list[Row], load: tuple[float, float, float]) -> None:
         "err. p50s, then means (which add up)."
     )
     print(
-        "| C | reader | start pattern | wave 1 / wave 2 call span | most calls in 10 ms: "
-        "wave 1 / after | excess p50 | "
+        "| C | reader | start pattern | wave 1 / wave 2 call span | client wait p50: "
+        "wave 1 / after | send → arrival p50: wave 1 / after | excess p50 | "
         "client wait p50 | send → arrival p50 | rest p50 | means: wait + send→arrival + "
         "rest = excess |"
     )
-    print("|---" * 10 + "|")
+    print("|---" * 11 + "|")
     for r in rows:
         if r.clock != "call":
             continue
         f, (m_ex, m_wait, m_wire, m_rest) = r.figures, r.figures.means
+        w1, w2, a1, a2 = f.by_wave
         waves = " / ".join(f"{w:.0f}" for w in f.waves_ms) or "—"
         print(
-            f"| {r.c} | {r.reader} | {r.pattern} | {waves} | {f.bursts[0]} / {f.bursts[1]} | "
+            f"| {r.c} | {r.reader} | {r.pattern} | {waves} | {_opt(w1)} / {_opt(w2)} | "
+            f"{a1:.2f} / {a2:.2f} | "
             f"{f.call_excess_p50:.2f} | "
             f"{_opt(f.wait_p50)} | {f.wire_p50:.2f} | {f.recv_p50:.2f} | "
             f"{_opt(m_wait)} + {m_wire:.2f} + {m_rest:.2f} = {m_ex:.2f} |"
@@ -576,7 +592,7 @@ def _print_repeats(repeats: list[list[Row]]) -> None:
     print("\nover the repeats, min / median / max (ms)")
     print("| C | reader | from | TTFT − engine p50 | recv TTFT err p50 | recv TTFT err p99 | "
           "ITL err p99 | TPOT err p99 | client wait p50 | send → arrival p50 | "
-          "most calls in 10 ms, wave 1 | most calls in 10 ms, after wave 1 |")  # fmt: skip
+          "client wait p50, wave 1 / after | send → arrival p50, wave 1 / after |")  # fmt: skip
     print("|---" * 12 + "|")
     by: dict[tuple[int, str, str], list[Row]] = {}
     for rows in repeats:
@@ -591,7 +607,13 @@ def _print_repeats(repeats: list[list[Row]]) -> None:
         waits = [f.wait_p50 for f in fs if f.wait_p50 is not None]
         cells.append(_spread(waits) if len(waits) == len(fs) else "—")
         cells.append(_spread([f.wire_p50 for f in fs]))
-        cells += [_spread([f.bursts[k] for f in fs]).replace(".00", "") for k in (0, 1)]
+        for k in (0, 2):  # client wait, send → arrival: wave 1, then the calls after it
+            pair = [(f.by_wave[k], f.by_wave[k + 1]) for f in fs]
+            if all(a is not None and b is not None for a, b in pair):
+                first, after = (_spread([p[j] or 0.0 for p in pair]) for j in (0, 1))
+                cells.append(f"wave 1 {first}; after {after}")
+            else:
+                cells.append("—")
         print(f"| {c} | {name} | {clock} | " + " | ".join(cells) + " |")
     for c in sorted({c for c, _, _ in by}):
         patterns = "; ".join(r.pattern for r in by.get((c, RAMPED, "call"), []))
