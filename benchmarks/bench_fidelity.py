@@ -3,7 +3,7 @@
 Starts the reference engine in its own process (``python -m deepseekbench serve
 --record-send-times``), then for each concurrency C in ``--levels`` (default 1,
 16, 64, 256) sends ``max(--waves * C, --min-requests)`` streamed requests, C in
-flight, with two readers in the same run: ``measure_streamed`` (through
+flight, with its readers in the same run: ``measure_streamed`` (through
 ``gate.client()``, pool sized to C, a :class:`SelfCheck` running) and a raw
 aiohttp loop (how vLLM's bench client and AIPerf read). Each request carries
 an ``x-request-id``; afterwards ``GET /v1/timelines`` gives, per request, the
@@ -19,24 +19,36 @@ Per level and reader it prints (ms):
 * TPOT err p99: |client TPOT − engine TPOT| per request;
 * peak: the most requests the engine had in flight at once (must equal C);
 * lag/cpu: the client's self-check during the phase (largest event-loop lag, ms; CPU
-  share) — the same ticker runs for both readers.
+  share) — the same ticker runs for every reader.
 
-The two readers take turns going first (raw first at the 1st, 3rd, ... level).
-A third row, ``measure_streamed from hand-over``, times the same requests from the
-connection hand-over (the clock before the 256-stream fidelity fix; the difference is
-``send_wait_ms``). With AIPerf installed (``--aiperf``, default ``aiperf`` on PATH)
-it runs after them at each level as a fourth reader: its per-request records
-(``profile_export.jsonl``, read by ``_aiperf_export.aiperf_requests``) give each
-request's start and content-chunk arrivals (start + TTFT + inter-chunk gaps), mapped
-from AIPerf's wall clock to perf_counter by an offset sampled here, matched to the
-engine's by ``X-Request-ID`` and scored by the same code as our readers: rows
-``AIPerf`` (from the call: AIPerf's request start) and ``AIPerf from connection``
-(start + pool wait + DNS + connecting). The target is ``measure_streamed``'s TTFT
-excess p50 within 1.5x of AIPerf's.
-``--repeats N`` runs everything N times and prints min / median / max per reader.
+``measure_streamed`` runs twice per level: all at once (every stream's first request
+together, as ``run`` does by default) and ``measure_streamed ramped``, its first C starts
+spread by the runner's own ramp (``arrival.ramp_ms``: the executor's limiter and
+``ramp_limiter``) over ``--ramp-ms``, else the span of AIPerf's first C profiled starts in
+the same run (stretched by C / (C − 1): our last stream starts at that span's end), else
+3 ms per stream. Every row names its start pattern. The three readers take turns going
+first (rotated per level and repeat). Each ``measure_streamed`` reader gives two rows:
+from the **write** (the library's clock, ``start_perf_ns``) and from the **call** (AIPerf's
+clock: the write − ``send_wait_ms`` − ``pool_wait_ms``). With AIPerf installed (``--aiperf``,
+default ``aiperf`` on PATH) it runs first at each level (its span sets the ramp): its
+per-request records (``profile_export.jsonl``, read by ``_aiperf_export.aiperf_requests``)
+give each request's start and content-chunk arrivals (start + TTFT + inter-chunk gaps),
+mapped from AIPerf's wall clock to perf_counter by an offset sampled here, matched to the
+engine's by ``X-Request-ID`` and scored by the same code as our readers (row ``AIPerf``,
+from its call).
+
+A second table splits each reader's TTFT excess from the call (``_fidelity_split``) into
+client wait (the call → the client's send; AIPerf: pool + DNS + connect; raw loop: not
+stamped), send → engine arrival and the rest (the receive-side TTFT error): p50s for wave 1
+(the first C calls), for the calls after it and for all, and the means (which add up), with
+the spans of the first and second C calls. Targets are judged like with like: the ramped
+reader's TTFT excess from the call p50 no worse than AIPerf's (when the ramp is AIPerf's
+span), ``measure_streamed``'s (all at once, from the write) no worse than the raw loop's;
+the all-at-once reader's ratio to AIPerf's is printed, marked not judged.
+``--repeats N`` runs everything N times and prints min / median / max per reader and clock.
 
 Run: ``python benchmarks/bench_fidelity.py [--levels 1,16,64,256 --max-tokens 32
---repeats 3 --aiperf PATH --aiperf-tokenizer DIR]``
+--repeats 3 --aiperf PATH --aiperf-tokenizer DIR --ramp-ms MS]``
 """
 
 from __future__ import annotations
