@@ -406,11 +406,13 @@ def _ramp_choice(
     """The ramped reader's ramp (ms) and where it came from: ``--ramp-ms``, else the span of
     AIPerf's first C starts in this run (stretched so our last stream starts at its span's
     end), else 3 ms per stream (AIPerf's 256 over ~0.7–0.9 s)."""
+    if c == 1:
+        return 0.0, "one stream: every pattern is the same"
     if args.ramp_ms is not None:
         return args.ramp_ms, "--ramp-ms"
-    if aiperf_span_ms is not None and c > 1:
+    if aiperf_span_ms is not None:
         return ramp_for_span_ms(aiperf_span_ms, c), "AIPerf's span in this run"
-    return 3.0 * c if c > 1 else 0.0, "3 ms per stream, no AIPerf span"
+    return 3.0 * c, "3 ms per stream, no AIPerf span"
 
 
 async def _aiperf_first(
@@ -552,7 +554,7 @@ def _targets(rows: list[Row], levels: Sequence[int]) -> list[str]:
             continue
         theirs = by[(c, AIPERF, "call")].figures
         ramped = by[(c, RAMPED, "call")]
-        like = "AIPerf's span" in ramped.pattern
+        like = c == 1 or "AIPerf's span" in ramped.pattern
         verdict = "no worse" if ramped.figures.excess_p50 <= theirs.excess_p50 else "WORSE"
         print(
             f"C={c}: TTFT excess from the call p50, {RAMPED} ({ramped.pattern}) "
