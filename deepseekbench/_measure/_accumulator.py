@@ -529,8 +529,12 @@ class StreamAccumulator:
         times["server_rate_span"] = self.adapter.server_rate_span if rated else None
         return times
 
-    def measurement(self, route: EngineRoute) -> StreamMeasurement:
-        """The record of this stream: the folded totals, timed from ``start_ns``, for ``route``."""
+    def measurement(
+        self, route: EngineRoute, health: Mapping[str, Any] | None = None
+    ) -> StreamMeasurement:
+        """The record of this stream: the folded totals, timed from ``start_ns``, for
+        ``route``; ``health``: the client's own figures (``client_lag_ms`` and the
+        other ``client_*`` fields of the self-check), set in the same construction."""
         counts = _usage_counts(self.usage)
         completion = counts.completion_tokens
         estimated: int | None = None
@@ -570,6 +574,7 @@ class StreamAccumulator:
             pool_wait_ms=self.pool_wait_ns / 1e6 if self.pool_wait_ns is not None else None,
             send_wait_ms=self.send_wait_ns / 1e6 if self.send_wait_ns is not None else None,
             stale_connection_retries=self.stale_retries,
+            **(health or {}),
         )
 
     def _count_fields(self, counts: _UsageCounts, estimated: int | None) -> dict[str, Any]:

@@ -525,6 +525,19 @@ def release_now(response: httpx.Response) -> bool:
     return isinstance(stream, _RemappedStream) and stream.release()
 
 
+def body_ended(response: httpx.Response) -> bool:
+    """Whether the body of ``response`` (from this module's aiohttp transport) has been
+    received to its end and every byte of it already handed over or buffered, so no
+    further read can wait (aiohttp's ``StreamReader.at_eof()``); ``False`` for any other
+    response or when unsure."""
+    stream = response.stream
+    if not isinstance(stream, _RemappedStream):
+        return False
+    content = getattr(getattr(stream._inner, "_aiohttp_response", None), "content", None)
+    at_eof = getattr(content, "at_eof", None)
+    return bool(at_eof()) if callable(at_eof) else False
+
+
 def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:
     """The response body's reads straight from aiohttp (no content decoding), when the
     response came from this module's aiohttp transport with no ``content-encoding``;
