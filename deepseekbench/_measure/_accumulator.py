@@ -61,6 +61,7 @@ from deepseekbench._records._measurement import (
     ErrorKind,
     StreamError,
     StreamMeasurement,
+    measurement_from_fields,
     most_severe,
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
@@ -545,7 +546,7 @@ class StreamAccumulator:
         if choice_tokens is not None:
             n_tokens = choice_tokens  # usage counts every choice; the times are choice 0's
         text, reasoning = self._texts()
-        return StreamMeasurement(
+        fields: dict[str, Any] = dict(
             text=text,
             reasoning_text=reasoning,
             **self._count_fields(counts, estimated),
@@ -574,8 +575,11 @@ class StreamAccumulator:
             pool_wait_ms=self.pool_wait_ns / 1e6 if self.pool_wait_ns is not None else None,
             send_wait_ms=self.send_wait_ns / 1e6 if self.send_wait_ns is not None else None,
             stale_connection_retries=self.stale_retries,
-            **(health or {}),
         )
+        if health:
+            fields.update(health)
+        # every value typed here: no validation on the hot path
+        return measurement_from_fields(fields)
 
     def _count_fields(self, counts: _UsageCounts, estimated: int | None) -> dict[str, Any]:
         """The token counts: usage's trusted ones, else the client's estimate, and the
