@@ -363,7 +363,7 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
             response = await session.request(
                 method=request.method,
                 url=str(request.url),
-                headers=_header_items(request.headers),
+                headers=request.headers.items(),
                 data=data,
                 allow_redirects=False,
                 auto_decompress=False,
@@ -392,18 +392,6 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-def _header_items(headers: httpx.Headers) -> list[tuple[str, str]]:
-    """What ``headers.items()`` gives (lower-cased names, a repeated name's values
-    joined by ``", "``), with the headers' encoding looked up once instead of twice per
-    header (httpx's ``Headers.encoding`` property on every key and value)."""
-    encoding = headers.encoding
-    merged: dict[str, str] = {}
-    for raw_key, raw_value in headers.raw:
-        key, value = raw_key.lower().decode(encoding), raw_value.decode(encoding)
-        merged[key] = f"{merged[key]}, {value}" if key in merged else value
-    return list(merged.items())
 
 
 def _is_session(obj: object) -> bool:
