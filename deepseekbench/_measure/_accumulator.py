@@ -93,6 +93,10 @@ class StreamLimits(BaseModel):
     max_event_bytes: int = Field(default=DEFAULT_MAX_EVENT_BYTES, ge=1)
 
 
+_DEFAULT_LIMITS = StreamLimits()
+"""The default bounds, one frozen instance (not validated again for every stream)."""
+
+
 def _int_or_none(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
@@ -278,7 +282,7 @@ class StreamAccumulator:
         self.dialect = dialect
         self.adapter = adapter if adapter is not None else dialect_for(dialect)
         self.start_ns = start_ns
-        self.limits = limits or StreamLimits()
+        self.limits = limits or _DEFAULT_LIMITS
         self.text: list[str] = []
         self.reasoning: list[str] | None = None
         self.token_times: list[int] = []
