@@ -259,6 +259,12 @@ def _usage_counts(usage: Mapping[str, Any] | None) -> _UsageCounts:
     return _UsageCounts(completion, prompt, reasoning, None)
 
 
+_NO_SERVER_TIMES: dict[str, Any] = {
+    **dict.fromkeys(SERVER_TIME_FIELDS),
+    "server_rate_span": None,
+}
+"""The server-time fields of a stream that streamed none (all unknown)."""
+
 _CHUNK_EVENTS = frozenset({"message", "error"})
 """SSE event types read as the answer: ``message`` (the default) and ``error``."""
 
@@ -426,14 +432,14 @@ class StreamAccumulator:
         has_token = False
         # acceptance adapters run only where a chunk can carry acceptance figures
         spec_keys, choice_keys = self.adapter.spec_keys, self.adapter.choice_spec_keys
-        spec = any(k in chunk for k in spec_keys)
+        spec = not spec_keys.isdisjoint(chunk)  # a key of chunk among spec_keys
         for choice in choices:
             if choice is None:
                 continue
             if not isinstance(choice, dict):
                 self.fail(ErrorKind.invalid_event, "a choice is not an object")
                 continue
-            spec = spec or any(k in choice for k in choice_keys)
+            spec = spec or not choice_keys.isdisjoint(choice)
             index = choice.get("index", 0)
             if isinstance(index, int):
                 self.choice_indexes.add(index)
@@ -529,6 +535,8 @@ class StreamAccumulator:
 
     def _server_times(self) -> dict[str, Any]:  # float | None each (Any: ** into the model)
         m = self.server_timing
+        if not m:  # no server times streamed (most engines): every one unknown
+            return dict(_NO_SERVER_TIMES)
         times: dict[str, Any] = {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
         rated = times["server_toks_per_s"] is not None  # the rate's span, as the dialect says
         times["server_rate_span"] = self.adapter.server_rate_span if rated else None
