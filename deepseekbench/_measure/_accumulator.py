@@ -271,7 +271,15 @@ _CHUNK_EVENTS = frozenset({"message", "error"})
 
 def _is_done(data: str) -> bool:
     """The ``[DONE]`` sentinel, also with whitespace around it (spaces, tabs, CR)."""
-    return data == "[DONE]" or data.strip() == "[DONE]"
+    if data == "[DONE]":
+        return True
+    # strip() copies the whole event: only where an end is whitespace (else it is data)
+    return (data[:1].isspace() or data[-1:].isspace()) and data.strip() == "[DONE]"
+
+
+def _is_blank(data: str) -> bool:
+    """Nothing but whitespace (``not data.strip()``, without copying the event)."""
+    return not data or data.isspace()
 
 
 class StreamAccumulator:
@@ -385,7 +393,7 @@ class StreamAccumulator:
             self.done = True
             self._check_delivered()
             return False
-        if not data.strip():
+        if _is_blank(data):
             return False  # an empty data frame is a keep-alive, not an event to parse
         if event.event not in _CHUNK_EVENTS:
             # another event type (WHATWG SSE: dispatched under its own name, never to a
