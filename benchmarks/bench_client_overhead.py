@@ -15,8 +15,10 @@ CPU is not counted. A second phase sends ``--short`` one-chunk requests
 (``--streams`` at a time) for the CPU cost of a request itself.
 
 Prints CPU µs per chunk, CPU µs per request (medians over the rounds), the ratios to
-the raw aiohttp loop (targets: per chunk ≤ 1.2×, per request ≤ 1.5×, paced mode), each
-ratio's min/median/max over the rounds, and the load average. ``measure_streamed`` is
+the raw aiohttp loop (targets: per chunk ≤ 1.2×; per request ≤ 1.5× paced, ≤ 2× in bulk,
+i.e. burst mode), each ratio's min/median/max over the rounds, and the load average.
+The bulk per-request figure: ``--mode burst --short 3000 --chunks 20 --requests 1``
+(3,000 one-chunk requests, 32 in flight, three rounds). ``measure_streamed`` is
 given a :class:`ChatRequest` built once per shape, as the executor gives it (its
 schedule's requests are validated when the plan is read); the raw loops a dict.
 
@@ -258,9 +260,10 @@ async def _run(port: int, args: argparse.Namespace) -> None:
     for name, (chunk, req) in medians.items():
         print(f"{name:<20}{chunk:>14.2f}{req:>16.1f}")
     ours, raw = medians["measure_streamed"], medians["raw aiohttp loop"]
+    request_target = 1.5 if args.mode == "paced" else 2.0  # bulk: whole bodies at once
     print(
         f"measure_streamed / raw aiohttp: per chunk {ours[0] / raw[0]:.2f}x (target <= 1.2), "
-        f"per request {ours[1] / raw[1]:.2f}x (target <= 1.5)"
+        f"per request {ours[1] / raw[1]:.2f}x (target <= {request_target})"
     )
     for what, table in (("per chunk", per_chunk), ("per request", per_request)):
         ratios = [

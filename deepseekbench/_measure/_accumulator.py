@@ -61,6 +61,7 @@ from deepseekbench._records._measurement import (
     ErrorKind,
     StreamError,
     StreamMeasurement,
+    measurement_from_fields,
     most_severe,
 )
 from deepseekbench._types._acceptance import AcceptanceRecord
@@ -90,6 +91,10 @@ class StreamLimits(BaseModel):
 
     max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, ge=1)
     max_event_bytes: int = Field(default=DEFAULT_MAX_EVENT_BYTES, ge=1)
+
+
+_DEFAULT_LIMITS = StreamLimits()
+"""The default bounds, one frozen instance (not validated again for every stream)."""
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -254,13 +259,27 @@ def _usage_counts(usage: Mapping[str, Any] | None) -> _UsageCounts:
     return _UsageCounts(completion, prompt, reasoning, None)
 
 
+_NO_SERVER_TIMES: dict[str, Any] = {
+    **dict.fromkeys(SERVER_TIME_FIELDS),
+    "server_rate_span": None,
+}
+"""The server-time fields of a stream that streamed none (all unknown)."""
+
 _CHUNK_EVENTS = frozenset({"message", "error"})
 """SSE event types read as the answer: ``message`` (the default) and ``error``."""
 
 
 def _is_done(data: str) -> bool:
     """The ``[DONE]`` sentinel, also with whitespace around it (spaces, tabs, CR)."""
-    return data == "[DONE]" or data.strip() == "[DONE]"
+    if data == "[DONE]":
+        return True
+    # strip() copies the whole event: only where an end is whitespace (else it is data)
+    return (data[:1].isspace() or data[-1:].isspace()) and data.strip() == "[DONE]"
+
+
+def _is_blank(data: str) -> bool:
+    """Nothing but whitespace (``not data.strip()``, without copying the event)."""
+    return not data or data.isspace()
 
 
 class StreamAccumulator:
@@ -277,7 +296,7 @@ class StreamAccumulator:
         self.dialect = dialect
         self.adapter = adapter if adapter is not None else dialect_for(dialect)
         self.start_ns = start_ns
-        self.limits = limits or StreamLimits()
+        self.limits = limits or _DEFAULT_LIMITS
         self.text: list[str] = []
         self.reasoning: list[str] | None = None
         self.token_times: list[int] = []
@@ -374,7 +393,7 @@ class StreamAccumulator:
             self.done = True
             self._check_delivered()
             return False
-        if not data.strip():
+        if _is_blank(data):
             return False  # an empty data frame is a keep-alive, not an event to parse
         if event.event not in _CHUNK_EVENTS:
             # another event type (WHATWG SSE: dispatched under its own name, never to a
@@ -421,14 +440,14 @@ class StreamAccumulator:
         has_token = False
         # acceptance adapters run only where a chunk can carry acceptance figures
         spec_keys, choice_keys = self.adapter.spec_keys, self.adapter.choice_spec_keys
-        spec = any(k in chunk for k in spec_keys)
+        spec = not spec_keys.isdisjoint(chunk)  # a key of chunk among spec_keys
         for choice in choices:
             if choice is None:
                 continue
             if not isinstance(choice, dict):
                 self.fail(ErrorKind.invalid_event, "a choice is not an object")
                 continue
-            spec = spec or any(k in choice for k in choice_keys)
+            spec = spec or not choice_keys.isdisjoint(choice)
             index = choice.get("index", 0)
             if isinstance(index, int):
                 self.choice_indexes.add(index)
@@ -524,13 +543,19 @@ class StreamAccumulator:
 
     def _server_times(self) -> dict[str, Any]:  # float | None each (Any: ** into the model)
         m = self.server_timing
+        if not m:  # no server times streamed (most engines): every one unknown
+            return dict(_NO_SERVER_TIMES)
         times: dict[str, Any] = {name: _ms_or_none(m.get(name)) for name in SERVER_TIME_FIELDS}
         rated = times["server_toks_per_s"] is not None  # the rate's span, as the dialect says
         times["server_rate_span"] = self.adapter.server_rate_span if rated else None
         return times
 
-    def measurement(self, route: EngineRoute) -> StreamMeasurement:
-        """The record of this stream: the folded totals, timed from ``start_ns``, for ``route``."""
+    def measurement(
+        self, route: EngineRoute, health: Mapping[str, Any] | None = None
+    ) -> StreamMeasurement:
+        """The record of this stream: the folded totals, timed from ``start_ns``, for
+        ``route``; ``health``: the client's own figures (``client_lag_ms`` and the
+        other ``client_*`` fields of the self-check), set in the same construction."""
         counts = _usage_counts(self.usage)
         completion = counts.completion_tokens
         estimated: int | None = None
@@ -541,7 +566,7 @@ class StreamAccumulator:
         if choice_tokens is not None:
             n_tokens = choice_tokens  # usage counts every choice; the times are choice 0's
         text, reasoning = self._texts()
-        return StreamMeasurement(
+        fields: dict[str, Any] = dict(
             text=text,
             reasoning_text=reasoning,
             **self._count_fields(counts, estimated),
@@ -571,6 +596,10 @@ class StreamAccumulator:
             send_wait_ms=self.send_wait_ns / 1e6 if self.send_wait_ns is not None else None,
             stale_connection_retries=self.stale_retries,
         )
+        if health:
+            fields.update(health)
+        # every value typed here: no validation on the hot path
+        return measurement_from_fields(fields)
 
     def _count_fields(self, counts: _UsageCounts, estimated: int | None) -> dict[str, Any]:
         """The token counts: usage's trusted ones, else the client's estimate, and the

@@ -41,7 +41,13 @@ from deepseekbench._measure._selfcheck import current_selfcheck, host_load
 from deepseekbench._measure._sse import SSEDecoder
 from deepseekbench._net._gate import LiveGate
 from deepseekbench._net._route import EngineRoute
-from deepseekbench._net._transport import POOL_CLOCK, PoolClock, fast_reads, release_now
+from deepseekbench._net._transport import (
+    POOL_CLOCK,
+    PoolClock,
+    body_ended,
+    fast_reads,
+    release_now,
+)
 from deepseekbench._records._figures import counted_output_tokens
 from deepseekbench._records._measurement import ErrorKind, StreamMeasurement
 from deepseekbench._types._request import ChatRequest, coerce_request
@@ -142,24 +148,27 @@ async def measure_streamed(
     begin_ns = time.perf_counter_ns()
     if client is None:
         async with gate.client() as own:
-            result = await _measure(own, url, headers, body, route, timeouts, limits)
+            acc = await _measure(own, url, headers, body, route, timeouts, limits)
     else:
-        result = await _measure(client, url, headers, body, route, timeouts, limits)
+        acc = await _measure(client, url, headers, body, route, timeouts, limits)
+    health: dict[str, Any] | None = None
     if check is not None and begin is not None:
         end_ns = time.perf_counter_ns()
         cpu, wait = begin.shares_until(check.sched_now(after=begin))
         lag, stall = check.lag_and_stall_ms(begin_ns, end_ns)
-        update = {
+        cores, load_1m = host_load()
+        health = {
             "client_lag_ms": lag,
             "client_stall_ms": stall,
             "client_cpu_share": cpu,
             "client_core_wait_share": wait,
+            "client_cores": cores,
+            "client_load_1m": load_1m,
         }
-        update["client_cores"], update["client_load_1m"] = host_load()
-        result = result.model_copy(update=update)
+    result = acc.measurement(route, health)  # built once, the client's health included
     # A server may echo the key (request headers in an error body, or in its text or
     # usage): no key may survive into the measurement, whether it came from the route
-    # or was injected by the gate.
+    # or was injected by the gate. Returns ``result`` itself when nothing needs a change.
     result = redact_measurement(result, _secret_values(route.api_key, gate.api_key))
     gate.charge_output_tokens(counted_output_tokens(result))
     return result
@@ -177,7 +186,9 @@ async def _measure(
     route: EngineRoute,
     timeouts: Timeouts,
     limits: StreamLimits | None = None,
-) -> StreamMeasurement:
+) -> StreamAccumulator:
+    """The exchange, timed into an accumulator (its measurement is built by the caller,
+    once, with the client's health figures)."""
     http_request = build_post(client, url, headers, body, timeouts.connect_s)
     acc = StreamAccumulator(route.dialect, 0, limits, adapter=route.adapter)
     deadlines = _Deadlines(anyio.current_time(), timeouts)
@@ -189,7 +200,7 @@ async def _measure(
     if scope.cancelled_caught:
         deadlines.expired(acc, timeouts)
     acc.check_framing()
-    return acc.measurement(route)
+    return acc
 
 
 class _Deadlines:
@@ -331,14 +342,19 @@ async def _read_stream(
     try:
         async for raw in parts:
             arrival = time.perf_counter_ns()  # stamped before any parsing
+            lifted = False
             for event in decoder.feed(raw, arrival):
                 if acc.on_event(event) and waiting_first:
-                    waiting_first = False
-                    deadlines.first_token_came(scope)
+                    waiting_first, lifted = False, True
+                    deadlines.first = math.inf
                 if acc.done:
-                    await _drain(parts, decoder, scope, deadlines)
+                    # the drain sets the scope's deadline itself (none when the body has
+                    # already ended: nothing is left to wait for)
+                    await _drain(parts, decoder, scope, deadlines, ended=body_ended(response))
                     acc.ignored_lines += decoder.lines_after_end
                     return
+            if lifted:  # the first-token deadline is lifted before the next await
+                deadlines.first_token_came(scope)
     except httpx.DecodingError as exc:
         acc.fail(ErrorKind.content_encoding, f"compressed body not decodable: {exc}")
         return
@@ -384,6 +400,8 @@ async def _drain(
     decoder: SSEDecoder,
     scope: anyio.CancelScope | None = None,
     deadlines: _Deadlines | None = None,
+    *,
+    ended: bool = False,
 ) -> None:
     """Read what follows ``[DONE]`` (the chunked terminator) unstamped, so the
     connection goes back to the pool; give up past a size (64 KiB) or time bound (1 s).
@@ -391,7 +409,13 @@ async def _drain(
     Lines after ``[DONE]`` change nothing measured: the ended ``decoder`` only
     counts them (``lines_after_end``), up to the bound. With a measurement's
     ``scope`` and ``deadlines`` the time bound is set on that scope (no scope of its
-    own; :meth:`_Deadlines.expired` flushes if it fires), else on a scope made here."""
+    own; :meth:`_Deadlines.expired` flushes if it fires), else on a scope made here.
+    ``ended``: the transport says the body has already ended (all of it read and
+    buffered), so the reads below cannot wait and no time bound is set."""
+    if ended:
+        if await _drain_reads(parts, decoder):
+            decoder.flush(0)
+        return
     if scope is None or deadlines is None:
         with anyio.move_on_after(_DRAIN_S):
             if not await _drain_reads(parts, decoder):
@@ -400,8 +424,9 @@ async def _drain(
         return
     deadlines.drain = anyio.current_time() + _DRAIN_S
     deadlines.decoder = decoder
-    if deadlines.drain < scope.deadline:
-        scope.deadline = deadlines.drain
+    # the first-token deadline is lifted by now ([DONE] came): the earlier of the
+    # drain's and the total deadline
+    scope.deadline = min(deadlines.drain, deadlines.total)
     ended = await _drain_reads(parts, decoder)
     # the scope keeps the drain's deadline: nothing after the drain awaits unshielded
     deadlines.decoder = None

@@ -15,11 +15,14 @@ refused, not dropped.
 
 Connection hand-over: a request carrying a :class:`PoolClock` in its
 extensions (key :data:`POOL_CLOCK`) gets it stamped with
-``time.perf_counter_ns()`` when it is handed its own connection — aiohttp's
-connection-queue / reuse / create trace events, httpcore's first connection
-trace event — so a measurement can start its clock there and record any wait
-for a pooled connection apart. It is stamped again as its body is written
-(``written_ns``; aiohttp's first request-chunk-sent event, httpcore's
+``time.perf_counter_ns()`` when it is handed its own connection — on aiohttp by
+a connector subclass when its wait for a free connection ends, before it opens a
+new one or as it returns a reused one (the moments of aiohttp's connection-queue /
+create / reuse trace events, without a ``TraceConfig``'s per-event cost:
+:func:`_stamping_types`), on httpcore at its first connection trace event — so a
+measurement can start its clock there and record any wait for a pooled connection
+apart. It is stamped again as its body is written (``written_ns``; on aiohttp as its
+body writer starts, by a ``ClientRequest`` subclass; httpcore's
 ``http11.send_request_body.started``): aiohttp on Python < 3.12 writes the body
 in a task of its own, which the event loop runs only after every callback
 already ready — at 256 streams started together, after the other 255 requests
@@ -35,7 +38,6 @@ import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -297,14 +299,9 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
     def _session(self) -> Any:
         import aiohttp
 
-        trace = aiohttp.TraceConfig()
-        trace.on_connection_queued_start.append(_on_queued)
-        trace.on_connection_queued_end.append(_on_acquired)
-        trace.on_connection_reuseconn.append(_on_acquired)
-        trace.on_connection_create_start.append(_on_acquired)
-        trace.on_request_chunk_sent.append(_on_written)
+        connector_type, request_type = _stamping_types()
         expiry = self._limits.keepalive_expiry
-        connector = aiohttp.TCPConnector(
+        connector = connector_type(
             limit=self._limits.max_connections or 0,  # 0 = no limit
             limit_per_host=0,
             keepalive_timeout=expiry if expiry is not None else 3600.0,
@@ -312,7 +309,10 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
             ssl=self._ssl,
         )
         return aiohttp.ClientSession(
-            connector=connector, trace_configs=[trace], trust_env=False, auto_decompress=False
+            connector=connector,
+            request_class=request_type,
+            trust_env=False,
+            auto_decompress=False,
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -409,22 +409,59 @@ def _client_timeout(connect: float | None, read: float | None, pool: float | Non
     return aiohttp.ClientTimeout(sock_connect=connect, sock_read=read, connect=pool)
 
 
-async def _on_queued(session: object, ctx: SimpleNamespace, params: object) -> None:
-    clock = _CURRENT.get()
-    if clock is not None:
-        clock.queued = True
+@functools.cache
+def _stamping_types() -> tuple[Any, Any]:
+    """aiohttp's ``TCPConnector`` and ``ClientRequest`` subclassed to stamp the
+    :class:`PoolClock` of the request in flight (held in a context variable, which
+    asyncio copies into aiohttp's body-writer task).
 
+    The stamps are the ones aiohttp's trace events gave (a ``TraceConfig`` on the
+    session): ``queued`` as the request starts waiting for a free connection
+    (``on_connection_queued_start``), the hand-over when that wait ends
+    (``on_connection_queued_end``), before a new connection is opened
+    (``on_connection_create_start``) or once a pooled one is reused
+    (``on_connection_reuseconn``: ``connect`` returning), and the write as the body
+    writer starts (``on_request_chunk_sent`` of the first chunk). With any
+    ``TraceConfig`` set, aiohttp builds trace objects and awaits its signal handlers
+    for every event of every request (about 20 µs a request); these overrides cost
+    a context-variable read each. Mirrors aiohttp 3.14's ``BaseConnector.connect``,
+    ``_wait_for_available_connection``, ``_create_connection`` and
+    ``ClientRequest.write_bytes``; each override passes ``*args, **kwargs`` through,
+    and ``connect`` stamps the hand-over itself should a hook be renamed (first stamp
+    wins).
+    """
+    import aiohttp
 
-async def _on_acquired(session: object, ctx: SimpleNamespace, params: object) -> None:
-    clock = _CURRENT.get()
-    if clock is not None:
-        clock.mark()
+    class _StampingConnector(aiohttp.TCPConnector):
+        async def connect(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+            conn = await super().connect(req, *args, **kwargs)
+            clock = _CURRENT.get()
+            if clock is not None:
+                clock.mark()  # a reused connection; a no-op after the hooks below
+            return conn
 
+        async def _wait_for_available_connection(self, *args: Any, **kwargs: Any) -> None:
+            clock = _CURRENT.get()
+            if clock is not None:
+                clock.queued = True
+            await super()._wait_for_available_connection(*args, **kwargs)
+            if clock is not None:
+                clock.mark()
 
-async def _on_written(session: object, ctx: SimpleNamespace, params: object) -> None:
-    clock = _CURRENT.get()
-    if clock is not None:
-        clock.mark_written()
+        async def _create_connection(self, *args: Any, **kwargs: Any) -> Any:
+            clock = _CURRENT.get()
+            if clock is not None:
+                clock.mark()  # before connecting, as on_connection_create_start
+            return await super()._create_connection(*args, **kwargs)
+
+    class _StampingRequest(aiohttp.ClientRequest):
+        async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+            clock = _CURRENT.get()
+            if clock is not None:
+                clock.mark_written()
+            await super().write_bytes(*args, **kwargs)
+
+    return _StampingConnector, _StampingRequest
 
 
 class _RemappedStream(httpx.AsyncByteStream):
@@ -486,6 +523,19 @@ def release_now(response: httpx.Response) -> bool:
     needed); ``False`` for any other response: ``await response.aclose()`` it then."""
     stream = response.stream
     return isinstance(stream, _RemappedStream) and stream.release()
+
+
+def body_ended(response: httpx.Response) -> bool:
+    """Whether the body of ``response`` (from this module's aiohttp transport) has been
+    received to its end and every byte of it already handed over or buffered, so no
+    further read can wait (aiohttp's ``StreamReader.at_eof()``); ``False`` for any other
+    response or when unsure."""
+    stream = response.stream
+    if not isinstance(stream, _RemappedStream):
+        return False
+    content = getattr(getattr(stream._inner, "_aiohttp_response", None), "content", None)
+    at_eof = getattr(content, "at_eof", None)
+    return bool(at_eof()) if callable(at_eof) else False
 
 
 def fast_reads(response: httpx.Response) -> AsyncIterator[bytes] | None:

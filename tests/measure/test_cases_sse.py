@@ -174,9 +174,24 @@ async def _measure(
             request_extras=extras or {},
         )
         m = await measure_streamed(request, route=route, gate=LiveGate())
+        _assert_as_validated(m)
         assert server.connections == 1
         sent: dict[str, Any] = json.loads(server.requests[0].body)
         return m, sent
+
+
+def _assert_as_validated(m: StreamMeasurement) -> None:
+    """The measurement, built without validation on the hot path, is what validating
+    its fields gives: equal values of the same types, the same fields set."""
+    validated = StreamMeasurement.model_validate(dict(m.__dict__))
+    assert validated == m
+    for name, value in validated.__dict__.items():
+        got = m.__dict__[name]
+        assert type(got) is type(value), (name, got, value)
+        if isinstance(value, list):
+            assert [type(v) for v in got] == [type(v) for v in value], name
+    assert m.model_fields_set <= set(StreamMeasurement.model_fields)
+    assert m.model_dump_json() == validated.model_dump_json()
 
 
 def _approx_or_none(got: Any, want: Any, name: str) -> None:

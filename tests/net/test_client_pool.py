@@ -26,7 +26,7 @@ from deepseekbench import (
     pool_limits,
 )
 from deepseekbench._engine._http import HttpRequest, Responder, serve_connection
-from deepseekbench._net._transport import BenchTransport
+from deepseekbench._net._transport import POOL_CLOCK, BenchTransport, PoolClock
 
 pytestmark = pytest.mark.anyio
 
@@ -173,6 +173,49 @@ async def test_a_wait_for_a_pooled_connection_is_kept_out_of_ttft() -> None:
     assert second.pool_wait_ms is not None and second.pool_wait_ms >= 300  # queued behind it
     assert second.ttft_ms is not None and second.ttft_ms < second.pool_wait_ms
     assert server.connections == 1
+
+
+async def test_a_queued_request_is_stamped_when_handed_its_connection_and_when_written(
+    anyio_backend: str,
+) -> None:
+    """Through the transport alone: both requests get the hand-over and the write
+    stamped (in that order); the second waits for the one connection, so its hand-over
+    comes after the first one's answer. On asyncio the stamps come from aiohttp's
+    connector and request classes, with no ``TraceConfig`` on the session (its
+    per-event cost is what they replace), and the queued request says it queued."""
+    gate = LiveGate()
+    clocks: list[PoolClock] = []
+    async with (
+        counting_server(first_hold_s=0.3) as server,
+        gate.client(limits=pool_limits(1)) as client,
+    ):
+
+        async def one() -> None:
+            clock = PoolClock()
+            clocks.append(clock)
+            request = client.build_request(
+                "POST", f"{server.base_url}/chat/completions", content=orjson.dumps(REQ)
+            )
+            request.extensions[POOL_CLOCK] = clock
+            response = await client.send(request, stream=True)
+            await response.aread()
+            await response.aclose()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one)
+            await anyio.sleep(0.05)
+            tg.start_soon(one)
+        if anyio_backend == "asyncio":
+            session = client._transport.inner._inner._inner.client  # type: ignore[attr-defined]
+            assert session.trace_configs == []
+    first, second = clocks
+    for clock in clocks:
+        assert clock.acquired_ns is not None and clock.written_ns is not None
+        assert clock.acquired_ns <= clock.written_ns
+    assert second.acquired_ns is not None and first.acquired_ns is not None
+    assert second.acquired_ns - first.acquired_ns >= 0.25e9  # after the first one's answer
+    if anyio_backend == "asyncio":
+        assert (first.queued, second.queued) == (False, True)
 
 
 def test_limits_are_honoured_or_refused_never_dropped() -> None:
