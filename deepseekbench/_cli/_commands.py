@@ -243,6 +243,10 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return anyio.run(_run, args, plan, out, err)
 
 
+_MAX_PORT = 65535
+"""The highest TCP port number."""
+
+
 def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``serve``: the embedded reference engine, on loopback unless
     ``--allow-non-loopback``; runs until interrupted (``out`` unused: notes go to ``err``)."""
@@ -259,9 +263,16 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "serve it beyond this machine\n"
         )
         return EXIT_USAGE
+    if not 0 <= args.port <= _MAX_PORT:
+        err.write(f"deepseekbench: serve --port {args.port} is not a TCP port (0-{_MAX_PORT})\n")
+        return EXIT_USAGE
     allow = bool(args.allow_non_loopback)
     try:
         anyio.run(lambda: serve(config, args.host, args.port, allow_non_loopback=allow))
     except KeyboardInterrupt:
         return EXIT_OK
+    except OSError as exc:  # busy port, unknown host name, address not on this machine
+        reason = exc.strerror or str(exc)
+        err.write(f"deepseekbench: serve cannot listen on {args.host}:{args.port}: {reason}\n")
+        return EXIT_USAGE
     return EXIT_OK
