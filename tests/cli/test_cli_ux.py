@@ -150,3 +150,19 @@ def test_demo_coverage_hint_names_the_demos_own_flag(
         "deepseekbench: warning: 8 items, 6 will be sent (16 requests per cell over 3 "
         "rounds): raise --requests to 24, or keep fewer items"
     ]
+
+
+def test_demo_help_names_the_routes_the_numerics_scenario_runs() -> None:
+    """``--numerics``'s help names each route label its plan runs (``mtp-relaxed``, not
+    the main scenario's mis-tuned mtp)."""
+    from deepseekbench._cli._demo import _numerics_plan
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["demo", "--help"]) == EXIT_OK
+    help_text = " ".join(out.getvalue().split())
+    numerics = help_text[help_text.index("--numerics the") : help_text.index("--sampling the")]
+    urls = [f"http://127.0.0.1:{port}/v1" for port in (1, 2, 3)]
+    labels = [r.label for r in _numerics_plan(urls, "bit_exact").routes]
+    assert labels == ["off", "mtp", "mtp-relaxed"]
+    assert all(label in numerics for label in labels) and "mis-tuned" not in numerics
