@@ -533,6 +533,8 @@ def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ``DEMO_LATEST`` when it finishes)."""
     import anyio
 
+    from deepseekbench._store._writer import recording_command
+
     if args.requests < 1:
         err.write("deepseekbench: --requests must be >= 1\n")
         return EXIT_USAGE
@@ -554,10 +556,11 @@ def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
         args.latest = None if scenario else results_path(Path.cwd() / DEMO_LATEST)
     args.results = results_path(args.results)
-    if args.numerics:
-        return anyio.run(run_demo_numerics, args, out, err)
-    if getattr(args, "sampling", False):
-        return anyio.run(run_demo_sampling, args, out, err)
-    if args.capacity:
-        return anyio.run(run_demo_capacity, args, out, err)
-    return anyio.run(run_demo, args, out, err)
+    with recording_command("demo"):  # its run_start records say a demo wrote them
+        if args.numerics:
+            return anyio.run(run_demo_numerics, args, out, err)
+        if getattr(args, "sampling", False):
+            return anyio.run(run_demo_sampling, args, out, err)
+        if args.capacity:
+            return anyio.run(run_demo_capacity, args, out, err)
+        return anyio.run(run_demo, args, out, err)

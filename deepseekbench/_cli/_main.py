@@ -70,11 +70,13 @@ def main(
 
 @contextmanager
 def _warnings_as_lines(err: TextIO) -> Iterator[None]:
-    """The library's own warnings (:class:`~deepseekbench.WorkloadCoverageWarning`) as one
+    """The library's own warnings (:class:`~deepseekbench.WorkloadCoverageWarning`,
+    :class:`~deepseekbench.UnfinishedRunWarning`) as one
     clean line each on ``err`` (``deepseekbench: warning: ...``), not Python's
     ``path:line: Category: message`` form; other warnings print as Python prints them.
     Library callers still get ``warnings.warn`` of the named category."""
     from deepseekbench._plan._coverage import WorkloadCoverageWarning
+    from deepseekbench._store._reading import UnfinishedRunWarning
 
     python_show = warnings.showwarning
 
@@ -86,7 +88,7 @@ def _warnings_as_lines(err: TextIO) -> Iterator[None]:
         file: TextIO | None = None,
         line: str | None = None,
     ) -> None:
-        if issubclass(category, WorkloadCoverageWarning):
+        if issubclass(category, WorkloadCoverageWarning | UnfinishedRunWarning):
             err.write(f"deepseekbench: warning: {message}\n")
         else:
             python_show(message, category, filename, lineno, file, line)

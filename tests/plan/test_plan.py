@@ -51,6 +51,7 @@ def test_example_plan_loads() -> None:
     with warnings.catch_warnings():  # the shipped example does not warn about itself
         warnings.simplefilter("error")
         sources = plan.validate_sources()
+    assert sources.coverage is not None
     assert sources.coverage.complete and sources.coverage.n_sent == 16
     assert plan.cells[0].cell_id == "1k/256/non_think"
 
