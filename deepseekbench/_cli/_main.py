@@ -123,10 +123,12 @@ def _command(
     try:
         return _dispatch(parser, args, out, err)
     except KeyboardInterrupt:
-        err.write(
-            "\ninterrupted: finished measurements are kept in the results file; "
-            "rerun the same command to resume\n"
+        resume = (
+            "a demo is not resumed (its engines take new ports, so its plan differs): run it again"
+            if args.command == "demo"
+            else "rerun the same command to resume"
         )
+        err.write(f"\ninterrupted: finished measurements are kept in the results file; {resume}\n")
         return EXIT_INTERRUPTED
     except LiveGateError as exc:
         err.write(f"deepseekbench: {exc}\n")

@@ -150,6 +150,7 @@ def test_demo_coverage_hint_names_the_demos_own_flag(
         "deepseekbench: warning: 8 items, 6 will be sent (16 requests per cell over 3 "
         "rounds): raise --requests to 24, or keep fewer items"
     ]
+    assert "a demo is not resumed" in err.getvalue()  # its plan hashes its engines' ports
 
 
 def test_demo_help_names_the_routes_the_numerics_scenario_runs() -> None:
