@@ -299,6 +299,7 @@ if TYPE_CHECKING:
     from deepseekbench._runner._progress import ProgressEvent
     from deepseekbench._runner._run import run_plan
     from deepseekbench._store._chain import ResultsIntegrity, ResultsIntegrityWarning
+    from deepseekbench._store._reading import UnfinishedRunWarning
     from deepseekbench._store._results import (
         ResultsRun,
         list_runs,
@@ -553,6 +554,7 @@ __all__ = [
     "TokenCounter",
     "TokenizeError",
     "TracePlan",
+    "UnfinishedRunWarning",
     "UnknownKeyError",
     "UnknownMetricError",
     "VllmServerError",

@@ -124,6 +124,7 @@ EXPORTS: dict[str, str] = {
     "ResultsInUseError": "deepseekbench._errors",
     "ResultsIntegrity": "deepseekbench._store._chain",
     "ResultsIntegrityWarning": "deepseekbench._store._chain",
+    "UnfinishedRunWarning": "deepseekbench._store._reading",
     "ResultsRun": "deepseekbench._store._results",
     "ResultsWriteError": "deepseekbench._errors",
     "RouteParity": "deepseekbench._analysis._route_parity",

@@ -151,3 +151,16 @@ def test_the_engine_docs_depth_3_figures_are_the_cost_models() -> None:
     length = float(m[1])
     for batch, shown in zip((1, 4, 8, 16), m.groups()[1:], strict=True):
         assert float(shown) == pytest.approx(_modelled_ratio(batch, 3, length), abs=0.005), batch
+
+
+def test_the_scorecard_page_opens_with_the_readme_samples_table() -> None:
+    """docs/scorecard.md's opening sample is the current demo's: the first lines of the
+    README's sample verbatim (its title, run line and whole first table), so it goes
+    stale with the README's sample, never on its own."""
+    text = (ROOT / "docs/scorecard.md").read_text(encoding="utf-8")
+    opening = re.search(r"^```\n(Scorecard \(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert opening is not None and text.index(opening[0]) < text.index("\n## ")
+    shown = opening[1].splitlines()
+    sample = _sample().splitlines()
+    table_end = sample.index("") if "" in sample else len(sample)
+    assert shown == sample[:table_end], "regenerate the opening block from the README sample"

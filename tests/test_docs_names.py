@@ -67,3 +67,14 @@ def test_every_name_the_docs_cite_is_exported() -> None:
 
 def test_the_allow_list_holds_no_library_name() -> None:
     assert not [n for n in OTHER_PROJECTS if hasattr(deepseekbench, n)]
+
+
+def test_every_row_field_is_named_in_the_row_contract() -> None:
+    """docs/rows-and-gate.md's row contract names every ``Row`` field in backticks
+    (in its tables or its prose), so a field added to the model cannot go undocumented."""
+    text = (DOCS / "rows-and-gate.md").read_text(encoding="utf-8")
+    start = text.index("## The row contract")
+    end = text.index("\n## ", start + 1)
+    named = set(re.findall(r"`([a-z][a-z0-9_]*)`", text[start:end]))
+    missing = [name for name in deepseekbench.Row.model_fields if name not in named]
+    assert not missing, f"Row fields the row contract does not name: {missing}"

@@ -618,12 +618,15 @@ def load_results(path: str | Path, *, plan_hash: str | None = None) -> RunResult
     Raises:
         ResultsFormatError: the file is unreadable, has no ``run_start`` record,
             a record is malformed (a field out of range: an index, round, route,
-            cell or load the plan does not have), or ``plan_hash`` matches no run
-            or several.
+            cell or load the plan does not have), ``plan_hash`` matches no run
+            or several, or the file is two results files joined (``cat a b``).
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
 
     Warns:
         ResultsIntegrityWarning: the file was edited after it was written (the
             lines named); the result still loads, no speedup credited.
+        UnfinishedRunWarning: the run has no ``run_end`` (``complete`` False; a torn
+            last line was dropped); the message says how to resume it.
     """
     return load_results_and_runs(path, plan_hash=plan_hash)[0]
 
@@ -636,8 +639,8 @@ def load_results_and_runs(
     Raises:
         ResultsFormatError: as :func:`load_results`.
     """
+    stored = read_stored_run(path, plan_hash=plan_hash)
     p = Path(path)
-    stored = read_stored_run(p, plan_hash=plan_hash)
     parity_set = stored.parity_set
     if parity_set is None:  # written before results stood alone
         try:

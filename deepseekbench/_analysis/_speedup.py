@@ -23,6 +23,7 @@ from deepseekbench._analysis._clock_witness import (
     server_value,
     witness_faults,
 )
+from deepseekbench._analysis._speedup_arguments import check_speedup_arguments
 from deepseekbench._types._axes import (
     KEY_AXES,
     LOAD_AXES,
@@ -632,7 +633,10 @@ def compare_speedup(
             ``min_requests < 1``, ``result`` given together with ``samples``,
             ``rounds`` or ``prompt_samples``, or a row that is not one of ``result``'s rows.
         FractionFormatError: ``clock_tolerance`` in neither form (a ValueError).
+        TypeError: ``baseline`` or ``candidate`` is not a :class:`~deepseekbench.Row`, or
+            ``result`` is neither ``None`` nor a :class:`~deepseekbench.RunResult`.
     """
+    check_speedup_arguments(baseline, candidate, result)
     metric = SpeedupMetric(metric)
     clock = Clock(clock)
     if min_requests < 1:

@@ -143,6 +143,7 @@ def report_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from deepseekbench._report._plot import require_matplotlib
     from deepseekbench._report._scorecard import Scorecard
     from deepseekbench._store._chain import ResultsIntegrityWarning
+    from deepseekbench._store._reading import UnfinishedRunWarning
 
     path: Path = args.results
     if args.plot is not None:
@@ -151,9 +152,11 @@ def report_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         except MissingExtraError as exc:
             err.write(f"deepseekbench: --plot: {exc}\n")
             return EXIT_USAGE
-    with warnings.catch_warnings():  # said once below, without a source line
+    with warnings.catch_warnings(record=True) as caught:  # said below, without a source line
         warnings.simplefilter("ignore", ResultsIntegrityWarning)
+        warnings.simplefilter("always", UnfinishedRunWarning)
         result, runs = load_results_and_runs(path, plan_hash=args.run)
+    unfinished = [str(w.message) for w in caught if w.category is UnfinishedRunWarning]
     if result.results_tampered and result.integrity is not None:
         err.write(f"deepseekbench: {path}: {result.integrity.describe()}\n")
     if args.run is None and len(runs) > 1:
@@ -168,11 +171,7 @@ def report_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     card = Scorecard.from_run(result)
     out.write(redact_text(card.render(args.format), secrets))
     write_error_summary(result, err, secrets)
-    if not result.complete:
-        err.write(
-            f"{path}: this run did not finish (no run_end record): rows hold only what was "
-            "measured; rerun the same `run` command to resume it\n"
-        )
+    err.writelines(f"{line}\n" for line in unfinished)  # no run_end: how to resume
     if args.best_config is not None:
         args.best_config.write_text(card.best_config_json() + "\n", encoding="utf-8")
         err.write(f"best configuration per load: {args.best_config}\n")
@@ -231,6 +230,7 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import anyio
 
     from deepseekbench._plan._plan import BenchmarkPlan
+    from deepseekbench._store._writer import recording_command
 
     plan = with_client_flags(BenchmarkPlan.load(args.plan), args)
     if args.dry_run:
@@ -240,7 +240,12 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             Path.cwd() / f"deepseekbench-results-{plan.plan_hash()}.jsonl"
         )
     args.results = results_path(args.results)
-    return anyio.run(_run, args, plan, out, err)
+    with recording_command("run"):
+        return anyio.run(_run, args, plan, out, err)
+
+
+_MAX_PORT = 65535
+"""The highest TCP port number."""
 
 
 def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -259,9 +264,16 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "serve it beyond this machine\n"
         )
         return EXIT_USAGE
+    if not 0 <= args.port <= _MAX_PORT:
+        err.write(f"deepseekbench: serve --port {args.port} is not a TCP port (0-{_MAX_PORT})\n")
+        return EXIT_USAGE
     allow = bool(args.allow_non_loopback)
     try:
         anyio.run(lambda: serve(config, args.host, args.port, allow_non_loopback=allow))
     except KeyboardInterrupt:
         return EXIT_OK
+    except OSError as exc:  # busy port, unknown host name, address not on this machine
+        reason = exc.strerror or str(exc)
+        err.write(f"deepseekbench: serve cannot listen on {args.host}:{args.port}: {reason}\n")
+        return EXIT_USAGE
     return EXIT_OK

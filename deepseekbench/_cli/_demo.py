@@ -16,7 +16,7 @@ import random
 import shutil
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -137,6 +137,22 @@ def demo_plan(
     )
 
 
+@contextlib.contextmanager
+def _coverage_hint_names_requests(plan: BenchmarkPlan) -> Iterator[None]:
+    """The plan's workload-coverage warning, told in the demo's own terms: the flag to
+    raise is ``--requests`` (the plan's ``requests_per_cell`` is not the reader's to set)."""
+    from deepseekbench._plan._coverage import WorkloadCoverageWarning, workload_coverage
+
+    cov = workload_coverage(
+        len(DEMO_PROMPT_IDS), requests_per_cell=plan.requests_per_cell, rounds=plan.rounds
+    )
+    if not cov.complete:
+        warnings.warn(cov.message("--requests"), WorkloadCoverageWarning, stacklevel=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WorkloadCoverageWarning)
+        yield
+
+
 async def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from deepseekbench._engine import CostModel, EmbeddedEngine, EngineConfig
     from deepseekbench._net._gate import LiveGate
@@ -162,7 +178,8 @@ async def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ):
         plan = demo_plan([e_off.base_url, e_mtp.base_url, e_bad.base_url], requests=args.requests)
         try:
-            result = await run_plan(plan, gate=LiveGate(), results_path=path, progress=prog)
+            with _coverage_hint_names_requests(plan):
+                result = await run_plan(plan, gate=LiveGate(), results_path=path, progress=prog)
         finally:
             prog.close()
     card = Scorecard.from_run(result)
@@ -516,6 +533,8 @@ def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ``DEMO_LATEST`` when it finishes)."""
     import anyio
 
+    from deepseekbench._store._writer import recording_command
+
     if args.requests < 1:
         err.write("deepseekbench: --requests must be >= 1\n")
         return EXIT_USAGE
@@ -537,10 +556,11 @@ def demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         args.results = Path.cwd() / f"deepseekbench-demo-{stamp}.jsonl"
         args.latest = None if scenario else results_path(Path.cwd() / DEMO_LATEST)
     args.results = results_path(args.results)
-    if args.numerics:
-        return anyio.run(run_demo_numerics, args, out, err)
-    if getattr(args, "sampling", False):
-        return anyio.run(run_demo_sampling, args, out, err)
-    if args.capacity:
-        return anyio.run(run_demo_capacity, args, out, err)
-    return anyio.run(run_demo, args, out, err)
+    with recording_command("demo"):  # its run_start records say a demo wrote them
+        if args.numerics:
+            return anyio.run(run_demo_numerics, args, out, err)
+        if getattr(args, "sampling", False):
+            return anyio.run(run_demo_sampling, args, out, err)
+        if args.capacity:
+            return anyio.run(run_demo_capacity, args, out, err)
+        return anyio.run(run_demo, args, out, err)

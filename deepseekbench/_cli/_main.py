@@ -70,11 +70,13 @@ def main(
 
 @contextmanager
 def _warnings_as_lines(err: TextIO) -> Iterator[None]:
-    """The library's own warnings (:class:`~deepseekbench.WorkloadCoverageWarning`) as one
+    """The library's own warnings (:class:`~deepseekbench.WorkloadCoverageWarning`,
+    :class:`~deepseekbench.UnfinishedRunWarning`) as one
     clean line each on ``err`` (``deepseekbench: warning: ...``), not Python's
     ``path:line: Category: message`` form; other warnings print as Python prints them.
     Library callers still get ``warnings.warn`` of the named category."""
     from deepseekbench._plan._coverage import WorkloadCoverageWarning
+    from deepseekbench._store._reading import UnfinishedRunWarning
 
     python_show = warnings.showwarning
 
@@ -86,7 +88,7 @@ def _warnings_as_lines(err: TextIO) -> Iterator[None]:
         file: TextIO | None = None,
         line: str | None = None,
     ) -> None:
-        if issubclass(category, WorkloadCoverageWarning):
+        if issubclass(category, WorkloadCoverageWarning | UnfinishedRunWarning):
             err.write(f"deepseekbench: warning: {message}\n")
         else:
             python_show(message, category, filename, lineno, file, line)
@@ -121,10 +123,12 @@ def _command(
     try:
         return _dispatch(parser, args, out, err)
     except KeyboardInterrupt:
-        err.write(
-            "\ninterrupted: finished measurements are kept in the results file; "
-            "rerun the same command to resume\n"
+        resume = (
+            "a demo is not resumed (its engines take new ports, so its plan differs): run it again"
+            if args.command == "demo"
+            else "rerun the same command to resume"
         )
+        err.write(f"\ninterrupted: finished measurements are kept in the results file; {resume}\n")
         return EXIT_INTERRUPTED
     except LiveGateError as exc:
         err.write(f"deepseekbench: {exc}\n")

@@ -97,7 +97,8 @@ def add_demo_arguments(demo: argparse.ArgumentParser) -> None:
         "--numerics",
         action="store_true",
         help="the numerics scenario: off and mtp engines whose verify passes flip near-ties, "
-        "and the mis-tuned mtp; one run judged under parity.exact = bit_exact, then "
+        "and mtp-relaxed (lossy: TensorRT-LLM-style relaxed acceptance takes a draft "
+        "token near the target's top-1); one run judged under parity.exact = bit_exact, then "
         "within_noise (the same results file, nothing measured twice)",
     )
     demo.add_argument(  # the distribution witness at temperature > 0

@@ -48,13 +48,14 @@ class WorkloadCoverage:
         """The smallest ``requests_per_cell`` that sends every item (requests)."""
         return self.n_items * self.rounds
 
-    def message(self) -> str:
-        """e.g. ``8 items, 4 will be sent: raise requests_per_cell to 24``."""
+    def message(self, setting: str = "requests_per_cell") -> str:
+        """e.g. ``8 items, 4 will be sent: raise requests_per_cell to 24``; ``setting``
+        names what the reader raises (the plan key; ``demo``: its ``--requests`` flag)."""
         return (
             f"{self.n_items} items, {self.n_sent} will be sent "
             f"({_count(self.requests_per_cell, 'request')} per cell over "
             f"{_count(self.rounds, 'round')}): "
-            f"raise requests_per_cell to {self.needed_requests}, or keep fewer items"
+            f"raise {setting} to {self.needed_requests}, or keep fewer items"
         )
 
 

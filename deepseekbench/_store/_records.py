@@ -119,6 +119,11 @@ class RunStartRecord(_Base):
     )
     # what was launched per route label ([routes.launch]); None: nothing
     launched: dict[str, LaunchRecord] | None = None
+    command: str | None = Field(
+        default=None,
+        description="the CLI command that wrote it (run, demo); None: the library, or a "
+        "file written before it was recorded",
+    )
 
 
 class MeasurementRecord(_Base):

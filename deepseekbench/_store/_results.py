@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +58,15 @@ from deepseekbench._store._chain import (
     ResultsIntegrity,
     chain_digest,
     check_chain,
+)
+from deepseekbench._store._reading import (
+    MAX_RECORD_BYTES,
+    UnfinishedRunWarning,
+    check_one_file,
+    check_regular,
+    read_results_lines,
+    results_file_path,
+    unfinished_run_message,
 )
 from deepseekbench._store._records import (
     CalibrationRecord,
@@ -112,9 +121,6 @@ __all__ = [
 ]
 
 
-MAX_RECORD_BYTES = 1 << 30
-"""Largest record (one JSON line) a results file may hold, in bytes (1 GiB)."""
-
 RECORD_KINDS = frozenset(
     {
         "run_start",
@@ -139,25 +145,6 @@ RECORD_KINDS = frozenset(
 """Every record kind a results file may hold."""
 
 _BLOCK = 1 << 16
-
-
-def _check_regular(path: Path) -> None:
-    """Refuse an existing path that is not a regular file (a device, FIFO, folder).
-
-    Raises:
-        ResultsFormatError: ``path`` exists and is not a regular file.
-    """
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise ResultsFormatError(f"cannot read results file {path}: {exc}") from exc
-    if not stat.S_ISREG(mode):
-        raise ResultsFormatError(
-            f"results file {path} is not a regular file (a device, pipe or folder): "
-            f"choose a file path"
-        )
 
 
 def _last_newline_end(fh: IO[bytes], size: int) -> int:
@@ -203,8 +190,9 @@ class ResultsWriter:
     """Appends JSON records, one a line, flushed after each, under an exclusive lock.
 
     Opening takes the lock (refusing a second writer), then repairs the tail a
-    crash may have left: a torn final line of any size is cut off; a complete
-    final record missing only its newline gets the newline (it is kept).
+    crash may have left: a torn final line of any size is cut off (a newline after
+    it or not); a complete final record missing only its newline gets the newline
+    (it is kept).
     Closing removes a file this writer created and never wrote to (a run that
     stopped before its first record, e.g. on a failed probe, leaves no empty file).
 
@@ -223,7 +211,7 @@ class ResultsWriter:
         self._previous = ""
         """The digest of the file's last record (``""``: none, or written before chains)."""
         if path is not None:
-            _check_regular(path)
+            check_regular(path)
             path.parent.mkdir(parents=True, exist_ok=True)
             self._created = not path.exists()
             fh = path.open("a+b")
@@ -261,7 +249,25 @@ class ResultsWriter:
                 fh.flush()
             else:
                 fh.truncate(keep)  # torn mid-write: never a record
+        ResultsWriter._drop_torn_line(fh)
         fh.seek(0, os.SEEK_END)
+
+    @staticmethod
+    def _drop_torn_line(fh: IO[bytes]) -> None:
+        """Cut a last line that is not JSON though a newline follows it: a torn record
+        the reader drops too, so records appended after it stay readable."""
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        start = _last_newline_end(fh, size - 1)
+        fh.seek(start)
+        line = fh.read(min(size - start, MAX_RECORD_BYTES + 1))
+        if not line.strip() or size - start > MAX_RECORD_BYTES:
+            return
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError:
+            fh.truncate(start)
 
     def write(self, record: Record) -> None:
         """Append one record and flush it.
@@ -310,57 +316,17 @@ class ResultsWriter:
 
 
 def read_numbered_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, record)`` for every record of a results file.
-
-    A final line without its newline is kept when it is a whole record and
-    ignored when torn (a crash mid-write). Only regular files are read, line
-    by line, each at most :data:`MAX_RECORD_BYTES`.
+    """``(line number, record)`` for every record of a results file
+    (:func:`~deepseekbench._store._reading.read_results_lines`: a torn last line is
+    dropped, with or without its newline; a complete final record missing only its
+    newline is kept).
 
     Raises:
         ResultsFormatError: the file is unreadable or not a regular file, a line
             is too long, or a line other than a torn last one is not a JSON
             record object with a ``record`` field.
     """
-    _check_regular(path)
-    out: list[tuple[int, dict[str, Any]]] = []
-    try:
-        with path.open("rb") as fh:
-            number = 0
-            while line := fh.readline(MAX_RECORD_BYTES + 1):
-                number += 1
-                if len(line) > MAX_RECORD_BYTES:
-                    raise ResultsFormatError(
-                        f"{path}: line {number} is longer than {MAX_RECORD_BYTES} bytes",
-                        line_number=number,
-                    )
-                rec = _parse_line(path, number, line, last=not line.endswith(b"\n"))
-                if rec is not None:
-                    out.append((number, rec))
-    except OSError as exc:
-        raise ResultsFormatError(f"cannot read results file {path}: {exc}") from exc
-    return out
-
-
-def _parse_line(path: Path, number: int, line: bytes, *, last: bool) -> dict[str, Any] | None:
-    if not line.strip():
-        return None
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        if last:  # torn final line: the crash came mid-write
-            return None
-        raise ResultsFormatError(f"{path}: line {number} is not JSON", line_number=number) from exc
-    if not isinstance(obj, dict) or "record" not in obj:
-        hint = ""
-        if isinstance(obj, dict) and "route_label" in obj:  # a Row: a dry run's or an export
-            hint = (
-                ": the file holds rows (a dry run's --results output, or a row export), "
-                "not a run's results; pass another --results path"
-            )
-        raise ResultsFormatError(
-            f"{path}: line {number} is not a results record{hint}", line_number=number
-        )
-    return obj
+    return read_results_lines(path).records
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -779,8 +745,10 @@ def list_runs(path: str | Path) -> tuple[ResultsRun, ...]:
 
     Raises:
         ResultsFormatError: the file is unreadable or a record is malformed.
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
     """
-    return runs_of([r for r in read_records(Path(path)) if r.get("record") == "run_start"])
+    p = results_file_path(path, caller="list_runs")
+    return runs_of([r for r in read_records(p) if r.get("record") == "run_start"])
 
 
 def _stored_plan(data: Any) -> BenchmarkPlan:
@@ -811,6 +779,7 @@ class StoredRun:
             stood alone: then the plan's task and dataset files are read again).
         integrity: the file's digest chain and the problems reading found
             (:func:`integrity_of`).
+        torn_line: the torn last line dropped (``None``: none was).
     """
 
     plan: BenchmarkPlan
@@ -820,6 +789,7 @@ class StoredRun:
     start: RunStartRecord
     finished_at: str | None = None
     integrity: ResultsIntegrity = field(default_factory=lambda: ResultsIntegrity(0, 0))
+    torn_line: int | None = None
 
     @property
     def parity_set(self) -> tuple[ParityEntry, ...] | None:
@@ -833,10 +803,18 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
 
     Raises:
         ResultsFormatError: the file is unreadable, has no ``run_start`` record,
-            a record is malformed, or ``plan_hash`` matches no run or several.
+            a record is malformed, ``plan_hash`` matches no run or several, or the
+            file is two results files joined (``check_one_file``).
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
+
+    Warns:
+        UnfinishedRunWarning: the run has no ``run_end`` record (its last line may
+            have been torn and dropped); the message says how to resume it.
     """
-    p = Path(path)
-    numbered = read_numbered_records(p)
+    p = results_file_path(path, caller="load_results")
+    lines = read_results_lines(p)
+    numbered = lines.records
+    check_one_file(p, numbered)
     records = [r for _, r in numbered]
     starts = [(n, r) for n, r in numbered if r.get("record") == "run_start"]
     if not starts:
@@ -862,6 +840,9 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
     state = state_from(numbered, found_hash, p, plan=plan)
     ends = [r for r in records if r.get("record") == "run_end" and r.get("plan_hash") == found_hash]
     finished = str(ends[-1].get("finished_at")) if ends else None
+    if not ends:
+        message = unfinished_run_message(p, torn_line=lines.torn_line, command=start.command)
+        warnings.warn(message, UnfinishedRunWarning, stacklevel=4)  # load_results' caller
     return StoredRun(
         plan=plan,
         state=state,
@@ -870,4 +851,5 @@ def read_stored_run(path: str | Path, *, plan_hash: str | None = None) -> Stored
         start=start,
         finished_at=finished,
         integrity=integrity_of(numbered, state),
+        torn_line=lines.torn_line,
     )

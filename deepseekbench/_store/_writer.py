@@ -12,7 +12,9 @@ call: the runner never touches the index.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,21 @@ from deepseekbench._types._row import Row
 from deepseekbench._types._scored import ScoredOutput
 from deepseekbench._version import __version__
 
-__all__ = ["Recorder", "parity_pid", "record_run_notes"]
+__all__ = ["Recorder", "parity_pid", "record_run_notes", "recording_command"]
+
+_COMMAND: ContextVar[str | None] = ContextVar("deepseekbench_command", default=None)
+"""The CLI command running (``run``, ``demo``), recorded in ``run_start``."""
+
+
+@contextmanager
+def recording_command(name: str) -> Iterator[None]:
+    """Within this block, ``run_start`` records name ``name`` as the command that wrote
+    them (``RunStartRecord.command``), so an unfinished run's resume hint names it."""
+    token = _COMMAND.set(name)
+    try:
+        yield
+    finally:
+        _COMMAND.reset(token)
 
 
 def parity_pid(item: WorkItem, turn: int) -> str:
@@ -182,6 +198,7 @@ class Recorder:
                 parity_set=parity_set,
                 library_version=__version__,
                 launched=dict(launched) if launched else None,
+                command=_COMMAND.get(),
             )
         )
         tokenizer, items_by_cell = workload

@@ -127,3 +127,43 @@ def test_finite_rates_still_sweep(tmp_path: Path) -> None:
     err = io.StringIO()
     assert main(["run", str(plan), "--dry-run"], stdout=io.StringIO(), stderr=err) == 0
     assert "2, 8.5" in err.getvalue() or "8.5" in err.getvalue()
+
+
+def test_demo_coverage_hint_names_the_demos_own_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``demo --requests 16`` leaves items unsent: the hint names ``--requests`` (the
+    demo's flag), not the plan key ``requests_per_cell`` it has no way to set."""
+    import deepseekbench._runner._run as runner
+    from deepseekbench._plan._plan import BenchmarkPlan
+
+    async def starts_then_stops(plan: BenchmarkPlan, **_: object) -> None:
+        plan.validate_sources()  # where a run warns about coverage
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_plan", starts_then_stops)
+    err = io.StringIO()
+    args = ["demo", "--requests", "16", "--results", str(tmp_path / "d.jsonl")]
+    assert main(args, stdout=io.StringIO(), stderr=err) == 130
+    warned = [line for line in err.getvalue().splitlines() if "warning:" in line]
+    assert warned == [
+        "deepseekbench: warning: 8 items, 6 will be sent (16 requests per cell over 3 "
+        "rounds): raise --requests to 24, or keep fewer items"
+    ]
+    assert "a demo is not resumed" in err.getvalue()  # its plan hashes its engines' ports
+
+
+def test_demo_help_names_the_routes_the_numerics_scenario_runs() -> None:
+    """``--numerics``'s help names each route label its plan runs (``mtp-relaxed``, not
+    the main scenario's mis-tuned mtp)."""
+    from deepseekbench._cli._demo import _numerics_plan
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["demo", "--help"]) == EXIT_OK
+    help_text = " ".join(out.getvalue().split())
+    numerics = help_text[help_text.index("--numerics the") : help_text.index("--sampling the")]
+    urls = [f"http://127.0.0.1:{port}/v1" for port in (1, 2, 3)]
+    labels = [r.label for r in _numerics_plan(urls, "bit_exact").routes]
+    assert labels == ["off", "mtp", "mtp-relaxed"]
+    assert all(label in numerics for label in labels) and "mis-tuned" not in numerics

@@ -194,3 +194,30 @@ def test_a_host_that_is_not_valid_idna_is_one_line_exit_2(tmp_path: Path) -> Non
     assert code == EXIT_USAGE and "Traceback" not in err and "xn--:6379" in err, err
     refusal = LiveGate(api_key="k", spend=True).refusal("http://xn--/v1")
     assert refusal is not None and "valid IDNA" in str(refusal)
+
+
+# -- serve: a bad or busy port is a usage error, not a traceback ----------------------
+def _serve(*args: str) -> tuple[int, str]:
+    err = io.StringIO()
+    code = main(["serve", *args], stdout=io.StringIO(), stderr=err)
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("port", ["80000", "-5", "65536"])
+def test_serve_out_of_range_port_is_a_one_line_usage_error(port: str) -> None:
+    code, err = _serve("--port", port)
+    assert code == EXIT_USAGE
+    assert err == f"deepseekbench: serve --port {port} is not a TCP port (0-65535)\n"
+
+
+def test_serve_busy_port_is_a_one_line_usage_error() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, err = _serve("--port", str(port))
+    assert code == EXIT_USAGE
+    assert err.startswith(f"deepseekbench: serve cannot listen on 127.0.0.1:{port}: ")
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from deepseekbench import (
     dry_run,
     smoke_tasks,
 )
+from deepseekbench._cli._main import main
 from deepseekbench._net._route_plan import engine_route
 from deepseekbench._plan._messages import validation_error_lines
 
@@ -45,8 +48,18 @@ def test_example_plan_loads() -> None:
     assert plan.arrival.mode == "rate" and plan.arrival.distribution == "poisson"
     assert plan.results_path() == EXAMPLE.parent / "plan-results.jsonl"
     assert plan.tasks() == smoke_tasks()
-    plan.validate_sources()
+    with warnings.catch_warnings():  # the shipped example does not warn about itself
+        warnings.simplefilter("error")
+        sources = plan.validate_sources()
+    assert sources.coverage is not None
+    assert sources.coverage.complete and sources.coverage.n_sent == 16
     assert plan.cells[0].cell_id == "1k/256/non_think"
+
+
+def test_example_plan_dry_run_prints_no_warning() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["run", str(EXAMPLE), "--dry-run"], stdout=out, stderr=err)
+    assert code == 0 and "warning" not in out.getvalue() + err.getvalue()
 
 
 def test_json_plan_and_defaults(tmp_path: Path) -> None:

@@ -121,6 +121,7 @@ def test_every_old_record_reads_typed_and_writes_back_the_same_json() -> None:
             # the fields added since
             assert out.pop("parity_set") is None and out.pop("library_version") is None
             assert out.pop("launched") is None  # nothing launched
+            assert out.pop("command") is None  # the CLI command, recorded since
         for name in CLIENT_CLOCK_FIELDS.get(out["record"], ()):  # added since, at their defaults
             body = out[out["record"]]
             assert body.pop(name) in (None, 0, False), name
