@@ -22,6 +22,7 @@ NAME = re.compile(r"`([A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+)(?=[`(.\[])")
 OTHER_PROJECTS: dict[str, str] = {
     "AttentionBackendEnum": "vLLM",
     "ChatCompletionRequest": "vLLM / OpenAI",
+    "ClientRequest": "aiohttp",
     "ChatCompletionResponseStreamChoice": "vLLM",
     "CpuPlatform": "vLLM",
     "DeepseekV3ForCausalLM": "Hugging Face transformers / vLLM",
@@ -35,6 +36,7 @@ OTHER_PROJECTS: dict[str, str] = {
     "StreamOptions": "vLLM / OpenAI",
     "UsageInfo": "vLLM / OpenAI",
     "SecretStr": "pydantic",
+    "TraceConfig": "aiohttp",
     "UsageStatsHead": "Ray",
     "ServerPool": "this repository's test suite (tests/vllm/pool.py), not the library",
 }
