@@ -243,7 +243,15 @@ class ScorecardLine(BaseModel):
 
     @property
     def credited(self) -> bool:
-        """True when a speedup figure is shown on this line."""
+        """True only when this line earned a speedup (its verdict is
+        :attr:`~deepseekbench.SpeedupVerdict.credited`: > 1, interval above 1, parity
+        verified on both rows); a printed slowdown is not credited (see :attr:`printed`)."""
+        return self.verdict is not None and self.verdict.credited
+
+    @property
+    def printed(self) -> bool:
+        """True when a figure is shown on this line: a credited speedup or a verified,
+        significant slowdown (:attr:`~deepseekbench.SpeedupVerdict.slower`)."""
         return self.verdict is not None and self.verdict.printed
 
     @property

@@ -78,7 +78,7 @@ def crossovers(lines: Sequence[ScorecardLine]) -> tuple[str, ...]:
             for x in lns
             if x.verdict is not None and x.verdict.speedup is not None
         ]
-        refused = [x.load_phrase for x in lns if not x.credited]
+        refused = [x.load_phrase for x in lns if not x.printed]
         text = crossover_text(route, cell, points) if points else f"{route} @ {cell}: "
         if refused:
             text += ("; " if points else "") + "no speedup credited at " + ", ".join(refused)
@@ -117,7 +117,7 @@ def _parity_notes(lines: Sequence[ScorecardLine]) -> list[str]:
     groups: dict[tuple[Any, ...], list[ScorecardLine]] = {}
     for ln in lines:
         r = ln.row
-        if ln.credited or (
+        if ln.printed or (
             r.speculative is Speculative.off and r.quality_parity is QualityParity.verified
         ):
             continue
