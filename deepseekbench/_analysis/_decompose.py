@@ -249,15 +249,40 @@ class SpeedupDecomposition(BaseModel):
         """The drafter's target in words, e.g. "a depth-3 head must reach acceptance
         length 3.74 (break-even 0.93 vs own 0.85 per position at depth 3); this one
         reaches 3.00", or "any depth-3 head pays here: break-even acceptance length
-        0.90, below 1 (the verify step is cheaper than off's decode step); this one
-        reaches 3.00"."""
+        0.90 (0.85–0.95), below 1 (the verify step is cheaper than off's decode step);
+        this one reaches 3.00".
+
+        A firm conclusion about the step cost's side of 1 is drawn only from its 95 %
+        interval (:attr:`step_cost_ratio_ci`): "cheaper than off's decode step" only when
+        the whole interval is below 1. When the interval includes 1, or there is none,
+        the sentence gives the break-even length with its interval and says the verify
+        step is not shown to cost less or more than off's decode step; the per-position
+        rate is then given only for a break-even length above 1."""
         head = f"a depth-{self.depth} head" if self.depth is not None else "a head"
         reach = f"this one reaches {self.acceptance_length:.2f}"
-        if self.break_even_length <= 1.0:
+        ci = self.step_cost_ratio_ci
+        if ci is not None and ci[1] < 1.0 and self.break_even_length < 1.0:
             return (
                 f"any {head[2:]} pays here: break-even acceptance length "
-                f"{self.ratio_text}, below 1 (the verify step is cheaper than "
-                f"off's decode step); {reach}"
+                f"{self.ratio_text}{_ci(ci, self.ratio_decimals)}, below 1 (the verify step is "
+                f"cheaper than off's decode step); {reach}"
+            )
+        if ci is None or ci[0] <= 1.0:
+            side = (
+                f"its 95% interval {ci[0]:.{self.ratio_decimals}f}–"
+                f"{ci[1]:.{self.ratio_decimals}f} includes 1"
+                if ci is not None
+                else "a point estimate without an interval"
+            )
+            words = (
+                f"; {rate_words(self.break_even_length, self.acceptance_length, self.depth)}"
+                if self.break_even_length > 1.0
+                else ""
+            )
+            return (
+                f"{head} must reach acceptance length {self.ratio_text} ({side}: the verify "
+                f"step is not shown to cost more or less than off's decode step{words}); "
+                f"{reach}"
             )
         words = rate_words(self.break_even_length, self.acceptance_length, self.depth)
         return f"{head} must reach acceptance length {self.ratio_text} ({words}); {reach}"
