@@ -179,7 +179,11 @@ class SpeedupDecomposition(BaseModel):
             mean of its per-request lengths, scaled to ``L`` (``None`` without
             per-request lengths): a cluster bootstrap over prompts when the requests
             name their prompt (``acceptance_prompts``: how many prompts were
-            resampled), else over the requests as if independent (``None``).
+            resampled), else over the requests as if independent (``None``);
+            ``acceptance_prompts_named``: how many distinct prompts the requests name
+            (``None`` when some request names none), so a reader can tell "fewer than
+            :data:`~deepseekbench._analysis._prompt_bootstrap.MIN_PROMPTS` prompts" from
+            "no prompt ids" (not serialised).
         step_cost_ratio: ``r = L / speedup``, the verify step over ``off``'s
             decode step; ``step_cost_ratio_ci``: 95 % interval from the two
             intervals above on the log scale (delta method, their half-widths added
@@ -207,6 +211,13 @@ class SpeedupDecomposition(BaseModel):
     acceptance_length: float = Field(ge=1, description="tokens per verify step")
     acceptance_length_ci: tuple[float, float] | None = None
     acceptance_prompts: int | None = Field(default=None, ge=1)
+    acceptance_prompts_named: int | None = Field(
+        default=None,
+        ge=0,
+        exclude=True,
+        description="distinct prompts the requests name (None: some request names none); "
+        "below MIN_PROMPTS the interval resamples the requests (not serialised)",
+    )
     step_cost_ratio: float = Field(gt=0, description="verify step / off's decode step")
     step_cost_ratio_ci: tuple[float, float] | None = None
     decode_step_ms: float = Field(gt=0, description="off's time per decode step, ms")
@@ -397,6 +408,7 @@ def decompose_speedup(
         acceptance_length=length,
         acceptance_length_ci=l_ci,
         acceptance_prompts=n_prompts,
+        acceptance_prompts_named=_named_prompts(acceptance_samples, acceptance_prompts),
         step_cost_ratio=ratio,
         step_cost_ratio_ci=r_ci,
         decode_step_ms=decode,
@@ -408,6 +420,18 @@ def decompose_speedup(
         break_even_reachable=depth is None or ratio <= depth + 1,
         clock=verdict.clock,
     )
+
+
+def _named_prompts(
+    samples: Sequence[float] | None, prompts: Sequence[str | None] | None
+) -> int | None:
+    """Distinct prompts named by the requests behind ``samples``; ``None`` when there are
+    no samples or some request names no prompt."""
+    if not samples or prompts is None or len(prompts) != len(samples):
+        return None
+    if any(p is None for p in prompts):
+        return None
+    return len(set(prompts))
 
 
 def _scaled_ci(

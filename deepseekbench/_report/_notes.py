@@ -267,21 +267,42 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
             "95% CI a paired cluster bootstrap over the prompts (the same prompts drawn "
             "for both routes)"
         )
-    if any(
-        ln.decomposition is not None
-        and ln.decomposition.acceptance_length_ci is not None
-        and ln.decomposition.acceptance_prompts is None
-        for ln in lines
-    ):
-        notes.append(
-            "acceptance-length intervals without prompt ids: a bootstrap of the requests "
-            "as if independent (repeat noise only: the prompts held fixed); with them, "
-            "a cluster bootstrap over the prompts"
-        )
+    notes.extend(_acceptance_interval_notes(lines))
     if any(ln.verdict is not None and ln.verdict.point_estimate for ln in lines):
         notes.append(
             "point estimate: a figure without per-request values has no interval; its "
             "significance was not judged, so it is not a credited speedup claim"
+        )
+    return notes
+
+
+def _acceptance_interval_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Why an acceptance-length interval resampled the requests as if independent: the
+    requests name no prompt, or fewer than ``MIN_PROMPTS`` of them (the real reason)."""
+    from deepseekbench._analysis._prompt_bootstrap import MIN_PROMPTS
+
+    by_requests = [
+        ln.decomposition
+        for ln in lines
+        if ln.decomposition is not None
+        and ln.decomposition.acceptance_length_ci is not None
+        and ln.decomposition.acceptance_prompts is None
+    ]
+    tail = (
+        "a bootstrap of the requests as if independent (repeat noise only: the prompts held fixed)"
+    )
+    notes = []
+    if any(d.acceptance_prompts_named is None for d in by_requests):
+        notes.append(
+            f"acceptance-length intervals without prompt ids: {tail}; with them, "
+            f"a cluster bootstrap over the prompts"
+        )
+    few = sorted({d.acceptance_prompts_named for d in by_requests} - {None})
+    if few:
+        named = ", ".join(str(n) for n in few)
+        notes.append(
+            f"acceptance-length intervals over fewer than {MIN_PROMPTS} prompts ({named} "
+            f"named): {tail}; with {MIN_PROMPTS} or more, a cluster bootstrap over the prompts"
         )
     return notes
 
