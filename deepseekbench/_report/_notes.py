@@ -297,7 +297,7 @@ def _acceptance_interval_notes(lines: Sequence[ScorecardLine]) -> list[str]:
             f"acceptance-length intervals without prompt ids: {tail}; with them, "
             f"a cluster bootstrap over the prompts"
         )
-    few = sorted({d.acceptance_prompts_named for d in by_requests} - {None})
+    few = sorted({n for d in by_requests if (n := d.acceptance_prompts_named) is not None})
     if few:
         named = ", ".join(str(n) for n in few)
         notes.append(
