@@ -28,8 +28,9 @@ comes from"):
   one was (Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers
   via Speculative Decoding", ICML, eq. 1), solved by bisection.
 
-Only a credited TPOT verdict is decomposed: ``L`` and ``r`` together give the
-speedup back, so a refused line shows neither (no figure leaks through).
+Only a printed TPOT verdict is decomposed (a credited speedup, or a verified,
+significant slowdown: :attr:`~deepseekbench.SpeedupVerdict.printed`): ``L`` and ``r``
+together give the figure back, so a refused line shows neither (no figure leaks through).
 """
 
 from __future__ import annotations
