@@ -178,12 +178,14 @@ class FigureChange(BaseModel):
         return rel is None or abs(rel) > limit
 
     def interval_text(self) -> str:
-        """``B/A 0.94–1.07`` or ``B−A −0.02–+0.03`` (empty without an interval)."""
+        """``B/A 0.94–1.07`` or ``B−A −0.02–+0.03`` (empty without an interval), its ends
+        rounded outward so the printed interval holds every value it holds (a change at
+        its edge, such as ``B/A`` 0.9874 over 0.98745–1, never prints outside it)."""
         if self.ci_low is None or self.ci_high is None:
             return ""
         if self.scale == "ratio":
-            return f"B/A {interval_text(self.ci_low, self.ci_high, spec='.3g')}"
-        return f"B−A {interval_text(self.ci_low, self.ci_high, spec='+.3g')}"
+            return f"B/A {interval_text(self.ci_low, self.ci_high, spec='.3g', outward=True)}"
+        return f"B−A {interval_text(self.ci_low, self.ci_high, spec='+.3g', outward=True)}"
 
     def values_text(self) -> str:
         """``9.12 → 11.1 ms`` (``—`` for an unknown side)."""
@@ -298,13 +300,33 @@ class RunComparison(BaseModel):
     def regressions(self, threshold: Fraction = 0.0) -> list[str]:
         """Every regression beyond ``threshold`` of A (a fraction ``0.05`` or a percent
         string ``"5%"``) in words: a figure changed significantly for the worse, or
-        parity lost its ``verified``.
+        parity lost its ``verified``. The same figure (same A, B and interval) on several
+        lines — a run-level figure such as the prefix-cache hit rate, repeated on each
+        line of the run — is one regression naming its lines.
 
         Raises:
             FractionFormatError: ``threshold`` is in neither form, or negative.
         """
         limit = parse_fraction(threshold, name="threshold", upper=math.inf)
-        out = [f"{ln.name}: {f.label} {f}" for ln, f in self.changed() if f.regressed(limit)]
+        # one figure repeated on several lines (a run-level figure such as the
+        # prefix-cache hit rate: the same A, B and interval on every line) is one
+        # regression, naming its lines, not one per line
+        groups: dict[tuple[object, ...], list[str]] = {}
+        found: dict[tuple[object, ...], FigureChange] = {}
+        for ln, f in self.changed():
+            if f.regressed(limit):
+                key: tuple[object, ...] = (f.figure, f.a, f.b, f.ci_low, f.ci_high)
+                groups.setdefault(key, []).append(ln.name)
+                found[key] = f
+        out = []
+        for key, names in groups.items():
+            f = found[key]
+            where = (
+                names[0]
+                if len(names) == 1
+                else (f"{len(names)} lines, one figure ({', '.join(names)})")
+            )
+            out.append(f"{where}: {f.label} {f}")
         out += [f"{ln.name}: parity {ln.parity}" for ln in self.lines if ln.parity.regressed]
         return out
 

@@ -28,8 +28,9 @@ comes from"):
   one was (Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers
   via Speculative Decoding", ICML, eq. 1), solved by bisection.
 
-Only a credited TPOT verdict is decomposed: ``L`` and ``r`` together give the
-speedup back, so a refused line shows neither (no figure leaks through).
+Only a printed TPOT verdict is decomposed (a credited speedup, or a verified,
+significant slowdown: :attr:`~deepseekbench.SpeedupVerdict.printed`): ``L`` and ``r``
+together give the figure back, so a refused line shows neither (no figure leaks through).
 """
 
 from __future__ import annotations
@@ -179,7 +180,11 @@ class SpeedupDecomposition(BaseModel):
             mean of its per-request lengths, scaled to ``L`` (``None`` without
             per-request lengths): a cluster bootstrap over prompts when the requests
             name their prompt (``acceptance_prompts``: how many prompts were
-            resampled), else over the requests as if independent (``None``).
+            resampled), else over the requests as if independent (``None``);
+            ``acceptance_prompts_named``: how many distinct prompts the requests name
+            (``None`` when some request names none), so a reader can tell "fewer than
+            :data:`~deepseekbench._analysis._prompt_bootstrap.MIN_PROMPTS` prompts" from
+            "no prompt ids" (not serialised).
         step_cost_ratio: ``r = L / speedup``, the verify step over ``off``'s
             decode step; ``step_cost_ratio_ci``: 95 % interval from the two
             intervals above on the log scale (delta method, their half-widths added
@@ -207,6 +212,13 @@ class SpeedupDecomposition(BaseModel):
     acceptance_length: float = Field(ge=1, description="tokens per verify step")
     acceptance_length_ci: tuple[float, float] | None = None
     acceptance_prompts: int | None = Field(default=None, ge=1)
+    acceptance_prompts_named: int | None = Field(
+        default=None,
+        ge=0,
+        exclude=True,
+        description="distinct prompts the requests name (None: some request names none); "
+        "below MIN_PROMPTS the interval resamples the requests (not serialised)",
+    )
     step_cost_ratio: float = Field(gt=0, description="verify step / off's decode step")
     step_cost_ratio_ci: tuple[float, float] | None = None
     decode_step_ms: float = Field(gt=0, description="off's time per decode step, ms")
@@ -249,15 +261,40 @@ class SpeedupDecomposition(BaseModel):
         """The drafter's target in words, e.g. "a depth-3 head must reach acceptance
         length 3.74 (break-even 0.93 vs own 0.85 per position at depth 3); this one
         reaches 3.00", or "any depth-3 head pays here: break-even acceptance length
-        0.90, below 1 (the verify step is cheaper than off's decode step); this one
-        reaches 3.00"."""
+        0.90 (0.85–0.95), below 1 (the verify step is cheaper than off's decode step);
+        this one reaches 3.00".
+
+        A firm conclusion about the step cost's side of 1 is drawn only from its 95 %
+        interval (:attr:`step_cost_ratio_ci`): "cheaper than off's decode step" only when
+        the whole interval is below 1. When the interval includes 1, or there is none,
+        the sentence gives the break-even length with its interval and says the verify
+        step is not shown to cost less or more than off's decode step; the per-position
+        rate is then given only for a break-even length above 1."""
         head = f"a depth-{self.depth} head" if self.depth is not None else "a head"
         reach = f"this one reaches {self.acceptance_length:.2f}"
-        if self.break_even_length <= 1.0:
+        ci = self.step_cost_ratio_ci
+        if ci is not None and ci[1] < 1.0 and self.break_even_length < 1.0:
             return (
                 f"any {head[2:]} pays here: break-even acceptance length "
-                f"{self.ratio_text}, below 1 (the verify step is cheaper than "
-                f"off's decode step); {reach}"
+                f"{self.ratio_text}{_ci(ci, self.ratio_decimals)}, below 1 (the verify step is "
+                f"cheaper than off's decode step); {reach}"
+            )
+        if ci is None or ci[0] <= 1.0:
+            side = (
+                f"its 95% interval {ci[0]:.{self.ratio_decimals}f}–"
+                f"{ci[1]:.{self.ratio_decimals}f} includes 1"
+                if ci is not None
+                else "a point estimate without an interval"
+            )
+            words = (
+                f"; {rate_words(self.break_even_length, self.acceptance_length, self.depth)}"
+                if self.break_even_length > 1.0
+                else ""
+            )
+            return (
+                f"{head} must reach acceptance length {self.ratio_text} ({side}: the verify "
+                f"step is not shown to cost more or less than off's decode step{words}); "
+                f"{reach}"
             )
         words = rate_words(self.break_even_length, self.acceptance_length, self.depth)
         return f"{head} must reach acceptance length {self.ratio_text} ({words}); {reach}"
@@ -372,6 +409,7 @@ def decompose_speedup(
         acceptance_length=length,
         acceptance_length_ci=l_ci,
         acceptance_prompts=n_prompts,
+        acceptance_prompts_named=_named_prompts(acceptance_samples, acceptance_prompts),
         step_cost_ratio=ratio,
         step_cost_ratio_ci=r_ci,
         decode_step_ms=decode,
@@ -383,6 +421,18 @@ def decompose_speedup(
         break_even_reachable=depth is None or ratio <= depth + 1,
         clock=verdict.clock,
     )
+
+
+def _named_prompts(
+    samples: Sequence[float] | None, prompts: Sequence[str | None] | None
+) -> int | None:
+    """Distinct prompts named by the requests behind ``samples``; ``None`` when there are
+    no samples or some request names no prompt."""
+    if not samples or prompts is None or len(prompts) != len(samples):
+        return None
+    if any(p is None for p in prompts):
+        return None
+    return len(set(prompts))
 
 
 def _scaled_ci(

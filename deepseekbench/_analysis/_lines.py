@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from deepseekbench._analysis._client_flag import client_flag
 from deepseekbench._analysis._decompose import SpeedupDecomposition, decompose_speedup
@@ -145,7 +145,10 @@ class ScorecardLine(BaseModel):
     ``None`` on every other line. ``engine_diagnosis``: a TPOT line refused for a
     client-clock reason, decomposed on the engine's clock as a diagnosis only
     (:func:`~deepseekbench._analysis._engine_decompose.diagnose_on_engine_clock`;
-    never a credited speedup), ``None`` on every other line.
+    never a credited speedup), ``None`` on every other line. ``baseline_rounds``: the
+    rounds the ``off`` row ran (``Row.rounds``); when fewer than this row's (a sequential
+    run stopped ``off`` early), :attr:`speedup_text` says so on the line, as only the
+    rounds both ran are paired.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(_FromRow,))
@@ -158,6 +161,9 @@ class ScorecardLine(BaseModel):
     categories: tuple[CategoryLine, ...] = ()
     decomposition: SpeedupDecomposition | None = None
     engine_diagnosis: EngineClockDiagnosis | None = None
+    baseline_rounds: int | None = Field(
+        default=None, ge=1, description="measurement rounds the off row ran (None: unknown)"
+    )
 
     # the row's own fields, read through
     speculative = _FromRow[Speculative]()
@@ -243,7 +249,15 @@ class ScorecardLine(BaseModel):
 
     @property
     def credited(self) -> bool:
-        """True when a speedup figure is shown on this line."""
+        """True only when this line earned a speedup (its verdict is
+        :attr:`~deepseekbench.SpeedupVerdict.credited`: > 1, interval above 1, parity
+        verified on both rows); a printed slowdown is not credited (see :attr:`printed`)."""
+        return self.verdict is not None and self.verdict.credited
+
+    @property
+    def printed(self) -> bool:
+        """True when a figure is shown on this line: a credited speedup or a verified,
+        significant slowdown (:attr:`~deepseekbench.SpeedupVerdict.slower`)."""
         return self.verdict is not None and self.verdict.printed
 
     @property
@@ -253,7 +267,17 @@ class ScorecardLine(BaseModel):
             return "baseline"
         if self.verdict is None:
             return "refused: no off baseline in this cell"
-        return str(self.verdict)
+        return str(self.verdict) + self._fewer_baseline_rounds()
+
+    def _fewer_baseline_rounds(self) -> str:
+        """`` [off ran 1 of 3 rounds]`` when the baseline ran fewer rounds than this row and
+        the verdict shows an interval (a refused verdict's text carries no number)."""
+        mine, base, v = self.row.rounds, self.baseline_rounds, self.verdict
+        if v is None or not (v.printed or v.inconclusive):
+            return ""
+        if mine is None or base is None or base >= mine:
+            return ""
+        return f" [off ran {base} of {mine} rounds]"
 
 
 def _pair_key(row: Row) -> tuple[Any, ...]:
@@ -355,6 +379,7 @@ class _Judge:
             ),
             decomposition=parts,
             engine_diagnosis=diagnosis,
+            baseline_rounds=base.rounds if base is not None else None,
         )
 
 

@@ -168,16 +168,21 @@ class SpeedupVerdict(BaseModel):
     :meth:`with_paired_rounds` make that verdict, so :func:`compare_speedup` and the
     scorecard (which calls it) agree.
 
-    Truthiness means "credited": ``bool(verdict)`` is ``verdict.printed`` with an
-    interval (that excludes 1), so ``if compare_speedup(a, b):`` takes the branch only
-    for an earned, significant speedup. A refused verdict is falsy, and so is a
-    :attr:`point_estimate` (a figure printed without any interval: its significance
-    was not judged).
+    **Printed is not credited.** ``printed`` says a figure is shown: parity is
+    verified on both rows and, when an interval was attached, it excludes 1 — on
+    either side, so a verified, significant *slowdown* is printed too ("0.75× by
+    tpot_ms — slower", :attr:`slower`). Truthiness means "credited" (:attr:`credited`):
+    ``bool(verdict)`` is True only for an earned speedup — printed, ``speedup > 1``
+    and an interval whose low end is above 1 — so ``if compare_speedup(a, b):`` never
+    takes the branch for a slowdown. A refused verdict, an :attr:`inconclusive` one, a
+    slowdown and a :attr:`point_estimate` (a figure printed without any interval: its
+    significance was not judged) are all falsy.
 
     Attributes:
         metric: the metric compared.
-        printed: True only when a speedup was earned.
-        speedup: times faster (dimensionless, > 0), or ``None`` when refused.
+        printed: True when a figure is shown (a speedup or a slowdown; see above).
+        speedup: times faster (dimensionless, > 0; below 1 = slower), or ``None``
+            when refused.
         reasons: every :class:`RefusalReason` that applies (empty when printed).
         mismatched_axes: key axes other than ``speculative`` that differ.
         ci_low, ci_high: optional 95 % interval of the speedup, attached by the
@@ -263,15 +268,31 @@ class SpeedupVerdict(BaseModel):
         judged, so not credited as a speedup claim (the verdict is falsy)."""
         return self.printed and (self.ci_low is None or self.ci_high is None)
 
+    @property
+    def credited(self) -> bool:
+        """True only for an earned speedup: a printed figure above 1 whose 95 % interval
+        lies wholly above 1 (parity verified on both rows, as every printed verdict
+        has). A slowdown, a refused or :attr:`inconclusive` verdict and a
+        :attr:`point_estimate` are not credited. ``bool(verdict)`` is this."""
+        return (
+            self.printed
+            and not self.point_estimate
+            and self.speedup is not None
+            and self.speedup > 1.0
+            and self.ci_low is not None
+            and self.ci_low > 1.0
+        )
+
     def __bool__(self) -> bool:
-        """True only for a credited speedup: printed with an interval excluding 1. A
-        refused verdict and a :attr:`point_estimate` are falsy."""
-        return self.printed and not self.point_estimate
+        """:attr:`credited`: True only for an earned speedup (> 1, its interval above 1,
+        parity verified on both rows). A printed slowdown is falsy."""
+        return self.credited
 
     @property
     def slower(self) -> bool:
-        """True when a credited figure is below 1: the candidate is slower, and says so."""
-        return self.speedup is not None and self.speedup < 1.0
+        """True when a printed figure is below 1: the candidate is slower, and the
+        verdict says so ("— slower"); such a verdict is printed but not credited."""
+        return self.printed and self.speedup is not None and self.speedup < 1.0
 
     def with_paired_rounds(
         self, speedup: float, low: float, high: float, rounds: int, *, prompts: int | None = None

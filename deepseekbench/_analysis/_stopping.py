@@ -11,13 +11,13 @@ so a resumed run and a re-rendered report make the same decisions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from deepseekbench._analysis._analysis import RunResult
 from deepseekbench._analysis._lines import load_words
 from deepseekbench._analysis._rowstats import RowRequests
-from deepseekbench._analysis._sequential import LineStop, RoundEvidence, line_stop
+from deepseekbench._analysis._sequential import LineStop, RoundEvidence, StopReason, line_stop
 from deepseekbench._analysis._speedup import SpeedupMetric, evidence_field
 from deepseekbench._plan._plan import BenchmarkPlan
 from deepseekbench._records._measurement import StreamMeasurement, is_unsent
@@ -144,11 +144,26 @@ class StoppingReport:
         """The labels of the lines a verdict of the sequence stopped."""
         return frozenset(self.labels[k] for k, s in self.lines.items() if s.decided)
 
-    def notes(self) -> list[str]:
-        """One note per speculative line, then the run's total saved."""
+    def notes(self, inconclusive: Collection[str] = ()) -> list[str]:
+        """One note per speculative line, then the run's total saved.
+
+        ``inconclusive``: the labels of lines whose scorecard verdict reads "no significant
+        difference". A line the sequence stopped as credited but the scorecard does not
+        credit says why the two differ: the stopping rule's confidence sequence is over
+        the paired rounds' log ratios (repeat noise and drift of these prompts), while the
+        scorecard's interval also covers the choice of prompts (a paired cluster bootstrap
+        over them), so it can be the wider of the two."""
         out = [
             f"{self.labels.get(k, '@'.join(k))}: {s.text}"
             + ("; no credit: parity not verified" if k in self.unverified else "")
+            + (
+                "; the scorecard reads no significant difference: its interval also covers "
+                "the choice of prompts, which this sequence over rounds does not"
+                if s.reason is StopReason.credited
+                and k not in self.unverified
+                and self.labels.get(k) in inconclusive
+                else ""
+            )
             for k, s in self.lines.items()
         ]
         out += self.search_notes

@@ -27,6 +27,10 @@ COMPARE_FORMATS: Final = ("text", "markdown", "json", "html")
 """The formats a comparison renders as (``compare --format``)."""
 
 _COLUMNS = ("figure", "A", "B", "interval", "verdict")
+_STATISTIC: Final = {"speedup": "ratio of median TPOTs, "}
+"""The statistic a figure is, where another report prints a figure of the same name
+made otherwise: compare's speedup is off's median TPOT over the route's (all rounds
+pooled), the scorecard's the geometric mean of the paired rounds' ratios."""
 
 
 def _cells(f: FigureChange, threshold: float) -> tuple[str, ...]:
@@ -37,7 +41,8 @@ def _cells(f: FigureChange, threshold: float) -> tuple[str, ...]:
     if f.regressed(threshold):
         verdict += " — REGRESSION"
     unit = f" {f.unit}" if f.unit not in ("0..1", "×") else f.unit.replace("0..1", "")
-    name = f.label + (f" ({unit.strip()})" if unit.strip() else "")
+    unit = _STATISTIC.get(f.figure, "") + unit.strip()
+    name = f.label + (f" ({unit})" if unit else "")
     return (name, fmt(f.a), fmt(f.b), f.interval_text(), verdict)
 
 

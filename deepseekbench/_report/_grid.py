@@ -61,7 +61,7 @@ def grid_choices(
         if grid is None or ln.speculative is Speculative.off:
             continue
         base = base_rows.get((ln.baseline, ln.cell, ln.load))
-        credited = ln.verdict is not None and ln.verdict.printed
+        credited = ln.credited  # an earned speedup; a printed slowdown is no best config
         per_round = (
             _round_speedups(rounds.get(key_of(base), {}), rounds.get(key_of(row), {}), metric)
             if base is not None and credited

@@ -78,7 +78,7 @@ def crossovers(lines: Sequence[ScorecardLine]) -> tuple[str, ...]:
             for x in lns
             if x.verdict is not None and x.verdict.speedup is not None
         ]
-        refused = [x.load_phrase for x in lns if not x.credited]
+        refused = [x.load_phrase for x in lns if not x.printed]
         text = crossover_text(route, cell, points) if points else f"{route} @ {cell}: "
         if refused:
             text += ("; " if points else "") + "no speedup credited at " + ", ".join(refused)
@@ -91,7 +91,8 @@ def positions_text(by_pos: tuple[float, ...] | None) -> str | None:
     return " ".join(f"{f:.2f}" for f in by_pos) if by_pos is not None else None
 
 
-def _where(ln: ScorecardLine) -> str:
+def where(ln: ScorecardLine) -> str:
+    """``route @ cell (load)``: how the notes name a line (the load only when it has one)."""
     return f"{ln.route} @ {ln.cell}" + (f" ({ln.load})" if ln.load != "—" else "")
 
 
@@ -117,7 +118,7 @@ def _parity_notes(lines: Sequence[ScorecardLine]) -> list[str]:
     groups: dict[tuple[Any, ...], list[ScorecardLine]] = {}
     for ln in lines:
         r = ln.row
-        if ln.credited or (
+        if ln.printed or (
             r.speculative is Speculative.off and r.quality_parity is QualityParity.verified
         ):
             continue
@@ -151,13 +152,13 @@ def _detail_notes(lines: Sequence[ScorecardLine]) -> list[str]:
         if r.acceptance_by_position is not None:
             depth = f", depth {r.spec_tokens}" if r.spec_tokens is not None else ""
             notes.append(
-                f"{_where(ln)}: acceptance by draft position 1.."
+                f"{where(ln)}: acceptance by draft position 1.."
                 f"{len(r.acceptance_by_position)}{depth}: "
                 f"{positions_text(r.acceptance_by_position)}"
             )
         if r.sse_ignored_lines:
             notes.append(
-                f"{_where(ln)}: {r.sse_ignored_lines} SSE line(s) ignored "
+                f"{where(ln)}: {r.sse_ignored_lines} SSE line(s) ignored "
                 "(unknown or padded field names): streamed text may be incomplete"
             )
     return notes
@@ -227,7 +228,7 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
     short = [ln for ln in lines if ln.row.output_short]
     natural = [ln for ln in short if ln.row.output_length == "natural"]
     notes = [
-        f"{_where(ln)}: {ln.row.n_output_short} of {ln.row.n_requests} outputs "
+        f"{where(ln)}: {ln.row.n_output_short} of {ln.row.n_requests} outputs "
         "fell short of max_tokens: decode is under-measured at this output target"
         for ln in short
         if ln.row.output_length != "natural"
@@ -249,39 +250,80 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
             "! the open-loop schedule lagged (p90 queue_ms above arrival.max_lag_ms): "
             "the client, not the server, may have limited the load"
         )
-    if any(ln.verdict is not None and ln.verdict.rounds and ln.verdict.prompts for ln in lines):
-        notes.append(
-            "speedups marked 'over N prompts', with rounds: geometric mean of the paired "
-            "round ratios; 95% CI a Student-t interval on their logs (repeat noise, drift) "
-            "combined with a paired cluster bootstrap over the prompts (the same prompts "
-            "drawn for both routes): it covers the choice of prompts too"
-        )
-    if any(ln.verdict is not None and ln.verdict.rounds and not ln.verdict.prompts for ln in lines):
-        notes.append(
-            "speedups with rounds: geometric mean of the paired round ratios, 95% CI a "
-            "Student-t interval on their logs (repeat noise only: the prompts held fixed)"
-        )
-    if any(ln.verdict is not None and ln.verdict.prompts and not ln.verdict.rounds for ln in lines):
-        notes.append(
-            "speedups marked 'over N prompts', one round: ratio of the rows' medians, "
-            "95% CI a paired cluster bootstrap over the prompts (the same prompts drawn "
-            "for both routes)"
-        )
-    if any(
-        ln.decomposition is not None
-        and ln.decomposition.acceptance_length_ci is not None
-        and ln.decomposition.acceptance_prompts is None
-        for ln in lines
-    ):
-        notes.append(
-            "acceptance-length intervals without prompt ids: a bootstrap of the requests "
-            "as if independent (repeat noise only: the prompts held fixed); with them, "
-            "a cluster bootstrap over the prompts"
-        )
+    notes.extend(_speedup_interval_notes(lines))
+    notes.extend(_acceptance_interval_notes(lines))
     if any(ln.verdict is not None and ln.verdict.point_estimate for ln in lines):
         notes.append(
             "point estimate: a figure without per-request values has no interval; its "
             "significance was not judged, so it is not a credited speedup claim"
+        )
+    return notes
+
+
+def _speedup_interval_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """What each speedup interval covers: one footnote for the lines marked 'over N
+    prompts' (with rounds and in one round, each part only when such a line is shown),
+    saying why such an interval can sit lopsided around its figure, and one for rounds
+    without prompts."""
+    vs = [ln.verdict for ln in lines if ln.verdict is not None and ln.verdict.ci_low is not None]
+    notes = []
+    parts = []
+    if any(v.rounds and v.prompts for v in vs):
+        parts.append(
+            "with rounds, the geometric mean of the paired round ratios, its 95% CI a "
+            "Student-t interval on their logs (repeat noise, drift) combined with a paired "
+            "cluster bootstrap over the prompts (the same prompts drawn for both routes): "
+            "it covers the choice of prompts too"
+        )
+    if any(v.prompts and not v.rounds for v in vs):
+        parts.append(
+            "in one round, the ratio of the rows' medians, its 95% CI a paired cluster "
+            "bootstrap over the prompts (the same prompts drawn for both routes)"
+        )
+    if parts:
+        notes.append(
+            "speedups marked 'over N prompts': "
+            + "; ".join(parts)
+            + ". Each round's figure is a ratio of medians over the prompts, and the bootstrap "
+            "redraws that median from resampled prompts: with few prompts it jumps between "
+            "prompts' values, so the interval can sit lopsided around the figure (one end "
+            "near it) — the figure is the median prompt's, not a mean of per-prompt ratios"
+        )
+    if any(v.rounds and not v.prompts for v in vs):
+        notes.append(
+            "speedups with rounds: geometric mean of the paired round ratios, 95% CI a "
+            "Student-t interval on their logs (repeat noise only: the prompts held fixed)"
+        )
+    return notes
+
+
+def _acceptance_interval_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """Why an acceptance-length interval resampled the requests as if independent: the
+    requests name no prompt, or fewer than ``MIN_PROMPTS`` of them (the real reason)."""
+    from deepseekbench._analysis._prompt_bootstrap import MIN_PROMPTS
+
+    by_requests = [
+        ln.decomposition
+        for ln in lines
+        if ln.decomposition is not None
+        and ln.decomposition.acceptance_length_ci is not None
+        and ln.decomposition.acceptance_prompts is None
+    ]
+    tail = (
+        "a bootstrap of the requests as if independent (repeat noise only: the prompts held fixed)"
+    )
+    notes = []
+    if any(d.acceptance_prompts_named is None for d in by_requests):
+        notes.append(
+            f"acceptance-length intervals without prompt ids: {tail}; with them, "
+            f"a cluster bootstrap over the prompts"
+        )
+    few = sorted({n for d in by_requests if (n := d.acceptance_prompts_named) is not None})
+    if few:
+        named = ", ".join(str(n) for n in few)
+        notes.append(
+            f"acceptance-length intervals over fewer than {MIN_PROMPTS} prompts ({named} "
+            f"named): {tail}; with {MIN_PROMPTS} or more, a cluster bootstrap over the prompts"
         )
     return notes
 
@@ -318,7 +360,7 @@ def scorecard_notes(lines: Sequence[ScorecardLine], client_workers: int | None) 
     notes.extend(_witness_notes(lines))
     notes.extend(
         past_eos_notes(
-            (_where(ln), ln.row.tokens_past_eos)
+            (where(ln), ln.row.tokens_past_eos)
             for ln in lines
             if ln.row.speculative is not Speculative.off
         )

@@ -7,8 +7,9 @@ returned Figure as it is.
 
 Two panels at least:
 
-* **speedup vs load** — per speculative route (and cell), the credited speedup
-  (dimensionless, times faster by the scorecard's metric) at each load point,
+* **speedup vs load** — per speculative route (and cell), the printed figure
+  (dimensionless, times faster by the scorecard's metric: a credited speedup, or a
+  verified, significant slowdown below 1) at each load point,
   with its 95 % interval as error bars; the dotted line at 1× is "no gain". A
   refused point is not drawn (its speedup was not earned); the legend says why.
 * **TPOT vs output throughput** — per route, including ``off``: median TPOT
@@ -141,9 +142,9 @@ def line_points(lines: Sequence[_Line], rows: Sequence[Row]) -> list[LinePoint]:
         rate = row.request_rate_per_s
         load = rate if rate is not None else row.concurrency
         v = ln.verdict
-        credited = v is not None and v.printed
+        shown = v is not None and v.printed
         refusal = None
-        if ln.speculative is not Speculative.off and not credited:
+        if ln.speculative is not Speculative.off and not shown:
             refusal = " ".join(r.value for r in v.reasons) if v is not None else "no off baseline"
         d: SpeedupDecomposition | None = getattr(ln, "decomposition", None)
         points.append(
@@ -154,7 +155,7 @@ def line_points(lines: Sequence[_Line], rows: Sequence[Row]) -> list[LinePoint]:
                 open_loop=rate is not None,
                 tpot_ms=row.tpot_ms,
                 throughput_toks_per_s=row.output_throughput_toks_per_s,
-                speedup=v.speedup if v is not None and credited else None,
+                speedup=v.speedup if v is not None and shown else None,
                 ci_low=v.ci_low if v is not None else None,
                 ci_high=v.ci_high if v is not None else None,
                 refusal=refusal,
@@ -258,7 +259,7 @@ def _speedup_panel(ax: Axes, points: Sequence[LinePoint], metric: str) -> None:
         ax.set_xticks(loads, labels=[f"{x:g}" for x in loads])
     ax.set_xlabel(_load_label(points))
     ax.set_ylabel(f"speedup by {metric} (×, 95% CI)")
-    ax.set_title("Speedup vs load (credited points only)")
+    ax.set_title("Speedup vs load (verified, significant points only)")
     _legend_below(ax)
 
 

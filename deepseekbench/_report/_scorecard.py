@@ -259,14 +259,24 @@ class Scorecard:
     # ------------------------------------------------------------ queries
     @property
     def credited(self) -> tuple[ScorecardLine, ...]:
-        """Lines showing a speedup figure."""
+        """Lines that earned a speedup (:attr:`ScorecardLine.credited`: > 1, interval
+        above 1, parity verified on both rows). A verified, significant slowdown is
+        printed but not credited: it is in :attr:`slower`."""
         return tuple(ln for ln in self.lines if ln.credited)
 
     @property
-    def refused(self) -> tuple[ScorecardLine, ...]:
-        """Speculative lines with no speedup figure."""
+    def slower(self) -> tuple[ScorecardLine, ...]:
+        """Lines printing a verified, significant slowdown (figure below 1, "— slower")."""
         return tuple(
-            ln for ln in self.lines if ln.speculative is not Speculative.off and not ln.credited
+            ln for ln in self.lines if ln.verdict is not None and ln.printed and ln.verdict.slower
+        )
+
+    @property
+    def refused(self) -> tuple[ScorecardLine, ...]:
+        """Speculative lines with no figure printed (refused or no significant
+        difference); a line in :attr:`credited` or :attr:`slower` is not refused."""
+        return tuple(
+            ln for ln in self.lines if ln.speculative is not Speculative.off and not ln.printed
         )
 
     def crossovers(self) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from deepseekbench._report._decomposition import (
     decomposition_items,
 )
 from deepseekbench._report._grid import grid_text
-from deepseekbench._report._notes import scorecard_notes
+from deepseekbench._report._notes import scorecard_notes, where
 from deepseekbench._report._tables import (
     CATEGORY_COLUMNS,
     CATEGORY_TITLE,
@@ -135,7 +135,8 @@ def report_sections(card: Scorecard) -> list[Section]:
     notes = scorecard_notes(lines, card.client_workers)
     notes += wide_interval_notes(lines, stop.decided_labels if stop is not None else ())
     if stop is not None:
-        notes += stop.notes()
+        unsure = {where(ln) for ln in lines if ln.verdict is not None and ln.verdict.inconclusive}
+        notes += stop.notes(inconclusive=unsure)
     notes += card.run_notes
     if notes:
         out.append(Section("notes", items=tuple(notes)))

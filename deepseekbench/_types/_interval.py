@@ -9,6 +9,7 @@ made from fewer than :data:`FEW_ROUNDS` paired rounds is marked with its round c
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final
 
@@ -38,14 +39,47 @@ def _distinct(low: float, high: float, spec: str) -> tuple[str, str]:
     return lo, hi
 
 
+def _outward(low: float, high: float, spec: str) -> tuple[float, float]:
+    """``low`` rounded down and ``high`` up at the precision ``spec`` prints them with
+    (decimals for ``f``, significant digits for ``g``), so the printed interval holds
+    every value it holds, its point estimate included."""
+    m = _SPEC.match(spec)
+    if m is None:
+        return low, high
+
+    def decimals(v: float) -> int:
+        digits = int(m.group(2))
+        if m.group(3) == "f" or v == 0 or not math.isfinite(v):
+            return digits
+        return max(digits, 1) - 1 - math.floor(math.log10(abs(v)))
+
+    def shift(v: float, up: bool) -> float:
+        if not math.isfinite(v):
+            return v
+        scale = 10.0 ** decimals(v)
+        scaled = round(v * scale, 6)  # no float noise (0.0271 × 1e4 = 270.99999…)
+        return (math.ceil(scaled) if up else math.floor(scaled)) / scale
+
+    return shift(low, False), shift(high, True)
+
+
 def interval_text(
-    low: float, high: float, *, spec: str = ".2f", rounds: int | None = None, sep: str = "–"
+    low: float,
+    high: float,
+    *,
+    spec: str = ".2f",
+    rounds: int | None = None,
+    sep: str = "–",
+    outward: bool = False,
 ) -> str:
     """``low–high`` formatted with ``spec`` (units as the caller's figure; more digits
     when two different ends would print alike), marked when it cannot be read as it
     prints: ``"1.42, zero width (identical values)"`` when both ends are equal, and
     ``", from 2 rounds only"`` appended when ``rounds`` is below :data:`FEW_ROUNDS`.
-    Raises nothing."""
+    ``outward``: the low end rounded down and the high end up (never in), so a point
+    inside the interval also prints inside it. Raises nothing."""
+    if outward and low != high:
+        low, high = _outward(low, high, spec)
     lo, hi = _distinct(low, high, spec)
     text = f"{lo}, zero width (identical values)" if lo == hi else f"{lo}{sep}{hi}"
     if rounds is not None and rounds < FEW_ROUNDS:

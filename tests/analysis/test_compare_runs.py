@@ -502,3 +502,46 @@ def test_a_change_inside_the_margin_is_named_apart_from_no_change() -> None:
             assert f.ci_low is not None and f.ci_high is not None
             assert f.ci_low <= (1.0 if f.scale == "ratio" else 0.0) <= f.ci_high
             assert f.verdict == "no significant change"
+
+
+def test_a_run_level_figure_repeated_on_several_lines_is_one_regression() -> None:
+    """The prefix-cache hit rate is one run-level figure, repeated on each line: falling
+    on 6 lines it is 1 regression naming them, not 6; a per-line figure stays per line."""
+    from deepseekbench._analysis._compare_runs import (
+        FigureChange,
+        LineComparison,
+        ParityChange,
+        RunComparison,
+    )
+    from deepseekbench._types._axes import QualityParity
+
+    hit = FigureChange(
+        figure="prefix_cache_hit_rate", label="prefix-cache hit rate", unit="0..1",
+        status="changed", a=0.8, b=0.0, scale="difference", ci_low=-0.8, ci_high=-0.8,
+        higher_is_better=True,
+    )  # fmt: skip
+    v = QualityParity.verified
+
+    def tpot(b: float) -> FigureChange:
+        return FigureChange(
+            figure="tpot_p50_ms", label="TPOT p50", unit="ms/token", status="changed",
+            a=10.0, b=b, ci_low=b / 10 - 0.05, ci_high=b / 10 + 0.05,
+        )  # fmt: skip
+
+    lines = tuple(
+        LineComparison(
+            route=r,
+            cell="1k/256/non_think",
+            load=f"c={c}",
+            figures=(hit, tpot(12.0 + c)),
+            parity=ParityChange(a=v, b=v),
+        )
+        for r in ("off", "mtp")
+        for c in (1, 2, 8)
+    )
+    cmp = RunComparison(a="A", b="B", alpha=0.05, judged=12, lines=lines)
+    regress = cmp.regressions(0.0)
+    hits = [r for r in regress if "prefix-cache hit rate" in r]
+    assert len(hits) == 1 and hits[0].startswith("6 lines, one figure (")
+    assert all(ln.name in hits[0] for ln in lines)
+    assert len([r for r in regress if "TPOT p50" in r]) == 3  # c=1, 2, 8: distinct values

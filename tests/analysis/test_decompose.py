@@ -62,12 +62,17 @@ def test_the_issue_example_splits_into_acceptance_and_step_cost() -> None:
 
 
 def test_a_break_even_below_one_or_unreachable_is_worded_never_rate_zero() -> None:
-    # a verify step cheaper than off's decode step: any drafter pays
-    cheap, _ = _pair(off_tpot=10.0, mtp_tpot=10.0 * 0.9 / 2.0, length=2.0)
+    # a verify step cheaper than off's decode step, its whole interval below 1: any
+    # drafter pays
+    point, _ = _pair(off_tpot=10.0, mtp_tpot=10.0 * 0.9 / 2.0, length=2.0)
+    cheap = point.model_copy(update={"step_cost_ratio_ci": (0.85, 0.95)})
     assert cheap.break_even_length == pytest.approx(0.9)
     text = cheap.target_text()
-    assert "any depth-3 head pays here" in text and "below 1" in text
+    assert "any depth-3 head pays here" in text and "0.90 (0.85–0.95), below 1" in text
     assert "0.00" not in text
+    # without an interval, no firm conclusion is drawn from the point alone
+    assert "below 1" not in point.target_text() and "cheaper" not in point.target_text()
+    assert "a point estimate without an interval" in point.target_text()
     words = rate_words(0.9, 2.0, 3)
     assert words.startswith("break-even below 1 (any drafter pays); own 0.")
     assert "0.00" not in words
@@ -216,3 +221,31 @@ def test_the_break_even_length_prints_as_the_step_cost_ratio(speedup: float, len
     )
     assert f"acceptance length {d.ratio_text}" in d.target_text()
     assert f"this one reaches {length:.2f}" in d.target_text()
+
+
+@pytest.mark.parametrize(
+    ("ratio", "ci"), [(0.996, (0.729, 1.361)), (0.927, (0.762, 1.118)), (1.107, (0.918, 1.336))]
+)
+def test_no_firm_step_cost_conclusion_when_its_interval_includes_one(
+    ratio: float, ci: tuple[float, float]
+) -> None:
+    """A step-cost ratio whose 95 % interval includes 1 (the demo's mtp-k2 at c=1: 0.996,
+    0.729–1.361) never reads "below 1" or "cheaper than off's decode step", and never
+    gives a break-even rate for a length below 1."""
+    length = 2.45
+    d = SpeedupDecomposition(
+        speedup=length / ratio,
+        speedup_ci=(2.0, 3.0),
+        acceptance_length=length,
+        step_cost_ratio=ratio,
+        step_cost_ratio_ci=ci,
+        decode_step_ms=11.93,
+        verify_step_ms=11.93 * ratio,
+        depth=2,
+        break_even_length=ratio,
+    )
+    text = d.target_text()
+    assert "below 1" not in text and "cheaper" not in text and "any depth-2" not in text
+    assert f"acceptance length {d.ratio_text} (its 95% interval " in text
+    assert "includes 1: the verify step is not shown to cost more or less" in text
+    assert ("per position" in text) == (ratio > 1.0)

@@ -67,6 +67,12 @@ def test_too_few_prompts_fall_back_to_the_requests_and_the_scorecard_says_so() -
     ).to_text()
     assert "acceptance-length intervals without prompt ids" in bare
     assert "acceptance-length intervals without prompt ids" not in named
+    # 4 named prompts, below the minimum: the note names that reason, not missing ids
+    four = Scorecard.from_rows(
+        rows, acceptance={line_key(mtp): SAMPLES[:12]}, acceptance_prompts={line_key(mtp): IDS[:12]}
+    ).to_text()
+    assert "acceptance-length intervals without prompt ids" not in four
+    assert "acceptance-length intervals over fewer than 5 prompts (4 named)" in four
 
 
 @given(st.randoms(use_true_random=False), st.booleans())

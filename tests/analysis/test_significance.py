@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from deepseekbench import (
+    QualityParity,
     RefusalReason,
     Row,
     Scorecard,
@@ -95,15 +96,17 @@ def test_the_property_catches_a_comparator_that_credits_a_ci_spanning_one() -> N
 
 
 @pytest.mark.parametrize(
-    ("cand_rounds", "credited"),
+    ("cand_rounds", "printed", "credited"),
     [
-        ([5.0, 12.0, 9.0], False),  # a "gain" whose interval spans 1
-        ([15.0, 8.0, 11.0], False),  # a "loss" whose interval spans 1
-        ([5.0, 5.1, 4.9], True),  # a clear 2x gain
-        ([20.0, 20.5, 19.5], True),  # a clear 2x loss, credited as slower
+        ([5.0, 12.0, 9.0], False, False),  # a "gain" whose interval spans 1
+        ([15.0, 8.0, 11.0], False, False),  # a "loss" whose interval spans 1
+        ([5.0, 5.1, 4.9], True, True),  # a clear 2x gain
+        ([20.0, 20.5, 19.5], True, False),  # a clear 2x loss: printed as slower, not credited
     ],
 )
-def test_compare_speedup_and_the_scorecard_agree(cand_rounds: list[float], credited: bool) -> None:
+def test_compare_speedup_and_the_scorecard_agree(
+    cand_rounds: list[float], printed: bool, credited: bool
+) -> None:
     base, cand = make_row(), make_row(speculative="mtp", tpot_ms=10.0)
     rounds = _rounds([10.0, 10.0, 10.0], cand_rounds)
     verdict = compare_speedup(base, cand, rounds=rounds)
@@ -111,10 +114,12 @@ def test_compare_speedup_and_the_scorecard_agree(cand_rounds: list[float], credi
         [base, cand], rounds={line_key(base): rounds[0], line_key(cand): rounds[1]}
     )
     line = card.lines[1]
-    assert line.verdict == verdict and bool(verdict) is credited
+    assert line.verdict == verdict and bool(verdict) is credited and verdict.printed is printed
+    assert (line.credited, line.printed) == (credited, printed)
+    assert (line in card.credited, line in card.slower) == (credited, printed and not credited)
     assert line.speedup_text == str(verdict)
     rec = card.to_records()[1]
-    if credited:
+    if printed:
         assert rec["speedup"] is not None and "95% CI" in line.speedup_text
     else:
         assert rec["speedup"] is None and rec["ci95_low"] <= 1.0 <= rec["ci95_high"]
@@ -136,3 +141,57 @@ def test_a_credited_verdict_cannot_hold_an_interval_spanning_one() -> None:
             ci_low=1.1,
             ci_high=1.5,
         )
+
+
+Credit = Callable[[SpeedupVerdict], bool]
+parities = st.sampled_from(list(QualityParity))
+
+
+def check_no_credit_for_a_slowdown(credit: Credit, cfg: settings = PROPERTY_SETTINGS) -> None:
+    """No truthy verdict has a speedup <= 1, an interval reaching 1 or below, or parity
+    short of verified on either row; ``credit`` is how "credited" is read."""
+
+    @cfg
+    @given(
+        pair=creditable_pairs(),
+        b=round_values,
+        c=round_values,
+        metric=st.sampled_from(SpeedupMetric),
+        parity=st.tuples(parities, parities),
+    )
+    # a clear 2x loss: significant, verified, printed as slower — never credited
+    @example(
+        pair=None,
+        b=[10.0, 10.0, 10.0],
+        c=[20.0, 20.5, 19.5],
+        metric=SpeedupMetric.tpot_ms,
+        parity=(QualityParity.verified, QualityParity.verified),
+    )
+    def prop(
+        pair: tuple[Row, Row] | None,
+        b: list[float],
+        c: list[float],
+        metric: SpeedupMetric,
+        parity: tuple[QualityParity, QualityParity],
+    ) -> None:
+        base, cand = pair or (make_row(), make_row(speculative="mtp", tpot_ms=10.0))
+        base = base.model_copy(update={"quality_parity": parity[0]})
+        cand = cand.model_copy(update={"quality_parity": parity[1]})
+        verdict = compare_speedup(base, cand, metric=metric, rounds=_rounds(b, c))
+        if credit(verdict):
+            assert verdict.speedup is not None and verdict.speedup > 1.0
+            assert verdict.ci_low is not None and verdict.ci_low > 1.0
+            assert parity == (QualityParity.verified, QualityParity.verified)
+
+    prop()
+
+
+def test_no_truthy_verdict_is_a_slowdown_or_lacks_parity() -> None:
+    check_no_credit_for_a_slowdown(bool)
+
+
+def test_the_property_catches_a_slowdown_read_as_credited() -> None:
+    """The rule before "printed is not credited": any printed figure with an interval."""
+    with pytest.raises(AssertionError):
+        old_rule: Credit = lambda v: v.printed and not v.point_estimate  # noqa: E731
+        check_no_credit_for_a_slowdown(old_rule, BROKEN_SETTINGS)

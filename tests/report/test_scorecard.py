@@ -78,7 +78,7 @@ def unearned_speedup_shown(pair: tuple[Row, Row, dict[str, list[float]]]) -> boo
         return False
     out = renderings(card)
     line = card.lines[1]
-    if line.credited or re.search(r"\d", line.speedup_text):
+    if line.printed or re.search(r"\d", line.speedup_text):
         return True
     if any(FIGURE.search(out[k]) for k in ("text", "markdown", "html", "str")):
         return True
@@ -103,7 +103,7 @@ def test_no_rendering_shows_a_speedup_without_parity_on_both_sides(
         if v is not None and v.inconclusive:  # an interval spanning 1 credits nothing
             assert "no significant difference (" in card.to_text()
         else:
-            assert card.lines[1].credited and FIGURE.search(card.to_text())
+            assert card.lines[1].printed and FIGURE.search(card.to_text())
 
 
 def test_the_property_fails_against_a_scorecard_that_ignores_parity(
@@ -268,7 +268,10 @@ def test_scorecard_pairs_each_load_point_with_its_own_baseline_and_names_the_cro
     # a verified route that is slower is reported, and reported as slower
     assert "0.91× by tpot_ms — slower" in text
     slow = next(ln for ln in lines if ln.load == "c=64")
-    assert slow.credited and slow.verdict is not None and slow.verdict.slower
+    assert slow.printed and slow.verdict is not None and slow.verdict.slower
+    # printed, but a slowdown is never credited (nor truthy)
+    assert not slow.credited and not slow.verdict and slow in card.slower
+    assert slow not in card.credited and slow not in card.refused
 
 
 def test_paired_rounds_interval_is_a_t_interval_on_log_ratios() -> None:
