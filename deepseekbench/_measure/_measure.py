@@ -288,11 +288,11 @@ async def _exchange(
             acc.http_status = response.status_code
             acc.fail(ErrorKind.http_status, await _error_body(response))
             return
-        ctype = response.headers.get("content-type", "")
+        ctype, encodings = _content_headers(response.headers)
         if ctype and "text/event-stream" not in ctype.lower():
             # read anyway: judged at the end by what the body held (StreamAccumulator.check_framing)
             acc.unexpected_content_type = ctype
-        if not _decodable(response, acc):
+        if not _decodable(encodings, acc):
             return
         await _read_stream(response, acc, scope, deadlines)
     finally:
@@ -301,14 +301,32 @@ async def _exchange(
                 await response.aclose()
 
 
-def _decodable(response: httpx.Response, acc: StreamAccumulator) -> bool:
-    """Note a compressed body; False (recorded as ``content_encoding``) when httpx
-    has no decoder for one of its codings: its bytes would be read as garbage text."""
-    codings = [
-        c.strip().lower()
-        for c in response.headers.get_list("content-encoding", split_commas=True)
-        if c.strip()
-    ]
+def _content_headers(headers: httpx.Headers) -> tuple[str, list[str]]:
+    """``headers.get("content-type", "")`` and ``headers.get_list("content-encoding",
+    split_commas=True)`` in one pass, decoding only those two headers, as ASCII (which
+    httpx's ASCII, UTF-8 and Latin-1 all decode alike); a value that is not ASCII, or
+    headers set to another encoding, take httpx's two calls."""
+    if headers._encoding in (None, "ascii", "utf-8", "iso-8859-1"):
+        types: list[str] = []
+        encodings: list[str] = []
+        try:
+            for _, key, value in headers._list:
+                if key == b"content-type":
+                    types.append(value.decode("ascii"))
+                elif key == b"content-encoding":
+                    encodings.extend(item.strip() for item in value.decode("ascii").split(","))
+        except UnicodeDecodeError:
+            pass
+        else:
+            return ", ".join(types), encodings
+    return headers.get("content-type", ""), headers.get_list("content-encoding", split_commas=True)
+
+
+def _decodable(encodings: list[str], acc: StreamAccumulator) -> bool:
+    """Note a compressed body (``encodings``: the ``Content-Encoding`` values, split at
+    commas); False (recorded as ``content_encoding``) when httpx has no decoder for one
+    of its codings: its bytes would be read as garbage text."""
+    codings = [c.strip().lower() for c in encodings if c.strip()]
     codings = [c for c in codings if c != "identity"]
     if not codings:
         return True

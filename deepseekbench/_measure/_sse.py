@@ -210,7 +210,8 @@ class SSEDecoder:
                 value = line[5:]
                 self._add_data(value[1:] if value[:1] == b" " else value)
                 continue
-            event = self._line(line, arrival_ns)
+            # a blank line dispatches (the other fields: ``_line``)
+            event = self._dispatch(arrival_ns) if not line else self._line(line, arrival_ns)
             if event is not None:
                 events.append(event)
                 if self._is_last is not None and self._is_last(event.data):
@@ -336,12 +337,13 @@ class SSEDecoder:
             self._event = b""
             return None
         data = b"\n".join(self._data).decode("utf-8", errors="replace")
-        event = SSEEvent(
-            event=self._event.decode("utf-8", errors="replace") or "message",
-            data=data,
-            id=self._last_id,
-            retry=self._retry,
-            arrival_ns=arrival_ns,
+        name = self._event  # no ``event:`` line (the usual case): the default type
+        event = SSEEvent(  # positional: event, data, id, retry, arrival_ns
+            name.decode("utf-8", errors="replace") or "message" if name else "message",
+            data,
+            self._last_id,
+            self._retry,
+            arrival_ns,
         )
         self._data, self._data_len = [], 0
         self._event = b""

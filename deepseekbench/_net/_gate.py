@@ -198,6 +198,15 @@ def _hosts_of(nodes: list[object], url: httpx.URL | None) -> list[str]:
     return found
 
 
+def _has_authorization(headers: httpx.Headers) -> bool:
+    """``"authorization" in headers``, without httpx's scan of every header for their
+    encoding (the name encodes alike in each encoding httpx picks itself); headers set
+    to another encoding take ``in``."""
+    if headers._encoding in (None, "ascii", "utf-8", "iso-8859-1"):
+        return any(key == b"authorization" for _, key, _ in headers._list)
+    return "authorization" in headers
+
+
 def _items(value: object) -> list[object]:
     if isinstance(value, list | tuple | set | frozenset):
         return list(value)
@@ -414,7 +423,7 @@ class LiveGate:
         Raises:
             LiveGateError: the request is refused; nothing was sent.
         """
-        has_auth = "authorization" in request.headers
+        has_auth = _has_authorization(request.headers)
         with self._lock:
             err = self.refusal(request.url, has_auth_header=has_auth)
             if err is not None:

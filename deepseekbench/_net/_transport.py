@@ -363,7 +363,7 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
             response = await session.request(
                 method=request.method,
                 url=str(request.url),
-                headers=request.headers.items(),
+                headers=_header_items(request.headers),
                 data=data,
                 allow_redirects=False,
                 auto_decompress=False,
@@ -392,6 +392,27 @@ class _AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _header_items(headers: httpx.Headers) -> Any:
+    """``headers.items()`` (names lowercased, repeats joined with ``", "``, in first-seen
+    order), decoded as ASCII without httpx's encoding property read twice per header
+    (and its scan of every header when not yet done); headers that are not all ASCII,
+    or whose encoding is set to another, take ``headers.items()`` itself."""
+    # unset: what ``headers.encoding`` picks first when every header is ASCII
+    if headers._encoding is None or headers._encoding == "ascii":
+        items: dict[str, str] = {}
+        try:
+            for _, key, value in headers._list:
+                name = key.decode("ascii")
+                if name in items:
+                    items[name] += f", {value.decode('ascii')}"
+                else:
+                    items[name] = value.decode("ascii")
+        except UnicodeDecodeError:
+            return headers.items()
+        return items.items()
+    return headers.items()
 
 
 def _is_session(obj: object) -> bool:
