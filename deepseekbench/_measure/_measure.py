@@ -90,6 +90,20 @@ def _check_gated(client: httpx.AsyncClient, gate: LiveGate, url: httpx.URL) -> N
         ) from None
 
 
+def _check_arguments(route: object, gate: object) -> None:
+    """Raise a ``TypeError`` naming the argument when ``route`` or ``gate`` has the wrong type."""
+    if not isinstance(route, EngineRoute):
+        raise TypeError(
+            "measure_streamed: route must be an EngineRoute (EngineRoute.model_validate(...) "
+            f"makes one from a dict), not {type(route).__name__}"
+        )
+    if not isinstance(gate, LiveGate):
+        raise TypeError(
+            "measure_streamed: gate must be a LiveGate (LiveGate() admits loopback only), "
+            f"not {type(gate).__name__}"
+        )
+
+
 async def measure_streamed(
     request: ChatRequest | Mapping[str, Any],
     *,
@@ -127,12 +141,15 @@ async def measure_streamed(
         received so far; they never raise.
 
     Raises:
-        TypeError: ``request`` is neither a :class:`ChatRequest` nor a mapping.
+        TypeError: ``request`` is neither a :class:`ChatRequest` nor a mapping,
+            ``route`` is not an :class:`EngineRoute`, or ``gate`` is not a
+            :class:`LiveGate`.
         pydantic.ValidationError: ``request`` is invalid (including an unknown
             key in a dict; see :func:`coerce_request`).
         LiveGateError: the gate refuses the URL (before any connection) or
             ``client`` is not gated by ``gate``.
     """
+    _check_arguments(route, gate)
     req = coerce_request(request)
     timeouts = timeouts or Timeouts()
     url = parsed_url(route.chat_url)  # parsed once per URL: httpx re-parses a str each step
