@@ -23,6 +23,7 @@ OTHER_PROJECTS: dict[str, str] = {
     "AttentionBackendEnum": "vLLM",
     "ChatCompletionRequest": "vLLM / OpenAI",
     "ClientRequest": "aiohttp",
+    "ClientSession": "aiohttp",
     "ChatCompletionResponseStreamChoice": "vLLM",
     "CpuPlatform": "vLLM",
     "DeepseekV3ForCausalLM": "Hugging Face transformers / vLLM",
