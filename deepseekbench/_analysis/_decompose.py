@@ -143,12 +143,22 @@ def printed_ratio(speedup: float, length: float, digits: int = 2) -> tuple[str, 
     return f"{l_p / s_p:.8f}", 8
 
 
-def rate_words(break_even_length: float, acceptance_length: float, depth: int | None) -> str:
+def rate_words(
+    break_even_length: float,
+    acceptance_length: float,
+    depth: int | None,
+    *,
+    below_one_shown: bool = False,
+) -> str:
     """The break-even per-position rate beside the route's own, in words (no figure
     stands for "any drafter"): "break-even 0.69 vs own 0.85 per position at depth 3",
     "break-even below 1 (any drafter pays); own 0.85 per position at depth 3",
     "break-even unreachable at depth 3 (at most 4); own 0.85 per position" or
-    "depth unknown". Both rates are i.i.d.-equivalent: the ``a`` solving
+    "depth unknown". A break-even length at or below 1 is called "below 1 (any drafter
+    pays)" only with ``below_one_shown`` (the step-cost ratio's whole 95 % interval is
+    below 1, as :meth:`SpeedupDecomposition.target_text` requires); otherwise it reads
+    "break-even not shown below 1 (the step-cost interval includes 1)", since a point
+    estimate alone concludes nothing. Both rates are i.i.d.-equivalent: the ``a`` solving
     ``(1 - a^(k+1)) / (1 - a) = length`` (:func:`break_even_acceptance_rate`;
     Leviathan, Kalman & Matias 2023, eq. 1) for the break-even length and for the
     measured acceptance length (tokens per verify step).
@@ -161,6 +171,11 @@ def rate_words(break_even_length: float, acceptance_length: float, depth: int | 
     own = break_even_acceptance_rate(acceptance_length, depth)
     own_text = f"own {own:.2f} per position" if own is not None else "own unknown"
     if break_even_length <= 1.0:
+        if not below_one_shown:
+            return (
+                "break-even not shown below 1 (the step-cost interval includes 1); "
+                f"{own_text} at depth {depth}"
+            )
         return f"break-even below 1 (any drafter pays); {own_text} at depth {depth}"
     need = break_even_acceptance_rate(break_even_length, depth)
     if need is None:
@@ -256,6 +271,23 @@ class SpeedupDecomposition(BaseModel):
     def ratio_decimals(self) -> int:
         """How many decimals :attr:`ratio_text` has (2 or more)."""
         return printed_ratio(self.speedup, self.acceptance_length)[1]
+
+    @property
+    def below_one_shown(self) -> bool:
+        """True when the step-cost ratio's whole 95 % interval is below 1 (the verify step
+        shown cheaper than ``off``'s decode step); ``False`` without an interval."""
+        ci = self.step_cost_ratio_ci
+        return ci is not None and ci[1] < 1.0
+
+    def rate_text(self) -> str:
+        """:func:`rate_words` for this decomposition, a break-even below 1 called so only
+        when :attr:`below_one_shown`."""
+        return rate_words(
+            self.break_even_length,
+            self.acceptance_length,
+            self.depth,
+            below_one_shown=self.below_one_shown,
+        )
 
     def target_text(self) -> str:
         """The drafter's target in words, e.g. "a depth-3 head must reach acceptance

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from deepseekbench._analysis._decompose import SpeedupDecomposition, moved_text, rate_words
+from deepseekbench._analysis._decompose import SpeedupDecomposition, moved_text
 from deepseekbench._analysis._lines import ScorecardLine
 from deepseekbench._types._interval import interval_text
 
@@ -39,7 +39,8 @@ DECOMPOSITION_COLUMNS: Final = (
 )  # fmt: skip
 """The section's table heads. The break-even acceptance length is the step-cost ratio
 itself, so it has no column of its own; the last column sets the break-even
-per-position rate beside the route's own i.i.d.-equivalent rate (:func:`rate_words`)."""
+per-position rate beside the route's own i.i.d.-equivalent rate
+(:meth:`SpeedupDecomposition.rate_text`)."""
 
 
 def _ci(value: float, ci: tuple[float, float] | None, digits: int = 2) -> str:
@@ -73,7 +74,7 @@ def decomposition_cells(lines: Sequence[ScorecardLine]) -> list[list[str]]:
                 _ratio_cell(d),
                 _ci(d.verify_step_ms, d.verify_step_ms_ci, 1),
                 f"{d.decode_step_ms:.2f}",  # off's TPOT, as the main table prints it
-                rate_words(d.break_even_length, d.acceptance_length, d.depth),
+                d.rate_text(),
             ]
         )
     return out

@@ -73,8 +73,16 @@ def test_a_break_even_below_one_or_unreachable_is_worded_never_rate_zero() -> No
     # without an interval, no firm conclusion is drawn from the point alone
     assert "below 1" not in point.target_text() and "cheaper" not in point.target_text()
     assert "a point estimate without an interval" in point.target_text()
-    words = rate_words(0.9, 2.0, 3)
+    words = rate_words(0.9, 2.0, 3, below_one_shown=True)
     assert words.startswith("break-even below 1 (any drafter pays); own 0.")
+    # the table's column follows the interval as the sentence does: a point estimate
+    # below 1, or an interval that includes 1, is not called "any drafter pays"
+    assert cheap.rate_text().startswith("break-even below 1 (any drafter pays)")
+    spans = point.model_copy(update={"step_cost_ratio_ci": (0.73, 1.37)})
+    for unproven in (point, spans):
+        assert unproven.rate_text().startswith("break-even not shown below 1")
+        assert "pays" not in unproven.rate_text()
+    assert rate_words(0.9, 2.0, 3).startswith("break-even not shown below 1")
     assert "0.00" not in words
     assert rate_words(4.5, 2.0, 3).startswith("break-even unreachable at depth 3 (at most 4)")
     assert rate_words(2.0, 2.0, None) == "depth unknown"
