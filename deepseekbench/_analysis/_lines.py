@@ -33,9 +33,11 @@ from deepseekbench._types._axes import KEY_AXES, AcceptanceScope, QualityParity,
 from deepseekbench._types._clock import Clock
 from deepseekbench._types._identity import RouteIdentity
 from deepseekbench._types._load import LoadPoint
+from deepseekbench._types._parity import BASELINE_NONDETERMINISTIC
 from deepseekbench._types._row import Dispersion, Row, SliceStats
 
 __all__ = [
+    "UNFINISHED_MARK",
     "CategoryLine",
     "ParityDetail",
     "ScorecardLine",
@@ -44,6 +46,7 @@ __all__ = [
     "line_key",
     "load_point",
     "load_words",
+    "unfinished_reasons",
 ]
 
 _T = TypeVar("_T")
@@ -148,7 +151,10 @@ class ScorecardLine(BaseModel):
     never a credited speedup), ``None`` on every other line. ``baseline_rounds``: the
     rounds the ``off`` row ran (``Row.rounds``); when fewer than this row's (a sequential
     run stopped ``off`` early), :attr:`speedup_text` says so on the line, as only the
-    rounds both ran are paired.
+    rounds both ran are paired. ``unfinished_reasons``: in a run that did not finish (no
+    ``run_end`` record), the verdict's refusal reasons a finished run may not have had
+    (:func:`unfinished_reasons`); :attr:`speedup_text` marks each with
+    :data:`UNFINISHED_MARK`. Empty for a finished run.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(_FromRow,))
@@ -163,6 +169,10 @@ class ScorecardLine(BaseModel):
     engine_diagnosis: EngineClockDiagnosis | None = None
     baseline_rounds: int | None = Field(
         default=None, ge=1, description="measurement rounds the off row ran (None: unknown)"
+    )
+    unfinished_reasons: tuple[RefusalReason, ...] = Field(
+        default=(),
+        description="refusal reasons that may be an unfinished run's doing (marked ‡)",
     )
 
     # the row's own fields, read through
@@ -267,6 +277,14 @@ class ScorecardLine(BaseModel):
             return "baseline"
         if self.verdict is None:
             return "refused: no off baseline in this cell"
+        if self.unfinished_reasons:  # a refused verdict: its reasons, some marked
+            v, marked = self.verdict, set(self.unfinished_reasons)
+            axes = f" [{', '.join(v.mismatched_axes)}]" if v.mismatched_axes else ""
+            return (
+                "refused: "
+                + ", ".join(r.value + (UNFINISHED_MARK if r in marked else "") for r in v.reasons)
+                + axes
+            )
         return str(self.verdict) + self._fewer_baseline_rounds()
 
     def _fewer_baseline_rounds(self) -> str:
@@ -278,6 +296,53 @@ class ScorecardLine(BaseModel):
         if mine is None or base is None or base >= mine:
             return ""
         return f" [off ran {base} of {mine} rounds]"
+
+
+UNFINISHED_MARK = "‡"
+"""Marks a refusal reason that may be an unfinished run's doing (:func:`unfinished_reasons`);
+the scorecard's footnote says so."""
+
+_SHORT_OF_PLAN = frozenset(
+    {
+        RefusalReason.baseline_incomplete,
+        RefusalReason.candidate_incomplete,
+        RefusalReason.baseline_too_few_requests,
+        RefusalReason.candidate_too_few_requests,
+        RefusalReason.baseline_metric_missing,
+        RefusalReason.candidate_metric_missing,
+        RefusalReason.speculative_counters_missing,
+    }
+)
+"""Refusal reasons for a row measured short of its plan: a run stopped before its last
+load points or rounds leaves them (no figure, too few requests, no counters yet)."""
+
+
+def _parity_unchecked(row: Row) -> bool:
+    """The row's parity is still unknown, not for a finding (a mismatch is ``differs``;
+    ``off`` differing from itself, :data:`~deepseekbench.BASELINE_NONDETERMINISTIC`, is
+    measured): a check the run never made, e.g. off's determinism control, which the
+    schedule runs after every measurement (``deepseekbench._plan._schedule``)."""
+    return row.quality_parity is QualityParity.unknown and (
+        BASELINE_NONDETERMINISTIC not in (row.parity_detail or "")
+    )
+
+
+def unfinished_reasons(
+    baseline: Row, candidate: Row, verdict: SpeedupVerdict
+) -> tuple[RefusalReason, ...]:
+    """The refusal reasons of ``verdict`` (``candidate`` judged against ``baseline``) that
+    a run which did not finish may owe to stopping early, not to a fault found: parity
+    still unknown on that side (:func:`_parity_unchecked`), or a row short of its plan
+    (incomplete, too few requests, metric or speculative counters missing). In verdict
+    order; empty for a printed or inconclusive verdict. Only a run without its
+    ``run_end`` record asks (:func:`judge_rows`' ``run_unfinished``); "may": a finished
+    run can refuse for the same reasons."""
+    R = RefusalReason
+    unchecked = {
+        R.baseline_parity_not_verified: _parity_unchecked(baseline),
+        R.candidate_parity_not_verified: _parity_unchecked(candidate),
+    }
+    return tuple(r for r in verdict.reasons if r in _SHORT_OF_PLAN or unchecked.get(r, False))
 
 
 def _pair_key(row: Row) -> tuple[Any, ...]:
@@ -421,6 +486,7 @@ def judge_rows(
     acceptance: Mapping[str, Sequence[float]] | None = None,
     prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
     acceptance_prompts: Mapping[str, Sequence[str | None]] | None = None,
+    run_unfinished: bool = False,
 ) -> list[ScorecardLine]:
     """One line per row, in row order but for the loads of a cell, which read ascending
     (concurrency, or rate in requests/s: :func:`load_order`): each speculative row judged
@@ -430,7 +496,9 @@ def judge_rows(
     the speedup's interval over prompts) and ``acceptance`` (per-request acceptance
     lengths, tokens per verify step: the decomposition's interval, with
     ``acceptance_prompts`` the prompt of each, for a bootstrap over prompts) are keyed by
-    :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``)."""
+    :func:`line_key`; ``results_tampered`` refuses every speedup (``results_tampered``);
+    ``run_unfinished`` (the rows are of a run without its ``run_end`` record) sets each
+    refused line's :attr:`ScorecardLine.unfinished_reasons`: no verdict changes."""
     offs: dict[tuple[Any, ...], Row] = {}
     for r in rows:
         if r.speculative is Speculative.off:
@@ -451,5 +519,9 @@ def judge_rows(
     for r in load_order(rows):
         base = None if r.speculative is Speculative.off else offs.get(_pair_key(r))
         d = details.get(line_key(r)) if details is not None else None
-        lines.append(judge.line(r, base, d))
+        line = judge.line(r, base, d)
+        if run_unfinished and base is not None and line.verdict is not None:
+            marked = unfinished_reasons(base, r, line.verdict)
+            line = line.model_copy(update={"unfinished_reasons": marked})
+        lines.append(line)
     return lines

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from deepseekbench._analysis._lines import ScorecardLine
+from deepseekbench._analysis._lines import UNFINISHED_MARK, ScorecardLine
+from deepseekbench._analysis._speedup import RefusalReason
 from deepseekbench._report._client_diagnosis import run_diagnoses
 from deepseekbench._report._past_eos import past_eos_notes
 from deepseekbench._report._server_side import server_side_notes
@@ -18,7 +19,13 @@ from deepseekbench._report._tables import server_wide_marked
 from deepseekbench._types._axes import QualityParity, Speculative
 from deepseekbench._types._identity import RouteIdentity
 
-__all__ = ["crossover_text", "crossovers", "positions_text", "scorecard_notes"]
+__all__ = [
+    "crossover_text",
+    "crossovers",
+    "positions_text",
+    "scorecard_notes",
+    "unfinished_header",
+]
 
 
 def _x(v: float) -> str:
@@ -245,6 +252,7 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
         notes.append(ACCEPTANCE_RATES_NOTE)
     if any(server_wide_marked(ln) for ln in lines):  # the footnote of a shown "*"
         notes.append("* acceptance is a server-wide /metrics delta, not per request")
+    notes.extend(_unfinished_notes(lines))
     if any(ln.row.schedule_lagged for ln in lines):
         notes.append(
             "! the open-loop schedule lagged (p90 queue_ms above arrival.max_lag_ms): "
@@ -258,6 +266,54 @@ def _footnotes(lines: Sequence[ScorecardLine]) -> list[str]:
             "significance was not judged, so it is not a credited speedup claim"
         )
     return notes
+
+
+def unfinished_header(lines: Sequence[ScorecardLine]) -> str:
+    """The header line of a run that did not finish (no ``run_end`` record): what the rows
+    hold, and, when a line has a reason marked ``‡``, where the mark is explained."""
+    marked = any(ln.unfinished_reasons for ln in lines)
+    return (
+        "Unfinished run: the results file has no run_end record (stopped, crashed or "
+        "still going), so the rows hold only what was measured"
+        + (
+            f"; a refusal reason marked {UNFINISHED_MARK} may be for a check or "
+            f"measurement the run never made (the {UNFINISHED_MARK} note below)"
+            if marked
+            else ""
+        )
+    )
+
+
+_PARITY_REASONS = frozenset(
+    {RefusalReason.baseline_parity_not_verified, RefusalReason.candidate_parity_not_verified}
+)
+
+
+def _unfinished_notes(lines: Sequence[ScorecardLine]) -> list[str]:
+    """One footnote for every reason marked ``‡`` (:attr:`ScorecardLine.unfinished_reasons`):
+    the run did not finish, and what it never got to (parity checks, the rest of a row's
+    requests), each part only when a marked reason is of its kind."""
+    marked = [ln for ln in lines if ln.unfinished_reasons]
+    if not marked:
+        return []
+    reasons = {r for ln in marked for r in ln.unfinished_reasons}
+    parts = []
+    if reasons & _PARITY_REASONS:
+        parts.append(
+            "parity not verified where it is still unknown: the run stopped before "
+            "checking it (off's determinism control runs after every measurement)"
+        )
+    if reasons - _PARITY_REASONS:
+        parts.append(
+            "a row with too few requests, or a figure or the speculative counters missing: "
+            "the run stopped before measuring it all"
+        )
+    return [
+        f"{UNFINISHED_MARK} the run did not finish: on {len(marked)} line(s) a reason "
+        f"marked {UNFINISHED_MARK} may be its doing, not a fault found — "
+        + "; ".join(parts)
+        + ". Finishing the run judges them"
+    ]
 
 
 def _speedup_interval_notes(lines: Sequence[ScorecardLine]) -> list[str]:

@@ -115,6 +115,9 @@ class Scorecard:
         # after the scorecard's own notes in every format; from_run takes the run's
         # recorded ones (RunResult.run_notes)
         self.run_notes: tuple[str, ...] = ()
+        # the run has no run_end record (from_rows' run_unfinished; from_run: not
+        # RunResult.complete): the header says so, and each line's unfinished_reasons
+        self.unfinished = False
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -133,6 +136,7 @@ class Scorecard:
         acceptance: Mapping[str, Sequence[float]] | None = None,
         prompts: Mapping[str, Mapping[str, Mapping[int, float]]] | None = None,
         acceptance_prompts: Mapping[str, Sequence[str | None]] | None = None,
+        run_unfinished: bool = False,
     ) -> Scorecard:
         """Judge every speculative row against the ``off`` row of its cell and load.
 
@@ -161,6 +165,11 @@ class Scorecard:
                 speedup's interval also covers the choice of prompts (a paired cluster
                 bootstrap over them, combined with the rounds' interval: see
                 :func:`~deepseekbench.compare_speedup`).
+            run_unfinished: the rows are of a run that did not finish (no ``run_end``
+                record): the header says so, and a refusal reason it may owe to
+                stopping early is marked ``‡`` on its line, with one footnote
+                (:func:`~deepseekbench._analysis._lines.unfinished_reasons`; no verdict
+                changes).
 
         Raises:
             ValueError: ``metric`` is unknown.
@@ -179,10 +188,12 @@ class Scorecard:
             acceptance=acceptance,
             prompts=prompts,
             acceptance_prompts=acceptance_prompts,
+            run_unfinished=run_unfinished,
         )
         card = cls(lines, metric=m, rows=rows)
         card.round_values = rounds or {}
         card.clock = Clock(clock)
+        card.unfinished = run_unfinished
         return card
 
     @classmethod
@@ -190,7 +201,8 @@ class Scorecard:
         cls, result: RunResult, *, metric: SpeedupMetric | str = SpeedupMetric.tpot_ms
     ) -> Scorecard:
         """The scorecard of a :class:`~deepseekbench.RunResult` (samples, rounds and
-        details included).
+        details included; an unfinished one, ``complete`` False, says so: see
+        :meth:`from_rows`' ``run_unfinished``).
 
         Raises:
             ValueError: ``metric`` is not a :class:`SpeedupMetric` value.
@@ -235,6 +247,7 @@ class Scorecard:
             acceptance=acceptance,
             prompts=prompts,
             acceptance_prompts=acc_prompts,
+            run_unfinished=not result.complete,
         )
         card.client_workers = result.plan.pool_workers
         card.meta = result.meta

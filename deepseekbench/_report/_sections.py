@@ -2,11 +2,12 @@
 
 Holds :class:`Section`, :data:`SECTION_KINDS` (every kind, in report order) and
 :func:`report_sections`, which builds a scorecard's sections: the title, the
-run line, the integrity warning, the main table, where each credited speedup
-comes from (acceptance length ÷ step-cost ratio), acceptance per request, the
-per-category and per-turn tables, the best configuration per load, the latency percentiles, capacity
-under SLO and the notes. A section with nothing to show is left out, except the
-title, the run line and the main table, which every report has.
+run line, the integrity warning, the unfinished run's warning, the main table,
+where each credited speedup comes from (acceptance length ÷ step-cost ratio),
+acceptance per request, the per-category and per-turn tables, the best
+configuration per load, the latency percentiles, capacity under SLO and the
+notes. A section with nothing to show is left out, except the title, the run
+line and the main table, which every report has.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from deepseekbench._report._decomposition import (
     decomposition_items,
 )
 from deepseekbench._report._grid import grid_text
-from deepseekbench._report._notes import scorecard_notes, where
+from deepseekbench._report._notes import scorecard_notes, unfinished_header, where
 from deepseekbench._report._tables import (
     CATEGORY_COLUMNS,
     CATEGORY_TITLE,
@@ -52,6 +53,7 @@ SECTION_KINDS: Final = (
     "title",
     "run",
     "integrity",
+    "unfinished",
     "table",
     "decomposition",
     "acceptance",
@@ -105,6 +107,7 @@ def report_sections(card: Scorecard) -> list[Section]:
         Section("title", title),
         Section("run", items=(f"Run: {meta.describe()}",) if meta is not None else ()),
         *([Section("integrity", items=(f"Results file: {note}",))] if note else []),
+        *([Section("unfinished", items=(unfinished_header(lines),))] if card.unfinished else []),
         _table("table", "", main_columns(lines, card.clock), main_cells(lines, card.clock)),
     ]
     parts, why = decomposition_cells(lines), decomposition_items(lines)

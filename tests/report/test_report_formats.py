@@ -23,6 +23,7 @@ MARKERS: dict[str, dict[str, str]] = {
         "title": "Scorecard (speedup by",
         "run": "Run: model deepseekbench",
         "integrity": "Results file:",
+        "unfinished": "Unfinished run: ",
         "table": "  speedup\n",
         "decomposition": "Where the speedup comes from (",
         "acceptance": "Acceptance per request (",
@@ -37,6 +38,7 @@ MARKERS: dict[str, dict[str, str]] = {
         "title": "## Scorecard (speedup by",
         "run": "Run: model deepseekbench",
         "integrity": "**Results file:",
+        "unfinished": "**Unfinished run: ",
         "table": "| speedup |",
         "decomposition": "Where the speedup comes from (",
         "acceptance": "Acceptance per request (",
@@ -51,6 +53,7 @@ MARKERS: dict[str, dict[str, str]] = {
         "title": "<h2>Scorecard (speedup by",
         "run": "<p>Run: model deepseekbench",
         "integrity": "<p><strong>Results file:",
+        "unfinished": "<p><strong>Unfinished run: ",
         "table": "<th>speedup</th>",
         "decomposition": "<h3>Where the speedup comes from (",
         "acceptance": "<h3>Acceptance per request (",
@@ -65,6 +68,7 @@ MARKERS: dict[str, dict[str, str]] = {
         "title": '"metric": "tpot_ms"',
         "run": '"run": {',
         "integrity": '"results_integrity": ',
+        "unfinished": '"unfinished": "Unfinished run: ',
         "table": '"lines": [',
         "decomposition": '"decomposition": {',
         "acceptance": '"acceptance_length_p50": ',
@@ -78,6 +82,7 @@ MARKERS: dict[str, dict[str, str]] = {
     "csv": {
         "run": ",model,plan_hash,",
         "integrity": ",results_integrity,",
+        "unfinished": "; Unfinished run: ",  # joins the integrity note in its column
         "table": "cell,load,route,",
         "latency": ",ttft_p90_ms,ttft_p99_ms,",
     },
@@ -103,7 +108,8 @@ def _slice(name: str, tpot: float) -> SliceStats:
 
 def _every_section() -> Scorecard:
     """A scorecard with every section: categories, turns, a depth grid, capacity
-    under SLO and an unverified results file on top of a saved run's metadata."""
+    under SLO and an unverified results file of an unfinished run on top of a saved
+    run's metadata."""
     load: dict[str, Any] = {"arrival": "closed", "concurrency": 8, "schedule_lagged": True}
     cats = (_slice("qa", 4.0), _slice("code", 4.0))
     turns = (_slice("turn 1", 4.0), _slice("turn 2", 4.0))
@@ -114,7 +120,7 @@ def _every_section() -> Scorecard:
         acceptance_length_p10=2.0, acceptance_length_p50=2.6, acceptance_length_p90=3.0,
         accepted_per_step=(10, 20, 30), acceptance_split="unknown",
     )  # fmt: skip
-    card = Scorecard.from_rows([off, mtp])
+    card = Scorecard.from_rows([off, mtp], run_unfinished=True)
     meta = Scorecard.from_results(DATA / "numerics.jsonl").meta
     assert meta is not None
     card.meta = meta.model_copy(update={"results_integrity": "edited after the run"})

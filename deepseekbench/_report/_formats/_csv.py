@@ -3,12 +3,13 @@
 Holds :data:`CSV_FIELDS`, :func:`records` (also the pandas columns) and
 :func:`render`. The sections walk into columns: the run line and its integrity
 note (``model``, ``plan_hash``, ``run_started_at``, ``engine``,
-``results_integrity``), the main table (one record per line) and the latency
-percentiles (``*_p90_ms``...); each credited TPOT line's decomposition in
-``step_cost_ratio``... ``break_even_acceptance_rate`` (the section's sentences
-are not carried). A flat table cannot carry the title, the nested
-per-category and per-turn tables, the best configuration, capacity or the
-notes (:data:`OMITS`; the JSON format carries them).
+``results_integrity``, which an unfinished run's header line joins), the main
+table (one record per line) and the latency percentiles (``*_p90_ms``...); each
+credited TPOT line's decomposition in ``step_cost_ratio``...
+``break_even_acceptance_rate`` (the section's sentences are not carried). A flat
+table cannot carry the title, the nested per-category and per-turn tables, the
+best configuration, capacity or the notes (:data:`OMITS`; the JSON format
+carries them).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def _decomposition_fields(ln: ScorecardLine) -> dict[str, Any]:
     }
 
 
-def _record(ln: ScorecardLine, meta: RunMeta | None) -> dict[str, Any]:
+def _record(ln: ScorecardLine, meta: RunMeta | None, integrity: str | None) -> dict[str, Any]:
     r, d = ln.row, ln.row.dispersion
     own = {f: getattr(r, f) for f in _ROW_FIELDS}
     rec: dict[str, Any] = {
@@ -136,7 +137,7 @@ def _record(ln: ScorecardLine, meta: RunMeta | None) -> dict[str, Any]:
         "plan_hash": meta.plan_hash if meta else None,
         "run_started_at": meta.started_at if meta else None,
         "engine": meta.engines.get(ln.route) if meta else None,
-        "results_integrity": meta.results_integrity if meta else None,
+        "results_integrity": integrity,
         "client_flag": ln.client_flag,
     }
     return {k: rec[k] for k in CSV_FIELDS}
@@ -145,8 +146,12 @@ def _record(ln: ScorecardLine, meta: RunMeta | None) -> dict[str, Any]:
 def records(card: Scorecard) -> list[dict[str, Any]]:
     """One flat dict per line (the CSV and DataFrame columns; the run's metadata in
     ``model``, ``plan_hash``, ``run_started_at`` and ``engine``, empty when unknown)."""
-    table = any(s.kind == "table" for s in report_sections(card))
-    return [_record(ln, card.meta) for ln in card.lines] if table else []
+    sections = report_sections(card)
+    table = any(s.kind == "table" for s in sections)
+    said = [card.meta.results_integrity if card.meta is not None else None]
+    said += [s.items[0] for s in sections if s.kind == "unfinished"]
+    integrity = "; ".join(x for x in said if x) or None  # both, when both apply
+    return [_record(ln, card.meta, integrity) for ln in card.lines] if table else []
 
 
 def render(card: Scorecard) -> str:

@@ -39,7 +39,7 @@ def _section(s: Section) -> str:
         return f"<h2>{html.escape(s.heading)}</h2>"
     if s.kind == "run":
         return "".join(f"<p>{html.escape(x)}</p>" for x in s.items)
-    if s.kind == "integrity":
+    if s.kind in ("integrity", "unfinished"):
         return "".join(f"<p><strong>{html.escape(x)}</strong></p>" for x in s.items)
     if s.kind == "table":
         return html_table(s.columns, s.rows)

@@ -2,7 +2,8 @@
 
 Holds :func:`to_dict`, :func:`line_dict` and :func:`render`. The sections walk
 into keys: the title's metric (``metric``), the run line (``run``, its
-integrity note inside), the main table (``lines``; each line carries its
+integrity note inside), an unfinished run's warning (``unfinished``, its header
+line; absent for a finished run), the main table (``lines``; each line carries its
 categories, turns and latency percentiles), the best configuration
 (``best_configs``), capacity (``capacity``) and the notes under the tables
 (``notes``, one string each, as the text format prints them). Each credited
@@ -72,6 +73,8 @@ def _value(section: Section, card: Scorecard) -> tuple[str, Any] | None:
         return "metric", card.metric.value
     if kind == "run":
         return "run", card.meta.model_dump(mode="json") if card.meta is not None else None
+    if kind == "unfinished":  # only a run without its run_end record has the key
+        return "unfinished", section.items[0]
     if kind == "table":
         return "lines", [line_dict(ln) for ln in card.lines]
     if kind == "acceptance":  # each line carries its own acceptance_length_p10...
@@ -88,7 +91,8 @@ def _value(section: Section, card: Scorecard) -> tuple[str, Any] | None:
 
 
 def to_dict(card: Scorecard) -> dict[str, Any]:
-    """``{"metric", "run", "lines": [...]}``, then ``best_configs`` and ``capacity``
+    """``{"metric", "run", "lines": [...]}`` (``unfinished`` after ``run`` for a run
+    without its ``run_end`` record), then ``best_configs`` and ``capacity``
     when the run had a depth grid or a ``[search]``, and ``notes`` when there are any."""
     pairs = (_value(s, card) for s in report_sections(card))
     return dict(p for p in pairs if p is not None)

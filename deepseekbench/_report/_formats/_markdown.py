@@ -38,7 +38,7 @@ def _section(s: Section) -> list[str]:
         return [f"## {_esc(s.heading)}", ""]
     if s.kind == "run":
         return [x for item in s.items for x in (_esc(item), "")]
-    if s.kind == "integrity":
+    if s.kind in ("integrity", "unfinished"):
         return [x for item in s.items for x in (f"**{_esc(item)}**", "")]
     if s.kind == "table":
         return _table(s.columns, s.rows)

@@ -34,7 +34,7 @@ def fixed_width(table: Sequence[Sequence[str]]) -> list[str]:
 def _section(s: Section) -> list[str]:
     if s.kind == "title":
         return [s.heading]
-    if s.kind in ("run", "integrity"):
+    if s.kind in ("run", "integrity", "unfinished"):
         return list(s.items)
     if s.kind == "table":
         return fixed_width([s.columns, *s.rows])
