@@ -332,8 +332,9 @@ class RunComparison(BaseModel):
 
     @property
     def summary(self) -> str:
-        """One paragraph naming what moved: the changed figures (largest change first
-        line), those unchanged, parity, and the recorded differences."""
+        """One paragraph naming what moved: the changed figures (per figure and
+        direction, the line of its largest change, then every other line it moved that
+        way on), those unchanged, parity, and the recorded differences."""
         return _summary(self)
 
 
@@ -717,26 +718,53 @@ def _load_words(load: str) -> str:
     return load.split(":", 1)[-1]
 
 
+SUMMARY_PLACES = 4
+"""Lines the summary names where one figure moved the same way on several, before it
+counts the rest (every line stays in :attr:`RunComparison.lines`)."""
+
+
+def _place(ln: LineComparison, with_cell: bool) -> str:
+    """``mtp c=8`` (``mtp c=8 @ 1k/256/non_think`` when the runs have several cells)."""
+    return f"{ln.route} {_load_words(ln.load)}" + (f" @ {ln.cell}" if with_cell else "")
+
+
+def _where(lines: Sequence[LineComparison], with_cell: bool) -> str:
+    """Where one figure moved one way: the line of its largest change (``mtp, c=8``),
+    then, on several lines, every other line it moved on (the first
+    :data:`SUMMARY_PLACES`, then their count), so a figure is never credited to one
+    route for lines of others."""
+    first = lines[0]
+    head = f"{first.route}, {_load_words(first.load)}" + (f", {first.cell}" if with_cell else "")
+    if len(lines) == 1:
+        return head
+    rest = [_place(ln, with_cell) for ln in lines[1:]]
+    named = ", ".join(rest[:SUMMARY_PLACES])
+    more = f" and {len(rest) - SUMMARY_PLACES} more" if len(rest) > SUMMARY_PLACES else ""
+    return f"{head}, the largest of {len(lines)} lines; also {named}{more}"
+
+
 def _moved(cmp: RunComparison) -> tuple[list[str], list[str]]:
-    """The changed figures in words (largest relative change per figure), and the
-    headline figures judged everywhere without a change."""
-    by_fig: dict[str, list[tuple[LineComparison, FigureChange]]] = {}
+    """The changed figures in words, one entry per figure and direction (its largest
+    relative change first, then every other line it moved that way on), and the headline
+    figures judged everywhere without a change."""
+    by_fig: dict[tuple[str, bool], list[tuple[LineComparison, FigureChange]]] = {}
     judged: dict[str, str] = {}
     for ln in cmp.lines:
         for f in ln.figures:
             if f.status in ("changed", "no_significant_change"):
                 judged[f.figure] = f.label
             if f.status == "changed":
-                by_fig.setdefault(f.figure, []).append((ln, f))
+                rose = (f.b or 0) > (f.a or 0)
+                by_fig.setdefault((f.figure, rose), []).append((ln, f))
+    with_cell = len({ln.cell for ln in cmp.lines}) > 1
     moved: list[str] = []
-    for items in by_fig.values():
-        ln, f = max(items, key=lambda lf: abs(lf[1].relative_change or math.inf))
-        verb = "rose" if (f.b or 0) > (f.a or 0) else "fell"
-        more = f", {len(items)} lines" if len(items) > 1 else ""
-        moved.append(
-            f"{f.label} {verb} {f.values_text().strip()} ({ln.route}, {_load_words(ln.load)}{more})"
-        )
-    still = [judged[n] + " unchanged" for n in _SUMMARY_FIGURES if n in judged and n not in by_fig]
+    for (_, rose), items in by_fig.items():
+        items.sort(key=lambda lf: abs(lf[1].relative_change or math.inf), reverse=True)
+        f = items[0][1]
+        where = _where([ln for ln, _ in items], with_cell)
+        moved.append(f"{f.label} {'rose' if rose else 'fell'} {f.values_text().strip()} ({where})")
+    changed = {name for name, _ in by_fig}
+    still = [judged[n] + " unchanged" for n in _SUMMARY_FIGURES if n in judged and n not in changed]
     return moved, still
 
 

@@ -545,3 +545,49 @@ def test_a_run_level_figure_repeated_on_several_lines_is_one_regression() -> Non
     assert len(hits) == 1 and hits[0].startswith("6 lines, one figure (")
     assert all(ln.name in hits[0] for ln in lines)
     assert len([r for r in regress if "TPOT p50" in r]) == 3  # c=1, 2, 8: distinct values
+
+
+def test_the_summary_names_every_line_a_figure_moved_on_and_splits_rise_from_fall() -> None:
+    """A figure that moved on lines of different routes names each of them, the largest
+    change first ("(mtp, c=8, 2 lines)" named one route for two lines whose routes
+    differ); a figure that fell on some lines and rose on another reads as two entries."""
+    from deepseekbench._analysis._compare_runs import (
+        SUMMARY_PLACES,
+        FigureChange,
+        LineComparison,
+        ParityChange,
+        RunComparison,
+    )
+    from deepseekbench._types._axes import QualityParity
+
+    v = QualityParity.verified
+
+    def ttft(b: float) -> FigureChange:
+        return FigureChange(
+            figure="ttft_p50_ms", label="TTFT p50", unit="ms", status="changed",
+            a=14.0, b=b, ci_low=b / 14 - 0.02, ci_high=b / 14 + 0.02,
+        )  # fmt: skip
+
+    def line(route: str, load: str, b: float, cell: str = "1k/256/non_think") -> LineComparison:
+        return LineComparison(
+            route=route, cell=cell, load=f"closed:{load}", figures=(ttft(b),),
+            parity=ParityChange(a=v, b=v),
+        )  # fmt: skip
+
+    lines = (line("mtp", "c=8", 12.0), line("mtp-mistuned", "c=8", 10.0), line("off", "c=1", 16))
+    cmp = RunComparison(a="A", b="B", alpha=0.05, judged=3, lines=lines)
+    assert "TTFT p50 fell 14 → 10 ms (mtp-mistuned, c=8, the largest of 2 lines; also mtp c=8)" in (
+        cmp.summary
+    )
+    assert "TTFT p50 rose 14 → 16 ms (off, c=1)," in cmp.summary
+    # one line stays as it read; past SUMMARY_PLACES other lines, the rest are counted
+    many = tuple(line(f"mtp-k{k}", "c=2", 13.0 - 0.1 * k) for k in range(SUMMARY_PLACES + 3))
+    text = RunComparison(a="A", b="B", alpha=0.05, judged=7, lines=many).summary
+    assert f"the largest of {len(many)} lines; also " in text and " and 2 more)" in text
+    # lines of several cells name their cell, so two loads of one name stay apart
+    two = (line("mtp", "c=8", 12.0), line("mtp", "c=8", 11.0, cell="8k/256/non_think"))
+    text = RunComparison(a="A", b="B", alpha=0.05, judged=2, lines=two).summary
+    assert (
+        "(mtp, c=8, 8k/256/non_think, the largest of 2 lines; also mtp c=8 @ 1k/256/non_think)"
+        in text
+    )
