@@ -82,7 +82,11 @@ copy), so that ``dsb.load_results("deepseekbench-demo.jsonl")`` reads the latest
 
 
 def demo_plan(
-    base_urls: Sequence[str], *, requests: int = DEMO_REQUESTS, results: str | None = None
+    base_urls: Sequence[str],
+    *,
+    requests: int = DEMO_REQUESTS,
+    results: str | None = None,
+    deterministic: bool | None = None,
 ) -> BenchmarkPlan:
     """The demo's plan for three engines at ``base_urls`` (off, mtp, mis-tuned mtp).
 
@@ -93,7 +97,10 @@ def demo_plan(
     (8 parity requests in flight, the same output cap). The engines behind the
     URLs are the caller's; ``python -m deepseekbench demo`` starts ``off`` and
     mtp with ``DEMO_DRAFT_DEPTH`` draft tokens (plain and mis-tuned) on a cost
-    model with ``DEMO_COMPUTE_MS_PER_TOKEN``.
+    model with ``DEMO_COMPUTE_MS_PER_TOKEN``. ``deterministic``: the engines'
+    deterministic mode, declared on every route (``[[routes]] deterministic``: the
+    embedded engine's :attr:`~deepseekbench._engine._config.EngineConfig.deterministic_mode`,
+    as docs/engines.md asks of an engine that does not report it; ``None``: undeclared).
     The speed workload is the prompts of the smoke tasks in ``DEMO_PROMPT_IDS`` (8,
     each sent once a round), answered at their natural length
     (``workload.output_length = "pinned"``, the default: a calibration pass on
@@ -110,6 +117,7 @@ def demo_plan(
     if len(base_urls) != 3:
         raise ValueError("demo_plan needs three base URLs (off, mtp, mis-tuned mtp)")
     off, mtp, bad = base_urls
+    declared = {"deterministic": deterministic} if deterministic is not None else {}
     return BenchmarkPlan.model_validate(
         {
             "model": "deepseekbench-ref",
@@ -117,14 +125,17 @@ def demo_plan(
             "engine_route": "embedded",
             "hosting": "embedded",
             "routes": [
-                {"label": "off", "speculative": "off", "base_url": off, "dialect": "vllm"},
-                {"label": "mtp", "speculative": "mtp", "base_url": mtp, "dialect": "vllm"},
+                {"label": "off", "speculative": "off", "base_url": off, "dialect": "vllm"}
+                | declared,
+                {"label": "mtp", "speculative": "mtp", "base_url": mtp, "dialect": "vllm"}
+                | declared,
                 {
                     "label": "mtp-mistuned",
                     "speculative": "mtp",
                     "base_url": bad,
                     "dialect": "vllm",
-                },
+                }
+                | declared,
             ],
             "workload": {"prompts": [t.prompt for t in smoke_tasks() if t.id in DEMO_PROMPT_IDS]},
             "requests_per_cell": requests,
@@ -176,7 +187,9 @@ async def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         EmbeddedEngine(configs[1]) as e_mtp,
         EmbeddedEngine(configs[2]) as e_bad,
     ):
-        plan = demo_plan([e_off.base_url, e_mtp.base_url, e_bad.base_url], requests=args.requests)
+        urls = [e_off.base_url, e_mtp.base_url, e_bad.base_url]
+        declared = all(c.deterministic_mode for c in configs)  # the engines' own word
+        plan = demo_plan(urls, requests=args.requests, deterministic=declared)
         try:
             with _coverage_hint_names_requests(plan):
                 result = await run_plan(plan, gate=LiveGate(), results_path=path, progress=prog)
@@ -226,13 +239,15 @@ hashed from the context; with this wording 4 of the 16 outputs (64 forced tokens
 that mtp's verify pass flips, so the scenario shows near-tie divergences."""
 
 
-def _numerics_plan(urls: Sequence[str], exact: str) -> BenchmarkPlan:
+def _numerics_plan(urls: Sequence[str], exact: str, deterministic: bool) -> BenchmarkPlan:
     """The numerics scenario's plan for ``off``, ``mtp`` and the lossy ``mtp-relaxed`` at
-    ``urls``."""
+    ``urls``, the engines' ``deterministic`` mode declared on each route (off in the
+    numerics mode: its verify passes round differently from decode)."""
     from deepseekbench._plan._plan import BenchmarkPlan
     from deepseekbench._plan._tasks import smoke_tasks
 
-    data = demo_plan(urls, requests=DEMO_NUMERICS_REQUESTS).model_dump(mode="json")
+    plan = demo_plan(urls, requests=DEMO_NUMERICS_REQUESTS, deterministic=deterministic)
+    data = plan.model_dump(mode="json")
     data["arrival"]["concurrency"] = [DEMO_NUMERICS_CONCURRENCY]
     data["workload"]["output_length"] = "forced"  # every route decodes the same positions
     data["workload"]["prompts"] = [DEMO_NUMERICS_PREAMBLE + t.prompt for t in smoke_tasks()]
@@ -293,7 +308,7 @@ async def run_demo_numerics(args: argparse.Namespace, out: TextIO, err: TextIO) 
             prog = StderrProgress(err, resume_line=exact == "bit_exact")
             try:
                 result = await run_plan(
-                    _numerics_plan(urls, exact),
+                    _numerics_plan(urls, exact, off.deterministic_mode),
                     gate=LiveGate(),
                     results_path=args.results,
                     progress=prog,
@@ -379,7 +394,9 @@ async def run_demo_sampling(args: argparse.Namespace, out: TextIO, err: TextIO) 
     configs = [off, mtp, *(mtp.model_copy(update=f) for f in faults.values())]
     async with contextlib.AsyncExitStack() as stack:
         engines = [await stack.enter_async_context(EmbeddedEngine(c)) for c in configs]
-        data = demo_plan([e.base_url for e in engines[:3]]).model_dump(mode="json")
+        declared = all(c.deterministic_mode for c in configs)  # the engines' own word
+        urls = [e.base_url for e in engines[:3]]
+        data = demo_plan(urls, deterministic=declared).model_dump(mode="json")
         labels = ["off", "mtp", *faults]
         base = data["routes"][1]
         data["routes"] = [data["routes"][0]] + [
@@ -471,17 +488,20 @@ def demo_capacity_plan(*, results: str | None = None, sequential: bool = False) 
     Raises:
         PlanError: the plan fails validation (never with the built-in values).
     """
+    from deepseekbench._engine._config import EngineConfig
     from deepseekbench._plan._embedded_plan import embedded_plan, embedded_route
     from deepseekbench._plan._tasks import smoke_tasks
 
     prompts = {t.id: t.prompt for t in smoke_tasks()}
     costs = {**DEMO_CAPACITY_COSTS, "eos_counted": True}
     extra: dict[str, Any] = {"stopping": {"mode": "sequential"}} if sequential else {}
+    # the launched engines run without the numerics mode: their own word, declared
+    declared = {"deterministic": EngineConfig().deterministic_mode}
     return embedded_plan(
         [
-            embedded_route("off", "off", costs),
-            embedded_route("mtp", "mtp", costs, depth=list(DEMO_CAPACITY_DEPTHS)),
-            embedded_route("mtp-mistuned", "mtp", costs, depth=2, mistuned_draft=True),
+            embedded_route("off", "off", costs) | declared,
+            embedded_route("mtp", "mtp", costs, depth=list(DEMO_CAPACITY_DEPTHS)) | declared,
+            embedded_route("mtp-mistuned", "mtp", costs, depth=2, mistuned_draft=True) | declared,
         ],
         prompts=[prompts[i] for i in _DEMO_CAPACITY_PROMPT_IDS],
         max_tokens=DEMO_MAX_TOKENS,

@@ -131,6 +131,23 @@ class EngineConfig(BaseModel):
         )
 
     @property
+    def deterministic_mode(self) -> bool:
+        """The engine's deterministic mode, as an engine with one declares it (SGLang's
+        ``--enable-deterministic-inference``, vLLM's ``VLLM_BATCH_INVARIANT=1``): ``True``
+        when its numerics do not change with batch shape, so ``off`` repeats itself and a
+        verify pass scores exactly as one-token decode does. By construction that holds
+        here (one target distribution per context, whatever the batch: the scheduler
+        changes only timing, :mod:`deepseekbench._engine._scheduler`), except in the
+        numerics mode, whose verify passes round differently from decode on purpose
+        (:mod:`deepseekbench._engine._numerics`, after vLLM RFC #54506): ``False`` there.
+        Sampling (temperature > 0) draws from a per-request generator, seeded by the
+        request's ``seed`` when it gives one. Deterministic is not lossless: a lossy
+        draft rule (``mistuned_draft``, relaxed acceptance) still changes outputs, and
+        parity still judges them. The demos declare this on their routes (``[[routes]]
+        deterministic``), as docs/engines.md asks of engines that do not report it."""
+        return not self.numerics
+
+    @property
     def effective_draft_depth(self) -> int:
         """The draft depth ``k`` in use (tokens; 0 for ``off``)."""
         if self.draft_depth is not None:
