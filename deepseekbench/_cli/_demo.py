@@ -239,10 +239,13 @@ hashed from the context; with this wording 4 of the 16 outputs (64 forced tokens
 that mtp's verify pass flips, so the scenario shows near-tie divergences."""
 
 
-def _numerics_plan(urls: Sequence[str], exact: str, deterministic: bool) -> BenchmarkPlan:
+def _numerics_plan(
+    urls: Sequence[str], exact: str, deterministic: bool | None = None
+) -> BenchmarkPlan:
     """The numerics scenario's plan for ``off``, ``mtp`` and the lossy ``mtp-relaxed`` at
     ``urls``, the engines' ``deterministic`` mode declared on each route (off in the
-    numerics mode: its verify passes round differently from decode)."""
+    numerics mode: its verify passes round differently from decode; ``None``:
+    undeclared)."""
     from deepseekbench._plan._plan import BenchmarkPlan
     from deepseekbench._plan._tasks import smoke_tasks
 

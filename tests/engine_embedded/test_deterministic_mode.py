@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepseekbench import EngineConfig, LiveGate, compare_speedup
+from deepseekbench import EngineConfig, LiveGate, Speculative, compare_speedup
 from deepseekbench._analysis._determinism_rows import determinism_note
 from deepseekbench._analysis._speedup import RefusalReason
 from deepseekbench._cli._demo import _numerics_plan, demo_capacity_plan, demo_plan
@@ -22,7 +22,7 @@ URLS = [f"http://127.0.0.1:{port}/v1" for port in (1, 2, 3)]
 
 def test_the_engine_says_its_mode() -> None:
     assert EngineConfig().deterministic_mode is True
-    assert EngineConfig(speculative="mtp", mistuned_draft=True).deterministic_mode is True
+    assert EngineConfig(speculative=Speculative.mtp, mistuned_draft=True).deterministic_mode is True
     assert EngineConfig(numerics=True).deterministic_mode is False  # verify rounds apart
 
 
