@@ -10,6 +10,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deepseekbench import Scorecard, UnfinishedRunWarning
 from deepseekbench._analysis._lines import UNFINISHED_MARK, unfinished_reasons
@@ -126,3 +128,33 @@ def test_only_missing_checks_and_measurements_are_marked() -> None:
     assert R.baseline_parity_not_verified not in unfinished_reasons(shaky, mtp, v)
     assert card.lines[1].unfinished_reasons == marked
     assert Scorecard.from_rows([off, mtp]).lines[1].unfinished_reasons == ()
+
+
+@given(
+    base_parity=st.sampled_from(["verified", "unknown"]),
+    cand_parity=st.sampled_from(["verified", "unknown", "differs"]),
+    base_n=st.integers(min_value=0, max_value=8),
+    cand_n=st.integers(min_value=0, max_value=8),
+)
+@settings(max_examples=60, deadline=None)
+def test_marks_never_change_a_verdict_and_never_mark_a_finding(
+    base_parity: str, cand_parity: str, base_n: int, cand_n: int
+) -> None:
+    """Whatever the rows: an unfinished run's lines carry the finished run's verdicts, its
+    marks are a subset of each verdict's reasons, and a mismatch seen (``differs``) is
+    never marked."""
+    off = make_row(quality_parity=base_parity, n_requests=base_n)
+    mtp = make_row(
+        speculative="mtp", route_label="mtp", quality_parity=cand_parity, n_requests=cand_n,
+        accepted_token_ratio=0.5, acceptance_length=2.0, tpot_ms=5.0,
+    )  # fmt: skip
+    done = Scorecard.from_rows([off, mtp]).lines[1]
+    cut = Scorecard.from_rows([off, mtp], run_unfinished=True).lines[1]
+    assert cut.verdict == done.verdict and done.unfinished_reasons == ()
+    assert cut.verdict is not None
+    assert set(cut.unfinished_reasons) <= set(cut.verdict.reasons)
+    if cand_parity == "differs":
+        assert R.candidate_parity_not_verified not in cut.unfinished_reasons
+    if base_parity == "unknown":
+        assert R.baseline_parity_not_verified in cut.unfinished_reasons
+    assert (UNFINISHED_MARK in cut.speedup_text) == bool(cut.unfinished_reasons)
